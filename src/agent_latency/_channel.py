@@ -1,0 +1,78 @@
+"""The unified channel: one OpenAI-compatible endpoint and key, many models."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+from langchain_openai import ChatOpenAI
+
+from agent_latency._config import MAX_TOKENS_PARAMS, Settings
+
+_OPENAI_HOST = "api.openai.com"
+_NO_KEY = "EMPTY"
+
+
+def output_limit_param(settings: Settings) -> str:
+    """Returns the request field that carries the output limit for this endpoint.
+
+    OpenAI takes ``max_completion_tokens`` (and rejects ``max_tokens`` for reasoning models);
+    other OpenAI-compatible servers take ``max_tokens``, and some (llama-cpp-python's server)
+    silently ignore ``max_completion_tokens``, so an unbounded answer blocks the server.
+    """
+    chosen = settings.llm.max_tokens_param
+    if chosen != "auto":
+        return chosen
+    base_url = settings.llm.base_url
+    is_openai = base_url is None or urlsplit(base_url).hostname == _OPENAI_HOST
+    return "max_completion_tokens" if is_openai else "max_tokens"
+
+
+def build_chat_model(settings: Settings | None = None, **overrides: Any) -> ChatOpenAI:
+    """Builds a ``ChatOpenAI`` for the configured channel.
+
+    Switching models is a one-field change (``model=`` here, or ``llm.model`` in ``config.toml``).
+    Usage is requested on streamed calls too (``stream_usage=True``).
+
+    Args:
+        settings: The loaded settings; ``None`` uses the defaults.
+        **overrides: ``ChatOpenAI`` fields that win over the settings (e.g. ``model``,
+            ``streaming``, ``max_tokens``, ``callbacks``).
+
+    Returns:
+        The chat model, with the output limit sent as the field the endpoint understands.
+
+    Raises:
+        ValueError: When ``settings.llm.max_tokens_param`` is not a known field name.
+    """
+    settings = settings or Settings()
+    if settings.llm.max_tokens_param not in MAX_TOKENS_PARAMS:
+        raise ValueError(
+            f"max_tokens_param must be one of {MAX_TOKENS_PARAMS}, "
+            f"got {settings.llm.max_tokens_param!r}."
+        )
+    llm = settings.llm
+    fields: dict[str, Any] = {
+        "model": llm.model,
+        "base_url": llm.base_url,
+        "timeout": llm.timeout_seconds,
+        "temperature": settings.streaming.temperature,
+        "streaming": settings.streaming.enabled,
+        "stream_usage": True,
+        "max_tokens": settings.streaming.max_tokens,
+    }
+    if llm.api_key is not None:
+        fields["api_key"] = llm.api_key
+    elif llm.base_url is not None and not os.environ.get("OPENAI_API_KEY"):
+        # Local servers (vLLM, llama.cpp, the simulator) need no key, but the openai client
+        # refuses to start without one.
+        fields["api_key"] = _NO_KEY
+    fields.update(overrides)
+    if output_limit_param(settings) == "max_tokens" and fields.get("max_tokens") is not None:
+        # ChatOpenAI always renames max_tokens to max_completion_tokens; extra_body puts the
+        # plain field back in the request body instead.
+        extra_body = dict(fields.get("extra_body") or {})
+        extra_body["max_tokens"] = fields.pop("max_tokens")
+        fields["extra_body"] = extra_body
+    return ChatOpenAI(**fields)

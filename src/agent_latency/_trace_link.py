@@ -1,0 +1,49 @@
+"""The contract that lets a trim and the model call it prepared share one trace.
+
+The trimmer and the callback handler never import each other. When the trimmer runs inside a
+LangChain run, it looks among that run's callback handlers for one that can hand out the
+OpenTelemetry context of a run (``LatencyCallbackHandler`` does), starts its trim span under it,
+and then reports the :class:`~agent_latency.TrimResult` as a LangChain custom event named
+:data:`TRIM_EVENT`. The handler attaches the trim figures to the next chat-model span in the
+same scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from opentelemetry.context import Context
+
+TRIM_EVENT = "agent_latency.trim"
+"""Name of the LangChain custom event that carries a ``TrimResult``."""
+
+
+@runtime_checkable
+class RunContextProvider(Protocol):
+    """A callback handler that knows the OpenTelemetry context of the runs it traces."""
+
+    def otel_context_for_run(self, run_id: UUID) -> Context | None:
+        """Returns the context whose current span is the span of ``run_id``, if traced."""
+        ...
+
+
+def find_run_context(handlers: Iterable[object], run_id: UUID | None) -> Context | None:
+    """Finds the OpenTelemetry context of ``run_id`` among a run's callback handlers.
+
+    Args:
+        handlers: The callback handlers of the current LangChain run.
+        run_id: The run whose span should become the parent.
+
+    Returns:
+        The first context a handler provides, or ``None`` when no handler traces the run.
+    """
+    if run_id is None:
+        return None
+    for handler in handlers:
+        if isinstance(handler, RunContextProvider):
+            context = handler.otel_context_for_run(run_id)
+            if context is not None:
+                return context
+    return None
