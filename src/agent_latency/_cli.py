@@ -1,0 +1,108 @@
+"""The ``agent-latency`` command line: ``sim``, ``bench``, ``doctor``, ``trim``.
+
+Every command reports bad input (files, flags, configuration) as one line on stderr and exits
+with status 2; no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from typer._click.exceptions import NoArgsIsHelpError
+
+app = typer.Typer(
+    name="agent-latency",
+    help="Trim prompts by priority and measure time to first token on any OpenAI-compatible API.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Trim prompts by priority and measure time to first token on any OpenAI-compatible API."""
+
+
+@app.command()
+def sim(
+    host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
+    overhead_ms: Annotated[float, typer.Option(help="Fixed time before prefill.")] = 200.0,
+    prefill_ms_per_token: Annotated[
+        float, typer.Option(help="Prefill cost per uncached prompt token.")
+    ] = 0.4,
+    decode_tokens_per_s: Annotated[float, typer.Option(help="Output tokens per second.")] = 50.0,
+    answer_tokens: Annotated[int, typer.Option(help="Answer length without max_tokens.")] = 64,
+    prefix_cache: Annotated[bool, typer.Option(help="Reuse shared prompt prefixes.")] = True,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="AGENT_LATENCY_SIM_API_KEY", help="Require this key.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name served.")] = None,
+    error_rate: Annotated[float, typer.Option(help="Share of requests answered 500.")] = 0.0,
+    stall_after_chunks: Annotated[
+        int | None, typer.Option(help="Pause once after this many chunks.")
+    ] = None,
+    stall_ms: Annotated[float, typer.Option(help="Length of that pause.")] = 1000.0,
+    buffered: Annotated[
+        bool, typer.Option(help="Hold all chunks to the end, like a buffering proxy.")
+    ] = False,
+) -> None:
+    """Serve the OpenAI chat-completions API with a stated latency model."""
+    from agent_latency.sim import SimulatorConfig, run_simulator
+
+    options = {
+        "overhead_ms": overhead_ms,
+        "prefill_ms_per_token": prefill_ms_per_token,
+        "decode_tokens_per_s": decode_tokens_per_s,
+        "answer_tokens": answer_tokens,
+        "prefix_cache": prefix_cache,
+        "api_key": api_key,
+        "error_rate": error_rate,
+        "stall_after_chunks": stall_after_chunks,
+        "stall_ms": stall_ms,
+        "buffered": buffered,
+    }
+    if model is not None:
+        options["model"] = model
+    config = SimulatorConfig(**options)  # type: ignore[arg-type]
+    typer.echo(f"agent-latency simulator on http://{host}:{port}/v1 (Ctrl-C to stop)", err=True)
+    run_simulator(config, host=host, port=port)
+
+
+def _register_commands() -> None:
+    # Imported here so that `agent-latency --help` stays fast and import errors surface per run.
+    from agent_latency._doctor import doctor
+
+    app.command()(doctor)
+
+
+_register_commands()
+
+
+def _one_line(error: BaseException) -> str:
+    text = error.format_message() if isinstance(error, typer.TyperException) else str(error)
+    return " ".join(text.split()) or type(error).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the CLI and returns its exit status (2 for bad input, with one line on stderr)."""
+    try:
+        result = app(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except typer.Exit as exit_:
+        return exit_.exit_code
+    except typer.Abort:
+        return 130
+    except NoArgsIsHelpError:
+        return 0  # the help text is already printed
+    except (typer.TyperException, ValueError, OSError) as error:
+        print(f"agent-latency: error: {_one_line(error)}", file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""The simulator's HTTP face: routes, the latency schedule, injected faults and statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import math
+import random
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Send
+
+from agent_latency._tokens import TokenCounter
+
+from ._answer import Answer, compose_answer
+from ._config import SimulatorConfig
+from ._prompt import PrefixCache, PromptTokenizer, token_count
+from ._protocol import ChatRequest, RequestError, parse_chat_request
+
+_SYSTEM_FINGERPRINT = "fp_agent_latency_sim"
+_OWNER = "agent-latency-sim"
+
+
+@dataclass(frozen=True)
+class SimulatorStats:
+    """What a simulator has served so far.
+
+    Attributes:
+        requests: Chat completions whose prefill finished.
+        prompt_tokens: Prompt tokens of those requests.
+        cached_tokens: Prompt tokens the prefix cache spared from prefill.
+        completion_tokens: Output tokens of those requests.
+        errors: Chat requests answered with an error status (refused or injected faults).
+    """
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0
+
+
+class _StatsRecorder:
+    """Counts in the server's thread; read from any other."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = {name: 0 for name in SimulatorStats.__dataclass_fields__}
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, count in counts.items():
+                self._counts[name] += count
+
+    def snapshot(self) -> SimulatorStats:
+        with self._lock:
+            return SimulatorStats(**self._counts)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One accepted chat request and when each part of its answer is due."""
+
+    completion_id: str
+    created: int
+    request: ChatRequest
+    prompt: bytes
+    cached_tokens: int
+    answer: Answer
+    first_token_at: float  # event-loop time
+
+    @property
+    def prompt_tokens(self) -> int:
+        return token_count(self.prompt)
+
+    def usage(self) -> dict[str, Any]:
+        completion = self.answer.completion_tokens
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }
+
+
+class _ConnectionDropped(Exception):
+    """Raised inside a stream to simulate a connection reset."""
+
+
+class _DroppableStreamingResponse(StreamingResponse):
+    async def stream_response(self, send: Send) -> None:
+        # Returning without the final body message makes the ASGI server close the connection.
+        with contextlib.suppress(_ConnectionDropped):
+            await super().stream_response(send)
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _sse(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class Simulator:
+    """One simulated model server: its state and the Starlette app that serves it.
+
+    Args:
+        config: How the server behaves.
+    """
+
+    def __init__(self, config: SimulatorConfig) -> None:
+        self.config = config
+        self._tokenizer = PromptTokenizer(TokenCounter())
+        self._prefix_cache = PrefixCache(config.cache_entries)
+        self._random = random.Random(config.seed)
+        self._stats = _StatsRecorder()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                Route("/v1/models", self._list_models, methods=["GET"]),
+                Route("/v1/models/{model:path}", self._retrieve_model, methods=["GET"]),
+                Route("/health", self._health, methods=["GET"]),
+            ],
+            exception_handlers={
+                RequestError: self._request_error,
+                HTTPException: self._http_error,
+                Exception: self._server_error,
+            },
+        )
+
+    def stats(self) -> SimulatorStats:
+        """Returns the counts so far; safe to call from any thread."""
+        return self._stats.snapshot()
+
+    async def _chat_completions(self, request: Request) -> Response:
+        arrival = asyncio.get_running_loop().time()
+        try:
+            plan = await self._accept(request, arrival)
+        except RequestError as error:
+            self._stats.add(errors=1)
+            return error.response()
+        if plan.request.stream:
+            events = self._sse_events(plan)
+            return _DroppableStreamingResponse(
+                self._held_until_end(events) if self.config.buffered else events,
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
+        await self._prefill(plan)
+        await _sleep_until(self._output_time(plan, plan.answer.completion_tokens - 1))
+        return JSONResponse(
+            {
+                **self._envelope(plan, "chat.completion"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": plan.answer.message(),
+                        "logprobs": None,
+                        "finish_reason": plan.answer.finish_reason,
+                    }
+                ],
+                "usage": plan.usage(),
+            }
+        )
+
+    async def _accept(self, request: Request, arrival: float) -> _Plan:
+        """Checks the request and plans its answer; raises RequestError to refuse it."""
+        self._authenticate(request)
+        chat = parse_chat_request(await self._read_json(request))
+        self._check_model(chat.model)
+        self._inject_fault()
+        prompt = self._tokenizer.tokens(chat)
+        cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
+        prefill_ms = self.config.prefill_ms_per_token * (token_count(prompt) - cached)
+        return _Plan(
+            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            request=chat,
+            prompt=prompt,
+            cached_tokens=cached,
+            answer=compose_answer(chat, prompt, answer_tokens=self.config.answer_tokens),
+            first_token_at=arrival + (self.config.overhead_ms + prefill_ms) / 1000,
+        )
+
+    def _caches(self, chat: ChatRequest) -> bool:
+        return self.config.prefix_cache and chat.cache_prompt
+
+    async def _prefill(self, plan: _Plan) -> None:
+        """Waits out the prefill, then keeps the prompt for later requests to reuse."""
+        await _sleep_until(plan.first_token_at)
+        if self._caches(plan.request):
+            self._prefix_cache.remember(plan.prompt)
+        self._stats.add(
+            requests=1,
+            prompt_tokens=plan.prompt_tokens,
+            cached_tokens=plan.cached_tokens,
+            completion_tokens=plan.answer.completion_tokens,
+        )
+
+    def _output_time(self, plan: _Plan, index: int) -> float:
+        """Returns when output token ``index`` is due (the first one at the prefill's end)."""
+        due = plan.first_token_at + index / self.config.decode_tokens_per_s
+        stall_after = self.config.stall_after_chunks
+        if stall_after is not None and index >= stall_after:
+            due += self.config.stall_ms / 1000
+        return due
+
+    async def _sse_events(self, plan: _Plan) -> AsyncIterator[bytes]:
+        envelope = self._envelope(plan, "chat.completion.chunk")
+        if plan.request.include_usage:
+            envelope["usage"] = None  # OpenAI sends the key in every chunk once usage is asked
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            return _sse({**envelope, "choices": [choice]})
+
+        await self._prefill(plan)
+        loop = asyncio.get_running_loop()
+        # Events already due go out in one write: under load the server falls behind its
+        # schedule, and one send per token would put it further behind.
+        due_events: list[bytes] = []
+        for index, delta in enumerate(plan.answer.deltas()):
+            due = self._output_time(plan, index)
+            if due > loop.time() and due_events:
+                yield b"".join(due_events)
+                due_events.clear()
+            await _sleep_until(due)
+            if index == self.config.reset_after_chunks:
+                yield b"".join(due_events)
+                raise _ConnectionDropped
+            due_events.append(chunk(delta, None))
+        due_events.append(chunk({}, plan.answer.finish_reason))
+        if plan.request.include_usage:
+            due_events.append(_sse({**envelope, "choices": [], "usage": plan.usage()}))
+        due_events.append(b"data: [DONE]\n\n")
+        yield b"".join(due_events)
+
+    @staticmethod
+    async def _held_until_end(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        yield b"".join([event async for event in events])
+
+    def _envelope(self, plan: _Plan, kind: str) -> dict[str, Any]:
+        return {
+            "id": plan.completion_id,
+            "object": kind,
+            "created": plan.created,
+            "model": plan.request.model,
+            "system_fingerprint": _SYSTEM_FINGERPRINT,
+        }
+
+    def _authenticate(self, request: Request) -> None:
+        expected = self.config.api_key
+        if expected is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise RequestError(
+                401,
+                "You didn't provide an API key. You need to provide your API key in an "
+                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            )
+        if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+            raise RequestError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    async def _read_json(self, request: Request) -> object:
+        content_type = request.headers.get("content-type", "")
+        if content_type.partition(";")[0].strip().lower() != "application/json":
+            raise RequestError(
+                415,
+                f"Unsupported content type {content_type or '(none)'!r}: send the body as JSON "
+                "with 'Content-Type: application/json'.",
+                code="unsupported_media_type",
+            )
+        limit = self.config.max_body_bytes
+        too_large = RequestError(
+            413,
+            f"The request body is larger than this server accepts ({limit} bytes).",
+            code="request_too_large",
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise too_large
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+            raise RequestError(
+                400,
+                "We could not parse the JSON body of your request. The body must be valid JSON "
+                "(UTF-8) holding one object.",
+            ) from None
+
+    def _check_model(self, model: str) -> None:
+        if model not in self.config.models:
+            raise RequestError(
+                404,
+                f"The model {model!r} does not exist or you do not have access to it. This "
+                f"server serves: {', '.join(self.config.models)}.",
+                param="model",
+                code="model_not_found",
+            )
+
+    def _inject_fault(self) -> None:
+        config = self.config
+        if not (config.rate_limit_rate or config.error_rate):
+            return
+        draw = self._random.random()
+        if draw < config.rate_limit_rate:
+            retry_after = config.retry_after_s
+            raise RequestError(
+                429,
+                f"Rate limit reached for requests. Please try again in {retry_after:g}s.",
+                code="rate_limit_exceeded",
+                error_type="requests",
+                headers={
+                    "retry-after": str(math.ceil(retry_after)),  # whole seconds, never too early
+                    "retry-after-ms": str(round(retry_after * 1000)),
+                },
+            )
+        if draw < config.rate_limit_rate + config.error_rate:
+            raise RequestError(
+                500,
+                "The server had an error while processing your request. Sorry about that!",
+                error_type="server_error",
+            )
+
+    def _model_json(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": _OWNER}
+
+    async def _list_models(self, request: Request) -> Response:
+        self._authenticate(request)
+        models = [self._model_json(name) for name in self.config.models]
+        return JSONResponse({"object": "list", "data": models})
+
+    async def _retrieve_model(self, request: Request) -> Response:
+        self._authenticate(request)
+        name = request.path_params["model"]
+        self._check_model(name)
+        return JSONResponse(self._model_json(name))
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _request_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestError)
+        return exc.response()
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            error = RequestError(
+                404,
+                f"Unknown request URL: {request.method} {request.url.path}. This server speaks "
+                "the OpenAI API: POST /v1/chat/completions, GET /v1/models.",
+                code="unknown_url",
+            )
+        else:
+            error = RequestError(
+                exc.status_code,
+                f"{request.method} {request.url.path}: {exc.detail}.",
+                code="method_not_allowed" if exc.status_code == 405 else None,
+                headers=exc.headers,
+            )
+        return error.response()
+
+    async def _server_error(self, request: Request, exc: Exception) -> Response:
+        return RequestError(
+            500, "The simulator failed unexpectedly; see its log.", error_type="server_error"
+        ).response()
+
+
+def create_app(config: SimulatorConfig | None = None) -> Starlette:
+    """Returns the ASGI app of a simulated OpenAI-compatible model server.
+
+    Args:
+        config: How the server behaves; ``None`` uses the defaults.
+    """
+    return Simulator(config or SimulatorConfig()).app

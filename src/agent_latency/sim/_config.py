@@ -1,0 +1,132 @@
+"""The simulator's options, validated when the configuration is built."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from agent_latency._config import LLMSettings
+
+DEFAULT_MODEL = LLMSettings().model
+"""The model the simulator serves by default: the one the default settings ask for."""
+
+
+def _fail(option: str, value: object, rule: str) -> ValueError:
+    return ValueError(f"SimulatorConfig: {option} {rule}, got {value!r}.")
+
+
+def _check_number(option: str, value: object, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(option, value, "must be a finite number")
+    if positive and value <= 0:
+        raise _fail(option, value, "must be > 0")
+    if value < 0:
+        raise _fail(option, value, "must be >= 0")
+    return value
+
+
+def _check_int(option: str, value: object, *, minimum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(option, value, "must be an integer")
+    if minimum is not None and value < minimum:
+        raise _fail(option, value, f"must be >= {minimum}")
+
+
+def _check_rate(option: str, value: object) -> None:
+    if _check_number(option, value) > 1:
+        raise _fail(option, value, "must be a probability between 0 and 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulatorConfig:
+    """How the simulated model server behaves.
+
+    The latency model is described in :mod:`agent_latency.sim`. The defaults give an
+    8,200-token agent prompt about 3.5 s to its first token and then 50 tokens per second.
+
+    Attributes:
+        overhead_ms: Fixed time every request spends before prefill (queueing, scheduling).
+        prefill_ms_per_token: Prefill cost of each prompt token not found in the prefix cache.
+        decode_tokens_per_s: Output rate once the first token is out.
+        answer_tokens: Length of an answer; a request's ``max_tokens`` or
+            ``max_completion_tokens`` caps it (``finish_reason`` is then ``"length"``).
+        prefix_cache: Reuse the longest token prefix shared with a recent request, as vLLM and
+            llama.cpp do. A request may also opt out with ``"cache_prompt": false``.
+        cache_entries: How many recent prompts the prefix cache remembers.
+        api_key: When set, requests must send ``Authorization: Bearer <api_key>``. Masked in
+            the repr.
+        model: The model name, or names, served; requests for another model get a 404.
+        error_rate: Probability that a chat request fails with a 500 error.
+        rate_limit_rate: Probability that a chat request is refused with 429 and Retry-After.
+        retry_after_s: The Retry-After value of those 429 answers, in seconds.
+        seed: Seed of the random draws behind ``error_rate`` and ``rate_limit_rate``.
+        stall_after_chunks: Pause once after this many output chunks (``None``: never).
+        stall_ms: Length of that pause.
+        reset_after_chunks: Drop the connection after this many streamed output chunks
+            (``None``: never), as a crashing server or proxy does.
+        buffered: Hold every streamed chunk until the answer is complete, as a buffering proxy
+            does: streaming is on, yet the first token arrives with the last.
+        max_body_bytes: Largest request body accepted; larger ones get a 413.
+    """
+
+    overhead_ms: float = 200.0
+    prefill_ms_per_token: float = 0.4
+    decode_tokens_per_s: float = 50.0
+    answer_tokens: int = 64
+    prefix_cache: bool = True
+    cache_entries: int = 16
+    api_key: str | None = None
+    model: str | tuple[str, ...] = DEFAULT_MODEL
+    error_rate: float = 0.0
+    rate_limit_rate: float = 0.0
+    retry_after_s: float = 1.0
+    seed: int = 0
+    stall_after_chunks: int | None = None
+    stall_ms: float = 1000.0
+    reset_after_chunks: int | None = None
+    buffered: bool = False
+    max_body_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        _check_number("overhead_ms", self.overhead_ms)
+        _check_number("prefill_ms_per_token", self.prefill_ms_per_token)
+        _check_number("decode_tokens_per_s", self.decode_tokens_per_s, positive=True)
+        _check_int("answer_tokens", self.answer_tokens, minimum=1)
+        _check_int("cache_entries", self.cache_entries, minimum=1)
+        _check_rate("error_rate", self.error_rate)
+        _check_rate("rate_limit_rate", self.rate_limit_rate)
+        _check_number("retry_after_s", self.retry_after_s)
+        _check_int("seed", self.seed)
+        _check_number("stall_ms", self.stall_ms)
+        _check_int("max_body_bytes", self.max_body_bytes, minimum=1)
+        for option in ("stall_after_chunks", "reset_after_chunks"):
+            if getattr(self, option) is not None:
+                _check_int(option, getattr(self, option), minimum=1)
+        for option in ("prefix_cache", "buffered"):
+            if not isinstance(getattr(self, option), bool):
+                raise _fail(option, getattr(self, option), "must be True or False")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            # Never echo a key-like value back, even a malformed one.
+            raise ValueError("SimulatorConfig: api_key must be a non-empty string or None.")
+        if isinstance(self.model, list):
+            object.__setattr__(self, "model", tuple(self.model))
+        names = self.models
+        if (
+            not isinstance(names, tuple)
+            or not names
+            or not all(isinstance(name, str) and name.strip() for name in names)
+        ):
+            raise _fail("model", self.model, "must be a non-empty name or a tuple of names")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The names of the models served."""
+        return (self.model,) if isinstance(self.model, str) else self.model
+
+    def __repr__(self) -> str:
+        def shown(name: str) -> str:
+            value = getattr(self, name)
+            return "'***'" if name == "api_key" and value is not None else repr(value)
+
+        options = ", ".join(f"{option.name}={shown(option.name)}" for option in fields(self))
+        return f"SimulatorConfig({options})"

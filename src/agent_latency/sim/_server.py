@@ -1,0 +1,179 @@
+"""Serving the simulator: in the foreground for the CLI, or on a background thread in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+
+from ._app import Simulator, SimulatorStats, create_app
+from ._config import SimulatorConfig
+
+_START_TIMEOUT_S = 10.0
+_STOP_TIMEOUT_S = 10.0
+
+
+def run_simulator(
+    config: SimulatorConfig | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    log_level: str = "info",
+) -> None:
+    """Serves the simulator until interrupted (Ctrl+C); binds only ``host``.
+
+    Args:
+        config: How the server behaves; ``None`` uses the defaults.
+        host: The one address to listen on.
+        port: The port to listen on.
+        log_level: uvicorn's log level.
+    """
+    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level)
+
+
+class RunningSimulator:
+    """A simulator served by uvicorn on a background thread; a sync and async context manager.
+
+    Entering starts the server (on a free port unless one is given) and returns this object;
+    leaving stops it. Create it with :func:`running_simulator`. The server shares the process,
+    and so the GIL, with its caller: a caller that keeps the CPU busy (say, parsing thousands of
+    concurrent streams) delays the schedule; for exact timing under such load, run
+    ``agent-latency sim`` in another process.
+
+    Args:
+        config: How the server behaves; ``None`` uses the defaults.
+        host: The one address to listen on.
+        port: The port; 0 picks a free one.
+    """
+
+    def __init__(
+        self, config: SimulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.config = config or SimulatorConfig()
+        self.host = host
+        self._requested_port = port
+        self._simulator = Simulator(self.config)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._port: int | None = None
+
+    def __repr__(self) -> str:
+        state = f"serving at {self.base_url}" if self._port is not None else "stopped"
+        return f"RunningSimulator({state})"
+
+    @property
+    def port(self) -> int:
+        """The port listened on."""
+        if self._port is None:
+            raise RuntimeError("RunningSimulator: not started; use it in a with statement.")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI API root to give clients, e.g. ``http://127.0.0.1:43121/v1``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def stats(self) -> SimulatorStats:
+        """Requests served, prompt tokens, cached prompt tokens reused, and so on, so far."""
+        return self._simulator.stats()
+
+    def start(self) -> RunningSimulator:
+        """Binds the address, starts serving and waits until requests are accepted.
+
+        Raises:
+            RuntimeError: When already started or when the server fails to start.
+            OSError: When the address cannot be bound.
+        """
+        if self._thread is not None:
+            raise RuntimeError("RunningSimulator: already started.")
+        family, kind, proto, _, address = socket.getaddrinfo(
+            self.host, self._requested_port, type=socket.SOCK_STREAM
+        )[0]
+        listener = socket.socket(family, kind, proto)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(address)
+        except OSError:
+            listener.close()
+            raise
+        server = uvicorn.Server(
+            uvicorn.Config(
+                self._simulator.app,
+                log_config=None,  # leave the host application's logging alone
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=1,
+            )
+        )
+        thread = threading.Thread(
+            target=server.run,
+            kwargs={"sockets": [listener]},
+            name="agent-latency-sim",
+            daemon=True,
+        )
+        thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                listener.close()
+                raise RuntimeError("RunningSimulator: the server did not start; see the log.")
+            time.sleep(0.005)
+        self._server, self._thread = server, thread
+        self._port = listener.getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        """Stops serving and waits for the server thread; a no-op when not running."""
+        if self._server is None or self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(_STOP_TIMEOUT_S)
+        self._server = self._thread = None
+        self._port = None
+
+    def __enter__(self) -> RunningSimulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> RunningSimulator:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+def running_simulator(
+    config: SimulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> RunningSimulator:
+    """Returns a simulator to serve for the length of a ``with`` (or ``async with``) block.
+
+    Example:
+        >>> with running_simulator(SimulatorConfig(overhead_ms=50)) as sim:  # doctest: +SKIP
+        ...     ChatOpenAI(base_url=sim.base_url, api_key="unused", model=sim.config.models[0])
+
+    Args:
+        config: How the server behaves; ``None`` uses the defaults.
+        host: The one address to listen on.
+        port: The port; 0 picks a free one.
+    """
+    return RunningSimulator(config, host=host, port=port)

@@ -1,0 +1,113 @@
+"""The simulator's options and its schema-driven tool arguments, without a server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig
+from agent_latency.sim._answer import example_value
+
+
+def test_defaults_give_an_agent_prompt_about_three_and_a_half_seconds_to_first_token() -> None:
+    config = SimulatorConfig()
+
+    ttft_ms = config.overhead_ms + config.prefill_ms_per_token * 8200
+
+    assert 3300 <= ttft_ms <= 3700
+    assert config.decode_tokens_per_s == 50
+    assert config.models == (DEFAULT_MODEL,)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("overhead_ms", -1),
+        ("overhead_ms", float("nan")),
+        ("overhead_ms", "200"),
+        ("prefill_ms_per_token", True),
+        ("decode_tokens_per_s", 0),
+        ("answer_tokens", 0),
+        ("answer_tokens", 2.5),
+        ("cache_entries", 0),
+        ("error_rate", 1.5),
+        ("rate_limit_rate", -0.1),
+        ("retry_after_s", float("inf")),
+        ("seed", "x"),
+        ("stall_after_chunks", 0),
+        ("stall_ms", -5),
+        ("reset_after_chunks", 0),
+        ("max_body_bytes", 0),
+        ("prefix_cache", "yes"),
+        ("buffered", 1),
+        ("model", ""),
+        ("model", ()),
+        ("model", ("ok", 3)),
+        ("api_key", ""),
+    ],
+)
+def test_invalid_options_are_refused_naming_the_option(option: str, value: object) -> None:
+    with pytest.raises(ValueError, match=option):
+        SimulatorConfig(**{option: value})
+
+
+def test_options_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        SimulatorConfig(200)  # type: ignore[misc]
+
+
+def test_the_api_key_is_masked_in_the_repr() -> None:
+    config = SimulatorConfig(api_key="sk-secret-value")
+
+    assert "sk-secret-value" not in repr(config)
+    assert "api_key='***'" in repr(config)
+    assert "api_key=None" in repr(SimulatorConfig())
+
+
+def test_a_list_of_model_names_becomes_a_tuple() -> None:
+    config = SimulatorConfig(model=["a", "b"])  # type: ignore[arg-type]
+
+    assert config.models == ("a", "b")
+    assert hash(config)  # still a frozen, hashable value
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "string"}, "example"),
+        ({"type": "string", "enum": ["b", "a"]}, "b"),
+        ({"type": "integer", "default": 7}, 7),
+        ({"type": "integer", "minimum": 3.5}, 4),
+        ({"type": "number"}, 1.0),
+        ({"type": "boolean"}, True),
+        ({"type": ["null", "integer"]}, 1),
+        ({"anyOf": [{"type": "null"}, {"type": "boolean"}]}, True),
+        ({"const": "fixed"}, "fixed"),
+        ({"type": "array", "items": {"type": "integer"}}, [1]),
+        (
+            {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}},
+            {"q": "example", "n": 1},
+        ),
+        (
+            {"properties": {"inner": {"properties": {"x": {"type": "null"}}}}},
+            {"inner": {"x": None}},
+        ),
+        ({"type": "object"}, {}),
+        (None, "example"),
+    ],
+)
+def test_tool_arguments_fit_their_schema(schema: object, expected: Any) -> None:
+    assert example_value(schema, depth=0) == expected
+
+
+def test_recursive_schemas_terminate() -> None:
+    node: dict[str, Any] = {"type": "object", "properties": {}}
+    node["properties"]["child"] = node
+
+    value = example_value(node, depth=0)
+
+    depth = 0
+    while isinstance(value, dict):
+        value, depth = value["child"], depth + 1
+    assert value == "example" and depth > 1
