@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint install clean
+.PHONY: test demo bench-real lint install clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -21,6 +21,14 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest
+
+# The four-mode table on the embedded simulator; no endpoint or key needed (about 50 s).
+demo: $(STAMP)
+	$(VENV)/bin/agent-latency bench --runs 3 --budget 2500
+
+# The bench against a real small model served by llama.cpp (builds llama-cpp-python: ~12 min).
+bench-real: $(STAMP)
+	bash benchmarks/bench_real.sh
 
 clean:
 	rm -rf $(VENV)

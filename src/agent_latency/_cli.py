@@ -75,9 +75,13 @@ def sim(
 
 def _register_commands() -> None:
     # Imported here so that `agent-latency --help` stays fast and import errors surface per run.
+    from agent_latency._bench_cli import bench
     from agent_latency._doctor import doctor
+    from agent_latency._trim_cli import trim
 
+    app.command()(bench)
     app.command()(doctor)
+    app.command()(trim)
 
 
 _register_commands()

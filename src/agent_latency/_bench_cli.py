@@ -1,0 +1,261 @@
+"""``agent-latency bench``: the before/after latency table on any endpoint, or on the simulator.
+
+The command function is registered by the CLI app (``app.command()(bench)``). Bad input (files,
+flags, configuration, an endpoint that refuses requests) raises ``ValueError``; a failed
+regression gate exits with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Final
+from urllib.parse import urlsplit
+
+import typer
+from pydantic import SecretStr
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agent_latency._bench import (
+    BASELINE_MODE,
+    GATED_MODE,
+    BenchPlan,
+    BenchReport,
+    check_regression,
+    fit_prefill,
+    load_baseline,
+    load_scenario,
+    open_endpoint,
+    run_bench,
+    saving_breakdown,
+)
+from agent_latency._bench_plot import require_matplotlib, write_plot
+from agent_latency._config import Settings, load_settings
+
+DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
+
+
+def bench(
+    config: Annotated[
+        Path | None, typer.Option("--config", metavar="FILE", help="config.toml to read.")
+    ] = None,
+    settings_file: Annotated[
+        Path | None, typer.Option("--settings", metavar="FILE", help="settings.json to read.")
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="API root, e.g. https://host/v1. Default: llm.base_url, else the simulator."
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name to request.")] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="API key (or AGENT_LATENCY_API_KEY).", show_default=False)
+    ] = None,
+    messages: Annotated[
+        Path | None,
+        typer.Option(
+            "--messages",
+            metavar="FILE.json",
+            help='OpenAI-format conversation: a message list or {"messages": [...]}; tool '
+            "definitions count only inside messages. Default: a ~8,200-token agent request.",
+        ),
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option(min=1, help="Trimmer budget in prompt tokens; default: prompt.token_budget."),
+    ] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Timed calls per mode.")] = 5,
+    turns: Annotated[
+        int | None,
+        typer.Option(min=1, help="Also replay the last N calls of the conversation, per strategy."),
+    ] = None,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", metavar="FILE", help="Write the results as JSON.")
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE.png",
+            help="Draw the modes and a budget sweep's prefill line (matplotlib).",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE.json", help="A --json file of an earlier run to compare with."),
+    ] = None,
+    max_regression: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            metavar="PCT",
+            help=f"With --baseline: fail (exit 1) when trimmed + streaming TTFT p50 is more than "
+            f"PCT% slower. Default {DEFAULT_MAX_REGRESSION_PCT:g}.",
+        ),
+    ] = None,
+) -> None:
+    """Measure TTFT and total time, untrimmed/trimmed × blocking/streaming, on an endpoint.
+
+    With no --base-url and no llm.base_url configured, an embedded simulator serves the calls.
+    """
+    if max_regression is not None and baseline is None:
+        raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
+    settings = _with_overrides(
+        load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
+    )
+    conversation = load_scenario(messages)
+    plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None)
+    baseline_ms = load_baseline(baseline) if baseline is not None else None
+    for option, path in (("--json", json_file), ("--plot", plot)):
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{option} {path}: the folder {path.parent} does not exist.")
+    if plot is not None:
+        require_matplotlib()
+
+    with (
+        open_endpoint(settings) as (endpoint_settings, simulator),
+        Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress,
+    ):
+        task = progress.add_task("warm-up", total=plan.calls())
+
+        def advance(step: str) -> None:
+            progress.update(task, advance=1, description=step)
+
+        report = run_bench(
+            endpoint_settings, conversation, plan, simulator=simulator, on_call=advance
+        )
+
+    console = Console()
+    console.print(modes_table(report))
+    console.print(saving_breakdown(report).describe())
+    if report.turns:
+        console.print(turns_table(report))
+    if report.sweep:
+        fit = fit_prefill(report.sweep)
+        if fit is not None:
+            console.print(
+                f"Prefill: {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens "
+                f"(+ {fit.intercept_ms:,.0f} ms fixed), fitted over {len(report.sweep)} budgets."
+            )
+    if json_file is not None:
+        json_file.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+        console.print(f"Wrote {json_file}")
+    if plot is not None:
+        write_plot(report, plot)
+        console.print(f"Wrote {plot}")
+    if baseline_ms is not None:
+        limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
+        verdict = check_regression(report, baseline_ms, limit)
+        console.print(verdict.describe())
+        if not verdict.passed:
+            raise typer.Exit(code=1)
+
+
+def _with_overrides(
+    settings: Settings, *, base_url: str | None, model: str | None, api_key: str | None
+) -> Settings:
+    """Returns ``settings`` with the channel options given on the command line."""
+    llm = settings.llm
+    if base_url is not None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"--base-url {base_url!r} is not an http(s) URL; give the API root, e.g. "
+                "https://api.example.com/v1."
+            )
+        llm = replace(llm, base_url=base_url)
+    if model is not None:
+        if not model.strip():
+            raise ValueError("--model must not be empty; give the model name.")
+        llm = replace(llm, model=model)
+    if api_key is not None:
+        if not api_key.strip():
+            raise ValueError("--api-key must not be empty; leave it out to send no key.")
+        llm = replace(llm, api_key=SecretStr(api_key))
+    return replace(settings, llm=llm)
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _change(value: float, baseline: float) -> str:
+    return f"{(value / baseline - 1) * 100:+.0f}%"
+
+
+def modes_table(report: BenchReport) -> Table:
+    """Returns the single-turn table: one row per mode, compared with untrimmed + blocking."""
+    where = "embedded simulator" if report.simulated else report.endpoint
+    table = Table(
+        box=box.SIMPLE_HEAD,  # no vertical rules: fits 80 columns
+        caption_justify="left",
+        title=f"agent-latency bench · {where} · model {report.model} · budget {report.budget}",
+        caption=(
+            f"Times in ms: p50/p95 of {report.runs} runs per mode, interleaved, after one "
+            f"warm-up; Δ: p50 change vs {BASELINE_MODE.label}. Blocking: TTFT = total (the "
+            "first text arrives with the whole answer). Every prompt starts with a unique "
+            "request id, so no server prefix cache serves it."
+        ),
+    )
+    table.add_column("mode", no_wrap=True)
+    # Header words wrap on a narrow terminal; the widest single word must not be cut.
+    table.add_column("tokens", justify="right", min_width=len("tokens"))
+    for header in ("TTFT p50", "TTFT p95", "total p50", "total p95", "Δ TTFT", "Δ total"):
+        table.add_column(header, justify="right")
+    base = report.mode(BASELINE_MODE)
+    for result in report.modes:
+        is_base = result.mode == BASELINE_MODE
+        table.add_row(
+            f"[bold]{result.mode.label}[/bold]" if result.mode == GATED_MODE else result.mode.label,
+            f"{result.input_tokens:,}",
+            _ms(result.ttft_ms(0.5)),
+            _ms(result.ttft_ms(0.95)),
+            _ms(result.total_ms(0.5)),
+            _ms(result.total_ms(0.95)),
+            "—" if is_base else _change(result.ttft_ms(0.5), base.ttft_ms(0.5)),
+            "—" if is_base else _change(result.total_ms(0.5), base.total_ms(0.5)),
+        )
+    return table
+
+
+def turns_table(report: BenchReport) -> Table:
+    """Returns the multi-turn table: one row per strategy."""
+    calls = len(report.turns[0].samples)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        caption_justify="left",
+        title=f"Multi-turn replay · last {calls} model calls · budget {report.budget}",
+        caption=(
+            "TTFT in ms. Each strategy replays the conversation call by call as one streamed "
+            "session. Cached: prompt tokens the server reported taking from its prefix cache. "
+            "Prefilled: the rest, which the first token waits for."
+        ),
+    )
+    table.add_column("strategy", no_wrap=True)
+    for header in ("mean TTFT", "p95 TTFT", "prompt tokens", "cached", "hit"):
+        table.add_column(header, justify="right")
+    # Header words wrap on a narrow terminal; the widest single word must not be cut.
+    table.add_column("prefilled", justify="right", min_width=len("prefilled"))
+    for result in report.turns:
+        cached = result.cached_tokens
+        table.add_row(
+            result.strategy.label,
+            _ms(result.mean_ttft_ms),
+            _ms(result.p95_ttft_ms),
+            f"{result.prompt_tokens:,}",
+            "n/a" if cached is None else f"{cached:,}",
+            "n/a" if cached is None else f"{cached / result.prompt_tokens:.0%}",
+            "n/a" if cached is None else f"{result.prompt_tokens - cached:,}",
+        )
+    return table

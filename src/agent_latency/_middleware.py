@@ -1,0 +1,114 @@
+"""Trimming every model call of a ``langchain.agents.create_agent`` agent.
+
+This module needs the optional ``agents`` extra (``langchain``); ``agent_latency`` imports it
+only when ``TrimmingMiddleware`` is first used, so the core package works without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.runnables.config import ensure_config
+from opentelemetry.context import Context
+
+from agent_latency._trace_link import TRIM_EVENT, find_run_context
+from agent_latency._trimming import PriorityTrimmer, TrimResult
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "TrimmingMiddleware needs langchain's agents: pip install 'agent-latency[agents]'."
+    ) from exc
+
+logger = logging.getLogger(__name__)
+
+ModelCallResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
+
+
+class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Trims the messages of each model call an agent makes; the agent's state is untouched.
+
+    Use with ``langchain.agents.create_agent(model, tools, middleware=[TrimmingMiddleware(t)])``.
+    The request's system message counts against the budget (and is never dropped while the
+    trimmer keeps system messages). The stored conversation keeps every message: only what is
+    sent to the model is trimmed. A trim that fails unexpectedly is logged and the request is
+    sent untrimmed rather than failing the agent.
+
+    Args:
+        trimmer: The trimmer to apply.
+
+    Raises:
+        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
+    """
+
+    def __init__(self, trimmer: PriorityTrimmer) -> None:
+        if not isinstance(trimmer, PriorityTrimmer):
+            raise TypeError(
+                f"TrimmingMiddleware: trimmer must be a PriorityTrimmer, got "
+                f"{type(trimmer).__name__}; e.g. TrimmingMiddleware(PriorityTrimmer(6000))."
+            )
+        self.trimmer = trimmer
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult:
+        """Sends the model a trimmed request and reports the trim to the run's handlers."""
+        trimmed, result = self._trim(request)
+        if result is not None:
+            try:
+                dispatch_custom_event(TRIM_EVENT, result)
+            except Exception:  # no parent run (called outside a graph) or a failing handler
+                logger.debug("Reporting the trim event failed", exc_info=True)
+        return handler(trimmed)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult:
+        """Sends the model a trimmed request and reports the trim to the run's handlers."""
+        trimmed, result = self._trim(request)
+        if result is not None:
+            try:
+                await adispatch_custom_event(TRIM_EVENT, result)
+            except Exception:  # no parent run (called outside a graph) or a failing handler
+                logger.debug("Reporting the trim event failed", exc_info=True)
+        return await handler(trimmed)
+
+    def _trim(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], TrimResult | None]:
+        system = request.system_message
+        messages = [system, *request.messages] if system is not None else list(request.messages)
+        try:
+            result = self.trimmer.trim(messages, context=_current_run_context())
+        except Exception:
+            logger.exception("Trimming failed; the model call is sent untrimmed")
+            return request, None
+        if not result.changed:
+            return request, result
+        # The kept messages are the request's own (or same-typed shortened copies of them).
+        kept = cast("list[AnyMessage]", result.messages)
+        if system is not None and kept and kept[0] is system:
+            return request.override(messages=kept[1:]), result
+        return request.override(system_message=None, messages=kept), result
+
+
+def _current_run_context() -> Context | None:
+    """Returns the OpenTelemetry context of the LangChain run this call happens in, if traced."""
+    callbacks = ensure_config().get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        return find_run_context(callbacks.handlers, callbacks.parent_run_id)
+    return None

@@ -1,0 +1,83 @@
+"""Grouping a conversation into the units a trimmer keeps or drops whole.
+
+A *unit* is the smallest group of messages that can be dropped without leaving the rest invalid
+for an OpenAI-compatible endpoint: an ``AIMessage`` with ``tool_calls`` together with every
+``ToolMessage`` answering one of its calls (parallel calls included), or any other single
+message. A *round* is a user message and everything up to the next user message; messages before
+the first user message form round 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
+"""What a unit holds: a system message, a user message, a tool call with its results, any other
+single message, or an orphan tool result (a ``ToolMessage`` no preceding tool call asked for)."""
+
+
+class Unit(NamedTuple):
+    """Messages that are kept or dropped together (a tuple: cheap to make by the hundred).
+
+    Attributes:
+        kind: What the unit holds.
+        indices: Positions of its messages in the conversation, ascending.
+        round: The round of its first message (0 before the first user message).
+    """
+
+    kind: UnitKind
+    indices: tuple[int, ...]
+    round: int
+
+
+def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
+    """Splits a conversation into units, ordered by their first message.
+
+    A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
+    ``tool_call_id``, even when other messages sit in between. One that matches no preceding call
+    becomes an ``"orphan"`` unit.
+
+    Args:
+        messages: The conversation.
+
+    Returns:
+        Every message belongs to exactly one unit.
+    """
+    kinds: list[UnitKind] = []
+    members: list[list[int]] = []
+    rounds: list[int] = []
+    unit_of_call: dict[str, int] = {}
+    current_round = 0
+
+    def open_unit(kind: UnitKind, index: int) -> int:
+        kinds.append(kind)
+        members.append([index])
+        rounds.append(current_round)
+        return len(kinds) - 1
+
+    for index, message in enumerate(messages):
+        if isinstance(message, ToolMessage):
+            owner = unit_of_call.get(message.tool_call_id)
+            if owner is None:
+                open_unit("orphan", index)
+            else:
+                members[owner].append(index)
+        elif isinstance(message, AIMessage) and message.tool_calls:
+            owner = open_unit("tool_call", index)
+            for call in message.tool_calls:
+                if call["id"] is not None:
+                    unit_of_call[call["id"]] = owner
+        elif isinstance(message, HumanMessage):
+            current_round += 1
+            open_unit("user", index)
+        elif isinstance(message, SystemMessage):
+            open_unit("system", index)
+        else:
+            open_unit("message", index)
+    return [
+        Unit(kind, tuple(indices), round_)
+        for kind, indices, round_ in zip(kinds, members, rounds, strict=True)
+    ]

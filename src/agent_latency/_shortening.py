@@ -1,0 +1,144 @@
+"""Shortening a message to a token target by cutting the middle out of its text.
+
+The head and the tail of a long tool result or user message usually carry what matters (the
+headers, the question, the conclusion, the error at the end); the middle is replaced by a marker
+that says how many tokens were removed. Only the text changes: the copy keeps the message's type,
+id, name, tool-call id and non-text parts (images), so it still answers the same tool call.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from agent_latency._tokens import _LRU, TokenCounter
+
+MARKER = "\n[... {removed} tokens removed ...]\n"
+"""Put where the middle of a shortened text was."""
+
+MIN_SHORTENED_TOKENS = 32
+"""The smallest target a message is shortened to: framing, a marker and a little text."""
+
+_CHARS_PER_TOKEN_WINDOW = 8
+"""Characters read per wanted token before tokenising a head or tail; doubled when too few."""
+_MAX_ATTEMPTS = 4
+
+
+class MessageShortener:
+    """Cuts the middle out of message text, remembering recent results.
+
+    A conversation is trimmed again on every model call with mostly the same message objects, so
+    each (message, target) pair is shortened once and then looked up, as long as the message is
+    alive and its content unchanged.
+
+    Args:
+        counter: Counts the tokens of the shortened copies.
+        cache_size: How many shortened messages are remembered.
+    """
+
+    def __init__(self, counter: TokenCounter, *, cache_size: int = 256) -> None:
+        self._counter = counter
+        self._cache = _LRU(cache_size)
+        self._lock = threading.Lock()
+
+    def shorten(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
+        """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
+
+        The copy keeps as much of the head and tail of the text as fits beside the marker. When
+        even the marker alone does not fit (a tiny target or large non-text parts), the copy holds
+        the marker only and its count exceeds ``target``. A message already within ``target`` is
+        returned as is. List content becomes one text part followed by the non-text parts.
+
+        Args:
+            message: The message to shorten; never modified.
+            target: The most tokens the copy may count, framing included.
+        """
+        key = (id(message), target)
+        with self._lock:
+            entry = self._cache.get(key)
+        if entry is not None and entry[0]() is message and entry[1] is message.content:
+            return entry[2], entry[3]
+        shortened, count = self._shorten_uncached(message, target)
+        with self._lock:
+            self._cache.put(key, (weakref.ref(message), message.content, shortened, count))
+        return shortened, count
+
+    def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
+        count = self._counter.count_message(message)
+        if count <= target:
+            return message, count
+        texts, others = _split_content(message.content)
+        text = "\n".join(texts)
+        framing = self._counter.count_message(message.model_copy(update={"content": others or ""}))
+        text_tokens = count - framing
+        marker_tokens = self._counter.count_text(MARKER.format(removed=text_tokens))
+        keep = max(target - framing - marker_tokens, 0)
+        attempts = 1
+        while True:
+            head_tokens, tail_tokens = (keep + 1) // 2, keep // 2
+            shortened = _with_text(
+                message,
+                self._head(text, head_tokens)
+                + MARKER.format(removed=max(text_tokens - keep, 0))
+                + self._tail(text, tail_tokens),
+                others,
+            )
+            shortened_count = self._counter.count_message(shortened)
+            if shortened_count <= target or keep == 0:
+                return shortened, shortened_count
+            # Text cut at token boundaries can retokenise a little longer: take the excess off,
+            # and settle for the marker alone rather than trying forever.
+            keep = 0 if attempts == _MAX_ATTEMPTS else max(keep - (shortened_count - target), 0)
+            attempts += 1
+
+    def _head(self, text: str, tokens: int) -> str:
+        """Returns about the first ``tokens`` tokens of ``text``, tokenising only a window."""
+        if tokens == 0:
+            return ""
+        window = tokens * _CHARS_PER_TOKEN_WINDOW
+        while True:
+            encoded = self._counter.encode(text[:window])
+            if len(encoded) > tokens or window >= len(text):
+                break
+            window *= 2
+        # A cut inside a multi-byte character decodes to U+FFFD: leave the partial character out.
+        return self._counter.decode(encoded[:tokens]).rstrip("\ufffd")
+
+    def _tail(self, text: str, tokens: int) -> str:
+        """Returns about the last ``tokens`` tokens of ``text``, tokenising only a window."""
+        if tokens == 0:
+            return ""
+        window = tokens * _CHARS_PER_TOKEN_WINDOW
+        while True:
+            encoded = self._counter.encode(text[-window:])
+            if len(encoded) > tokens or window >= len(text):
+                break
+            window *= 2
+        return self._counter.decode(encoded[-tokens:]).lstrip("\ufffd")
+
+
+def _with_text(message: BaseMessage, text: str, others: list[Any]) -> BaseMessage:
+    """Returns a copy of ``message`` whose text is ``text``, non-text parts after it."""
+    content: str | list[Any] = text
+    if not isinstance(message.content, str):
+        content = [{"type": "text", "text": text}, *others]
+    return message.model_copy(update={"content": content})
+
+
+def _split_content(content: str | list[str | dict[str, Any]]) -> tuple[list[str], list[Any]]:
+    """Returns the texts of a message's content and its other parts (images), in order."""
+    if isinstance(content, str):
+        return [content], []
+    texts: list[str] = []
+    others: list[Any] = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif part.get("type") not in ("image_url", "image") and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            others.append(part)
+    return texts, others

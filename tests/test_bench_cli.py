@@ -1,0 +1,194 @@
+"""``agent-latency bench`` end to end on a tiny scenario: table, JSON, plot, gate, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from agent_latency._bench_cli import bench
+from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+
+KEY = "sk-bench-cli-secret-0123456789"
+FAST = SimulatorConfig(
+    overhead_ms=5, prefill_ms_per_token=0.01, decode_tokens_per_s=2000, answer_tokens=8, api_key=KEY
+)
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a support agent. " + "Follow the policy. " * 40},
+    *[
+        message
+        for n in range(4)
+        for message in (
+            {"role": "user", "content": f"Where is order {n}?"},
+            {
+                "role": "assistant",
+                "content": "Checking.",
+                "tool_calls": [
+                    {
+                        "id": f"call_{n}",
+                        "type": "function",
+                        "function": {"name": "get_order", "arguments": f'{{"id": {n}}}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": "in transit. " * 60},
+            {"role": "assistant", "content": f"Order {n} is in transit."},
+        )
+    ],
+    {"role": "user", "content": "Which orders are late?"},
+]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(FAST) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("scenario") / "tiny.json"
+    path.write_text(json.dumps(CONVERSATION), encoding="utf-8")
+    return path
+
+
+def run_cli(*args: str | Path) -> Result:
+    app = typer.Typer()
+    app.command()(bench)
+
+    @app.callback()
+    def root() -> None:
+        """Makes ``bench`` a subcommand, as in the real CLI."""
+
+    return CliRunner().invoke(app, ["bench", *map(str, args)])
+
+
+def endpoint_args(sim: RunningSimulator, scenario: Path) -> list[str | Path]:
+    return ["--base-url", sim.base_url, "--api-key", KEY, "--messages", scenario]
+
+
+@pytest.fixture(scope="module")
+def full_run(
+    sim: RunningSimulator, scenario: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Result, Path]:
+    out = tmp_path_factory.mktemp("out")
+    result = run_cli(
+        *endpoint_args(sim, scenario),
+        "--runs",
+        "1",
+        "--budget",
+        "500",
+        "--turns",
+        "3",
+        "--json",
+        out / "bench.json",
+        "--plot",
+        out / "bench.png",
+    )
+    return result, out
+
+
+def test_bench_prints_the_table_and_writes_json_and_plot(full_run: tuple[Result, Path]) -> None:
+    result, out = full_run
+    assert result.exit_code == 0, result.output
+    for label in (
+        "untrimmed + blocking",
+        "untrimmed + streaming",
+        "trimmed + blocking",
+        "trimmed + streaming",
+        "change vs untrimmed + blocking",
+        "TTFT = total",
+        "unique request id",
+        "prefix-stable trimming",
+        "per 1k prompt tokens",
+    ):
+        assert label in " ".join(result.output.split()), label
+    document = json.loads((out / "bench.json").read_text("utf-8"))
+    assert document["endpoint"].startswith("http://127.0.0.1:")
+    assert document["runs"] == 1
+    assert [(m["trimmed"], m["streaming"]) for m in document["modes"]] == [
+        (False, False),
+        (False, True),
+        (True, False),
+        (True, True),
+    ]
+    for mode in document["modes"]:
+        assert set(mode["ttft_ms"]) == set(mode["total_ms"]) == {"p50", "p95"}
+        assert mode["input_tokens"] <= 500 if mode["trimmed"] else mode["input_tokens"] > 500
+    assert document["turns"]["calls"] == 3
+    assert (out / "bench.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_the_api_key_appears_nowhere(full_run: tuple[Result, Path]) -> None:
+    result, out = full_run
+    assert result.exit_code == 0
+    assert KEY not in result.output
+    assert KEY not in (out / "bench.json").read_text("utf-8")
+
+
+def write_baseline(path: Path, p50: float) -> Path:
+    mode = {"trimmed": True, "streaming": True, "input_tokens": 1, "ttft_ms": {"p50": p50}}
+    path.write_text(json.dumps({"modes": [mode]}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("baseline_ms", "exit_code"), [(60_000.0, 0), (0.001, 1)])
+def test_regression_gate_exit_codes(
+    sim: RunningSimulator, scenario: Path, tmp_path: Path, baseline_ms: float, exit_code: int
+) -> None:
+    baseline = write_baseline(tmp_path / "baseline.json", baseline_ms)
+    result = run_cli(
+        *endpoint_args(sim, scenario),
+        "--runs",
+        "1",
+        "--baseline",
+        baseline,
+        "--max-regression",
+        "10",
+    )
+    assert result.exit_code == exit_code, result.output
+    assert "Regression gate (trimmed + streaming TTFT p50)" in result.output
+    assert ("REGRESSION" in result.output) == (exit_code == 1)
+
+
+def test_malformed_messages_file_is_a_value_error_naming_it(
+    sim: RunningSimulator, tmp_path: Path
+) -> None:
+    bad = tmp_path / "my-conversation.json"
+    bad.write_text('[{"role": "wizard", "content": "hi"}]', encoding="utf-8")
+    result = run_cli("--base-url", sim.base_url, "--messages", bad)
+    assert isinstance(result.exception, ValueError)
+    assert "my-conversation.json" in str(result.exception)
+    assert "unknown role" in str(result.exception)
+
+
+def test_malformed_baseline_fails_before_any_call(scenario: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text("{}", encoding="utf-8")
+    # Nothing listens on port 9: had the bench called the endpoint, the error would differ.
+    result = run_cli(
+        "--base-url", "http://127.0.0.1:9/v1", "--messages", scenario, "--baseline", baseline
+    )
+    assert isinstance(result.exception, ValueError)
+    assert "baseline.json" in str(result.exception)
+    assert "no mode" in str(result.exception)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-regression", "5"], "--max-regression needs --baseline"),
+        (["--base-url", "localhost:8000"], "--base-url 'localhost:8000' is not an http(s) URL"),
+        (["--turns", "99"], "--turns 99"),
+        (["--json", "/nonexistent-folder/out.json"], "does not exist"),
+    ],
+)
+def test_bad_options_are_value_errors(scenario: Path, args: list[str], message: str) -> None:
+    result = run_cli("--base-url", "http://127.0.0.1:9/v1", "--messages", scenario, *args)
+    assert isinstance(result.exception, ValueError)
+    assert message in str(result.exception)

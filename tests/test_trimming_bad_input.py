@@ -1,0 +1,175 @@
+"""PriorityTrimmer given bad or odd input: clear errors naming the item, or documented tolerance."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.prompt_values import ChatPromptValue
+
+from agent_latency._shortening import MessageShortener
+from agent_latency._tokens import TokenCounter
+from agent_latency._trimming import PriorityTrimmer
+
+COUNTER = TokenCounter()
+
+
+def trimmer(budget: int = 1000) -> PriorityTrimmer:
+    return PriorityTrimmer(budget, token_counter=COUNTER)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "pattern"),
+    [
+        (None, TypeError, "got NoneType"),
+        ("hello", TypeError, "got str"),
+        (42, TypeError, "got int"),
+        ({"input": []}, TypeError, "'messages' key"),
+        ([HumanMessage("a"), object()], TypeError, "Message 1: .*got object"),
+        ([HumanMessage("a"), None], TypeError, "Message 1: .*got NoneType"),
+        ([{"role": "wizard", "content": "x"}], ValueError, "Message 0: unknown role 'wizard'"),
+        (
+            [{"role": "user", "content": "ok"}, {"role": "user", "content": 3}],
+            ValueError,
+            "Message 1 .*content",
+        ),
+        ([{"role": "assistant", "tool_calls": "nope"}], ValueError, "Message 0"),
+    ],
+)
+def test_bad_input_raises_a_clear_error_naming_the_item(
+    value: object, error: type[Exception], pattern: str
+) -> None:
+    with pytest.raises(error, match=pattern):
+        trimmer().trim(value)
+    with pytest.raises(error, match=pattern):
+        trimmer().invoke(value)
+
+
+def test_errors_never_quote_message_content() -> None:
+    with pytest.raises(ValueError) as caught:
+        trimmer().trim([{"role": "wizard", "content": "top secret"}])
+    assert "top secret" not in str(caught.value)
+
+
+def test_openai_dicts_prompt_values_and_message_dicts_are_accepted() -> None:
+    dicts = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    from_dicts = trimmer().trim(dicts).messages
+    assert [m.type for m in from_dicts] == ["system", "human", "ai", "tool"]
+    prompt_value = ChatPromptValue(messages=from_dicts)
+    assert trimmer().trim(prompt_value).messages == from_dicts
+    assert trimmer().trim({"messages": from_dicts}).messages == from_dicts
+
+
+def test_orphan_tool_results_are_dropped_and_reported_even_when_the_input_fits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    messages = [
+        HumanMessage("hi"),
+        ToolMessage("early", tool_call_id="later"),  # answers a call made after it
+        AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "later"}]),
+        ToolMessage("result", tool_call_id="later"),
+        ToolMessage("stray", tool_call_id="unknown"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        outcome = trimmer().trim(messages)
+    assert outcome.messages == [messages[0], messages[2], messages[3]]
+    assert [d.rule for d in outcome.decisions] == [
+        "fits",
+        "orphan_tool_result",
+        "fits",
+        "fits",
+        "orphan_tool_result",
+    ]
+    assert outcome.dropped_messages == 2 and outcome.changed
+    assert "2 tool result(s)" in caplog.text and "[1, 4]" in caplog.text
+    assert "stray" not in caplog.text
+
+
+def test_a_tool_call_missing_some_results_is_kept_or_dropped_as_one_unit() -> None:
+    unanswered = AIMessage(
+        "", tool_calls=[{"name": "f", "args": {}, "id": "a"}, {"name": "f", "args": {}, "id": "b"}]
+    )
+    messages = [
+        HumanMessage("x " * 300),
+        unanswered,
+        ToolMessage("only a", tool_call_id="a"),
+        AIMessage("reply " * 200),
+        HumanMessage("latest"),
+    ]
+    fits = trimmer(2000).trim(messages)
+    assert fits.messages == messages  # tolerated as given: the trimmer creates no new gaps
+    trimmed = PriorityTrimmer(40, token_counter=COUNTER).trim(messages)
+    assert [d.action for d in trimmed.decisions[1:3]] == ["dropped", "dropped"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        [],
+        [{"type": "text", "text": ""}],
+        [{"type": "reasoning", "summary": "no text field"}],
+        ["a bare string part", {"type": "text", "text": "a text part"}],
+        [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+    ],
+)
+def test_odd_but_valid_content_is_counted_and_trimmed(content: str | list[Any]) -> None:
+    messages = [
+        SystemMessage("s"),
+        HumanMessage(content),
+        AIMessage(content),
+        HumanMessage("latest " * 50),
+    ]
+    outcome = PriorityTrimmer(60, token_counter=COUNTER).trim(messages)
+    assert outcome.tokens_after == COUNTER.count_messages(outcome.messages)
+    assert not outcome.over_budget
+
+
+def test_shortening_chinese_text_never_leaves_a_broken_character() -> None:
+    message = ToolMessage("开始" + "数据分析结果显示用户请求增加" * 300 + "结束", tool_call_id="c")
+    shortened, count = MessageShortener(COUNTER).shorten(message, 120)
+    assert count == COUNTER.count_message(shortened) <= 120
+    assert "\ufffd" not in shortened.text
+    assert shortened.text.startswith("开始") and shortened.text.endswith("结束")
+
+
+def test_shortening_list_content_keeps_the_image_parts() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    message = HumanMessage(
+        [{"type": "text", "text": "look " * 500}, image, {"type": "text", "text": "end"}]
+    )
+    before = message.model_dump()
+    shortened, count = MessageShortener(COUNTER).shorten(message, 200)
+    assert isinstance(shortened.content, list) and shortened.content[1:] == [image]
+    assert count <= 200 and shortened.text.endswith("end")
+    assert message.model_dump() == before
+
+
+def test_a_target_below_the_marker_yields_the_marker_alone() -> None:
+    message = ToolMessage("word " * 400, tool_call_id="call_with_a_long_identifier")
+    shortened, count = MessageShortener(COUNTER).shorten(message, 5)
+    assert "tokens removed" in shortened.text and "word" not in shortened.text
+    assert count == COUNTER.count_message(shortened) > 5
+
+
+def test_shortening_is_remembered_per_message_and_target() -> None:
+    shortener = MessageShortener(COUNTER)
+    message = ToolMessage("word " * 400, tool_call_id="c")
+    first, _ = shortener.shorten(message, 100)
+    assert shortener.shorten(message, 100)[0] is first
+    assert shortener.shorten(message, 120)[0] is not first
+    equal_but_new = ToolMessage("word " * 400, tool_call_id="c")
+    assert shortener.shorten(equal_but_new, 100)[0] is not first
