@@ -21,10 +21,12 @@ def output_limit_param(settings: Settings) -> str:
     other OpenAI-compatible servers take ``max_tokens``, and some (llama-cpp-python's server)
     silently ignore ``max_completion_tokens``, so an unbounded answer blocks the server.
     """
-    chosen = settings.llm.max_tokens_param
+    return _output_limit_param(settings.llm.max_tokens_param, settings.llm.base_url)
+
+
+def _output_limit_param(chosen: str, base_url: str | None) -> str:
     if chosen != "auto":
         return chosen
-    base_url = settings.llm.base_url
     is_openai = base_url is None or urlsplit(base_url).hostname == _OPENAI_HOST
     return "max_completion_tokens" if is_openai else "max_tokens"
 
@@ -62,14 +64,18 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
         "stream_usage": True,
         "max_tokens": settings.streaming.max_tokens,
     }
-    if llm.api_key is not None:
-        fields["api_key"] = llm.api_key
-    elif llm.base_url is not None and not os.environ.get("OPENAI_API_KEY"):
-        # Local servers (vLLM, llama.cpp, the simulator) need no key, but the openai client
-        # refuses to start without one.
-        fields["api_key"] = _NO_KEY
     fields.update(overrides)
-    if output_limit_param(settings) == "max_tokens" and fields.get("max_tokens") is not None:
+    # An overridden base_url decides the key fallback and the output-limit field too.
+    base_url = fields["base_url"]
+    if "api_key" not in fields:
+        if llm.api_key is not None:
+            fields["api_key"] = llm.api_key
+        elif base_url is not None and not os.environ.get("OPENAI_API_KEY"):
+            # Local servers (vLLM, llama.cpp, the simulator) need no key, but the openai client
+            # refuses to start without one.
+            fields["api_key"] = _NO_KEY
+    limit_param = _output_limit_param(llm.max_tokens_param, base_url)
+    if limit_param == "max_tokens" and fields.get("max_tokens") is not None:
         # ChatOpenAI always renames max_tokens to max_completion_tokens; extra_body puts the
         # plain field back in the request body instead.
         extra_body = dict(fields.get("extra_body") or {})

@@ -219,7 +219,8 @@ def load_settings(
 
     Returns:
         The settings: defaults, then both files, then ``AGENT_LATENCY_BASE_URL``,
-        ``AGENT_LATENCY_API_KEY`` (else ``OPENAI_API_KEY``) and ``AGENT_LATENCY_MODEL``.
+        ``AGENT_LATENCY_API_KEY`` and ``AGENT_LATENCY_MODEL``; ``OPENAI_API_KEY`` is the key
+        only when no other key is set.
 
     Raises:
         ConfigError: Naming the file, key, bad value and fix, for a missing explicit file,
@@ -262,34 +263,47 @@ def _resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | N
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        # utf-8-sig: editors on Windows often save UTF-8 with a byte-order mark.
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {exc.start}). Fix: save the file as UTF-8."
         ) from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror}).") from None
+        raise ConfigError(
+            f"{path}: cannot be read ({exc.strerror}). Fix: check the file's permissions."
+        ) from None
 
 
 def _parse_toml(path: Path) -> Any:
+    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
     try:
-        return tomllib.loads(_read_text(path))
-    except tomllib.TOMLDecodeError as exc:
+        return tomllib.loads(text)
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
         raise ConfigError(
             f"{path}: malformed TOML: {exc}. Fix: correct the syntax there."
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: TOML nested too deeply to read. Fix: flatten the nested arrays/tables."
         ) from None
 
 
 def _parse_json(path: Path) -> Any:
+    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
     try:
-        return json.loads(_read_text(path))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
             "Fix: correct the syntax there (JSON allows no comments or trailing commas)."
         ) from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise ConfigError(f"{path}: unreadable JSON number: {exc}. Fix: shorten it.") from None
     except RecursionError:
-        raise ConfigError(f"{path}: JSON nested too deeply to read.") from None
+        raise ConfigError(
+            f"{path}: JSON nested too deeply to read. Fix: flatten the nested lists/objects."
+        ) from None
 
 
 def _collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, ...]) -> _Found:
@@ -306,7 +320,11 @@ def _collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str,
         place = f"{file}: {'.'.join(path)}"
         spec = schema.get(key)
         if spec is None:
-            raise ConfigError(f"{place}: unknown key. Fix: {_suggest(key, schema)}")
+            # repr() keeps a key holding a newline or control character on the message's line.
+            shown = key if key.isprintable() else repr(key)
+            raise ConfigError(
+                f"{file}: {'.'.join((*prefix, shown))}: unknown key. Fix: {_suggest(key, schema)}"
+            )
         if isinstance(spec, _Key):
             found[spec.target] = (_checked(value, spec, place), place)
         else:
@@ -343,7 +361,8 @@ def _checked(value: Any, spec: _Key, place: str) -> Any:
             f"{place}: expected {_KIND_NAMES[spec.kind]}, got {_type_name(value)} ({shown}). "
             f"Fix: write {_KIND_NAMES[spec.kind]} there."
         )
-    if spec.kind == "number" and not math.isfinite(value):
+    # Only floats can be inf/nan; math.isfinite overflows on integers beyond float range.
+    if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{place}: {value!r} is not a finite number. Fix: write a number.")
     if spec.kind == "list":
         return tuple(value)
@@ -369,10 +388,13 @@ def _apply_environment(found: _Found) -> None:
         (ENV_API_KEY, "llm.api_key"),
     ):
         value = os.environ.get(variable)
-        if not value and variable == ENV_API_KEY:
-            variable, value = ENV_OPENAI_API_KEY, os.environ.get(ENV_OPENAI_API_KEY)
         if value:
             found[target] = (value, f"environment {variable}")
+    # OPENAI_API_KEY only fills a gap: it must not replace a key configured for another endpoint
+    # (that would send the OpenAI key to a third party and fail authentication there).
+    openai_key = os.environ.get(ENV_OPENAI_API_KEY)
+    if openai_key and "llm.api_key" not in found:
+        found["llm.api_key"] = (openai_key, f"environment {ENV_OPENAI_API_KEY}")
 
 
 def _build(found: _Found) -> Settings:
@@ -452,8 +474,12 @@ def _validate(settings: Settings, found: _Found) -> None:
         )
     base_url = settings.llm.base_url
     if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(base_url)
+            is_http = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            is_http = False
+        if not is_http:
             raise ConfigError(
                 f"{_place(found, 'llm.base_url')}: {base_url!r} is not an http(s) URL. "
                 "Fix: write the API root, e.g. https://api.example.com/v1."

