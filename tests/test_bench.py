@@ -25,11 +25,9 @@ from agent_latency._bench import (
     EndpointError,
     ModeResult,
     Sample,
-    SweepPoint,
     call_points,
     check_regression,
     display_endpoint,
-    fit_prefill,
     load_baseline,
     load_scenario,
     open_endpoint,
@@ -125,16 +123,6 @@ def test_percentile_interpolates_between_closest_ranks() -> None:
 def test_percentile_rejects_bad_input(samples: list[float], fraction: float) -> None:
     with pytest.raises(ValueError, match="percentile"):
         percentile(samples, fraction)
-
-
-def test_prefill_fit_recovers_a_line() -> None:
-    points = [SweepPoint(None, tokens, 200 + 0.4 * tokens) for tokens in (1000, 3000, 8000)]
-    fit = fit_prefill(points)
-    assert fit is not None
-    assert fit.ms_per_1k_tokens == pytest.approx(400)
-    assert fit.intercept_ms == pytest.approx(200)
-    assert fit_prefill(points[:1]) is None
-    assert fit_prefill([points[0], points[0]]) is None
 
 
 def test_saving_breakdown_splits_prefill_and_decode() -> None:

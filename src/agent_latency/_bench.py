@@ -42,6 +42,7 @@ from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
 from agent_latency._channel import build_chat_model
 from agent_latency._config import Settings
 from agent_latency._messages import load_messages_file
+from agent_latency._prefill import PrefillFit, fit_prefill
 from agent_latency._tokens import TokenCounter
 from agent_latency._trimming import PriorityTrimmer
 
@@ -266,27 +267,6 @@ class SweepPoint:
     ttft_ms: float
 
 
-@dataclass(frozen=True)
-class PrefillFit:
-    """The least-squares line TTFT = ``intercept_ms`` + ``ms_per_1k_tokens`` × tokens / 1000."""
-
-    intercept_ms: float
-    ms_per_1k_tokens: float
-
-    def ttft_ms(self, tokens: float) -> float:
-        """The fitted TTFT for a prompt of ``tokens`` tokens."""
-        return self.intercept_ms + self.ms_per_1k_tokens * tokens / 1000
-
-
-def fit_prefill(points: Sequence[SweepPoint]) -> PrefillFit | None:
-    """Fits TTFT against prompt tokens; ``None`` without two distinct prompt sizes."""
-    sizes = [float(p.input_tokens) for p in points]
-    if len(set(sizes)) < 2:
-        return None
-    slope, intercept = statistics.linear_regression(sizes, [p.ttft_ms for p in points])
-    return PrefillFit(intercept_ms=intercept, ms_per_1k_tokens=slope * 1000)
-
-
 def sweep_budgets(untrimmed_tokens: int) -> list[int]:
     """Returns the budgets swept: fractions of the untrimmed prompt, smallest first."""
     return sorted({max(1, round(untrimmed_tokens * f)) for f in SWEEP_FRACTIONS})
@@ -329,6 +309,10 @@ class BenchReport:
         """Returns the result of ``mode``."""
         return next(result for result in self.modes if result.mode == mode)
 
+    def prefill_fit(self) -> PrefillFit | None:
+        """The prefill line fitted over the sweep; ``None`` without two prompt sizes."""
+        return fit_prefill((point.input_tokens, point.ttft_ms) for point in self.sweep)
+
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document: endpoint, model, runs, modes (and turns, sweep if run)."""
         document: dict[str, Any] = {
@@ -345,7 +329,7 @@ class BenchReport:
                 "strategies": [result.to_json() for result in self.turns],
             }
         if self.sweep:
-            fit = fit_prefill(self.sweep)
+            fit = self.prefill_fit()
             document["sweep"] = {
                 "points": [
                     {

@@ -26,7 +26,6 @@ from agent_latency._bench import (
     BenchPlan,
     BenchReport,
     check_regression,
-    fit_prefill,
     load_baseline,
     load_scenario,
     open_endpoint,
@@ -142,7 +141,7 @@ def bench(
     if report.turns:
         console.print(turns_table(report))
     if report.sweep:
-        fit = fit_prefill(report.sweep)
+        fit = report.prefill_fit()
         if fit is not None:
             console.print(
                 f"Prefill: {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens "

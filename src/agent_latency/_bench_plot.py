@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from agent_latency._bench import BenchReport, fit_prefill
+from agent_latency._bench import BenchReport
 
 _INSTALL_HINT: Final = "pip install 'agent-latency[plot]'"
 _BAR_WIDTH: Final = 0.38
@@ -72,7 +72,7 @@ def write_plot(report: BenchReport, path: str | Path) -> None:
         sweep_axes = axes[1]
         tokens = [p.input_tokens for p in report.sweep]
         sweep_axes.scatter(tokens, [p.ttft_ms for p in report.sweep], label="measured TTFT")
-        fit = fit_prefill(report.sweep)
+        fit = report.prefill_fit()
         if fit is not None:
             ends = [0, max(tokens)]
             sweep_axes.plot(

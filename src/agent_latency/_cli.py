@@ -50,6 +50,9 @@ def sim(
     buffered: Annotated[
         bool, typer.Option(help="Hold all chunks to the end, like a buffering proxy.")
     ] = False,
+    log_level: Annotated[
+        str, typer.Option(help="uvicorn log level; 'info' logs every request.")
+    ] = "warning",
 ) -> None:
     """Serve the OpenAI chat-completions API with a stated latency model."""
     from agent_latency.sim import SimulatorConfig, run_simulator
@@ -70,7 +73,7 @@ def sim(
         options["model"] = model
     config = SimulatorConfig(**options)  # type: ignore[arg-type]
     typer.echo(f"agent-latency simulator on http://{host}:{port}/v1 (Ctrl-C to stop)", err=True)
-    run_simulator(config, host=host, port=port)
+    run_simulator(config, host=host, port=port, log_level=log_level)
 
 
 def _register_commands() -> None:

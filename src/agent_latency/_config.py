@@ -242,7 +242,7 @@ def load_settings(
     _apply_environment(found)
     settings = _build(found)
     _validate(settings, found)
-    warnings = _base_url_warnings(settings.llm.base_url, _place(found, "llm.base_url"))
+    warnings = base_url_warnings(settings.llm.base_url, _place(found, "llm.base_url"))
     for warning in warnings:
         logger.warning(warning)
     return replace(settings, sources=tuple(sources), warnings=tuple(warnings))
@@ -489,7 +489,7 @@ def _validate(settings: Settings, found: _Found) -> None:
 _API_SEGMENTS: Final = frozenset({"api", "openai", "compatible-mode", "inference", "llm"})
 
 
-def _base_url_warnings(base_url: str | None, place: str) -> list[str]:
+def base_url_warnings(base_url: str | None, place: str) -> list[str]:
     """Flags a base_url that looks like a website home page rather than an API root."""
     if base_url is None:
         return []

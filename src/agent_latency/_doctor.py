@@ -11,7 +11,6 @@ no message carries it, and server error texts are only quoted when they cannot e
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -29,7 +28,8 @@ from rich.console import Console
 from rich.text import Text
 
 from agent_latency._channel import output_limit_param
-from agent_latency._config import ConfigError, Settings, _base_url_warnings, load_settings
+from agent_latency._config import ConfigError, Settings, base_url_warnings, load_settings
+from agent_latency._prefill import fit_prefill
 from agent_latency._tokens import TokenCounter
 
 PROBE_TIMEOUT_S: Final = 10.0
@@ -149,24 +149,6 @@ class PrefillSample:
 
     prompt_tokens: int
     ttft_ms: float
-
-
-@dataclass(frozen=True)
-class PrefillFit:
-    """The least-squares line ``ttft_ms = fixed_ms + ms_per_1k_tokens * prompt_tokens / 1000``."""
-
-    ms_per_1k_tokens: float
-    fixed_ms: float
-
-    def budget_under(self, ttft_ms: float) -> int | None:
-        """Returns the most prompt tokens whose predicted TTFT stays under ``ttft_ms``.
-
-        ``None`` means no limit (prefill cost not measurable); 0 means even an empty prompt is
-        predicted to take longer.
-        """
-        if self.ms_per_1k_tokens <= 0:
-            return None
-        return max(0, math.floor((ttft_ms - self.fixed_ms) / self.ms_per_1k_tokens * 1000))
 
 
 # --- checks of the settings alone -----------------------------------------------------------
@@ -444,25 +426,16 @@ def check_streaming(probe: StreamProbe, *, enabled: bool = True) -> CheckResult:
     return CheckResult("streaming", CheckStatus.PASS, timing)
 
 
-def fit_prefill(samples: Sequence[PrefillSample]) -> PrefillFit:
-    """Fits TTFT against prompt tokens by least squares.
-
-    Raises:
-        ValueError: With fewer than two distinct prompt sizes.
-    """
-    if len({s.prompt_tokens for s in samples}) < 2:
-        raise ValueError("fit_prefill: samples need at least two distinct prompt sizes.")
-    mean_x = sum(s.prompt_tokens for s in samples) / len(samples)
-    mean_y = sum(s.ttft_ms for s in samples) / len(samples)
-    covariance = sum((s.prompt_tokens - mean_x) * (s.ttft_ms - mean_y) for s in samples)
-    variance = sum((s.prompt_tokens - mean_x) ** 2 for s in samples)
-    slope = covariance / variance
-    return PrefillFit(ms_per_1k_tokens=slope * 1000, fixed_ms=mean_y - slope * mean_x)
-
-
 def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> CheckResult:
     """Estimates the prefill cost and the budget that keeps TTFT under ``ttft_warn_ms``."""
-    fit = fit_prefill(samples)
+    fit = fit_prefill((sample.prompt_tokens, sample.ttft_ms) for sample in samples)
+    if fit is None:
+        return CheckResult(
+            "prefill",
+            CheckStatus.WARN,
+            "the probes did not give two distinct prompt sizes; prefill cost not measured",
+            "run doctor again; check that the server reports usage.prompt_tokens",
+        )
     warn_ms = settings.metrics.ttft_warn_ms
     budget = settings.prompt.token_budget
     limit = fit.budget_under(warn_ms)
@@ -470,10 +443,10 @@ def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> Check
         return CheckResult(
             "prefill",
             CheckStatus.PASS,
-            f"TTFT did not grow with prompt size (about {fit.fixed_ms:.0f} ms): prefill is too "
+            f"TTFT did not grow with prompt size (about {fit.intercept_ms:.0f} ms): prefill is too "
             f"fast to limit token_budget {budget}",
         )
-    cost = f"≈ {fit.ms_per_1k_tokens:.0f} ms per 1k prompt tokens + {fit.fixed_ms:.0f} ms fixed"
+    cost = f"≈ {fit.ms_per_1k_tokens:.0f} ms per 1k prompt tokens + {fit.intercept_ms:.0f} ms fixed"
     if limit == 0:
         return CheckResult(
             "prefill",
@@ -842,7 +815,7 @@ def _with_overrides(
                 "Fix: write the API root, e.g. https://api.example.com/v1."
             )
         llm = replace(llm, base_url=base_url)
-        warnings = tuple(_base_url_warnings(base_url, "--base-url"))
+        warnings = tuple(base_url_warnings(base_url, "--base-url"))
     if model is not None:
         if not model.strip():
             raise ConfigError("--model: must not be empty. Fix: write the model name.")

@@ -1,0 +1,213 @@
+"""What the callback handler remembers about each LangChain run while it is open.
+
+LangChain reports a run as separate callbacks (start, tokens, end or error) that carry only the
+``run_id`` and ``parent_run_id``. :class:`RunRegistry` maps each open run to its state, hands every
+state out for finalisation exactly once (:meth:`RunRegistry.pop`), and stays bounded: past
+``max_runs`` open runs it gives up the oldest, so a run whose end never comes (a stream kept
+open and never consumed) cannot grow memory without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from langchain_core.messages import BaseMessage
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
+from opentelemetry.util.types import AttributeValue
+
+logger = logging.getLogger("agent_latency")
+
+_PRUNE_CHILDREN_EVERY = 256
+"""A run's list of children is cleared of ended ones each time it reaches a multiple of this."""
+
+
+@dataclass(slots=True, eq=False)
+class PendingTrim:
+    """The figures of a trim, waiting for the model call it prepared.
+
+    One instance is shared by the run that reported the trim and that run's parent, so whichever
+    of the two the model call hangs under consumes it, and only once.
+    """
+
+    attributes: Mapping[str, AttributeValue]
+    budget: int
+    consumed: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class RunState:
+    """An open run: its span (``None`` for runs we keep out of the trace) and its children.
+
+    Attributes:
+        run_id: LangChain's id of the run.
+        parent_run_id: LangChain's id of the enclosing run, if any.
+        span: The run's span, or ``None`` when the run is transparent in the trace.
+        context: The context children start in: the run's span, or its parent's context.
+        children: Ids of the runs started under this one (some may have ended already).
+        pending_trim: A trim reported in this run, not yet attached to a model call.
+        task_watch: For a root run in asyncio: the task and the done-callback that ends the run
+            if the task finishes first (LangChain reports no end when a model call is cancelled).
+    """
+
+    run_id: UUID
+    parent_run_id: UUID | None
+    span: Span | None
+    context: Context
+    children: list[UUID] = field(default_factory=list)
+    pending_trim: PendingTrim | None = None
+    task_watch: tuple[asyncio.Task[object], Callable[[asyncio.Task[object]], None]] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class ModelRunState(RunState):
+    """An open chat-model (or completion-model) call and its timing so far.
+
+    Times are ``perf_counter_ns`` readings. Only chunks that carry content count: LangChain's
+    empty end-of-stream chunk and a role-only first delta say nothing about when text arrived.
+
+    Attributes:
+        model: The requested model, or ``None`` when the integration does not say.
+        started_ns: When the call started.
+        stall_ns: A wait between chunks longer than this is a stall.
+        messages: The prompt, kept by reference for the token estimate at the end.
+        metric_attributes: The low-cardinality attributes of the call's metrics.
+        streamed: Whether the request asked to stream or any token callback arrived.
+        first_chunk_ns: When the first content chunk arrived.
+        last_chunk_ns: When the latest content chunk arrived.
+        chunks: Content chunks so far.
+        max_gap_ns: Longest wait between content chunks so far.
+        stalls: How many waits exceeded ``stall_ns``.
+        trim: The trim that prepared this call, when there was one.
+    """
+
+    model: str | None = None
+    started_ns: int = 0
+    stall_ns: int = 0
+    messages: Sequence[BaseMessage] | None = None
+    metric_attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    streamed: bool = False
+    first_chunk_ns: int | None = None
+    last_chunk_ns: int = 0
+    chunks: int = 0
+    max_gap_ns: int = 0
+    stalls: int = 0
+    trim: PendingTrim | None = None
+
+    def add_chunk(self, now_ns: int) -> int:
+        """Records a content chunk.
+
+        Args:
+            now_ns: When it arrived.
+
+        Returns:
+            The wait before it when that wait was a stall, else 0 (also for the first chunk).
+        """
+        self.chunks += 1
+        if self.first_chunk_ns is None:
+            self.first_chunk_ns = self.last_chunk_ns = now_ns
+            return 0
+        gap = now_ns - self.last_chunk_ns
+        self.last_chunk_ns = now_ns
+        if gap > self.max_gap_ns:
+            self.max_gap_ns = gap
+        if gap > self.stall_ns:
+            self.stalls += 1
+            return gap
+        return 0
+
+    def close_stream(self, end_ns: int) -> int:
+        """Accounts for the wait from the last chunk to the end of the call.
+
+        A server that stalls and then fails or closes never sends the chunk that would end the
+        gap, so the trailing wait counts like any other.
+
+        Args:
+            end_ns: When the call ended.
+
+        Returns:
+            The trailing wait when it was a stall, else 0.
+        """
+        if self.first_chunk_ns is None:
+            return 0
+        gap = end_ns - self.last_chunk_ns
+        if gap > self.max_gap_ns:
+            self.max_gap_ns = gap
+        if gap > self.stall_ns:
+            self.stalls += 1
+            return gap
+        return 0
+
+
+class RunRegistry:
+    """The open runs of one handler, keyed by ``run_id``, bounded in size.
+
+    Reads are lock-free (a dict lookup is atomic); adding and removing take a lock so that a run
+    is handed out for finalisation exactly once even when callbacks come from several threads.
+
+    Args:
+        max_runs: Most runs kept open; adding one more evicts the oldest.
+        on_evict: Called (outside the lock) with each evicted state, to end it.
+    """
+
+    def __init__(self, max_runs: int, on_evict: Callable[[RunState], None]) -> None:
+        self._runs: dict[UUID, RunState] = {}
+        self._lock = threading.Lock()
+        self._max_runs = max_runs
+        self._on_evict = on_evict
+        self._evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, run_id: UUID | None) -> RunState | None:
+        """Returns the open run ``run_id``, or ``None``."""
+        if run_id is None:
+            return None
+        return self._runs.get(run_id)
+
+    def add(self, state: RunState) -> RunState | None:
+        """Registers a new open run, evicting the oldest if the registry is full.
+
+        Returns:
+            The run's parent when it is open (the new run is then listed among its children),
+            else ``None``: the new run is a root as far as this registry knows.
+        """
+        evicted: list[RunState] = []
+        with self._lock:
+            previous = self._runs.pop(state.run_id, None)
+            if previous is not None:
+                evicted.append(previous)  # a reused run_id: the old run can no longer end
+            while len(self._runs) >= self._max_runs:
+                oldest = next(iter(self._runs))
+                evicted.append(self._runs.pop(oldest))
+            self._runs[state.run_id] = state
+            parent = self._runs.get(state.parent_run_id) if state.parent_run_id else None
+            if parent is not None:
+                children = parent.children
+                children.append(state.run_id)
+                if len(children) % _PRUNE_CHILDREN_EVERY == 0:
+                    # A long-lived run (an agent loop) must not remember every child forever.
+                    children[:] = [child for child in children if child in self._runs]
+        for old in evicted:
+            self._evictions += 1
+            if self._evictions == 1 or self._evictions % 1000 == 0:
+                logger.warning(
+                    "agent-latency: %d run(s) ended without an end callback so far; the "
+                    "handler keeps at most %d open runs and ends the oldest (is a stream kept "
+                    "open without being consumed?)",
+                    self._evictions,
+                    self._max_runs,
+                )
+            self._on_evict(old)
+        return parent
+
+    def pop(self, run_id: UUID) -> RunState | None:
+        """Removes and returns the open run ``run_id``; ``None`` if it was already handed out."""
+        with self._lock:
+            return self._runs.pop(run_id, None)

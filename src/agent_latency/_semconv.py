@@ -1,0 +1,87 @@
+"""Names of the telemetry agent-latency emits beyond the OpenTelemetry GenAI conventions.
+
+The ``gen_ai.*``, ``server.*`` and ``error.*`` names come from
+``opentelemetry.semconv._incubating``; this module holds only what those conventions do not
+define: our ``agent_latency.*`` attributes, events and metrics, the ``gen_ai.first_chunk`` event
+named by the GenAI streaming proposal, and the histogram bucket boundaries the conventions
+recommend (the spec lists them, the Python package does not). The ``agent_latency.trim.*``
+attributes belong to the trimmer and live in :mod:`agent_latency._trim_attributes`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Chat-model span attributes.
+TTFT_MS: Final = "agent_latency.ttft_ms"
+"""Milliseconds from the call's start to its first content chunk (the total for blocking calls)."""
+TOTAL_MS: Final = "agent_latency.total_ms"
+"""Milliseconds from the call's start to its end."""
+CHUNKS: Final = "agent_latency.chunks"
+"""Streamed chunks that carried content (text or a tool-call fragment)."""
+MAX_CHUNK_GAP_MS: Final = "agent_latency.max_chunk_gap_ms"
+"""Longest wait between content chunks, or from the last one to the end of the call."""
+STALLS: Final = "agent_latency.stalls"
+"""How many of those waits exceeded ``chunk_timeout_ms``."""
+TTFT_LEVEL: Final = "agent_latency.ttft_level"
+"""``ok``, ``warn`` or ``error``: the TTFT against the warn and error thresholds."""
+ESTIMATED_INPUT_TOKENS: Final = "agent_latency.estimated_input_tokens"
+"""Prompt tokens counted locally (cl100k), beside the server-reported ``gen_ai.usage``."""
+OUTCOME: Final = "agent_latency.outcome"
+"""How a run ended: ``ok``, ``error``, ``cancelled`` or ``abandoned``."""
+
+# Chain spans (LangChain runnables that are neither agents, models nor tools).
+RUN_NAME: Final = "agent_latency.run.name"
+"""The LangChain run name of a chain span."""
+
+# Events.
+FIRST_CHUNK_EVENT: Final = "gen_ai.first_chunk"
+"""Added when the first content chunk of a streamed call arrives."""
+STALL_EVENT: Final = "agent_latency.stall"
+"""Added for each wait between chunks longer than ``chunk_timeout_ms``."""
+STALL_GAP_MS: Final = "agent_latency.stall.gap_ms"
+"""Attribute of a stall event: the length of the wait."""
+STALL_AFTER_CHUNKS: Final = "agent_latency.stall.after_chunks"
+"""Attribute of a stall event: content chunks received before the wait."""
+
+# Metrics of our own (counters; the GenAI histograms are the conventions').
+STALLS_METRIC: Final = "agent_latency.client.stalls"
+"""Counter of stalls, with the low-cardinality attributes of the model call."""
+TTFT_BREACHES_METRIC: Final = "agent_latency.client.ttft_breaches"
+"""Counter of calls whose TTFT crossed a threshold, with ``agent_latency.ttft_level``."""
+
+# Bucket boundaries recommended by the GenAI metric conventions.
+DURATION_BUCKETS_S: Final = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+"""For ``gen_ai.client.operation.duration``, ``time_to_first_chunk``, ``time_per_output_chunk``."""
+TOKEN_USAGE_BUCKETS: Final = (
+    1,
+    4,
+    16,
+    64,
+    256,
+    1024,
+    4096,
+    16384,
+    65536,
+    262144,
+    1048576,
+    4194304,
+    16777216,
+    67108864,
+)
+"""For ``gen_ai.client.token.usage``."""

@@ -1,0 +1,417 @@
+"""OpenTelemetry setup for agent-latency: tracer and meter providers with sane exporters.
+
+Exports run in background threads (a batch span processor and a periodic metric reader) with
+bounded queues and short timeouts, so a collector that is down or slow costs the application
+nothing but the telemetry it drops. Export failures are logged once, then at DEBUG until the
+collector is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from agent_latency._callbacks import LatencyCallbackHandler
+from agent_latency._config import Settings
+
+logger = logging.getLogger("agent_latency")
+
+EXPORTERS: Final = ("otlp", "otlp-http", "otlp-grpc", "console", "none")
+"""The accepted values of ``configure_telemetry(exporter=...)``."""
+
+_PROTOCOL_ENV: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
+_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+_TIMEOUT_ENV: Final = "OTEL_EXPORTER_OTLP_TIMEOUT"
+_DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
+_DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
+_EXPORT_TIMEOUT_S: Final = 3.0
+"""Per-request export timeout unless ``OTEL_EXPORTER_OTLP_TIMEOUT`` says otherwise (OTel: 10 s)."""
+_METRIC_INTERVAL_MS: Final = 15_000
+
+
+class _ExportHealth:
+    """Logs the first failure of a signal's exports once, and the recovery after it."""
+
+    def __init__(self, signal: str, destination: str) -> None:
+        self._signal = signal
+        self._destination = destination
+        self._failing = False
+        self._lock = threading.Lock()
+
+    def report(self, ok: bool) -> None:
+        with self._lock:
+            changed = ok == self._failing
+            self._failing = not ok
+        if not changed:
+            if not ok:
+                logger.debug("agent-latency: %s export to %s failed again", *self._describe())
+            return
+        if ok:
+            logger.info("agent-latency: %s export to %s works again", *self._describe())
+        else:
+            logger.warning(
+                "agent-latency: cannot export %s to %s; they are dropped until the collector "
+                "answers (the application is not slowed down; further failures at DEBUG)",
+                *self._describe(),
+            )
+
+    def _describe(self) -> tuple[str, str]:
+        return self._signal, self._destination
+
+
+class _ReportingSpanExporter(SpanExporter):
+    """Delegates to an exporter and reports each outcome to an :class:`_ExportHealth`."""
+
+    def __init__(self, inner: SpanExporter, health: _ExportHealth) -> None:
+        self._inner = inner
+        self._health = health
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception:
+            logger.debug("agent-latency: span exporter raised", exc_info=True)
+            result = SpanExportResult.FAILURE
+        self._health.report(result is SpanExportResult.SUCCESS)
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _ReportingMetricExporter(MetricExporter):
+    """Delegates to a metric exporter and reports each outcome to an :class:`_ExportHealth`."""
+
+    def __init__(self, inner: MetricExporter, health: _ExportHealth) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self._inner = inner
+        self._health = health
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception:
+            logger.debug("agent-latency: metric exporter raised", exc_info=True)
+            result = MetricExportResult.FAILURE
+        self._health.report(result is MetricExportResult.SUCCESS)
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+class _OnlyFirstWarning(logging.Filter):
+    """Lets through the first warning of an exporter's logger; ``_ExportHealth`` says the rest.
+
+    The OTLP exporters log every failed attempt, which floods the application's log while a
+    collector is down.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        if self._seen:
+            return False
+        self._seen = True
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class Telemetry:
+    """The providers :func:`configure_telemetry` set up, and their shutdown.
+
+    Use it as a context manager, or call :meth:`shutdown` before the process exits so the last
+    spans and metrics are sent.
+
+    Attributes:
+        tracer_provider: Where spans go.
+        meter_provider: Where metrics go.
+        settings: The settings :meth:`handler` takes its thresholds from.
+        exporter: The exporter in use: ``otlp-http``, ``otlp-grpc``, ``console`` or ``none``.
+        endpoint: Where OTLP data goes (without any credentials in the URL), or ``None``.
+    """
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    settings: Settings
+    exporter: str
+    endpoint: str | None
+    _log_filters: tuple[tuple[logging.Logger, logging.Filter], ...] = field(default=(), repr=False)
+
+    def handler(self, **overrides: Any) -> LatencyCallbackHandler:
+        """Returns a :class:`LatencyCallbackHandler` reporting to these providers.
+
+        Args:
+            **overrides: Constructor keywords winning over the settings' thresholds.
+        """
+        options: dict[str, Any] = {
+            "tracer_provider": self.tracer_provider,
+            "meter_provider": self.meter_provider,
+            **overrides,
+        }
+        return LatencyCallbackHandler.from_settings(self.settings, **options)
+
+    def shutdown(self) -> None:
+        """Flushes and stops both providers (bounded by the export timeout)."""
+        try:
+            self.tracer_provider.shutdown()
+        finally:
+            try:
+                self.meter_provider.shutdown()
+            finally:
+                for log, log_filter in self._log_filters:
+                    log.removeFilter(log_filter)
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+
+def configure_telemetry(
+    settings: Settings | None = None,
+    *,
+    service_name: str = "agent-latency",
+    exporter: str | None = None,
+    endpoint: str | None = None,
+    set_global: bool = True,
+) -> Telemetry:
+    """Sets up OpenTelemetry tracing and metrics for agent-latency.
+
+    Standard environment variables apply: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (when ``endpoint``
+    is not given), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` or ``grpc``, for
+    ``exporter="otlp"``), ``OTEL_EXPORTER_OTLP_TIMEOUT``, ``OTEL_EXPORTER_OTLP_HEADERS``,
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (a service name set there wins over
+    ``service_name``), and the ``OTEL_BSP_*`` batch and ``OTEL_METRIC_EXPORT_INTERVAL`` options.
+
+    Args:
+        settings: Settings for the handlers made by :meth:`Telemetry.handler`; the defaults when
+            ``None``.
+        service_name: The ``service.name`` resource attribute.
+        exporter: ``"otlp"`` (OTLP, protocol from the environment, HTTP/protobuf by default),
+            ``"otlp-http"``, ``"otlp-grpc"``, ``"console"`` (print to stdout) or ``"none"``
+            (spans and metrics are made, for ``on_record`` and in-process readers, but not
+            exported). ``None`` means ``"otlp"``.
+        endpoint: The collector's base URL, e.g. ``http://localhost:4318`` for HTTP or
+            ``http://localhost:4317`` for gRPC; the ``/v1/traces`` and ``/v1/metrics`` paths are
+            added for HTTP.
+        set_global: Also install the providers as OpenTelemetry's global ones, so handlers made
+            without explicit providers (and other instrumentations) use them. OpenTelemetry
+            allows that once per process; later calls keep the first global providers.
+
+    Returns:
+        The providers and their shutdown.
+
+    Raises:
+        ValueError: When ``exporter``, ``endpoint``, ``service_name`` or the OTLP protocol from
+            the environment is not one that works; the message names it.
+    """
+    if not isinstance(service_name, str) or not service_name.strip():
+        raise ValueError(
+            f"configure_telemetry: service_name must be a non-empty string, got {service_name!r}."
+        )
+    if not isinstance(set_global, bool):
+        raise ValueError(
+            f"configure_telemetry: set_global must be True or False, got {set_global!r}."
+        )
+    if settings is not None and not isinstance(settings, Settings):
+        raise ValueError(
+            "configure_telemetry: settings must be a Settings (from load_settings()) or None, "
+            f"got {type(settings).__name__}."
+        )
+    kind = _exporter_kind(exporter)
+    if endpoint is not None:
+        _check_endpoint(endpoint)
+
+    resource = _resource(service_name)
+    tracer_provider = TracerProvider(resource=resource)
+    readers: list[MetricReader] = []
+    log_filters: tuple[tuple[logging.Logger, logging.Filter], ...] = ()
+    used_endpoint: str | None = None
+    timeout_s = None if os.environ.get(_TIMEOUT_ENV) else _EXPORT_TIMEOUT_S
+    interval = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else _METRIC_INTERVAL_MS
+
+    if kind == "console":
+        # sys.stdout as it is now (the exporters' default is the one at import time).
+        tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
+        readers.append(
+            PeriodicExportingMetricReader(
+                ConsoleMetricExporter(out=sys.stdout), export_interval_millis=interval
+            )
+        )
+    elif kind in ("otlp-http", "otlp-grpc"):
+        span_exporter, metric_exporter, destination = _otlp_exporters(kind, endpoint, timeout_s)
+        used_endpoint = _without_credentials(destination)
+        log_filters = _limit_exporter_warnings(span_exporter, metric_exporter)
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(
+                # Bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048 spans): when the collector
+                # cannot keep up, spans are dropped rather than memory growing.
+                _ReportingSpanExporter(span_exporter, _ExportHealth("spans", used_endpoint))
+            )
+        )
+        readers.append(
+            PeriodicExportingMetricReader(
+                _ReportingMetricExporter(metric_exporter, _ExportHealth("metrics", used_endpoint)),
+                export_interval_millis=interval,
+            )
+        )
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    if set_global:
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(meter_provider)
+    return Telemetry(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        settings=settings if settings is not None else Settings(),
+        exporter=kind,
+        endpoint=used_endpoint,
+        _log_filters=log_filters,
+    )
+
+
+def _exporter_kind(exporter: str | None) -> str:
+    if exporter is not None and exporter not in EXPORTERS:
+        raise ValueError(
+            f"configure_telemetry: exporter must be one of {', '.join(EXPORTERS)}, "
+            f"got {exporter!r}."
+        )
+    if exporter not in (None, "otlp"):
+        return exporter
+    protocol = os.environ.get(_PROTOCOL_ENV, "http/protobuf").strip()
+    if protocol == "grpc":
+        return "otlp-grpc"
+    if protocol == "http/protobuf":
+        return "otlp-http"
+    raise ValueError(
+        f"configure_telemetry: {_PROTOCOL_ENV}={protocol!r} is not supported; use "
+        "'http/protobuf' or 'grpc'."
+    )
+
+
+def _check_endpoint(endpoint: object) -> None:
+    parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            "configure_telemetry: endpoint must be a URL such as http://localhost:4318, "
+            f"got {endpoint!r}."
+        )
+
+
+def _limit_exporter_warnings(
+    *exporters: object,
+) -> tuple[tuple[logging.Logger, logging.Filter], ...]:
+    """Lets each OTLP exporter module log its first warning only (``_ExportHealth`` goes on)."""
+    modules = sorted(
+        {
+            cls.__module__
+            for exporter in exporters
+            for cls in type(exporter).__mro__
+            if cls.__module__.startswith("opentelemetry.exporter.")
+        }
+    )
+    filters = []
+    for module in modules:
+        log, log_filter = logging.getLogger(module), _OnlyFirstWarning()
+        log.addFilter(log_filter)
+        filters.append((log, log_filter))
+    return tuple(filters)
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without the ``user:password@`` part a URL may carry, for logs and reprs."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def _resource(service_name: str) -> Resource:
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are the operator's word: they win.
+    from_environment = OTELResourceDetector().detect().attributes.get(SERVICE_NAME)
+    return Resource.create({} if from_environment else {SERVICE_NAME: service_name})
+
+
+def _otlp_exporters(
+    kind: str, endpoint: str | None, timeout_s: float | None
+) -> tuple[SpanExporter, MetricExporter, str]:
+    """The OTLP exporters of ``kind``, and where they send (for log messages).
+
+    Without an explicit endpoint the exporters read the standard environment variables
+    themselves, the per-signal ones included.
+    """
+    configured = endpoint or os.environ.get(_ENDPOINT_ENV)
+    if kind == "otlp-grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        insecure = None if endpoint is None else urlsplit(endpoint).scheme == "http"
+        return (
+            GrpcSpanExporter(endpoint=endpoint, insecure=insecure, timeout=timeout_s),
+            GrpcMetricExporter(endpoint=endpoint, insecure=insecure, timeout=timeout_s),
+            configured or _DEFAULT_GRPC_ENDPOINT,
+        )
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    root = None if endpoint is None else endpoint.rstrip("/")
+    return (
+        HttpSpanExporter(endpoint=None if root is None else f"{root}/v1/traces", timeout=timeout_s),
+        HttpMetricExporter(
+            endpoint=None if root is None else f"{root}/v1/metrics", timeout=timeout_s
+        ),
+        (configured or _DEFAULT_HTTP_ENDPOINT).rstrip("/"),
+    )

@@ -1,0 +1,197 @@
+"""Every example in ``examples/``, run end to end as a user runs it, against its own simulator.
+
+The five runs start together (they mostly wait on their simulators) and each test checks one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doc_runner import ISOLATED_PREFIXES, REPO
+from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
+from otlp_receiver import OTLPReceiver
+
+EXAMPLES = (
+    "chain_with_trimmer",
+    "agent_with_middleware",
+    "attach_to_existing_agent",
+    "langgraph_pre_model_hook",
+)
+TIMEOUT_S = 120
+# The answer of the simulator, streamed one word at a time.
+ANSWER_START = "The agent waited for the first token of this answer"
+
+
+@dataclass(frozen=True)
+class Run:
+    """An example's finished run: exit status, stdout and stderr, and the console spans."""
+
+    status: int
+    out: str
+    err: str
+
+    def spans(self) -> list[dict[str, Any]]:
+        """The spans the console exporter printed to stdout."""
+        return [value for value, _ in _json_values(self.out) if "context" in value]
+
+    def text(self) -> str:
+        """What the example itself printed to stdout, without the exported JSON."""
+        text, position = [], 0
+        for _, (start, end) in _json_values(self.out):
+            text.append(self.out[position:start])
+            position = end
+        return "".join(text) + self.out[position:]
+
+
+def _json_values(out: str) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
+    """The JSON objects printed in ``out`` (spans, metrics) and where each one is."""
+    decoder = json.JSONDecoder()
+    start = out.find("{")
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(out, start)
+        except json.JSONDecodeError:
+            start = out.find("{", start + 1)
+            continue
+        yield value, (start, end)
+        start = out.find("{", end)
+
+
+class _Started:
+    """An example running in the background, its output going to files."""
+
+    def __init__(self, label: str, name: str, args: list[str], workdir: Path) -> None:
+        self._out = workdir / f"{label}.out"
+        self._err = workdir / f"{label}.err"
+        environment = {k: v for k, v in os.environ.items() if not k.startswith(ISOLATED_PREFIXES)}
+        with self._out.open("w") as out, self._err.open("w") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, str(REPO / "examples" / f"{name}.py"), *args],
+                stdout=out,
+                stderr=err,
+                cwd=workdir,  # no config.toml there: the example starts its simulator
+                env=environment,
+            )
+
+    def finish(self) -> Run:
+        try:
+            status = self.process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            pytest.fail(f"still running after {TIMEOUT_S} s:\n{self._err.read_text()}")
+        return Run(status, self._out.read_text(), self._err.read_text())
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[OTLPReceiver]:
+    with OTLPReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="module")
+def runs(
+    collector: OTLPReceiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, _Started]]:
+    workdir = tmp_path_factory.mktemp("examples")
+    started = {name: _Started(name, name, [], workdir) for name in EXAMPLES}
+    otlp = ["--otlp", "--otlp-endpoint", collector.endpoint]
+    started["otlp"] = _Started("otlp", "chain_with_trimmer", otlp, workdir)
+    yield started
+    for run in started.values():
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.wait()
+
+
+def _finished(runs: dict[str, _Started], name: str) -> Run:
+    run = runs[name].finish()
+    assert run.status == 0, run.err
+    assert "Traceback" not in run.err
+    return run
+
+
+def _span_names(run: Run) -> set[str]:
+    return {span["name"] for span in run.spans()}
+
+
+def test_every_example_is_run() -> None:
+    scripts = {path.stem for path in (REPO / "examples").glob("*.py")}
+
+    assert scripts - {"_common"} == set(EXAMPLES)
+
+
+def test_chain_streams_the_trimmed_answer_and_prints_ttft(runs: dict[str, _Started]) -> None:
+    run = _finished(runs, "chain_with_trimmer")
+
+    assert run.text().startswith(ANSWER_START)
+    summary = re.search(
+        r"prompt (\d+) -> (\d+) tokens \(budget (\d+)\); TTFT (\d+) ms, total (\d+) ms", run.err
+    )
+    assert summary, run.err
+    before, after, budget, ttft, total = map(int, summary.groups())
+    assert after <= budget < before
+    assert ttft < total  # streamed: the first token came before the 64th
+    assert {"chat qwen-7b-chat", "agent_latency.trim"} <= _span_names(run)
+
+
+def test_agent_with_middleware_calls_a_tool(runs: dict[str, _Started]) -> None:
+    run = _finished(runs, "agent_with_middleware")
+
+    # One line per message of the final state: the question, the call, its result, the answer.
+    lines = [line for line in run.text().splitlines() if line.strip()]
+    assert [line.split(":")[0].strip() for line in lines] == ["human", "ai", "tool", "ai"]
+    assert lines[1] == "    ai: '' -> tools ['search_orders']"
+    assert "order 1043 (delayed at customs)" in lines[2]
+    assert lines[3].startswith(f"    ai: '{ANSWER_START[:40]}")
+    names = _span_names(run)
+    assert {"chat qwen-7b-chat", "agent_latency.trim", "execute_tool search_orders"} <= names
+
+
+def test_attached_agent_is_traced_and_leaves_no_open_run(runs: dict[str, _Started]) -> None:
+    run = _finished(runs, "attach_to_existing_agent")
+
+    assert "open runs after the call: 0" in run.err.splitlines()
+    assert f"answer: '{ANSWER_START}" in run.text()
+    assert {"chat qwen-7b-chat", "agent_latency.trim", "execute_tool weather"} <= _span_names(run)
+
+
+def test_pre_model_hook_sends_fewer_messages_than_the_state_keeps(
+    runs: dict[str, _Started],
+) -> None:
+    run = _finished(runs, "langgraph_pre_model_hook")
+
+    counts = re.search(
+        r"state keeps (\d+) messages; the model saw (\d+) of the first (\d+) \((\d+) tokens\)",
+        run.text(),
+    )
+    assert counts, run.text()
+    state, seen, first, tokens = map(int, counts.groups())
+    assert seen < first < state
+    assert tokens <= 600  # the example's budget
+    assert {"chat qwen-7b-chat", "agent_latency.trim"} <= _span_names(run)
+
+
+def test_otlp_export_reaches_the_collector(
+    runs: dict[str, _Started], collector: OTLPReceiver
+) -> None:
+    run = _finished(runs, "otlp")
+
+    assert run.spans() == []  # nothing on the console
+    spans = collector.spans()
+    [chat] = [span for span in spans if span.name == "chat qwen-7b-chat"]
+    trims = [span for span in spans if span.name == "agent_latency.trim"]
+    # The trim inside the chain sits in the model call's trace.
+    assert chat.trace_id in {span.trace_id for span in trims}
+    assert chat.resource["service.name"] == "agent-latency-example"
+    # Cumulative: the last export counts the one streamed call.
+    ttft = collector.points(gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK)
+    assert ttft and ttft[-1].count == 1

@@ -1,0 +1,84 @@
+"""Load: the short form of ``benchmarks/soak.py`` (1,000 concurrent agent runs), and bounded caches.
+
+The long form (10,000 sequential calls, RSS before and after, added latency) is the benchmark;
+its figures are in ``docs/reliability.md``. Here the same code runs briefly against an
+in-process simulator, and only what cannot be noisy is asserted: every call ends in an answer,
+the injected server error or our cancellation; no span is left open; no run state survives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+
+from agent_latency._shortening import MessageShortener
+from agent_latency._tokens import TokenCounter
+from agent_latency._trimming import PriorityTrimmer
+from agent_latency.sim import SimulatorConfig, running_simulator
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def soak() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("soak", ROOT / "benchmarks/soak.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_short_soak_loses_no_call_and_leaves_nothing_open(soak: ModuleType) -> None:
+    config = SimulatorConfig(**soak.SERVER_OPTIONS)
+    with running_simulator(config) as sim:
+        # A short conversation (three rounds, over a 200-token budget) keeps the client's
+        # request encoding, which dominates here, short.
+        result = soak.soak(
+            sim.base_url,
+            calls=200,
+            concurrent=1_000,
+            baseline_every=10,
+            warm_up=10,
+            rounds=3,
+            budget=200,
+        )
+        served_errors = sim.stats.errors
+
+    sequential, concurrent = result.sequential, result.concurrent
+    assert (sequential.calls, concurrent.calls) == (200, 1_000)
+    assert result.lost == 0, sequential.lost + concurrent.lost
+    assert sequential.answered + sequential.server_errors == 200
+    assert concurrent.cancelled >= 1 and concurrent.answered >= 500
+    assert 0 < sequential.server_errors + concurrent.server_errors <= served_errors
+    assert result.open_spans == 0 and result.spans.started > 0
+    assert result.open_runs == 0
+    assert result.live_run_states == 0
+    # One record per model call that started, whatever its end; none for runs cancelled earlier.
+    assert sum(result.records.values()) == result.spans.chat_spans
+    assert set(result.records) <= {"ok", "error", "cancelled"}
+    assert result.records["error"] >= sequential.server_errors
+    assert len(result.inside_ms) == len(result.with_ms) == sequential.answered
+    assert result.without_ms
+
+
+def test_token_and_shortening_caches_stay_bounded_over_many_distinct_messages() -> None:
+    counter = TokenCounter(cache_size=64)
+    trimmer = PriorityTrimmer(200, token_counter=counter)
+    shortener = MessageShortener(counter, cache_size=16)
+    for index in range(500):
+        trimmer.trim([HumanMessage(f"question {index} " + "detail " * 20)])
+        shortener.shorten(ToolMessage(f"result {index} " + "row " * 400, tool_call_id="c"), 100)
+
+    assert counter.tokenized_messages >= 1_000  # every message was new: nothing served twice
+    assert len(counter._by_content) <= 64 and len(counter._by_identity) <= 64
+    assert len(shortener._cache) <= 16
