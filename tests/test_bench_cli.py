@@ -183,7 +183,7 @@ def test_malformed_baseline_fails_before_any_call(scenario: Path, tmp_path: Path
     ("args", "message"),
     [
         (["--max-regression", "5"], "--max-regression needs --baseline"),
-        (["--base-url", "localhost:8000"], "--base-url 'localhost:8000' is not an http(s) URL"),
+        (["--base-url", "localhost:8000"], "--base-url: 'localhost:8000' is not an http(s) URL"),
         (["--turns", "99"], "--turns 99"),
         (["--json", "/nonexistent-folder/out.json"], "does not exist"),
     ],

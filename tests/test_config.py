@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from agent_latency._config import (
     Settings,
     StreamingSettings,
     load_settings,
+    with_channel_overrides,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -609,3 +611,31 @@ def test_api_root_base_url_does_not_warn(
 
     assert settings.warnings == ()
     assert [r for r in caplog.records if r.name == "agent_latency"] == []
+
+
+# --- command-line overrides (bench, doctor) -----------------------------------------------------
+
+
+def test_channel_overrides_replace_the_channel_and_its_warnings() -> None:
+    settings = with_channel_overrides(
+        Settings(), base_url="https://example.com", model="m2", api_key="sk-override"
+    )
+    assert settings.llm.base_url == "https://example.com"
+    assert settings.llm.model == "m2"
+    assert settings.llm.api_key is not None
+    assert settings.llm.api_key.get_secret_value() == "sk-override"
+    assert len(settings.warnings) == 1 and "--base-url" in settings.warnings[0]
+    assert with_channel_overrides(settings, base_url="https://example.com/v1").warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("base_url", "localhost:8000", "--base-url: 'localhost:8000' is not an http(s) URL"),
+        ("model", " ", "--model: must not be empty"),
+        ("api_key", "", "--api-key: must not be empty"),
+    ],
+)
+def test_bad_channel_overrides_are_config_errors(option: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        with_channel_overrides(Settings(), **{option: value})

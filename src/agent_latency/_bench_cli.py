@@ -8,13 +8,10 @@ regression gate exits with status 1.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Final
-from urllib.parse import urlsplit
 
 import typer
-from pydantic import SecretStr
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,7 +30,7 @@ from agent_latency._bench import (
     saving_breakdown,
 )
 from agent_latency._bench_plot import require_matplotlib, write_plot
-from agent_latency._config import Settings, load_settings
+from agent_latency._config import load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 
@@ -103,7 +100,7 @@ def bench(
     """
     if max_regression is not None and baseline is None:
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
-    settings = _with_overrides(
+    settings = with_channel_overrides(
         load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
     )
     conversation = load_scenario(messages)
@@ -159,30 +156,6 @@ def bench(
         console.print(verdict.describe())
         if not verdict.passed:
             raise typer.Exit(code=1)
-
-
-def _with_overrides(
-    settings: Settings, *, base_url: str | None, model: str | None, api_key: str | None
-) -> Settings:
-    """Returns ``settings`` with the channel options given on the command line."""
-    llm = settings.llm
-    if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"--base-url {base_url!r} is not an http(s) URL; give the API root, e.g. "
-                "https://api.example.com/v1."
-            )
-        llm = replace(llm, base_url=base_url)
-    if model is not None:
-        if not model.strip():
-            raise ValueError("--model must not be empty; give the model name.")
-        llm = replace(llm, model=model)
-    if api_key is not None:
-        if not api_key.strip():
-            raise ValueError("--api-key must not be empty; leave it out to send no key.")
-        llm = replace(llm, api_key=SecretStr(api_key))
-    return replace(settings, llm=llm)
 
 
 def _ms(value: float) -> str:

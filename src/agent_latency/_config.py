@@ -248,6 +248,45 @@ def load_settings(
     return replace(settings, sources=tuple(sources), warnings=tuple(warnings))
 
 
+def with_channel_overrides(
+    settings: Settings,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+) -> Settings:
+    """Returns ``settings`` with the channel given on a command line, validated like the files.
+
+    Args:
+        settings: The loaded settings.
+        base_url: ``--base-url``; replaces ``llm.base_url`` and its website warning.
+        model: ``--model``.
+        api_key: ``--api-key``.
+
+    Raises:
+        ConfigError: Naming the option, for a non-http(s) URL or an empty model or key.
+    """
+    llm, warnings = settings.llm, settings.warnings
+    if base_url is not None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"--base-url: {base_url!r} is not an http(s) URL. "
+                "Fix: write the API root, e.g. https://api.example.com/v1."
+            )
+        llm = replace(llm, base_url=base_url)
+        warnings = tuple(base_url_warnings(base_url, "--base-url"))
+    if model is not None:
+        if not model.strip():
+            raise ConfigError("--model: must not be empty. Fix: write the model name.")
+        llm = replace(llm, model=model)
+    if api_key is not None:
+        if not api_key.strip():
+            raise ConfigError("--api-key: must not be empty. Fix: pass the key or leave it out.")
+        llm = replace(llm, api_key=SecretStr(api_key))
+    return replace(settings, llm=llm, warnings=warnings)
+
+
 def _resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | None:
     if path is None:
         candidate = Path.cwd() / default_name

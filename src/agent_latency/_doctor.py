@@ -23,12 +23,15 @@ from urllib.parse import urlsplit
 import httpx
 import typer
 from langchain_core.messages import HumanMessage
-from pydantic import SecretStr
 from rich.console import Console
 from rich.text import Text
 
 from agent_latency._channel import output_limit_param
-from agent_latency._config import ConfigError, Settings, base_url_warnings, load_settings
+from agent_latency._config import (
+    Settings,
+    load_settings,
+    with_channel_overrides,
+)
 from agent_latency._prefill import fit_prefill
 from agent_latency._tokens import TokenCounter
 
@@ -801,32 +804,6 @@ def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
 
-def _with_overrides(
-    settings: Settings, base_url: str | None, model: str | None, api_key: str | None
-) -> Settings:
-    """Applies the command-line overrides, validated like the files' values."""
-    llm = settings.llm
-    warnings = settings.warnings
-    if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(
-                f"--base-url: {base_url!r} is not an http(s) URL. "
-                "Fix: write the API root, e.g. https://api.example.com/v1."
-            )
-        llm = replace(llm, base_url=base_url)
-        warnings = tuple(base_url_warnings(base_url, "--base-url"))
-    if model is not None:
-        if not model.strip():
-            raise ConfigError("--model: must not be empty. Fix: write the model name.")
-        llm = replace(llm, model=model)
-    if api_key is not None:
-        if not api_key:
-            raise ConfigError("--api-key: must not be empty. Fix: pass the key or leave it out.")
-        llm = replace(llm, api_key=SecretStr(api_key))
-    return replace(settings, llm=llm, warnings=warnings)
-
-
 # --- the command ----------------------------------------------------------------------------
 
 _STYLES: Final = {
@@ -863,7 +840,9 @@ def doctor(
 
     Exits 1 when a check fails, 0 otherwise.
     """
-    loaded = _with_overrides(load_settings(config, settings), base_url, model, api_key)
+    loaded = with_channel_overrides(
+        load_settings(config, settings), base_url=base_url, model=model, api_key=api_key
+    )
     console = Console(highlight=False)
     llm = loaded.llm
     console.print(
