@@ -215,19 +215,25 @@ def turns_table(report: BenchReport) -> Table:
         ),
     )
     table.add_column("strategy", no_wrap=True)
-    for header in ("mean TTFT", "p95 TTFT", "prompt tokens", "cached", "hit"):
-        table.add_column(header, justify="right")
-    # Header words wrap on a narrow terminal; the widest single word must not be cut.
-    table.add_column("prefilled", justify="right", min_width=len("prefilled"))
+    rows = []
     for result in report.turns:
         cached = result.cached_tokens
-        table.add_row(
-            result.strategy.label,
-            _ms(result.mean_ttft_ms),
-            _ms(result.p95_ttft_ms),
-            f"{result.prompt_tokens:,}",
-            "n/a" if cached is None else f"{cached:,}",
-            "n/a" if cached is None else f"{cached / result.prompt_tokens:.0%}",
-            "n/a" if cached is None else f"{result.prompt_tokens - cached:,}",
+        rows.append(
+            (
+                result.strategy.label,
+                _ms(result.mean_ttft_ms),
+                _ms(result.p95_ttft_ms),
+                f"{result.prompt_tokens:,}",
+                "n/a" if cached is None else f"{cached:,}",
+                "n/a" if cached is None else f"{cached / result.prompt_tokens:.0%}",
+                "n/a" if cached is None else f"{result.prompt_tokens - cached:,}",
+            )
         )
+    headers = ("mean TTFT", "p95 TTFT", "prompt tokens", "cached", "hit", "prefilled")
+    for column, header in enumerate(headers, start=1):
+        # Headers may wrap on a narrow terminal; the figures and the longest word must not.
+        widest = max([len(row[column]) for row in rows] + [max(map(len, header.split()))])
+        table.add_column(header, justify="right", min_width=widest)
+    for row in rows:
+        table.add_row(*row)
     return table
