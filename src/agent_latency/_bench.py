@@ -122,9 +122,11 @@ class Sample:
     Attributes:
         ttft_ms: Time to the first content chunk (the total for a blocking call), trim included.
         total_ms: Time to the end of the answer, trim included.
-        input_tokens: Prompt tokens: the server's count, else the local estimate.
+        input_tokens: Prompt tokens by the local TokenCounter: one unit for every mode and
+            every server, whether or not it reports usage (llama.cpp does not when streaming).
         cached_tokens: Prompt tokens the server took from its prefix cache, if it said.
         output_tokens: Answer tokens the server reported, if it did.
+        server_input_tokens: Prompt tokens the server reported, if it did.
     """
 
     ttft_ms: float
@@ -132,6 +134,7 @@ class Sample:
     input_tokens: int
     cached_tokens: int | None
     output_tokens: int | None = None
+    server_input_tokens: int | None = None
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -214,7 +217,14 @@ class StrategyResult:
 
     @property
     def prompt_tokens(self) -> int:
-        """Prompt tokens sent over the replay."""
+        """Prompt tokens sent over the replay, in the server's units when it reported them all.
+
+        The cached tokens are the server's count, so the share cached must be taken of the
+        server's count too.
+        """
+        reported = [s.server_input_tokens for s in self.samples]
+        if all(tokens is not None for tokens in reported):
+            return sum(tokens for tokens in reported if tokens is not None)
         return sum(s.input_tokens for s in self.samples)
 
     @property
@@ -770,11 +780,7 @@ class Bench:
         record = self._records[0]
         if record.ttft_ms is None:
             raise RuntimeError(f"Bench: the call ended without an answer ({record.outcome}).")
-        tokens = record.input_tokens
-        if tokens is None:
-            tokens = record.estimated_input_tokens or self._counter.count_messages(
-                prepared.messages
-            )
+        tokens = record.estimated_input_tokens or self._counter.count_messages(prepared.messages)
         if self._on_call is not None:
             self._on_call(step)
         return Sample(
@@ -783,6 +789,7 @@ class Bench:
             input_tokens=tokens,
             cached_tokens=_cached_tokens(usage),
             output_tokens=record.output_tokens,
+            server_input_tokens=record.input_tokens,
         )
 
     def _endpoint_error(self, error: openai.APIError) -> EndpointError:

@@ -8,6 +8,7 @@ regression gate exits with status 1.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -162,8 +163,20 @@ def _ms(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _change(value: float, baseline: float) -> str:
-    return f"{(value / baseline - 1) * 100:+.0f}%"
+def _change(value: float, baseline: float, is_baseline: bool) -> str:
+    return "—" if is_baseline else f"{(value / baseline - 1) * 100:+.0f}%"
+
+
+def _add_figures(
+    table: Table, headers: Sequence[str], labels: Sequence[str], rows: Sequence[Sequence[str]]
+) -> None:
+    """Adds right-aligned figure columns after the label column, and one row per label."""
+    for column, header in enumerate(headers):
+        # Headers may wrap on a narrow terminal; the figures and the longest word must not.
+        widest = max([len(row[column]) for row in rows] + [max(map(len, header.split()))])
+        table.add_column(header, justify="right", min_width=widest)
+    for label, row in zip(labels, rows, strict=True):
+        table.add_row(label, *row)
 
 
 def modes_table(report: BenchReport) -> Table:
@@ -181,23 +194,25 @@ def modes_table(report: BenchReport) -> Table:
         ),
     )
     table.add_column("mode", no_wrap=True)
-    # Header words wrap on a narrow terminal; the widest single word must not be cut.
-    table.add_column("tokens", justify="right", min_width=len("tokens"))
-    for header in ("TTFT p50", "TTFT p95", "total p50", "total p95", "Δ TTFT", "Δ total"):
-        table.add_column(header, justify="right")
     base = report.mode(BASELINE_MODE)
-    for result in report.modes:
-        is_base = result.mode == BASELINE_MODE
-        table.add_row(
-            f"[bold]{result.mode.label}[/bold]" if result.mode == GATED_MODE else result.mode.label,
+    rows = [
+        (
             f"{result.input_tokens:,}",
             _ms(result.ttft_ms(0.5)),
             _ms(result.ttft_ms(0.95)),
             _ms(result.total_ms(0.5)),
             _ms(result.total_ms(0.95)),
-            "—" if is_base else _change(result.ttft_ms(0.5), base.ttft_ms(0.5)),
-            "—" if is_base else _change(result.total_ms(0.5), base.total_ms(0.5)),
+            _change(result.ttft_ms(0.5), base.ttft_ms(0.5), result.mode == BASELINE_MODE),
+            _change(result.total_ms(0.5), base.total_ms(0.5), result.mode == BASELINE_MODE),
         )
+        for result in report.modes
+    ]
+    headers = ("tokens", "TTFT p50", "TTFT p95", "total p50", "total p95", "Δ TTFT", "Δ total")
+    labels = [
+        f"[bold]{result.mode.label}[/bold]" if result.mode == GATED_MODE else result.mode.label
+        for result in report.modes
+    ]
+    _add_figures(table, headers, labels, rows)
     return table
 
 
@@ -220,7 +235,6 @@ def turns_table(report: BenchReport) -> Table:
         cached = result.cached_tokens
         rows.append(
             (
-                result.strategy.label,
                 _ms(result.mean_ttft_ms),
                 _ms(result.p95_ttft_ms),
                 f"{result.prompt_tokens:,}",
@@ -230,10 +244,5 @@ def turns_table(report: BenchReport) -> Table:
             )
         )
     headers = ("mean TTFT", "p95 TTFT", "prompt tokens", "cached", "hit", "prefilled")
-    for column, header in enumerate(headers, start=1):
-        # Headers may wrap on a narrow terminal; the figures and the longest word must not.
-        widest = max([len(row[column]) for row in rows] + [max(map(len, header.split()))])
-        table.add_column(header, justify="right", min_width=widest)
-    for row in rows:
-        table.add_row(*row)
+    _add_figures(table, headers, [r.strategy.label for r in report.turns], rows)
     return table

