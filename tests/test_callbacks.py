@@ -350,6 +350,45 @@ def test_from_settings_takes_thresholds_and_overrides() -> None:
     assert handler.log_every_request is False
 
 
+def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
+    clock: FakeClock,
+    tracer_provider: Any,
+    meter_provider: Any,
+    span_exporter: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings(
+        metrics=MetricsSettings(ttft_warn_ms=100, ttft_error_ms=200),
+        streaming=StreamingSettings(record_ttft=False),
+    )
+    handler = LatencyCallbackHandler.from_settings(
+        settings, tracer_provider=tracer_provider, meter_provider=meter_provider
+    )
+    assert handler.record_ttft is False
+    model = ScriptedChat(
+        clock=clock, steps=[(300, text("a")), (900, text("b")), (5, final_chunk())]
+    )
+
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        list(model.stream("hi", config=config(handler)))
+
+    attributes = only_span(span_exporter, "chat scripted-1").attributes
+    assert attributes[_semconv.TOTAL_MS] == pytest.approx(1205)
+    assert attributes[_semconv.STALLS] == 1
+    for absent in (
+        _semconv.TTFT_MS,
+        _semconv.TTFT_LEVEL,
+        gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+    ):
+        assert absent not in attributes
+    events = [event.name for event in only_span(span_exporter, "chat scripted-1").events]
+    assert _semconv.FIRST_CHUNK_EVENT not in events
+    assert metric_points("gen_ai.client.operation.time_to_first_chunk") == []
+    assert metric_points("gen_ai.client.operation.duration")
+    assert not [r for r in caplog.records if "slow first token" in r.getMessage()]
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [

@@ -213,6 +213,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         capture_content: Record prompts, answers and tool arguments and results on the spans
             (``gen_ai.input.messages`` and friends). Off by default: they may be confidential.
         log_every_request: Log one INFO line per model call.
+        record_ttft: Measure time to first token. When off, calls get durations, chunk and stall
+            figures but no TTFT attributes, first-chunk event, TTFT metric or threshold logs.
         on_record: Called with a :class:`LatencyRecord` after each model call; its exceptions
             are logged and swallowed.
         max_open_runs: Most runs tracked at once; past it the oldest open run is ended (a run
@@ -235,6 +237,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         chunk_timeout_ms: float = 800,
         capture_content: bool = False,
         log_every_request: bool = False,
+        record_ttft: bool = True,
         on_record: Callable[[LatencyRecord], object] | None = None,
         max_open_runs: int = 10_000,
     ) -> None:
@@ -250,6 +253,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         for option, flag in (
             ("capture_content", capture_content),
             ("log_every_request", log_every_request),
+            ("record_ttft", record_ttft),
         ):
             if not isinstance(flag, bool):
                 raise ValueError(
@@ -269,6 +273,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             )
         self.capture_content = capture_content
         self.log_every_request = log_every_request
+        self.record_ttft = record_ttft
         self._on_record = on_record
         self._stall_ns = int(self.chunk_timeout_ms * 1_000_000)
         self._tracer = trace.get_tracer("agent_latency", tracer_provider=tracer_provider)
@@ -317,7 +322,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
         Args:
             settings: Loaded settings: ``metrics.ttft_warn_ms``, ``metrics.ttft_error_ms``,
-                ``metrics.log_every_request`` and ``streaming.chunk_timeout_ms`` are used.
+                ``metrics.log_every_request``, ``streaming.chunk_timeout_ms`` and
+                ``streaming.record_ttft`` are used.
             **overrides: Any keyword of the constructor, winning over the settings.
 
         Returns:
@@ -328,6 +334,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             "ttft_error_ms": settings.metrics.ttft_error_ms,
             "log_every_request": settings.metrics.log_every_request,
             "chunk_timeout_ms": settings.streaming.chunk_timeout_ms,
+            "record_ttft": settings.streaming.record_ttft,
         }
         options.update(overrides)
         return cls(**options)
@@ -757,7 +764,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         span = state.span
         if span is None:
             return
-        if first:
+        if first and self.record_ttft:
             span.add_event(_semconv.FIRST_CHUNK_EVENT)
         elif stall_ns:
             self._add_stall_event(span, stall_ns, state.chunks - 1)
@@ -808,11 +815,14 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         first_chunk_ns = state.first_chunk_ns
         # Seconds to the first chunk, for the semantic-convention attribute and metric, which
         # exist for streamed calls only.
-        first_chunk_s = (
+        first_chunk_s: float | None = (
             None if first_chunk_ns is None else (first_chunk_ns - state.started_ns) / 1e9
         )
-        if first_chunk_s is not None:
-            ttft_ms: float | None = first_chunk_s * 1e3
+        ttft_ms: float | None
+        if not self.record_ttft:
+            first_chunk_s = ttft_ms = None
+        elif first_chunk_s is not None:
+            ttft_ms = first_chunk_s * 1e3
         else:
             ttft_ms = total_ms if error is None else None
         level = self._ttft_level(ttft_ms)
