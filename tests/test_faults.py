@@ -226,9 +226,9 @@ MODEL_FAULTS = {
     "http_429_retry_after": ModelFault(replace(FAST, rate_limit_rate=1.0, retry_after_s=0.05)),
     "client_timeout": ModelFault(replace(FAST, overhead_ms=600), timeout_s=0.2),
     "stall_mid_stream": ModelFault(
-        replace(FAST, stall_after_chunks=3, stall_ms=250),
+        replace(FAST, stall_after_chunks=3, stall_ms=300),
         fails=False,
-        min_stall_ms=200,
+        min_stall_ms=150,  # the client may handle the chunk before the pause a little late
         modes=STREAMING_MODES,
     ),
     "stall_past_the_client_timeout": ModelFault(
@@ -380,7 +380,7 @@ class FirstToken(BaseCallbackHandler):
     def __init__(self) -> None:
         self.arrived = asyncio.Event()
 
-    def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+    def on_llm_new_token(self, token: str | list[str | dict[str, Any]], **kwargs: Any) -> None:
         if token:
             self.arrived.set()
 

@@ -66,6 +66,8 @@ def test_short_soak_loses_no_call_and_leaves_nothing_open(soak: ModuleType) -> N
     # One record per model call that started, whatever its end; none for runs cancelled earlier.
     assert sum(result.records.values()) == result.spans.chat_spans
     assert set(result.records) <= {"ok", "error", "cancelled"}
+    # Runs are cancelled at their first token: mid-call, so their model calls end cancelled.
+    assert 0 < result.records["cancelled"] <= concurrent.cancelled
     assert result.records["error"] >= sequential.server_errors
     assert len(result.inside_ms) == len(result.with_ms) == sequential.answered
     assert result.without_ms

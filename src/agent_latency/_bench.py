@@ -21,7 +21,6 @@ to both, as the agent waits for it too.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import re
 import secrets
@@ -41,7 +40,7 @@ from langchain_openai import ChatOpenAI
 from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
 from agent_latency._channel import build_chat_model
 from agent_latency._config import Settings
-from agent_latency._messages import load_messages_file
+from agent_latency._messages import load_messages_file, read_json_file
 from agent_latency._prefill import PrefillFit, fit_prefill
 from agent_latency._tokens import TokenCounter
 from agent_latency._trimming import PriorityTrimmer
@@ -479,19 +478,7 @@ def load_baseline(path: str | Path) -> float:
         ValueError: Naming the file, when it is unreadable, not JSON, or lacks that number.
     """
     path = Path(path)
-    try:
-        document: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(
-            f"{path}: baseline file not found; give a --json file of an earlier run."
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path}: baseline is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-            f"{exc.msg})."
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: baseline cannot be read ({type(exc).__name__}).") from None
+    document = read_json_file(path, "baseline (a --json file of an earlier run)")
     modes = document.get("modes") if isinstance(document, Mapping) else None
     for entry in modes if isinstance(modes, list) else ():
         if (

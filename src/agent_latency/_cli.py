@@ -72,8 +72,15 @@ def sim(
     if model is not None:
         options["model"] = model
     config = SimulatorConfig(**options)  # type: ignore[arg-type]
-    typer.echo(f"agent-latency simulator on http://{host}:{port}/v1 (Ctrl-C to stop)", err=True)
-    run_simulator(config, host=host, port=port, log_level=log_level)
+    run_simulator(
+        config,
+        host=host,
+        port=port,
+        log_level=log_level,
+        on_listening=lambda url: typer.echo(
+            f"agent-latency simulator on {url} (Ctrl-C to stop)", err=True
+        ),
+    )
 
 
 def _register_commands() -> None:

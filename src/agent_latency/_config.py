@@ -268,12 +268,7 @@ def with_channel_overrides(
     """
     llm, warnings = settings.llm, settings.warnings
     if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(
-                f"--base-url: {base_url!r} is not an http(s) URL. "
-                "Fix: write the API root, e.g. https://api.example.com/v1."
-            )
+        _check_base_url(base_url, "--base-url")
         llm = replace(llm, base_url=base_url)
         warnings = tuple(base_url_warnings(base_url, "--base-url"))
     if model is not None:
@@ -511,18 +506,21 @@ def _validate(settings: Settings, found: _Found) -> None:
             "leaves no room for the answer. Fix: lower token_budget to at most "
             f"{window - prompt.reserve_for_output}."
         )
-    base_url = settings.llm.base_url
-    if base_url is not None:
-        try:
-            parts = urlsplit(base_url)
-            is_http = parts.scheme in ("http", "https") and bool(parts.hostname)
-        except ValueError:  # e.g. an unclosed IPv6 bracket
-            is_http = False
-        if not is_http:
-            raise ConfigError(
-                f"{_place(found, 'llm.base_url')}: {base_url!r} is not an http(s) URL. "
-                "Fix: write the API root, e.g. https://api.example.com/v1."
-            )
+    if settings.llm.base_url is not None:
+        _check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))
+
+
+def _check_base_url(base_url: str, place: str) -> None:
+    try:
+        parts = urlsplit(base_url)
+        is_http = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        is_http = False
+    if not is_http:
+        raise ConfigError(
+            f"{place}: {base_url!r} is not an http(s) URL. "
+            "Fix: write the API root, e.g. https://api.example.com/v1."
+        )
 
 
 _API_SEGMENTS: Final = frozenset({"api", "openai", "compatible-mode", "inference", "llm"})

@@ -48,8 +48,24 @@ def coerce_messages(value: object) -> list[BaseMessage]:
     return [_coerce_item(item, index) for index, item in enumerate(value)]
 
 
+def _check_content(content: object, index: int, role: object) -> None:
+    """Refuses content that no chat API accepts, naming the item instead of failing later."""
+    valid = content is None or isinstance(content, str)
+    if isinstance(content, list):
+        valid = all(isinstance(part, str | Mapping) for part in content)
+    if not valid:
+        raise TypeError(
+            f"Message {index} ({role}): content must be a string, a list of parts (strings or "
+            f"dicts) or null, got {type(content).__name__}"
+            + (" with other items" if isinstance(content, list) else "")
+            + "."
+        )
+
+
 def _coerce_item(item: object, index: int) -> BaseMessage:
     if isinstance(item, BaseMessage):
+        # Messages are not validated when mutated after construction.
+        _check_content(item.content, index, item.type)
         return item
     if not isinstance(item, Mapping):
         raise TypeError(
@@ -62,12 +78,7 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         raise ValueError(
             f"Message {index}: unknown role {shown}; use one of {sorted(_KNOWN_ROLES)}."
         )
-    content = item.get("content")
-    if content is not None and not isinstance(content, str | list):
-        raise ValueError(
-            f"Message {index} ({role}): content must be a string, a list of parts or null, "
-            f"got {type(content).__name__}."
-        )
+    _check_content(item.get("content"), index, role)
     try:
         return convert_to_messages([dict(item)])[0]
     except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
@@ -78,6 +89,28 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         ) from None
 
 
+def read_json_file(path: str | Path, what: str = "file") -> Any:
+    """Parses a JSON file, turning every way it can fail into a ValueError naming the file.
+
+    Args:
+        path: The file.
+        what: What the file is, for the messages (e.g. ``"baseline"``).
+    """
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: {what} not found; check the path.") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}: {what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
+        ) from None
+    except RecursionError:
+        raise ValueError(f"{path}: {what} is JSON nested too deeply to read.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: {what} cannot be read ({type(exc).__name__}).") from None
+
+
 def load_messages_file(path: str | Path) -> list[BaseMessage]:
     """Reads an OpenAI-format conversation from a JSON file.
 
@@ -86,17 +119,7 @@ def load_messages_file(path: str | Path) -> list[BaseMessage]:
     Raises:
         ValueError: Naming the file when it cannot be read, is not JSON, or holds bad messages.
     """
-    path = Path(path)
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: file not found; give the path of a JSON file.") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
+    data = read_json_file(path, "conversation")
     try:
         return coerce_messages(data)
     except (TypeError, ValueError) as exc:

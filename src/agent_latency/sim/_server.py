@@ -6,6 +6,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 import uvicorn
@@ -17,22 +18,52 @@ _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """Binds ``host:port`` (0: a free port) so that a failure is an ``OSError`` here."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def _base_url(host: str, port: int) -> str:
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/v1"
+
+
 def run_simulator(
     config: SimulatorConfig | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
     log_level: str = "info",
+    on_listening: Callable[[str], object] | None = None,
 ) -> None:
     """Serves the simulator until interrupted (Ctrl+C); binds only ``host``.
 
     Args:
         config: How the server behaves; ``None`` uses the defaults.
         host: The one address to listen on.
-        port: The port to listen on.
+        port: The port to listen on; 0 picks a free one.
         log_level: uvicorn's log level.
+        on_listening: Called with the API root once the address is bound.
+
+    Raises:
+        OSError: When the address cannot be bound (in use, not local, unknown host).
     """
-    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level)
+    listener = _bind(host, port)
+    try:
+        if on_listening is not None:
+            on_listening(_base_url(host, listener.getsockname()[1]))
+        server = uvicorn.Server(uvicorn.Config(create_app(config), log_level=log_level))
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
 
 
 class RunningSimulator:
@@ -75,8 +106,7 @@ class RunningSimulator:
     @property
     def base_url(self) -> str:
         """The OpenAI API root to give clients, e.g. ``http://127.0.0.1:43121/v1``."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        return _base_url(self.host, self.port)
 
     @property
     def stats(self) -> SimulatorStats:
@@ -92,16 +122,7 @@ class RunningSimulator:
         """
         if self._thread is not None:
             raise RuntimeError("RunningSimulator: already started.")
-        family, kind, proto, _, address = socket.getaddrinfo(
-            self.host, self._requested_port, type=socket.SOCK_STREAM
-        )[0]
-        listener = socket.socket(family, kind, proto)
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(address)
-        except OSError:
-            listener.close()
-            raise
+        listener = _bind(self.host, self._requested_port)
         server = uvicorn.Server(
             uvicorn.Config(
                 self._simulator.app,
