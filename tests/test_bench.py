@@ -27,7 +27,6 @@ from agent_latency._bench import (
     Sample,
     call_points,
     check_regression,
-    display_endpoint,
     load_baseline,
     load_scenario,
     open_endpoint,
@@ -228,12 +227,6 @@ def test_request_id_makes_the_prompt_start_unique_without_touching_the_input() -
         "type": "text",
         "text": "Request 123.\n\n",
     }
-
-
-def test_display_endpoint_drops_credentials() -> None:
-    shown = display_endpoint("https://user:sk-secret@api.example.com:8443/v1?api-key=sk-2#x")
-    assert shown == "https://api.example.com:8443/v1"
-    assert display_endpoint("http://[::1]:8000/v1") == "http://[::1]:8000/v1"
 
 
 # -- the regression gate --------------------------------------------------------------------------

@@ -350,6 +350,12 @@ def test_from_settings_takes_thresholds_and_overrides() -> None:
     assert handler.log_every_request is False
 
 
+def test_constructor_defaults_agree_with_the_default_settings() -> None:
+    built, configured = LatencyCallbackHandler(), LatencyCallbackHandler.from_settings(Settings())
+    assert built.log_every_request is configured.log_every_request is True
+    assert repr(built) == repr(configured)
+
+
 def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
     clock: FakeClock,
     tracer_provider: Any,
@@ -536,6 +542,37 @@ def test_handler_failures_are_swallowed_and_logged(
     assert broken.open_runs == recording.open_runs == 0
 
 
+def test_a_failing_measurement_still_ends_the_call_and_its_parent(
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken_estimate(messages: Any) -> int:
+        raise RuntimeError("estimation bug")
+
+    monkeypatch.setattr(handler, "_estimate_tokens", broken_estimate)
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="fine answer")]))
+    with caplog.at_level(logging.DEBUG, logger="agent_latency"):
+        assert model.invoke("hi", config=config(handler)).content == "fine answer"
+        # A call left open under a chain is ended with it; its failure spares the chain's span.
+        chain_id, call_id = uuid.uuid4(), uuid.uuid4()
+        handler.on_chain_start({"name": "outer"}, {}, run_id=chain_id)
+        handler.on_chat_model_start(
+            {}, [[HumanMessage("hi")]], run_id=call_id, parent_run_id=chain_id
+        )
+        handler.on_chain_end({}, run_id=chain_id)
+    outcomes = sorted(
+        (span.name, span.attributes[_semconv.OUTCOME])
+        for span in span_exporter.get_finished_spans()
+    )
+    assert outcomes == [("chain outer", "ok"), ("chat", "abandoned"), ("chat", "ok")]
+    assert handler.open_runs == 0
+    messages = [record.getMessage() for record in caplog.records]
+    assert "agent-latency: on_llm_end failed" in messages
+    assert "agent-latency: ending a child run failed" in messages
+
+
 def test_odd_trim_event_data_is_ignored(handler: LatencyCallbackHandler) -> None:
     run_id = uuid.uuid4()
     handler.on_chain_start({"name": "seq"}, {}, run_id=run_id)
@@ -587,6 +624,9 @@ def test_repr_and_provider_protocol(handler: LatencyCallbackHandler) -> None:
     assert isinstance(handler, RunContextProvider)
     assert handler.otel_context_for_run(uuid.uuid4()) is None
     assert repr(handler).startswith("LatencyCallbackHandler(ttft_warn_ms=1200")
+    assert "log_every_request=True, record_ttft=True" in repr(handler)
+    quiet = LatencyCallbackHandler(log_every_request=False, record_ttft=False)
+    assert "log_every_request=False, record_ttft=False" in repr(quiet)
 
 
 def test_a_long_lived_run_forgets_its_ended_children(handler: LatencyCallbackHandler) -> None:

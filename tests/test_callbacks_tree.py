@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -402,4 +403,61 @@ def test_trimming_middleware_in_create_agent_marks_the_chat_span(
     assert chat.attributes[TRIM_BUDGET] == 80
     assert chat.attributes[TRIM_TOKENS_AFTER] == trim.attributes[TRIM_TOKENS_AFTER]
     assert trim.context.trace_id == chat.context.trace_id
+    assert handler.open_runs == 0
+
+
+def test_pre_model_hook_trim_in_create_react_agent_marks_each_chat_span(
+    handler: LatencyCallbackHandler,
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+) -> None:
+    # The hook trims in the ``pre_model_hook`` node; the model runs in the sibling ``agent`` node.
+    from langgraph.prebuilt import create_react_agent
+
+    @tool
+    def lookup(key: str) -> str:
+        """Looks a key up."""
+        return f"value of {key}"
+
+    call = AIMessage("", tool_calls=[{"name": "lookup", "args": {"key": "x"}, "id": "call_1"}])
+    model = ToolCallingFake(messages=iter([call, AIMessage("done")]))
+    trimmer = PriorityTrimmer(budget=80, tracer_provider=tracer_provider)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        agent = create_react_agent(model, [lookup], pre_model_hook=trimmer.as_pre_model_hook())
+    history = [HumanMessage(f"old question {turn} " * 10) for turn in range(10)]
+    agent.invoke({"messages": history}, config={"callbacks": [handler]})
+
+    spans = by_name(span_exporter.get_finished_spans())
+    chats = sorted(spans["chat"], key=lambda span: span.start_time or 0)
+    trims = sorted(spans[TRIM_SPAN_NAME], key=lambda span: span.start_time or 0)
+    assert len(chats) == len(trims) == 2
+    for chat, trim in zip(chats, trims, strict=True):
+        assert chat.attributes[TRIM_BUDGET] == 80
+        assert chat.attributes[TRIM_TOKENS_AFTER] == trim.attributes[TRIM_TOKENS_AFTER]
+    assert handler.open_runs == 0
+
+
+def test_a_trim_whose_run_failed_is_not_handed_on(
+    handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    figures = SimpleNamespace(
+        tokens_before=900,
+        tokens_after=500,
+        budget=512,
+        dropped_messages=4,
+        shortened_messages=1,
+        over_budget=False,
+    )
+
+    def trim_then_fail(text: str) -> str:
+        dispatch_custom_event(TRIM_EVENT, figures)
+        raise ValueError("the trimmed messages never reach the model")
+
+    failing_step = RunnableLambda(trim_then_fail).with_fallbacks([RunnableLambda(str)])
+    chain = failing_step | fake_model(1)
+    chain.invoke("hi", config={"callbacks": [handler]})
+
+    (chat,) = by_name(span_exporter.get_finished_spans())["chat"]
+    assert not any(key.startswith("agent_latency.trim.") for key in chat.attributes or {})
     assert handler.open_runs == 0

@@ -251,6 +251,22 @@ def test_overridden_output_limit_is_sent_as_max_tokens(chat_server: ChatServer) 
     assert "max_completion_tokens" not in request.body
 
 
+@pytest.mark.parametrize("bound", [False, True])
+def test_a_per_call_limit_replaces_the_configured_one_on_the_wire(
+    chat_server: ChatServer, bound: bool
+) -> None:
+    model = build_chat_model(_settings(chat_server.base_url))
+
+    if bound:
+        model.bind(max_tokens=5).invoke("hi")
+    else:
+        model.invoke("hi", max_tokens=5)
+
+    (request,) = chat_server.received
+    assert request.body["max_tokens"] == 5
+    assert "max_completion_tokens" not in request.body
+
+
 def test_extra_body_override_is_kept_next_to_max_tokens(chat_server: ChatServer) -> None:
     _invoke(build_chat_model(_settings(chat_server.base_url), extra_body={"top_k": 5}))
 

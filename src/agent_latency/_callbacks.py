@@ -39,14 +39,7 @@ from agent_latency import _semconv
 from agent_latency._run_state import ModelRunState, PendingTrim, RunRegistry, RunState
 from agent_latency._tokens import TokenCounter, role_of
 from agent_latency._trace_link import TRIM_EVENT
-from agent_latency._trim_attributes import (
-    TRIM_BUDGET,
-    TRIM_DROPPED_MESSAGES,
-    TRIM_OVER_BUDGET,
-    TRIM_SHORTENED_MESSAGES,
-    TRIM_TOKENS_AFTER,
-    TRIM_TOKENS_BEFORE,
-)
+from agent_latency._trim_attributes import TRIM_FIELDS
 
 if TYPE_CHECKING:
     from agent_latency._config import Settings
@@ -73,14 +66,6 @@ _PROVIDERS: Final = {
 # Constructor fields under which LangChain integrations serialise their endpoint.
 _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api_base", "endpoint")
 _DEFAULT_PORTS: Final = {"https": 443, "http": 80}
-# The integer fields of a TrimResult and the span attributes they become.
-_TRIM_INT_FIELDS: Final = {
-    "tokens_before": TRIM_TOKENS_BEFORE,
-    "tokens_after": TRIM_TOKENS_AFTER,
-    "budget": TRIM_BUDGET,
-    "dropped_messages": TRIM_DROPPED_MESSAGES,
-    "shortened_messages": TRIM_SHORTENED_MESSAGES,
-}
 _HIDDEN_TAG: Final = "langsmith:hidden"
 _CREATE_AGENT: Final = "langchain_create_agent"
 
@@ -94,7 +79,8 @@ class LatencyRecord:
         model: The requested model (``"unknown"`` when the integration does not say).
         streaming: Whether the call streamed.
         ttft_ms: Milliseconds to the first content chunk; the total for a blocking call;
-            ``None`` when the call failed before any content arrived.
+            ``None`` when the call failed before any content arrived, and always ``None`` when
+            the handler's ``record_ttft`` is off.
         total_ms: Milliseconds from start to end.
         chunks: Content chunks received.
         stalls: Waits between chunks longer than ``chunk_timeout_ms``.
@@ -212,7 +198,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         chunk_timeout_ms: A wait between streamed chunks longer than this is a stall.
         capture_content: Record prompts, answers and tool arguments and results on the spans
             (``gen_ai.input.messages`` and friends). Off by default: they may be confidential.
-        log_every_request: Log one INFO line per model call.
+        log_every_request: Log one INFO line per model call (on by default, like
+            ``metrics.log_every_request``; the lines show only when the ``agent_latency``
+            logger passes INFO).
         record_ttft: Measure time to first token. When off, calls get durations, chunk and stall
             figures but no TTFT attributes, first-chunk event, TTFT metric or threshold logs.
         on_record: Called with a :class:`LatencyRecord` after each model call; its exceptions
@@ -236,7 +224,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         ttft_error_ms: float = 2500,
         chunk_timeout_ms: float = 800,
         capture_content: bool = False,
-        log_every_request: bool = False,
+        log_every_request: bool = True,
         record_ttft: bool = True,
         on_record: Callable[[LatencyRecord], object] | None = None,
         max_open_runs: int = 10_000,
@@ -343,7 +331,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         return (
             f"LatencyCallbackHandler(ttft_warn_ms={self.ttft_warn_ms:g}, "
             f"ttft_error_ms={self.ttft_error_ms:g}, chunk_timeout_ms={self.chunk_timeout_ms:g}, "
-            f"capture_content={self.capture_content}, open_runs={self.open_runs})"
+            f"capture_content={self.capture_content}, "
+            f"log_every_request={self.log_every_request}, record_ttft={self.record_ttft}, "
+            f"open_runs={self.open_runs})"
         )
 
     @property
@@ -694,14 +684,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             return
         state = self._runs.get(run_id)
         pending = _pending_trim(data)
-        if state is None or pending is None:
-            return
-        # The model call may run inside the trimming run or after it, as its sibling (the
-        # trimmer being one step of a sequence): both places hold the same figures, once.
-        state.pending_trim = pending
-        parent = self._runs.get(state.parent_run_id)
-        if parent is not None:
-            parent.pending_trim = pending
+        if state is not None and pending is not None:
+            # A model call inside this run takes it; one after it is served by _finish.
+            state.pending_trim = pending
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -752,9 +737,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             pending = run.pending_trim
             if pending is not None:
                 run.pending_trim = None
-                if not pending.consumed:
-                    pending.consumed = True
-                    return pending
+                return pending
             run = self._runs.get(run.parent_run_id)
         return None
 
@@ -790,7 +773,17 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             child = self._runs.pop(child_id)
             if child is not None:
                 # Outlived its parent: cancelled with it, or left behind by a finished parent.
-                self._finish(child, error if error is not None else GeneratorExit())
+                try:
+                    self._finish(child, error if error is not None else GeneratorExit())
+                except Exception as exc:  # one child's failure must not leave the parent open
+                    _log_failure("ending a child run", exc)
+        if state.pending_trim is not None and error is None:
+            # A trim whose run ended before any model call used it prepared a later call: the
+            # next step of a sequence, or the sibling ``agent`` node of a LangGraph
+            # ``pre_model_hook``. The enclosing run keeps it, and a newer trim replaces it.
+            parent = self._runs.get(state.parent_run_id)
+            if parent is not None:
+                parent.pending_trim = state.pending_trim
         if state.task_watch is not None:
             task, watch = state.task_watch
             task.remove_done_callback(watch)
@@ -808,58 +801,64 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         end_ns = _now_ns()
         span = state.span
         assert span is not None  # model runs always have a span
-        trailing_stall = state.close_stream(end_ns)
-        if trailing_stall:
-            self._add_stall_event(span, trailing_stall, state.chunks)
-        total_ms = (end_ns - state.started_ns) / 1e6
-        first_chunk_ns = state.first_chunk_ns
-        # Seconds to the first chunk, for the semantic-convention attribute and metric, which
-        # exist for streamed calls only.
-        first_chunk_s: float | None = (
-            None if first_chunk_ns is None else (first_chunk_ns - state.started_ns) / 1e9
-        )
-        ttft_ms: float | None
-        if not self.record_ttft:
-            first_chunk_s = ttft_ms = None
-        elif first_chunk_s is not None:
-            ttft_ms = first_chunk_s * 1e3
-        else:
-            ttft_ms = total_ms if error is None else None
-        level = self._ttft_level(ttft_ms)
-        details = _response_details(response)
-        estimated = self._estimate_tokens(state.messages)
-        outcome = _outcome(error)
-        error_type = _error_type(error) if error is not None and outcome != "abandoned" else None
+        # Ends the span even when measuring fails: the run is already out of the registry,
+        # so nothing else would.
+        try:
+            trailing_stall = state.close_stream(end_ns)
+            if trailing_stall:
+                self._add_stall_event(span, trailing_stall, state.chunks)
+            total_ms = (end_ns - state.started_ns) / 1e6
+            first_chunk_ns = state.first_chunk_ns
+            # Seconds to the first chunk, for the semantic-convention attribute and metric, which
+            # exist for streamed calls only.
+            first_chunk_s: float | None = (
+                None if first_chunk_ns is None else (first_chunk_ns - state.started_ns) / 1e9
+            )
+            ttft_ms: float | None
+            if not self.record_ttft:
+                first_chunk_s = ttft_ms = None
+            elif first_chunk_s is not None:
+                ttft_ms = first_chunk_s * 1e3
+            else:
+                ttft_ms = total_ms if error is None else None
+            level = self._ttft_level(ttft_ms)
+            details = _response_details(response)
+            estimated = self._estimate_tokens(state.messages)
+            outcome = _outcome(error)
+            error_type = (
+                _error_type(error) if error is not None and outcome != "abandoned" else None
+            )
 
-        attributes: dict[str, AttributeValue] = {
-            gen_ai.GEN_AI_REQUEST_STREAM: state.streamed,
-            _semconv.TOTAL_MS: total_ms,
-            _semconv.CHUNKS: state.chunks,
-            _semconv.MAX_CHUNK_GAP_MS: state.max_gap_ns / 1e6,
-            _semconv.STALLS: state.stalls,
-        }
-        if ttft_ms is not None:
-            attributes[_semconv.TTFT_MS] = ttft_ms
-        if level is not None:
-            attributes[_semconv.TTFT_LEVEL] = level
-        if first_chunk_s is not None:
-            attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = first_chunk_s
-        if estimated is not None:
-            attributes[_semconv.ESTIMATED_INPUT_TOKENS] = estimated
-        if details.model is not None:
-            attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = details.model
-        if details.id is not None:
-            attributes[gen_ai.GEN_AI_RESPONSE_ID] = details.id
-        if details.finish_reasons:
-            attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = details.finish_reasons
-        if details.input_tokens is not None:
-            attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = details.input_tokens
-        if details.output_tokens is not None:
-            attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = details.output_tokens
-        if self.capture_content and response is not None:
-            attributes[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _output_json(response)
-        span.set_attributes(attributes)
-        _end_span(span, error)
+            attributes: dict[str, AttributeValue] = {
+                gen_ai.GEN_AI_REQUEST_STREAM: state.streamed,
+                _semconv.TOTAL_MS: total_ms,
+                _semconv.CHUNKS: state.chunks,
+                _semconv.MAX_CHUNK_GAP_MS: state.max_gap_ns / 1e6,
+                _semconv.STALLS: state.stalls,
+            }
+            if ttft_ms is not None:
+                attributes[_semconv.TTFT_MS] = ttft_ms
+            if level is not None:
+                attributes[_semconv.TTFT_LEVEL] = level
+            if first_chunk_s is not None:
+                attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = first_chunk_s
+            if estimated is not None:
+                attributes[_semconv.ESTIMATED_INPUT_TOKENS] = estimated
+            if details.model is not None:
+                attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = details.model
+            if details.id is not None:
+                attributes[gen_ai.GEN_AI_RESPONSE_ID] = details.id
+            if details.finish_reasons:
+                attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = details.finish_reasons
+            if details.input_tokens is not None:
+                attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = details.input_tokens
+            if details.output_tokens is not None:
+                attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = details.output_tokens
+            if self.capture_content and response is not None:
+                attributes[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _output_json(response)
+            span.set_attributes(attributes)
+        finally:
+            _end_span(span, error)
 
         metric_attributes = state.metric_attributes
         if details.model is not None:
@@ -1033,16 +1032,14 @@ def _server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:
 def _pending_trim(data: object) -> PendingTrim | None:
     """The figures of a ``TrimResult`` (read by duck typing), or ``None`` for anything else."""
     figures: dict[str, int] = {}
-    for field, attribute in _TRIM_INT_FIELDS.items():
+    for field in TRIM_FIELDS:
         value = getattr(data, field, None)
-        if isinstance(value, bool) or not isinstance(value, int):
+        # ``over_budget`` is the one flag; the other fields are counts.
+        if not isinstance(value, int) or isinstance(value, bool) != (field == "over_budget"):
             return None
-        figures[attribute] = value
-    over_budget = getattr(data, "over_budget", None)
-    if not isinstance(over_budget, bool):
-        return None
-    attributes: dict[str, AttributeValue] = {**figures, TRIM_OVER_BUDGET: over_budget}
-    return PendingTrim(attributes=attributes, budget=figures[TRIM_BUDGET])
+        figures[field] = value
+    attributes = {TRIM_FIELDS[field]: value for field, value in figures.items()}
+    return PendingTrim(attributes=attributes, budget=figures["budget"])
 
 
 def _response_details(response: LLMResult | None) -> _Response:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from langchain_core.language_models import LanguageModelInput
 from langchain_openai import ChatOpenAI
 
 from agent_latency._config import MAX_TOKENS_PARAMS, Settings
@@ -51,8 +52,8 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
     settings = settings or Settings()
     if settings.llm.max_tokens_param not in MAX_TOKENS_PARAMS:
         raise ValueError(
-            f"max_tokens_param must be one of {MAX_TOKENS_PARAMS}, "
-            f"got {settings.llm.max_tokens_param!r}."
+            f"llm.max_tokens_param: {settings.llm.max_tokens_param!r} is invalid. "
+            f"Fix: use one of {', '.join(MAX_TOKENS_PARAMS)}."
         )
     llm = settings.llm
     fields: dict[str, Any] = {
@@ -74,11 +75,28 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
             # Local servers (vLLM, llama.cpp, the simulator) need no key, but the openai client
             # refuses to start without one.
             fields["api_key"] = _NO_KEY
-    limit_param = _output_limit_param(llm.max_tokens_param, base_url)
-    if limit_param == "max_tokens" and fields.get("max_tokens") is not None:
-        # ChatOpenAI always renames max_tokens to max_completion_tokens; extra_body puts the
-        # plain field back in the request body instead.
-        extra_body = dict(fields.get("extra_body") or {})
-        extra_body["max_tokens"] = fields.pop("max_tokens")
-        fields["extra_body"] = extra_body
-    return ChatOpenAI(**fields)
+    fields["output_limit_field"] = _output_limit_param(llm.max_tokens_param, base_url)
+    return CompatibleChatOpenAI(**fields)
+
+
+class CompatibleChatOpenAI(ChatOpenAI):
+    """``ChatOpenAI`` that sends the output limit in the field the endpoint understands.
+
+    ChatOpenAI always sends ``max_completion_tokens``; with ``output_limit_field="max_tokens"``
+    the request carries ``max_tokens`` instead, whether the limit comes from the model's fields
+    or from a single call (``model.invoke(..., max_tokens=5)``).
+    """
+
+    output_limit_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+
+    def _get_request_payload(
+        self,
+        input_: LanguageModelInput,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
+        if self.output_limit_field == "max_tokens" and "max_completion_tokens" in payload:
+            payload["max_tokens"] = payload.pop("max_completion_tokens")
+        return payload

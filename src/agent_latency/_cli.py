@@ -84,7 +84,7 @@ def sim(
 
 
 def _register_commands() -> None:
-    # Imported here so that `agent-latency --help` stays fast and import errors surface per run.
+    # Each command lives in the module that owns its idea; this module only assembles them.
     from agent_latency._bench_cli import bench
     from agent_latency._doctor import doctor
     from agent_latency._trim_cli import trim

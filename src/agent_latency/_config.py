@@ -510,13 +510,19 @@ def _validate(settings: Settings, found: _Found) -> None:
         _check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))
 
 
-def _check_base_url(base_url: str, place: str) -> None:
+def is_http_url(url: object) -> bool:
+    """Whether ``url`` is an absolute http(s) URL with a host."""
+    if not isinstance(url, str):
+        return False
     try:
-        parts = urlsplit(base_url)
-        is_http = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
     except ValueError:  # e.g. an unclosed IPv6 bracket
-        is_http = False
-    if not is_http:
+        return False
+
+
+def _check_base_url(base_url: str, place: str) -> None:
+    if not is_http_url(base_url):
         raise ConfigError(
             f"{place}: {base_url!r} is not an http(s) URL. "
             "Fix: write the API root, e.g. https://api.example.com/v1."

@@ -33,6 +33,7 @@ from agent_latency._config import (
     with_channel_overrides,
 )
 from agent_latency._prefill import fit_prefill
+from agent_latency._redaction import display_url, redact
 from agent_latency._tokens import TokenCounter
 
 PROBE_TIMEOUT_S: Final = 10.0
@@ -284,7 +285,7 @@ def check_api_root(models: HttpReply, *, api_root: str | None = None) -> CheckRe
         return CheckResult(
             "api root",
             CheckStatus.FAIL,
-            f"cannot reach {models.url}: {models.error}",
+            f"cannot reach {display_url(models.url)}: {models.error}",
             "start the server, or correct llm.base_url (scheme, host, port); "
             "`agent-latency sim` serves http://127.0.0.1:8000/v1",
         )
@@ -293,8 +294,9 @@ def check_api_root(models: HttpReply, *, api_root: str | None = None) -> CheckRe
         return CheckResult(
             "api root",
             CheckStatus.FAIL,
-            f"GET {models.url} answered {answer}: base_url points at the website, not the API root",
-            f"set llm.base_url to {api_root}"
+            f"GET {display_url(models.url)} answered {answer}: "
+            "base_url points at the website, not the API root",
+            f"set llm.base_url to {display_url(api_root)}"
             if api_root
             else "use the API root from the provider's docs, usually ending in /v1 "
             "(e.g. https://host/v1)",
@@ -303,7 +305,7 @@ def check_api_root(models: HttpReply, *, api_root: str | None = None) -> CheckRe
         return CheckResult(
             "api root",
             CheckStatus.PASS,
-            f"GET {models.url} answered {models.status} with an API answer",
+            f"GET {display_url(models.url)} answered {models.status} with an API answer",
         )
     return _http_failure("api root", models)
 
@@ -634,8 +636,8 @@ class Endpoint:
         if isinstance(exc, httpx.TimeoutException):
             return f"no answer within {self.timeout_s:g} s"
         if isinstance(exc, httpx.ConnectError):
-            return f"connection failed ({_redact(str(exc), self._secret) or 'refused'})"
-        return f"{type(exc).__name__}: {_redact(str(exc), self._secret)}"
+            return f"connection failed ({redact(str(exc), self._secret) or 'refused'})"
+        return f"{type(exc).__name__}: {redact(str(exc), self._secret)}"
 
 
 def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Iterator[CheckResult]:
@@ -780,13 +782,13 @@ def _http_failure(name: str, reply: HttpReply, *, limit_field: str | None = None
         return CheckResult(
             name,
             CheckStatus.FAIL,
-            f"{reply.url}: {reply.error}",
+            f"{display_url(reply.url)}: {reply.error}",
             "check that the server is up and not overloaded; llm.base_url must be reachable",
         )
     if reply.status in (401, 403):
         return replace(check_api_key(reply, key_configured=True), name=name)
     said = _server_message(reply)
-    found = f"{reply.url} answered {reply.status}" + (f": {said}" if said else "")
+    found = f"{display_url(reply.url)} answered {reply.status}" + (f": {said}" if said else "")
     if reply.status == 404:
         fix = "set llm.model to a model the server runs (see the model check above)"
     elif reply.status in (400, 422) and limit_field is not None and limit_field in said:
@@ -798,10 +800,6 @@ def _http_failure(name: str, reply: HttpReply, *, limit_field: str | None = None
     else:
         fix = "the server failed; see its logs"
     return CheckResult(name, CheckStatus.FAIL, found, fix)
-
-
-def _redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
 
 
 # --- the command ----------------------------------------------------------------------------
@@ -845,8 +843,9 @@ def doctor(
     )
     console = Console(highlight=False)
     llm = loaded.llm
+    endpoint = display_url(llm.base_url or OPENAI_API_ROOT)
     console.print(
-        Text(f"agent-latency doctor: {llm.base_url or OPENAI_API_ROOT}, model {llm.model}"),
+        Text(f"agent-latency doctor: {endpoint}, model {llm.model}"),
         soft_wrap=True,
     )
     counts = dict.fromkeys(CheckStatus, 0)

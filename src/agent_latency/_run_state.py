@@ -31,13 +31,12 @@ _PRUNE_CHILDREN_EVERY = 256
 class PendingTrim:
     """The figures of a trim, waiting for the model call it prepared.
 
-    One instance is shared by the run that reported the trim and that run's parent, so whichever
-    of the two the model call hangs under consumes it, and only once.
+    One run holds it at a time: the run that reported the trim, then, once that run has ended
+    without consuming it, each enclosing run in turn, until a model call under it takes it.
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
-    consumed: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -50,7 +49,8 @@ class RunState:
         span: The run's span, or ``None`` when the run is transparent in the trace.
         context: The context children start in: the run's span, or its parent's context.
         children: Ids of the runs started under this one (some may have ended already).
-        pending_trim: A trim reported in this run, not yet attached to a model call.
+        pending_trim: A trim reported in this run or handed on by a child run that ended, not
+            yet attached to a model call.
         task_watch: For a root run in asyncio: the task and the done-callback that ends the run
             if the task finishes first (LangChain reports no end when a model call is cancelled).
     """
@@ -114,12 +114,7 @@ class ModelRunState(RunState):
             return 0
         gap = now_ns - self.last_chunk_ns
         self.last_chunk_ns = now_ns
-        if gap > self.max_gap_ns:
-            self.max_gap_ns = gap
-        if gap > self.stall_ns:
-            self.stalls += 1
-            return gap
-        return 0
+        return self._account_gap(gap)
 
     def close_stream(self, end_ns: int) -> int:
         """Accounts for the wait from the last chunk to the end of the call.
@@ -135,7 +130,10 @@ class ModelRunState(RunState):
         """
         if self.first_chunk_ns is None:
             return 0
-        gap = end_ns - self.last_chunk_ns
+        return self._account_gap(end_ns - self.last_chunk_ns)
+
+    def _account_gap(self, gap: int) -> int:
+        """Adds a wait between chunks to the figures; returns it when it was a stall, else 0."""
         if gap > self.max_gap_ns:
             self.max_gap_ns = gap
         if gap > self.stall_ns:

@@ -8,13 +8,12 @@ id, name, tool-call id and non-text parts (images), so it still answers the same
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._tokens import _LRU, TokenCounter
+from agent_latency._tokens import IMAGE_PART_TYPES, LRUCache, TokenCounter
 
 MARKER = "\n[... {removed} tokens removed ...]\n"
 """Put where the middle of a shortened text was."""
@@ -41,8 +40,7 @@ class MessageShortener:
 
     def __init__(self, counter: TokenCounter, *, cache_size: int = 256) -> None:
         self._counter = counter
-        self._cache = _LRU(cache_size)
-        self._lock = threading.Lock()
+        self._cache = LRUCache(cache_size)  # thread-safe on its own
 
     def shorten(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
@@ -57,13 +55,11 @@ class MessageShortener:
             target: The most tokens the copy may count, framing included.
         """
         key = (id(message), target)
-        with self._lock:
-            entry = self._cache.get(key)
+        entry = self._cache.get(key)
         if entry is not None and entry[0]() is message and entry[1] is message.content:
             return entry[2], entry[3]
         shortened, count = self._shorten_uncached(message, target)
-        with self._lock:
-            self._cache.put(key, (weakref.ref(message), message.content, shortened, count))
+        self._cache.put(key, (weakref.ref(message), message.content, shortened, count))
         return shortened, count
 
     def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
@@ -137,7 +133,7 @@ def _split_content(content: str | list[str | dict[str, Any]]) -> tuple[list[str]
     for part in content:
         if isinstance(part, str):
             texts.append(part)
-        elif part.get("type") not in ("image_url", "image") and isinstance(part.get("text"), str):
+        elif part.get("type") not in IMAGE_PART_TYPES and isinstance(part.get("text"), str):
             texts.append(part["text"])
         else:
             others.append(part)

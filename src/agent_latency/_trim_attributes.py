@@ -6,6 +6,7 @@ chat-model span the trim prepared, so both import them from here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 TRIM_SPAN_NAME: Final = "agent_latency.trim"
@@ -23,3 +24,16 @@ TRIM_SHORTENED_MESSAGES: Final = "agent_latency.trim.shortened_messages"
 """How many messages were sent with the middle of their text cut out."""
 TRIM_OVER_BUDGET: Final = "agent_latency.trim.over_budget"
 """Whether even the messages that must be kept exceed the budget."""
+
+TRIM_FIELDS: Final[Mapping[str, str]] = {
+    "tokens_before": TRIM_TOKENS_BEFORE,
+    "tokens_after": TRIM_TOKENS_AFTER,
+    "budget": TRIM_BUDGET,
+    "dropped_messages": TRIM_DROPPED_MESSAGES,
+    "shortened_messages": TRIM_SHORTENED_MESSAGES,
+    "over_budget": TRIM_OVER_BUDGET,
+}
+"""The ``TrimResult`` fields that describe a trim, each with the attribute it becomes.
+
+``over_budget`` is a flag; every other field is a count of tokens or messages.
+"""

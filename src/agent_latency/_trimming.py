@@ -55,13 +55,8 @@ from agent_latency._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 from agent_latency._tokens import REPLY_PRIMING_TOKENS, TokenCounter, role_of
 from agent_latency._trace_link import TRIM_EVENT, find_run_context
 from agent_latency._trim_attributes import (
-    TRIM_BUDGET,
-    TRIM_DROPPED_MESSAGES,
-    TRIM_OVER_BUDGET,
-    TRIM_SHORTENED_MESSAGES,
+    TRIM_FIELDS,
     TRIM_SPAN_NAME,
-    TRIM_TOKENS_AFTER,
-    TRIM_TOKENS_BEFORE,
 )
 
 logger = logging.getLogger(__name__)
@@ -269,14 +264,7 @@ class TrimResult:
 
     def span_attributes(self) -> dict[str, AttributeValue]:
         """Returns the ``agent_latency.trim.*`` attributes describing this trim."""
-        return {
-            TRIM_TOKENS_BEFORE: self.tokens_before,
-            TRIM_TOKENS_AFTER: self.tokens_after,
-            TRIM_BUDGET: self.budget,
-            TRIM_DROPPED_MESSAGES: self.dropped_messages,
-            TRIM_SHORTENED_MESSAGES: self.shortened_messages,
-            TRIM_OVER_BUDGET: self.over_budget,
-        }
+        return {attribute: getattr(self, field) for field, attribute in TRIM_FIELDS.items()}
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from agent_latency._tokens import TOKENS_PER_IMAGE, TokenCounter
+from agent_latency._tokens import IMAGE_PART_TYPES, TOKENS_PER_IMAGE, TokenCounter
 
 from ._protocol import ChatRequest
 
@@ -86,7 +86,7 @@ class PromptTokenizer:
             return self._encode(content)
         tokens = array("I")
         for part in content if isinstance(content, list) else ():
-            if part.get("type") in ("image_url", "image"):
+            if part.get("type") in IMAGE_PART_TYPES:
                 tokens.extend([_IMAGE] * TOKENS_PER_IMAGE)
             elif isinstance(part.get("text"), str):
                 tokens.extend(self._encode(part["text"]))
