@@ -476,7 +476,7 @@ def load_baseline(path: str | Path) -> float:
         ValueError: Naming the file, when it is unreadable, not JSON, or lacks that number.
     """
     path = Path(path)
-    document = read_json_file(path, "baseline (a --json file of an earlier run)")
+    document = read_json_file(path, "a --json file of an earlier run")
     modes = document.get("modes") if isinstance(document, Mapping) else None
     for entry in modes if isinstance(modes, list) else ():
         if (

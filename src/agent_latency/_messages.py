@@ -54,7 +54,7 @@ def _check_content(content: object, index: int, role: object) -> None:
     if isinstance(content, list):
         valid = all(isinstance(part, str | Mapping) for part in content)
     if not valid:
-        raise TypeError(
+        raise ValueError(
             f"Message {index} ({role}): content must be a string, a list of parts (strings or "
             f"dicts) or null, got {type(content).__name__}"
             + (" with other items" if isinstance(content, list) else "")
@@ -89,26 +89,26 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         ) from None
 
 
-def read_json_file(path: str | Path, what: str = "file") -> Any:
+def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     """Parses a JSON file, turning every way it can fail into a ValueError naming the file.
 
     Args:
         path: The file.
-        what: What the file is, for the messages (e.g. ``"baseline"``).
+        what: What the file should be, for the fix (e.g. ``"a --json file of an earlier run"``).
     """
     path = Path(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{path}: {what} not found; check the path.") from None
+        raise ValueError(f"{path}: file not found; give the path of {what}.") from None
     except json.JSONDecodeError as exc:
         raise ValueError(
-            f"{path}: {what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
+            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
         ) from None
     except RecursionError:
-        raise ValueError(f"{path}: {what} is JSON nested too deeply to read.") from None
+        raise ValueError(f"{path}: JSON nested too deeply to read.") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: {what} cannot be read ({type(exc).__name__}).") from None
+        raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
 
 
 def load_messages_file(path: str | Path) -> list[BaseMessage]:
@@ -119,7 +119,7 @@ def load_messages_file(path: str | Path) -> list[BaseMessage]:
     Raises:
         ValueError: Naming the file when it cannot be read, is not JSON, or holds bad messages.
     """
-    data = read_json_file(path, "conversation")
+    data = read_json_file(path, "an OpenAI-format conversation")
     try:
         return coerce_messages(data)
     except (TypeError, ValueError) as exc:

@@ -1,0 +1,81 @@
+"""``agent-latency trim``: one row per message with what happened and why; the output file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_latency._cli import main
+from agent_latency._messages import coerce_messages
+from agent_latency._tokens import TokenCounter
+from agent_latency._trim_cli import RULE_REASONS
+
+SCENARIO = Path(__file__).resolve().parent.parent / "src/agent_latency/scenarios/agent_8k.json"
+
+
+def _conversation(tmp_path: Path) -> Path:
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        *[
+            item
+            for n in range(12)
+            for item in (
+                {"role": "user", "content": f"question {n} " + "words " * 80},
+                {"role": "assistant", "content": f"answer {n} " + "words " * 80},
+            )
+        ],
+        {"role": "user", "content": "The question that matters now."},
+    ]
+    path = tmp_path / "conversation.json"
+    path.write_text(json.dumps(messages), encoding="utf-8")
+    return path
+
+
+def test_prints_a_row_per_message_with_action_and_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.chdir(tmp_path)  # no config.toml / settings.json of the developer's
+    path = _conversation(tmp_path)
+
+    assert main(["trim", str(path), "--budget", "600"]) == 0
+
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(rows) == 26  # one per input message
+    assert "always kept" in rows[0] and "system" in rows[0]
+    assert "always kept" in rows[-1] and "latest_user" in rows[-1]
+    assert any("dropped" in row and RULE_REASONS["dropped_for_budget"] in row for row in rows)
+    assert "Trim to 600 tokens" in out
+    assert "dropped" in out.split("total")[-1]
+
+
+def test_output_file_holds_the_trimmed_conversation_in_openai_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "trimmed.json"
+
+    assert main(["trim", str(SCENARIO), "--budget", "2500", "--output", str(output)]) == 0
+
+    original = json.loads(SCENARIO.read_text(encoding="utf-8"))
+    trimmed = json.loads(output.read_text(encoding="utf-8"))
+    assert 1 < len(trimmed) < len(original)
+    assert trimmed[0] == original[0]  # the system prompt, unchanged
+    assert trimmed[-1] == original[-1]  # the latest user message, unchanged
+    assert {m["role"] for m in trimmed} <= {"system", "user", "assistant", "tool"}
+    assert TokenCounter().count_messages(coerce_messages(trimmed)) <= 2500
+
+
+def test_budget_comes_from_the_settings_file_when_not_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"promptTrimmer": {"defaultBudget": 700}}), encoding="utf-8")
+
+    assert main(["trim", str(_conversation(tmp_path)), "--settings", str(settings)]) == 0
+
+    assert "Trim to 700 tokens" in capsys.readouterr().out
