@@ -1,8 +1,9 @@
-"""Shared fixtures: in-memory OpenTelemetry providers and a local OTLP receiver."""
+"""Shared fixtures: a clean environment, in-memory OpenTelemetry providers, an OTLP receiver."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,24 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otlp_receiver import OTLPReceiver
+
+CHANNEL_VARIABLES = (
+    "AGENT_LATENCY_BASE_URL",
+    "AGENT_LATENCY_API_KEY",
+    "AGENT_LATENCY_MODEL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+)
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty working directory (no config.toml or settings.json of the developer's) and no
+    channel variables of the caller's shell; returns the directory."""
+    monkeypatch.chdir(tmp_path)
+    for variable in CHANNEL_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    return tmp_path
 
 
 @pytest.fixture

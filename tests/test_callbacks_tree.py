@@ -41,6 +41,17 @@ class ToolCallingFake(GenericFakeChatModel):
         return self
 
 
+# What a TrimResult carries, as the handler reads it (by attribute, duck-typed).
+TRIM_FIGURES = SimpleNamespace(
+    tokens_before=900,
+    tokens_after=500,
+    budget=512,
+    dropped_messages=4,
+    shortened_messages=1,
+    over_budget=False,
+)
+
+
 @pytest.fixture
 def handler(tracer_provider: TracerProvider, meter_provider: Any) -> LatencyCallbackHandler:
     return LatencyCallbackHandler(tracer_provider=tracer_provider, meter_provider=meter_provider)
@@ -226,14 +237,7 @@ def test_trim_figures_land_on_the_chat_span_the_trim_prepared(
 async def test_trim_reported_inside_the_model_scope_is_used_once(
     handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
 ) -> None:
-    figures = SimpleNamespace(
-        tokens_before=900,
-        tokens_after=500,
-        budget=512,
-        dropped_messages=4,
-        shortened_messages=1,
-        over_budget=False,
-    )
+    figures = TRIM_FIGURES
 
     async def trim_then_call(text: str) -> Any:
         await adispatch_custom_event(TRIM_EVENT, figures)
@@ -441,14 +445,7 @@ def test_pre_model_hook_trim_in_create_react_agent_marks_each_chat_span(
 def test_a_trim_whose_run_failed_is_not_handed_on(
     handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
 ) -> None:
-    figures = SimpleNamespace(
-        tokens_before=900,
-        tokens_after=500,
-        budget=512,
-        dropped_messages=4,
-        shortened_messages=1,
-        over_budget=False,
-    )
+    figures = TRIM_FIGURES
 
     def trim_then_fail(text: str) -> str:
         dispatch_custom_event(TRIM_EVENT, figures)

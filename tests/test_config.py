@@ -23,12 +23,6 @@ from agent_latency._config import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV_VARIABLES = (
-    "AGENT_LATENCY_BASE_URL",
-    "AGENT_LATENCY_API_KEY",
-    "AGENT_LATENCY_MODEL",
-    "OPENAI_API_KEY",
-)
 SECRET = "sk-test-8d1f0c2e-do-not-print"
 
 # The values issue 2 specifies for examples/config.toml and examples/settings.json.
@@ -58,12 +52,7 @@ ISSUE_SETTINGS = Settings(
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No channel variables from the caller's shell, and no config files in the working dir."""
-    for variable in ENV_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def _load(

@@ -50,17 +50,7 @@ app = typer.Typer()
 app.command()(doctor)
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No config file of the working directory and no key of the environment leaks in."""
-    monkeypatch.chdir(tmp_path)
-    for variable in (
-        "AGENT_LATENCY_BASE_URL",
-        "AGENT_LATENCY_API_KEY",
-        "AGENT_LATENCY_MODEL",
-        "OPENAI_API_KEY",
-    ):
-        monkeypatch.delenv(variable, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def _run(*args: str, config: str | None = None, settings: str | None = None) -> Result:

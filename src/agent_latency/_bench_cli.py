@@ -172,9 +172,10 @@ def _add_figures(
 ) -> None:
     """Adds right-aligned figure columns after the label column, and one row per label."""
     for column, header in enumerate(headers):
-        # Headers may wrap on a narrow terminal; the figures and the longest word must not.
+        # Exactly as wide as the widest figure or header word: headers wrap, figures are never
+        # cut (rich shrinks columns with a mere minimum width below it on narrow terminals).
         widest = max([len(row[column]) for row in rows] + [max(map(len, header.split()))])
-        table.add_column(header, justify="right", min_width=widest)
+        table.add_column(header, justify="right", width=widest)
     for label, row in zip(labels, rows, strict=True):
         table.add_row(label, *row)
 
