@@ -2,6 +2,9 @@
 
 Shorter prompts mean less prefill and a sooner first token; streaming makes that token visible at
 once; the callback handler measures both as OpenTelemetry spans and metrics.
+
+``TrimmingMiddleware`` needs the ``agents`` extra (``pip install 'agent-latency[agents]'``); it is
+imported on first use, so everything else works without langchain and langgraph.
 """
 
 from typing import TYPE_CHECKING, Any
