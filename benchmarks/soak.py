@@ -64,15 +64,15 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
-from agent_latency._bench import percentile
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
-from agent_latency._channel import build_chat_model
+from agent_latency._chat_model import build_chat_model
 from agent_latency._config import Settings
-from agent_latency._middleware import TrimmingMiddleware
-from agent_latency._run_state import RunState
-from agent_latency._telemetry import configure_telemetry
-from agent_latency._trimming import PriorityTrimmer
+from agent_latency.bench._runner import percentile
 from agent_latency.sim import DEFAULT_MODEL
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.telemetry._run_state import RunState
+from agent_latency.telemetry._setup import configure_telemetry
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 BUDGET = 600
 ROUNDS = 8
@@ -587,7 +587,7 @@ def simulator_process() -> Iterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     options = [f"--{name.replace('_', '-')}={value}" for name, value in SERVER_OPTIONS.items()]
-    command = [sys.executable, "-m", "agent_latency._cli", "sim", f"--port={port}", *options]
+    command = [sys.executable, "-m", "agent_latency.cli._app", "sim", f"--port={port}", *options]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root = f"http://127.0.0.1:{port}"
     try:

@@ -37,7 +37,7 @@ from langchain_core.messages import (
 )
 
 from agent_latency._tokens import TokenCounter
-from agent_latency._trimming import PriorityTrimmer
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 BUDGET = 6000
 HISTORY_MESSAGES = 400

@@ -13,7 +13,7 @@ succeed, and no output may hold a Python traceback. The commands a block may use
   ``sim`` command (so its options are checked) but served on a free port; every address the doc
   gives it (``127.0.0.1:8000``, ``localhost:8000``) is mapped to the real one in commands, files
   and expected output. ``kill %N`` stops the N-th one.
-- ``agent-latency ...``: the CLI, in-process through ``agent_latency._cli.main``.
+- ``agent-latency ...``: the CLI, in-process through ``agent_latency.cli._app.main``.
 - ``python FILE.py ...``: a subprocess with this interpreter, unbuffered, stdout and stderr
   merged as in a terminal, stopped after :data:`PYTHON_TIMEOUT_S`.
 - ``cat > FILE <<'EOF'`` ... ``EOF`` writes a file; ``cat FILE`` prints one; ``echo $?`` prints
@@ -45,7 +45,7 @@ import pytest
 from otlp_receiver import OTLPReceiver
 
 import agent_latency.sim
-from agent_latency import _cli
+from agent_latency import cli as _cli
 from agent_latency.sim import SimulatorConfig, running_simulator
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import SecretStr
 
-from agent_latency._bench import (
+from agent_latency._config import Settings
+from agent_latency._messages import coerce_messages
+from agent_latency._tokens import TokenCounter
+from agent_latency.bench._runner import (
     GATED_MODE,
     MODES,
     STRATEGIES,
@@ -35,9 +38,6 @@ from agent_latency._bench import (
     saving_breakdown,
     with_request_id,
 )
-from agent_latency._config import Settings
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 
 ROOT = Path(__file__).resolve().parents[1]

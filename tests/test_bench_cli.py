@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from agent_latency._bench_cli import bench
+from agent_latency.cli._bench import bench
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 
 KEY = "sk-bench-cli-secret-0123456789"

@@ -20,10 +20,11 @@ from opentelemetry.semconv._incubating.attributes import error_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.trace import SpanKind, StatusCode
 
-from agent_latency import _callbacks, _semconv
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
+from agent_latency import semconv
 from agent_latency._config import MetricsSettings, Settings, StreamingSettings
 from agent_latency._trace_link import RunContextProvider
+from agent_latency.telemetry import _handler as _callbacks
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
 
 MS = 1_000_000  # nanoseconds
 
@@ -195,26 +196,26 @@ def test_streamed_call_gets_one_client_span_with_exact_timings(
     assert attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] == 11
     assert attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
     assert attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == pytest.approx(0.3)
-    assert attributes[_semconv.TTFT_MS] == pytest.approx(300)
-    assert attributes[_semconv.TOTAL_MS] == pytest.approx(1215)
+    assert attributes[semconv.TTFT_MS] == pytest.approx(300)
+    assert attributes[semconv.TOTAL_MS] == pytest.approx(1215)
     # The empty last chunk carries no content: three content chunks, not four.
-    assert attributes[_semconv.CHUNKS] == 3
-    assert attributes[_semconv.MAX_CHUNK_GAP_MS] == pytest.approx(900)
-    assert attributes[_semconv.STALLS] == 1
-    assert attributes[_semconv.TTFT_LEVEL] == "ok"
-    assert attributes[_semconv.OUTCOME] == "ok"
-    assert attributes[_semconv.ESTIMATED_INPUT_TOKENS] > 0
+    assert attributes[semconv.CHUNKS] == 3
+    assert attributes[semconv.MAX_CHUNK_GAP_MS] == pytest.approx(900)
+    assert attributes[semconv.STALLS] == 1
+    assert attributes[semconv.TTFT_LEVEL] == "ok"
+    assert attributes[semconv.OUTCOME] == "ok"
+    assert attributes[semconv.ESTIMATED_INPUT_TOKENS] > 0
     assert error_attributes.ERROR_TYPE not in attributes
     assert span.status.status_code is StatusCode.UNSET
     events = [(event.name, dict(event.attributes or {})) for event in span.events]
     assert events == [
-        (_semconv.FIRST_CHUNK_EVENT, {}),
-        (_semconv.STALL_EVENT, {_semconv.STALL_GAP_MS: 900.0, _semconv.STALL_AFTER_CHUNKS: 2}),
+        (semconv.FIRST_CHUNK_EVENT, {}),
+        (semconv.STALL_EVENT, {semconv.STALL_GAP_MS: 900.0, semconv.STALL_AFTER_CHUNKS: 2}),
     ]
 
     (duration,) = metric_points("gen_ai.client.operation.duration")
     assert duration.sum == pytest.approx(1.215)
-    assert tuple(duration.explicit_bounds) == _semconv.DURATION_BUCKETS_S
+    assert tuple(duration.explicit_bounds) == semconv.DURATION_BUCKETS_S
     assert dict(duration.attributes) == {
         gen_ai.GEN_AI_OPERATION_NAME: "chat",
         gen_ai.GEN_AI_PROVIDER_NAME: "scripted",
@@ -232,9 +233,9 @@ def test_streamed_call_gets_one_client_span_with_exact_timings(
     }
     assert usage == {"input": 11, "output": 3}
     assert tuple(metric_points("gen_ai.client.token.usage")[0].explicit_bounds) == (
-        _semconv.TOKEN_USAGE_BUCKETS
+        semconv.TOKEN_USAGE_BUCKETS
     )
-    (stalls,) = metric_points(_semconv.STALLS_METRIC)
+    (stalls,) = metric_points(semconv.STALLS_METRIC)
     assert stalls.value == 1
 
     (record,) = records
@@ -243,7 +244,7 @@ def test_streamed_call_gets_one_client_span_with_exact_timings(
     assert (record.ttft_ms, record.total_ms, record.chunks) == (300, 1215, 3)
     assert (record.stalls, record.max_chunk_gap_ms) == (1, 900)
     assert (record.input_tokens, record.output_tokens) == (11, 3)
-    assert record.estimated_input_tokens == attributes[_semconv.ESTIMATED_INPUT_TOKENS]
+    assert record.estimated_input_tokens == attributes[semconv.ESTIMATED_INPUT_TOKENS]
     assert (record.ttft_level, record.error_type, record.outcome) == ("ok", None, "ok")
     assert handler.open_runs == 0
 
@@ -276,8 +277,8 @@ def test_blocking_call_has_total_as_ttft_and_no_first_chunk_figures(
     attributes = only_span(span_exporter, "chat scripted-1").attributes
     assert attributes[gen_ai.GEN_AI_REQUEST_STREAM] is False
     assert gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in attributes
-    assert attributes[_semconv.TTFT_MS] == attributes[_semconv.TOTAL_MS] == pytest.approx(400)
-    assert attributes[_semconv.CHUNKS] == 0
+    assert attributes[semconv.TTFT_MS] == attributes[semconv.TOTAL_MS] == pytest.approx(400)
+    assert attributes[semconv.CHUNKS] == 0
     assert attributes[gen_ai.GEN_AI_RESPONSE_ID] == "resp-blocking"
     assert metric_points("gen_ai.client.operation.time_to_first_chunk") == []
     assert metric_points("gen_ai.client.operation.duration")[0].sum == pytest.approx(0.4)
@@ -302,9 +303,9 @@ def test_ttft_thresholds_set_the_level_and_log_with_a_hint(
     with caplog.at_level(logging.INFO, logger="agent_latency"):
         list(model.stream("hi", config=config(handler)))
 
-    assert only_span(span_exporter, "chat scripted-1").attributes[_semconv.TTFT_LEVEL] == level
+    assert only_span(span_exporter, "chat scripted-1").attributes[semconv.TTFT_LEVEL] == level
     slow = [record for record in caplog.records if record.levelno >= logging.WARNING]
-    breaches = metric_points(_semconv.TTFT_BREACHES_METRIC)
+    breaches = metric_points(semconv.TTFT_BREACHES_METRIC)
     if log_level is None:
         assert slow == []
         assert breaches == []
@@ -316,7 +317,7 @@ def test_ttft_thresholds_set_the_level_and_log_with_a_hint(
     for expected in ("scripted-1", f"{ttft_ms:.0f} ms", "42 input tokens", "no trim", "Hint"):
         assert expected in line
     (breach,) = breaches
-    assert breach.attributes[_semconv.TTFT_LEVEL] == level
+    assert breach.attributes[semconv.TTFT_LEVEL] == level
 
 
 def test_log_every_request_writes_one_info_line_per_call(
@@ -380,16 +381,16 @@ def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
         list(model.stream("hi", config=config(handler)))
 
     attributes = only_span(span_exporter, "chat scripted-1").attributes
-    assert attributes[_semconv.TOTAL_MS] == pytest.approx(1205)
-    assert attributes[_semconv.STALLS] == 1
+    assert attributes[semconv.TOTAL_MS] == pytest.approx(1205)
+    assert attributes[semconv.STALLS] == 1
     for absent in (
-        _semconv.TTFT_MS,
-        _semconv.TTFT_LEVEL,
+        semconv.TTFT_MS,
+        semconv.TTFT_LEVEL,
         gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
     ):
         assert absent not in attributes
     events = [event.name for event in only_span(span_exporter, "chat scripted-1").events]
-    assert _semconv.FIRST_CHUNK_EVENT not in events
+    assert semconv.FIRST_CHUNK_EVENT not in events
     assert metric_points("gen_ai.client.operation.time_to_first_chunk") == []
     assert metric_points("gen_ai.client.operation.duration")
     assert not [r for r in caplog.records if "slow first token" in r.getMessage()]
@@ -428,8 +429,8 @@ def test_failed_call_records_error_type_and_re_raises_the_same_exception(
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == "ConnectionResetError"
     assert span.attributes[error_attributes.ERROR_TYPE] == "ConnectionResetError"
-    assert span.attributes[_semconv.OUTCOME] == "error"
-    assert span.attributes[_semconv.CHUNKS] == 1
+    assert span.attributes[semconv.OUTCOME] == "error"
+    assert span.attributes[semconv.CHUNKS] == 1
     (duration,) = metric_points("gen_ai.client.operation.duration")
     assert duration.attributes[error_attributes.ERROR_TYPE] == "ConnectionResetError"
     assert records[0].error_type == "ConnectionResetError"
@@ -453,8 +454,8 @@ def test_abandoned_sync_stream_ends_its_span_without_error(
         break
 
     span = only_span(span_exporter, "chat scripted-1")
-    assert span.attributes[_semconv.OUTCOME] == "abandoned"
-    assert span.attributes[_semconv.CHUNKS] == 1
+    assert span.attributes[semconv.OUTCOME] == "abandoned"
+    assert span.attributes[semconv.CHUNKS] == 1
     assert span.status.status_code is StatusCode.UNSET
     assert handler.open_runs == 0
 
@@ -467,7 +468,7 @@ async def test_abandoned_async_stream_ends_its_span(
     async for _ in stream:
         break
     await stream.aclose()  # type: ignore[attr-defined]
-    assert only_span(span_exporter, "chat scripted-1").attributes[_semconv.OUTCOME] == "abandoned"
+    assert only_span(span_exporter, "chat scripted-1").attributes[semconv.OUTCOME] == "abandoned"
     assert handler.open_runs == 0
 
 
@@ -488,7 +489,7 @@ async def test_cancelled_async_stream_ends_its_span_as_cancelled(
         await task
 
     span = only_span(span_exporter, "chat scripted-1")
-    assert span.attributes[_semconv.OUTCOME] == "cancelled"
+    assert span.attributes[semconv.OUTCOME] == "cancelled"
     assert span.attributes[error_attributes.ERROR_TYPE] == "asyncio.exceptions.CancelledError"
     assert span.status.status_code is StatusCode.ERROR
     assert handler.open_runs == 0
@@ -509,7 +510,7 @@ async def test_cancelled_ainvoke_is_ended_when_its_task_ends(
     await asyncio.sleep(0)  # done-callbacks run on the next loop iteration
 
     span = only_span(span_exporter, "chat scripted-1")
-    assert span.attributes[_semconv.OUTCOME] == "cancelled"
+    assert span.attributes[semconv.OUTCOME] == "cancelled"
     assert handler.open_runs == 0
 
 
@@ -563,8 +564,7 @@ def test_a_failing_measurement_still_ends_the_call_and_its_parent(
         )
         handler.on_chain_end({}, run_id=chain_id)
     outcomes = sorted(
-        (span.name, span.attributes[_semconv.OUTCOME])
-        for span in span_exporter.get_finished_spans()
+        (span.name, span.attributes[semconv.OUTCOME]) for span in span_exporter.get_finished_spans()
     )
     assert outcomes == [("chain outer", "ok"), ("chat", "abandoned"), ("chat", "ok")]
     assert handler.open_runs == 0
@@ -596,7 +596,7 @@ def test_eviction_bounds_open_runs_and_ends_the_oldest(
             next(stream)  # started, held open, never finished
     assert handler.open_runs == 2
     (evicted,) = span_exporter.get_finished_spans()
-    assert evicted.attributes[_semconv.OUTCOME] == "abandoned"
+    assert evicted.attributes[semconv.OUTCOME] == "abandoned"
     assert any("keeps at most 2 open runs" in r.getMessage() for r in caplog.records)
     for stream in streams:
         stream.close()

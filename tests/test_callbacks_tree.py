@@ -25,11 +25,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.trace import SpanKind
 
-from agent_latency import _semconv
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
+from agent_latency import semconv
 from agent_latency._trace_link import TRIM_EVENT
-from agent_latency._trim_attributes import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
-from agent_latency._trimming import PriorityTrimmer
+from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 SECRET_TEXT = "zebra-umbrella-7731"
 
@@ -91,7 +91,7 @@ def test_sequence_nests_under_the_callers_span_and_leaves_it_current(
     assert parent_of(sequence) == request.context.span_id
     assert parent_of(step) == parent_of(chat) == sequence.context.span_id
     assert {span.context.trace_id for span in (sequence, step, chat)} == {request.context.trace_id}
-    assert sequence.attributes[_semconv.RUN_NAME] == "RunnableSequence"
+    assert sequence.attributes[semconv.RUN_NAME] == "RunnableSequence"
     assert sequence.kind is SpanKind.INTERNAL
     assert handler.open_runs == 0
 
@@ -178,7 +178,7 @@ async def test_concurrent_ainvokes_build_separate_correct_trees(
         assert sequence.name == "chain RunnableSequence"
         request_span = requests[parent_of(sequence)]  # type: ignore[index]
         assert chat.context.trace_id == request_span.context.trace_id
-        assert chat.attributes[_semconv.CHUNKS] == 7
+        assert chat.attributes[semconv.CHUNKS] == 7
         covered.add(request_span.context.span_id)
     assert len(covered) == 100
     assert handler.open_runs == 0
@@ -393,7 +393,7 @@ def test_trimming_middleware_in_create_agent_marks_the_chat_span(
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
 ) -> None:
-    from agent_latency._middleware import TrimmingMiddleware
+    from agent_latency.trimming._middleware import TrimmingMiddleware
 
     trimmer = PriorityTrimmer(budget=80, tracer_provider=tracer_provider)
     model = ToolCallingFake(messages=iter([AIMessage(content="done")]))

@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import SecretStr
 
-from agent_latency._channel import build_chat_model, output_limit_param
+from agent_latency._chat_model import build_chat_model, output_limit_param
 from agent_latency._config import LLMSettings, Settings, StreamingSettings
 
 SECRET = "sk-test-channel-51c7e0"

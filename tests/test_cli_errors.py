@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_latency import _cli
+from agent_latency import cli as _cli
 
 FILES = {
     "ok.json": '[{"role": "user", "content": "hi"}]',

@@ -16,7 +16,8 @@ from doc_runner import fenced_blocks
 from typer.testing import CliRunner, Result
 
 from agent_latency._config import ConfigError, LLMSettings, Settings, load_settings
-from agent_latency._doctor import (
+from agent_latency.cli._doctor import doctor
+from agent_latency.doctor._checks import (
     CheckStatus,
     Endpoint,
     HttpReply,
@@ -33,7 +34,6 @@ from agent_latency._doctor import (
     check_prefill,
     check_streaming,
     check_temperature,
-    doctor,
     run_checks,
 )
 from agent_latency.sim import SimulatorConfig, running_simulator

@@ -32,16 +32,16 @@ from opentelemetry.semconv._incubating.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 from otlp_receiver import OTLPReceiver
 
-from agent_latency import _semconv
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
-from agent_latency._channel import build_chat_model
+from agent_latency import semconv
+from agent_latency._chat_model import build_chat_model
 from agent_latency._config import Settings
-from agent_latency._middleware import TrimmingMiddleware
-from agent_latency._telemetry import configure_telemetry
 from agent_latency._tokens import TokenCounter
-from agent_latency._trim_attributes import TRIM_SPAN_NAME
-from agent_latency._trimming import PriorityTrimmer
+from agent_latency.semconv import TRIM_SPAN_NAME
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.telemetry._setup import configure_telemetry
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 COUNTER = TokenCounter()
 BUDGET = 300
@@ -201,9 +201,9 @@ def chat_span(spans: tuple[ReadableSpan, ...]) -> ReadableSpan:
 
 def stall_gaps_ms(span: ReadableSpan) -> list[float]:
     return [
-        float((event.attributes or {})[_semconv.STALL_GAP_MS])
+        float((event.attributes or {})[semconv.STALL_GAP_MS])
         for event in span.events
-        if event.name == _semconv.STALL_EVENT
+        if event.name == semconv.STALL_EVENT
     ]
 
 
@@ -271,15 +271,15 @@ def test_model_server_faults_reach_the_caller_unchanged_and_are_recorded(
     if fault.fails:
         assert chat.status.status_code is StatusCode.ERROR
         assert attributes[error_attributes.ERROR_TYPE] == without[0]
-        assert attributes[_semconv.OUTCOME] == "error"
+        assert attributes[semconv.OUTCOME] == "error"
         assert record.error_type == without[0]
     else:
         assert chat.status.status_code is StatusCode.UNSET
         assert error_attributes.ERROR_TYPE not in attributes
-        assert attributes[_semconv.OUTCOME] == record.outcome == "ok"
+        assert attributes[semconv.OUTCOME] == record.outcome == "ok"
     if fault.min_stall_ms is not None:
         assert max(stall_gaps_ms(chat), default=0) >= fault.min_stall_ms
-        assert attributes[_semconv.STALLS] >= 1 and record.stalls >= 1
+        assert attributes[semconv.STALLS] >= 1 and record.stalls >= 1
 
 
 def test_a_rate_limited_call_retried_after_retry_after_is_one_span(
@@ -363,9 +363,9 @@ def test_a_stream_abandoned_by_the_consumer_ends_its_span(
     agent_latency.assert_nothing_left_open()
     chat = chat_span(span_exporter.get_finished_spans())
     attributes = chat.attributes or {}
-    assert attributes[_semconv.OUTCOME] == "abandoned"
+    assert attributes[semconv.OUTCOME] == "abandoned"
     assert chat.status.status_code is StatusCode.UNSET  # walking away is not an error
-    assert attributes[_semconv.CHUNKS] >= TAKEN_CHUNKS
+    assert attributes[semconv.CHUNKS] >= TAKEN_CHUNKS
     assert [record.outcome for record in agent_latency.records] == ["abandoned"]
 
 
@@ -421,7 +421,7 @@ async def test_an_agent_run_cancelled_mid_call_ends_every_span(
     agent_latency.assert_nothing_left_open()
     spans = span_exporter.get_finished_spans()
     chat = chat_span(spans)
-    assert (chat.attributes or {})[_semconv.OUTCOME] == "cancelled"
+    assert (chat.attributes or {})[semconv.OUTCOME] == "cancelled"
     assert (chat.attributes or {})[error_attributes.ERROR_TYPE] == outcomes[0]
     assert any(span.name == TRIM_SPAN_NAME for span in spans)
     assert [record.outcome for record in agent_latency.records] == ["cancelled"]

@@ -17,10 +17,10 @@ from types import ModuleType
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from agent_latency._shortening import MessageShortener
 from agent_latency._tokens import TokenCounter
-from agent_latency._trimming import PriorityTrimmer
 from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.trimming._shortening import MessageShortener
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,13 +21,14 @@ from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_latency import _rounds, _shortening, _trim_attributes, _trimming
-from agent_latency._callbacks import LatencyCallbackHandler
-from agent_latency._middleware import TrimmingMiddleware
+from agent_latency import _trace_link
 from agent_latency._tokens import TokenCounter
 from agent_latency._trace_link import TRIM_EVENT
-from agent_latency._trim_attributes import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
-from agent_latency._trimming import PriorityTrimmer, TrimResult
+from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
+from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.trimming import _rounds, _shortening, _trimmer
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
 BUDGET = 400
@@ -235,7 +236,7 @@ def test_the_pre_model_hook_reads_attribute_states_too() -> None:
 def test_the_trimmer_modules_do_not_import_the_optional_agent_frameworks() -> None:
     # Importing agent_latency itself is checked in test_public_api; this covers the trimmer's
     # own modules statically, without the seconds a fresh interpreter costs.
-    for module in (_trimming, _rounds, _shortening, _trim_attributes):
+    for module in (_trimmer, _rounds, _shortening, _trace_link):
         tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
         imported = {
             name.split(".")[0]

@@ -1,12 +1,18 @@
-"""The public surface is explicit: one sorted ``__all__``, every name importable."""
+"""The public surface is explicit: sorted ``__all__`` lists, importable names, light imports."""
 
+import ast
 import importlib
 import subprocess
 import sys
+import typing
+from pathlib import Path
+
+import pytest
 
 import agent_latency
 
 EXPECTED_PUBLIC_NAMES = [
+    "Action",
     "ClassFigures",
     "ConfigError",
     "LLMSettings",
@@ -14,18 +20,25 @@ EXPECTED_PUBLIC_NAMES = [
     "LatencyRecord",
     "MessageDecision",
     "MetricsSettings",
+    "PriorityClass",
     "PriorityTrimmer",
     "PromptSettings",
+    "Rule",
+    "RunContextProvider",
     "Settings",
     "StreamingSettings",
     "Telemetry",
     "TokenCounter",
     "TrimResult",
     "TrimmingMiddleware",
+    "__version__",
     "build_chat_model",
     "configure_telemetry",
     "load_settings",
 ]
+SUBPACKAGES = ["bench", "cli", "doctor", "sim", "telemetry", "trimming"]
+TYPE_ALIASES = {"Action", "PriorityClass", "Rule"}
+PACKAGE = Path(agent_latency.__file__).parent
 
 
 def test_all_is_pinned_and_sorted() -> None:
@@ -36,8 +49,78 @@ def test_all_is_pinned_and_sorted() -> None:
 def test_every_public_name_resolves_and_lives_in_a_private_module() -> None:
     for name in agent_latency.__all__:
         value = getattr(agent_latency, name)
-        module = importlib.import_module(value.__module__)
-        assert module.__name__.split(".")[-1].startswith("_"), (name, module.__name__)
+        if name == "__version__":
+            assert isinstance(value, str) and value[0].isdigit()
+        elif name in TYPE_ALIASES:
+            assert typing.get_origin(value) is typing.Literal, name
+        else:
+            module = importlib.import_module(value.__module__)
+            assert module.__name__.split(".")[-1].startswith("_"), (name, module.__name__)
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_each_subpackage_explains_itself_and_exports_a_sorted_all(name: str) -> None:
+    package = importlib.import_module(f"agent_latency.{name}")
+    assert package.__doc__ and len(package.__doc__.split()) > 20
+    assert package.__all__ == sorted(package.__all__)
+    for exported in package.__all__:
+        assert getattr(package, exported) is not None
+        assert (
+            f"``{exported}``" in package.__doc__
+            or f"`{exported}`" in package.__doc__
+            or (name == "sim")
+        ), (name, exported)
+
+
+def test_modules_are_private_except_the_public_names_module() -> None:
+    public = sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if not path.name.startswith("_")
+    )
+    assert public == ["semconv.py"]
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {
+        path.relative_to(PACKAGE).as_posix(): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 500
+    }
+    assert long == {}
+
+
+def test_the_package_is_typed() -> None:
+    assert (PACKAGE / "py.typed").is_file()
+
+
+def test_the_library_parts_import_neither_typer_nor_rich() -> None:
+    # Only the CLI may use typer and rich; the library's own modules never import them.
+    for part in ("doctor", "telemetry", "trimming", "bench"):
+        for path in (PACKAGE / part).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            imported = {
+                name.split(".")[0]
+                for node in ast.walk(tree)
+                for name in (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+            }
+            assert imported.isdisjoint({"typer", "rich"}), path
+
+
+def test_importing_the_library_stays_light() -> None:
+    # rich is left out: httpx imports it for its own CLI whenever it is installed.
+    code = (
+        "import sys, agent_latency, agent_latency.doctor, agent_latency.bench; "
+        "print(sorted(m for m in ('typer', 'starlette', 'uvicorn', 'grpc') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_importing_the_package_does_not_import_the_optional_agent_frameworks() -> None:
@@ -46,3 +129,13 @@ def test_importing_the_package_does_not_import_the_optional_agent_frameworks() -
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_cli_reports_its_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_latency.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == f"agent-latency {agent_latency.__version__}"

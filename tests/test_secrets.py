@@ -25,13 +25,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from pydantic import SecretStr
 
-from agent_latency import _cli
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
-from agent_latency._channel import build_chat_model
+from agent_latency import cli as _cli
+from agent_latency._chat_model import build_chat_model
 from agent_latency._config import ConfigError, LLMSettings, Settings, load_settings
-from agent_latency._middleware import TrimmingMiddleware
-from agent_latency._trimming import PriorityTrimmer
 from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 KEY = "sk-agentlatency-SECRET-9f8e7d"
 OTHER_KEY = "sk-the-server-wants-this-one-1234"

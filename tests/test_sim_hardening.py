@@ -278,7 +278,7 @@ def test_the_sim_command_listens_on_the_given_address_only(tmp_path: Path) -> No
     with socket.socket() as probe:
         probe.bind(("127.0.0.2", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "agent_latency._cli", "sim", "--host", "127.0.0.2"]
+    command = [sys.executable, "-m", "agent_latency.cli._app", "sim", "--host", "127.0.0.2"]
     child = subprocess.Popen(
         [*command, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -19,11 +19,11 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv._incubating.attributes import server_attributes
 from otlp_receiver import OTLPReceiver
 
-from agent_latency import _semconv
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
+from agent_latency import semconv
 from agent_latency._config import MetricsSettings, Settings
-from agent_latency._telemetry import configure_telemetry
 from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.telemetry._setup import configure_telemetry
 
 API_KEY = "sk-test-PLUM-4242-key"
 SERVER_DELAY_MS = 300
@@ -93,7 +93,7 @@ def test_streamed_chat_openai_call_arrives_at_the_collector_with_the_servers_ttf
     assert chat.kind == 3  # SPAN_KIND_CLIENT
     assert chat.resource["service.name"] == "agent-latency"
     attributes = chat.attributes
-    assert attributes[_semconv.TTFT_MS] == pytest.approx(record.ttft_ms)
+    assert attributes[semconv.TTFT_MS] == pytest.approx(record.ttft_ms)
     assert attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == pytest.approx(
         record.ttft_ms / 1000
     )
@@ -105,15 +105,15 @@ def test_streamed_chat_openai_call_arrives_at_the_collector_with_the_servers_ttf
     assert attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] == ["stop"]
     assert attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] > 0
     assert attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] == 8
-    assert attributes[_semconv.CHUNKS] == 8
+    assert attributes[semconv.CHUNKS] == 8
     assert attributes[server_attributes.SERVER_ADDRESS] == "127.0.0.1"
     assert attributes[server_attributes.SERVER_PORT] == sim_port
-    assert [name for name, _ in chat.events] == [_semconv.FIRST_CHUNK_EVENT]
+    assert [name for name, _ in chat.events] == [semconv.FIRST_CHUNK_EVENT]
 
     ttft_points = otlp_receiver.points("gen_ai.client.operation.time_to_first_chunk")
     assert [point.count for point in ttft_points] == [1]
     assert ttft_points[0].sum == pytest.approx(record.ttft_ms / 1000)
-    assert ttft_points[0].bucket_bounds == _semconv.DURATION_BUCKETS_S
+    assert ttft_points[0].bucket_bounds == semconv.DURATION_BUCKETS_S
     (duration,) = otlp_receiver.points("gen_ai.client.operation.duration")
     assert duration.unit == "s"
     assert duration.attributes[gen_ai.GEN_AI_REQUEST_MODEL] == sim.config.models[0]
@@ -292,10 +292,10 @@ def test_server_stalling_then_resetting_mid_stream_is_on_the_span(
 
     (chat,) = span_exporter.get_finished_spans()
     assert chat.attributes["error.type"].endswith(type(raised.value).__name__)
-    assert chat.attributes[_semconv.OUTCOME] == "error"
-    assert chat.attributes[_semconv.STALLS] == 1
-    assert chat.attributes[_semconv.MAX_CHUNK_GAP_MS] > 200  # the server paused 250 ms
-    stalls = [event for event in chat.events if event.name == _semconv.STALL_EVENT]
-    assert len(stalls) == 1 and stalls[0].attributes[_semconv.STALL_AFTER_CHUNKS] == 3
+    assert chat.attributes[semconv.OUTCOME] == "error"
+    assert chat.attributes[semconv.STALLS] == 1
+    assert chat.attributes[semconv.MAX_CHUNK_GAP_MS] > 200  # the server paused 250 ms
+    stalls = [event for event in chat.events if event.name == semconv.STALL_EVENT]
+    assert len(stalls) == 1 and stalls[0].attributes[semconv.STALL_AFTER_CHUNKS] == 3
     assert records[0].chunks == 6
     assert handler.open_runs == 0

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_latency._cli import main
 from agent_latency._messages import coerce_messages
 from agent_latency._tokens import TokenCounter
-from agent_latency._trim_cli import RULE_REASONS
+from agent_latency.cli._app import main
+from agent_latency.cli._trim import RULE_REASONS
 
 SCENARIO = Path(__file__).resolve().parent.parent / "src/agent_latency/scenarios/agent_8k.json"
 

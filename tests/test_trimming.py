@@ -14,9 +14,8 @@ from langchain_core.messages import (
 )
 
 from agent_latency._config import PromptSettings, Settings
-from agent_latency._shortening import MARKER
 from agent_latency._tokens import TokenCounter
-from agent_latency._trim_attributes import (
+from agent_latency.semconv import (
     TRIM_BUDGET,
     TRIM_DROPPED_MESSAGES,
     TRIM_OVER_BUDGET,
@@ -24,7 +23,8 @@ from agent_latency._trim_attributes import (
     TRIM_TOKENS_AFTER,
     TRIM_TOKENS_BEFORE,
 )
-from agent_latency._trimming import PriorityTrimmer, TrimResult
+from agent_latency.trimming._shortening import MARKER
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
 MARKER_HEAD = MARKER.split("{removed}")[0]

@@ -21,10 +21,10 @@ from langchain_core.messages import (
 )
 
 from agent_latency._config import PRIORITY_CLASSES
-from agent_latency._rounds import group_units
-from agent_latency._shortening import MIN_SHORTENED_TOKENS
 from agent_latency._tokens import TokenCounter
-from agent_latency._trimming import PriorityTrimmer, TrimResult
+from agent_latency.trimming._rounds import group_units
+from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
 EXAMPLES = settings(max_examples=500, deadline=None)

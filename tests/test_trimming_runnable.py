@@ -16,10 +16,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_latency._callbacks import LatencyCallbackHandler
 from agent_latency._tokens import TokenCounter
 from agent_latency._trace_link import TRIM_EVENT
-from agent_latency._trim_attributes import (
+from agent_latency.semconv import (
     TRIM_BUDGET,
     TRIM_DROPPED_MESSAGES,
     TRIM_OVER_BUDGET,
@@ -28,7 +27,8 @@ from agent_latency._trim_attributes import (
     TRIM_TOKENS_AFTER,
     TRIM_TOKENS_BEFORE,
 )
-from agent_latency._trimming import PriorityTrimmer, TrimResult
+from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
 BUDGET = 120

@@ -3,31 +3,57 @@
 Shorter prompts mean less prefill and a sooner first token; streaming makes that token visible at
 once; the callback handler measures both as OpenTelemetry spans and metrics.
 
+The parts, each a subpackage: :mod:`agent_latency.trimming` (the trimmer and the agent
+middleware), :mod:`agent_latency.telemetry` (the callback handler and the OpenTelemetry setup),
+:mod:`agent_latency.bench` and :mod:`agent_latency.doctor` (the tooling behind the CLI),
+:mod:`agent_latency.sim` (the latency simulator) and :mod:`agent_latency.semconv` (every
+telemetry name to query). The names below are the ones most programs need.
+
 ``TrimmingMiddleware`` needs the ``agents`` extra (``pip install 'agent-latency[agents]'``); it is
 imported on first use, so everything else works without langchain and langgraph.
 """
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
-from agent_latency._channel import build_chat_model
+from agent_latency._chat_model import build_chat_model
 from agent_latency._config import (
     ConfigError,
     LLMSettings,
     MetricsSettings,
+    PriorityClass,
     PromptSettings,
     Settings,
     StreamingSettings,
     load_settings,
 )
-from agent_latency._telemetry import Telemetry, configure_telemetry
 from agent_latency._tokens import TokenCounter
-from agent_latency._trimming import ClassFigures, MessageDecision, PriorityTrimmer, TrimResult
+from agent_latency._trace_link import RunContextProvider
+from agent_latency.telemetry import (
+    LatencyCallbackHandler,
+    LatencyRecord,
+    Telemetry,
+    configure_telemetry,
+)
+from agent_latency.trimming import (
+    Action,
+    ClassFigures,
+    MessageDecision,
+    PriorityTrimmer,
+    Rule,
+    TrimResult,
+)
 
 if TYPE_CHECKING:
-    from agent_latency._middleware import TrimmingMiddleware
+    from agent_latency.trimming import TrimmingMiddleware
+
+try:
+    __version__ = version("agent-latency")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
+    "Action",
     "ClassFigures",
     "ConfigError",
     "LLMSettings",
@@ -35,14 +61,18 @@ __all__ = [
     "LatencyRecord",
     "MessageDecision",
     "MetricsSettings",
+    "PriorityClass",
     "PriorityTrimmer",
     "PromptSettings",
+    "Rule",
+    "RunContextProvider",
     "Settings",
     "StreamingSettings",
     "Telemetry",
     "TokenCounter",
     "TrimResult",
     "TrimmingMiddleware",
+    "__version__",
     "build_chat_model",
     "configure_telemetry",
     "load_settings",
@@ -52,7 +82,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # TrimmingMiddleware needs the optional `agents` extra (langchain): import it on first use.
     if name == "TrimmingMiddleware":
-        from agent_latency._middleware import TrimmingMiddleware
+        from agent_latency.trimming import TrimmingMiddleware
 
         return TrimmingMiddleware
     raise AttributeError(f"module 'agent_latency' has no attribute {name!r}")

@@ -17,14 +17,17 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
 logger = logging.getLogger("agent_latency")
 
-PRIORITY_CLASSES: Final = ("system", "latest_user", "tool_result", "history")
+PriorityClass = Literal["system", "latest_user", "tool_result", "history"]
+"""The message classes ``prompt.priority_order`` ranks (docs/trimming.md)."""
+PRIORITY_CLASSES: Final[tuple[PriorityClass, ...]] = get_args(PriorityClass)
+"""Every priority class, in the default order: the first gets the budget first."""
 MAX_TOKENS_PARAMS: Final = ("auto", "max_tokens", "max_completion_tokens")
 DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
@@ -100,7 +103,7 @@ class PromptSettings:
     keep_system: bool = True
     keep_latest_user: bool = True
     trim_strategy: str = "priority"
-    priority_order: tuple[str, ...] = PRIORITY_CLASSES
+    priority_order: tuple[PriorityClass, ...] = PRIORITY_CLASSES
     history_keep_head: int = 2
     history_keep_tail: int = 4
 

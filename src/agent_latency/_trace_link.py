@@ -1,23 +1,39 @@
-"""The contract that lets a trim and the model call it prepared share one trace.
+"""The contract between the trimmer and the callback handler: one trace for a trim and its call.
 
 The trimmer and the callback handler never import each other. When the trimmer runs inside a
 LangChain run, it looks among that run's callback handlers for one that can hand out the
 OpenTelemetry context of a run (``LatencyCallbackHandler`` does), starts its trim span under it,
 and then reports the :class:`~agent_latency.TrimResult` as a LangChain custom event named
 :data:`TRIM_EVENT`. The handler attaches the trim figures to the next chat-model span in the
-same scope.
+same scope, under the attribute names of :data:`TRIM_FIELDS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping
+from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
 
 from opentelemetry.context import Context
 
-TRIM_EVENT = "agent_latency.trim"
-"""Name of the LangChain custom event that carries a ``TrimResult``."""
+from agent_latency import semconv
+
+TRIM_EVENT: Final = semconv.TRIM_SPAN_NAME
+"""Name of the LangChain custom event that carries a ``TrimResult``: that of the trim span."""
+
+TRIM_FIELDS: Final[Mapping[str, str]] = {
+    "tokens_before": semconv.TRIM_TOKENS_BEFORE,
+    "tokens_after": semconv.TRIM_TOKENS_AFTER,
+    "budget": semconv.TRIM_BUDGET,
+    "dropped_messages": semconv.TRIM_DROPPED_MESSAGES,
+    "shortened_messages": semconv.TRIM_SHORTENED_MESSAGES,
+    "over_budget": semconv.TRIM_OVER_BUDGET,
+}
+"""The ``TrimResult`` fields that describe a trim, each with the attribute it becomes on the trim
+span and on the chat-model span it prepared.
+
+``over_budget`` is a flag; every other field is a count of tokens or messages.
+"""
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from agent_latency._config import load_settings
 from agent_latency._messages import load_messages_file
-from agent_latency._trimming import PriorityTrimmer, Rule, TrimResult
+from agent_latency.trimming._trimmer import PriorityTrimmer, Rule, TrimResult
 
 RULE_REASONS: dict[Rule, str] = {
     "fits": "all fits the budget",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from agent_latency._bench import BenchReport
+from agent_latency.bench._runner import BenchReport
 
 _INSTALL_HINT: Final = "pip install 'agent-latency[plot]'"
 _BAR_WIDTH: Final = 0.38

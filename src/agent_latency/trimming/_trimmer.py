@@ -2,7 +2,7 @@
 
 How a trim decides (docs/trimming.md has a worked example):
 
-1. Every message belongs to a *unit* (:mod:`agent_latency._rounds`): a tool call and its results
+1. Every message belongs to a *unit* (``_rounds``): a tool call and its results
    are one unit, so they are kept or dropped together. A tool result no preceding tool call asked
    for (an *orphan*) would make the endpoint answer 400; it is always dropped and reported.
 2. Every unit belongs to a *priority class*: ``system`` (system messages), ``latest_user`` (the
@@ -48,21 +48,15 @@ from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from agent_latency._config import PRIORITY_CLASSES, Settings
+from agent_latency._config import PRIORITY_CLASSES, PriorityClass, Settings
 from agent_latency._messages import coerce_messages
-from agent_latency._rounds import Unit, group_units
-from agent_latency._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 from agent_latency._tokens import REPLY_PRIMING_TOKENS, TokenCounter, role_of
-from agent_latency._trace_link import TRIM_EVENT, find_run_context
-from agent_latency._trim_attributes import (
-    TRIM_FIELDS,
-    TRIM_SPAN_NAME,
-)
+from agent_latency._trace_link import TRIM_EVENT, TRIM_FIELDS, find_run_context
+from agent_latency.semconv import TRIM_SPAN_NAME
+from agent_latency.trimming._rounds import Unit, group_units
+from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 
 logger = logging.getLogger(__name__)
-
-PriorityClass = Literal["system", "latest_user", "tool_result", "history"]
-"""The classes ``priority_order`` ranks."""
 
 Action = Literal["kept", "dropped", "shortened"]
 """What happened to one input message."""
@@ -94,7 +88,6 @@ DEFAULT_BUDGET_FRACTION = 4
 """``max_tool_result_tokens`` and ``prefix_step_tokens`` default to a quarter of the budget."""
 
 _MUST_KEEP_RULES: frozenset[Rule] = frozenset({"must_keep", "latest_tool_call"})
-_CLASSES = cast(tuple[PriorityClass, ...], PRIORITY_CLASSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +250,7 @@ class TrimResult:
     @cached_property
     def by_class(self) -> Mapping[PriorityClass, ClassFigures]:
         """Figures per priority class, for every class, highest default priority first."""
-        members: dict[PriorityClass, list[MessageDecision]] = {c: [] for c in _CLASSES}
+        members: dict[PriorityClass, list[MessageDecision]] = {c: [] for c in PRIORITY_CLASSES}
         for decision in self.decisions:
             members[decision.priority_class].append(decision)
         return {c: _figures(decisions) for c, decisions in members.items()}

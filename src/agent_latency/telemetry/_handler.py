@@ -35,11 +35,10 @@ from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from agent_latency import _semconv
-from agent_latency._run_state import ModelRunState, PendingTrim, RunRegistry, RunState
+from agent_latency import semconv
 from agent_latency._tokens import TokenCounter, role_of
-from agent_latency._trace_link import TRIM_EVENT
-from agent_latency._trim_attributes import TRIM_FIELDS
+from agent_latency._trace_link import TRIM_EVENT, TRIM_FIELDS
+from agent_latency.telemetry._run_state import ModelRunState, PendingTrim, RunRegistry, RunState
 
 if TYPE_CHECKING:
     from agent_latency._config import Settings
@@ -270,33 +269,33 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION,
             unit="s",
             description="GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=_semconv.DURATION_BUCKETS_S,
+            explicit_bucket_boundaries_advisory=semconv.DURATION_BUCKETS_S,
         )
         self._time_to_first_chunk = meter.create_histogram(
             gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK,
             unit="s",
             description="Time from the request to the first content chunk of a streamed call.",
-            explicit_bucket_boundaries_advisory=_semconv.DURATION_BUCKETS_S,
+            explicit_bucket_boundaries_advisory=semconv.DURATION_BUCKETS_S,
         )
         self._time_per_chunk = meter.create_histogram(
             gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK,
             unit="s",
             description="Mean time between content chunks after the first, once per call.",
-            explicit_bucket_boundaries_advisory=_semconv.DURATION_BUCKETS_S,
+            explicit_bucket_boundaries_advisory=semconv.DURATION_BUCKETS_S,
         )
         self._token_usage = meter.create_histogram(
             gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE,
             unit="{token}",
             description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=_semconv.TOKEN_USAGE_BUCKETS,
+            explicit_bucket_boundaries_advisory=semconv.TOKEN_USAGE_BUCKETS,
         )
         self._stall_counter = meter.create_counter(
-            _semconv.STALLS_METRIC,
+            semconv.STALLS_METRIC,
             unit="{stall}",
             description="Waits between streamed chunks longer than chunk_timeout_ms.",
         )
         self._breach_counter = meter.create_counter(
-            _semconv.TTFT_BREACHES_METRIC,
+            semconv.TTFT_BREACHES_METRIC,
             unit="{call}",
             description="Model calls whose time to first token crossed a threshold.",
         )
@@ -533,7 +532,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
                 f"chain {name}",
                 context=parent_context,
                 kind=SpanKind.INTERNAL,
-                attributes={_semconv.RUN_NAME: name},
+                attributes={semconv.RUN_NAME: name},
             )
         self._register(
             RunState(run_id, parent_run_id, span, trace.set_span_in_context(span, parent_context))
@@ -748,17 +747,17 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         if span is None:
             return
         if first and self.record_ttft:
-            span.add_event(_semconv.FIRST_CHUNK_EVENT)
+            span.add_event(semconv.FIRST_CHUNK_EVENT)
         elif stall_ns:
             self._add_stall_event(span, stall_ns, state.chunks - 1)
 
     @staticmethod
     def _add_stall_event(span: Span, gap_ns: int, after_chunks: int) -> None:
         span.add_event(
-            _semconv.STALL_EVENT,
+            semconv.STALL_EVENT,
             {
-                _semconv.STALL_GAP_MS: gap_ns / 1e6,
-                _semconv.STALL_AFTER_CHUNKS: after_chunks,
+                semconv.STALL_GAP_MS: gap_ns / 1e6,
+                semconv.STALL_AFTER_CHUNKS: after_chunks,
             },
         )
 
@@ -831,19 +830,19 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
             attributes: dict[str, AttributeValue] = {
                 gen_ai.GEN_AI_REQUEST_STREAM: state.streamed,
-                _semconv.TOTAL_MS: total_ms,
-                _semconv.CHUNKS: state.chunks,
-                _semconv.MAX_CHUNK_GAP_MS: state.max_gap_ns / 1e6,
-                _semconv.STALLS: state.stalls,
+                semconv.TOTAL_MS: total_ms,
+                semconv.CHUNKS: state.chunks,
+                semconv.MAX_CHUNK_GAP_MS: state.max_gap_ns / 1e6,
+                semconv.STALLS: state.stalls,
             }
             if ttft_ms is not None:
-                attributes[_semconv.TTFT_MS] = ttft_ms
+                attributes[semconv.TTFT_MS] = ttft_ms
             if level is not None:
-                attributes[_semconv.TTFT_LEVEL] = level
+                attributes[semconv.TTFT_LEVEL] = level
             if first_chunk_s is not None:
                 attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = first_chunk_s
             if estimated is not None:
-                attributes[_semconv.ESTIMATED_INPUT_TOKENS] = estimated
+                attributes[semconv.ESTIMATED_INPUT_TOKENS] = estimated
             if details.model is not None:
                 attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = details.model
             if details.id is not None:
@@ -885,7 +884,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         if state.stalls:
             self._stall_counter.add(state.stalls, metric_attributes, context)
         if level is not None and level != "ok":
-            self._breach_counter.add(1, {**metric_attributes, _semconv.TTFT_LEVEL: level}, context)
+            self._breach_counter.add(1, {**metric_attributes, semconv.TTFT_LEVEL: level}, context)
 
         record = LatencyRecord(
             run_id=state.run_id,
@@ -968,7 +967,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
 def _end_span(span: Span, error: BaseException | None) -> None:
     outcome = _outcome(error)
-    span.set_attribute(_semconv.OUTCOME, outcome)
+    span.set_attribute(semconv.OUTCOME, outcome)
     if error is not None and outcome != "abandoned":
         error_type = _error_type(error)
         span.set_attribute(error_attributes.ERROR_TYPE, error_type)

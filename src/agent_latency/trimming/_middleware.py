@@ -17,7 +17,7 @@ from langchain_core.runnables.config import ensure_config
 from opentelemetry.context import Context
 
 from agent_latency._trace_link import TRIM_EVENT, find_run_context
-from agent_latency._trimming import PriorityTrimmer, TrimResult
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 try:
     from langchain.agents.middleware import (

@@ -35,14 +35,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_openai import ChatOpenAI
 
-from agent_latency._callbacks import LatencyCallbackHandler, LatencyRecord
-from agent_latency._channel import build_chat_model
+from agent_latency._chat_model import build_chat_model
 from agent_latency._config import Settings
 from agent_latency._messages import load_messages_file, read_json_file
 from agent_latency._prefill import PrefillFit, fit_prefill
 from agent_latency._redaction import display_url, redact
 from agent_latency._tokens import TokenCounter
-from agent_latency._trimming import PriorityTrimmer
+from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 if TYPE_CHECKING:
     from agent_latency.sim import SimulatorConfig

@@ -37,9 +37,9 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from agent_latency._callbacks import LatencyCallbackHandler
 from agent_latency._config import Settings, is_http_url
 from agent_latency._redaction import display_url
+from agent_latency.telemetry._handler import LatencyCallbackHandler
 
 logger = logging.getLogger("agent_latency")
 

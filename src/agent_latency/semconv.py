@@ -1,11 +1,16 @@
 """Names of the telemetry agent-latency emits beyond the OpenTelemetry GenAI conventions.
 
-The ``gen_ai.*``, ``server.*`` and ``error.*`` names come from
-``opentelemetry.semconv._incubating``; this module holds only what those conventions do not
-define: our ``agent_latency.*`` attributes, events and metrics, the ``gen_ai.first_chunk`` event
-named by the GenAI streaming proposal, and the histogram bucket boundaries the conventions
-recommend (the spec lists them, the Python package does not). The ``agent_latency.trim.*``
-attributes belong to the trimmer and live in :mod:`agent_latency._trim_attributes`.
+This is the public list of what to query in Jaeger and Prometheus: every span name, event,
+attribute and metric of ours, as a constant. The ``gen_ai.*``, ``server.*`` and ``error.*``
+names come from ``opentelemetry-semantic-conventions``; this module holds only what those
+conventions do not define: our ``agent_latency.*`` attributes, events and metrics, the
+``gen_ai.first_chunk`` event named by the GenAI streaming proposal, and the histogram bucket
+boundaries the conventions recommend (the spec lists them, the Python package does not).
+
+Example:
+    >>> from agent_latency import semconv
+    >>> semconv.TTFT_MS
+    'agent_latency.ttft_ms'
 """
 
 from __future__ import annotations
@@ -29,6 +34,22 @@ ESTIMATED_INPUT_TOKENS: Final = "agent_latency.estimated_input_tokens"
 """Prompt tokens counted locally (cl100k), beside the server-reported ``gen_ai.usage``."""
 OUTCOME: Final = "agent_latency.outcome"
 """How a run ended: ``ok``, ``error``, ``cancelled`` or ``abandoned``."""
+
+# The trim span (made by the trimmer), whose figures the chat-model span it prepared repeats.
+TRIM_SPAN_NAME: Final = "agent_latency.trim"
+"""Name of the span that covers one trim (and of the LangChain custom event that reports it)."""
+TRIM_TOKENS_BEFORE: Final = "agent_latency.trim.tokens_before"
+"""Prompt tokens of the input, reply priming included."""
+TRIM_TOKENS_AFTER: Final = "agent_latency.trim.tokens_after"
+"""Prompt tokens of the messages sent, reply priming included."""
+TRIM_BUDGET: Final = "agent_latency.trim.budget"
+"""The prompt token budget of the trim."""
+TRIM_DROPPED_MESSAGES: Final = "agent_latency.trim.dropped_messages"
+"""How many input messages were left out."""
+TRIM_SHORTENED_MESSAGES: Final = "agent_latency.trim.shortened_messages"
+"""How many messages were sent with the middle of their text cut out."""
+TRIM_OVER_BUDGET: Final = "agent_latency.trim.over_budget"
+"""Whether even the messages that must be kept exceed the budget."""
 
 # Chain spans (LangChain runnables that are neither agents, models nor tools).
 RUN_NAME: Final = "agent_latency.run.name"

@@ -18,7 +18,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agent_latency._bench import (
+from agent_latency._config import load_settings, with_channel_overrides
+from agent_latency.bench._plot import require_matplotlib, write_plot
+from agent_latency.bench._runner import (
     BASELINE_MODE,
     GATED_MODE,
     BenchPlan,
@@ -30,8 +32,6 @@ from agent_latency._bench import (
     run_bench,
     saving_breakdown,
 )
-from agent_latency._bench_plot import require_matplotlib, write_plot
-from agent_latency._config import load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 

@@ -1,0 +1,76 @@
+"""``agent-latency doctor``: prints each check of :mod:`agent_latency.doctor` with its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from agent_latency._config import load_settings, with_channel_overrides
+from agent_latency._redaction import display_url
+from agent_latency.doctor import OPENAI_API_ROOT, CheckStatus, run_checks
+
+_STYLES: Final = {
+    CheckStatus.PASS: "bold green",
+    CheckStatus.WARN: "bold yellow",
+    CheckStatus.FAIL: "bold red",
+}
+
+
+def doctor(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="config.toml to read (default: ./config.toml).")
+    ] = None,
+    settings: Annotated[
+        Path | None,
+        typer.Option("--settings", help="settings.json to read (default: ./settings.json)."),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="API root to check instead of llm.base_url.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model to check instead of llm.model.")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="Key to use instead of llm.api_key (AGENT_LATENCY_API_KEY keeps it out of "
+            "the process list).",
+        ),
+    ] = None,
+) -> None:
+    """Check the configuration and the endpoint; print pass/warn/fail with a fix for each.
+
+    Exits 1 when a check fails, 0 otherwise.
+    """
+    loaded = with_channel_overrides(
+        load_settings(config, settings), base_url=base_url, model=model, api_key=api_key
+    )
+    console = Console(highlight=False)
+    llm = loaded.llm
+    endpoint = display_url(llm.base_url or OPENAI_API_ROOT)
+    console.print(
+        Text(f"agent-latency doctor: {endpoint}, model {llm.model}"),
+        soft_wrap=True,
+    )
+    counts = dict.fromkeys(CheckStatus, 0)
+    for result in run_checks(loaded):
+        counts[result.status] += 1
+        line = Text()
+        line.append(f"{result.status.value.upper():<5}", style=_STYLES[result.status])
+        line.append(f" {result.name}: {result.message}")
+        console.print(line, soft_wrap=True)
+        if result.fix and result.status is not CheckStatus.PASS:
+            console.print(Text(f"      fix: {result.fix}", style="dim"), soft_wrap=True)
+    warnings = counts[CheckStatus.WARN]
+    console.print(
+        f"{counts[CheckStatus.PASS]} passed, {warnings} warning{'' if warnings == 1 else 's'}, "
+        f"{counts[CheckStatus.FAIL]} failed",
+        soft_wrap=True,
+    )
+    if counts[CheckStatus.FAIL]:
+        raise typer.Exit(code=1)
