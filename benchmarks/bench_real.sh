@@ -8,7 +8,7 @@
 #
 # Knobs (environment): BENCH_REAL_RUNS (3), BENCH_REAL_TURNS (9), BENCH_REAL_BUDGET (1500),
 # BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_N_CTX (8192), BENCH_REAL_THREADS (1),
-# BENCH_REAL_OUT (build/bench-real).
+# BENCH_REAL_EXTRA_BUFTS (auto: off on CPUs with AMX), BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,6 +26,9 @@ N_CTX=${BENCH_REAL_N_CTX:-8192}
 # process on a 2-core machine slows decoding about tenfold and prefill two to three times
 # (docs/real-model.md).
 THREADS=${BENCH_REAL_THREADS:-1}
+# llama.cpp's AMX weight repacking crashes on the first decode of this model on Intel CPUs with
+# AMX (ggml-org/llama.cpp#20824): real_server.py loads without extra buffer types there.
+EXTRA_BUFTS=${BENCH_REAL_EXTRA_BUFTS:-auto}
 OUT=${BENCH_REAL_OUT:-build/bench-real}
 STARTUP_TIMEOUT_S=120
 
@@ -47,6 +50,31 @@ run() {
 }
 
 server_pid=""
+server_alive() {
+    local state
+    state=$(ps -o stat= -p "$server_pid" 2>/dev/null) || return 1
+    [[ $state != Z* ]] # a zombie has exited but is not yet waited for
+}
+# Called when a step that talks to the server failed: if the server died, say so and show why.
+step_failed() {
+    local step=$1 message=$2 status=0
+    sleep 1 # a crashing server closes its sockets before it has finished exiting
+    if [[ -n $server_pid ]] && ! server_alive; then
+        wait "$server_pid" 2>/dev/null || status=$?
+        server_pid=""
+        local why="exit status $status"
+        ((status <= 128)) || why="killed by signal $((status - 128)), SIG$(kill -l $((status - 128)))"
+        echo "bench-real: the llama.cpp server died during $step ($why); the end of" \
+            "$OUT/server.log:" >&2
+        tail -n 12 "$OUT/server.log" | sed 's/^/    /' >&2
+        if ((status == 139 || status == 134)); then
+            echo "bench-real: on a CPU with AMX, try BENCH_REAL_EXTRA_BUFTS=off" \
+                "(ggml-org/llama.cpp#20824)" >&2
+        fi
+        exit 1
+    fi
+    fail "$message"
+}
 stop_server() {
     [[ -n $server_pid ]] || return 0
     kill "$server_pid" 2>/dev/null || true
@@ -99,21 +127,22 @@ base_url=http://127.0.0.1:$port/v1
 "$REAL_VENV/bin/python" benchmarks/real_server.py --model "$MODEL_FILE" \
     --model_alias "$MODEL_NAME" --host 127.0.0.1 --port "$port" --chat_format chatml-tools \
     --n_ctx "$N_CTX" --logits_all false --n_threads "$THREADS" --n_threads_batch "$THREADS" \
-    >"$OUT/server.log" 2>&1 &
+    --extra_bufts "$EXTRA_BUFTS" >"$OUT/server.log" 2>&1 &
 server_pid=$!
 
 deadline=$((SECONDS + STARTUP_TIMEOUT_S))
 until .venv/bin/python -c 'import sys, urllib.request
 urllib.request.urlopen(sys.argv[1] + "/models", timeout=2)' "$base_url" 2>/dev/null; do
-    kill -0 "$server_pid" 2>/dev/null || fail "the server exited at startup; see $OUT/server.log"
+    server_alive || step_failed "startup" "the server exited at startup; see $OUT/server.log"
     ((SECONDS < deadline)) \
         || fail "the server did not answer within ${STARTUP_TIMEOUT_S}s; see $OUT/server.log"
     sleep 0.5
 done
-echo "bench-real: llama.cpp server on $base_url, $THREADS thread(s), n_ctx $N_CTX"
+echo "bench-real: llama.cpp server on $base_url, $THREADS thread(s), n_ctx $N_CTX," \
+    "$(grep -m1 '^real_server: ' "$OUT/server.log" | cut -d' ' -f2-)"
 
 # 5. The prompt keeps what the bench trims: system and tool messages must reach the model.
-.venv/bin/python - "$base_url" "$MODEL_NAME" <<'EOF' || exit 1
+.venv/bin/python - "$base_url" "$MODEL_NAME" <<'EOF' || step_failed "the prompt check" "the prompt check failed"
 import sys
 
 import openai
@@ -137,7 +166,7 @@ try:
     with_system = prompt_tokens([system, user, *turn, user])
     with_tool = prompt_tokens([user, *turn, tool, user])
 except openai.APIError as exc:
-    sys.exit(f"bench-real: a check request failed: {type(exc).__name__}: {exc}"[:300])
+    sys.exit(f"bench-real: a check request failed: {type(exc).__name__}: {exc}")
 if with_system <= bare or with_tool <= bare:
     sys.exit(
         f"bench-real: the chat format drops messages (prompt tokens: {bare} bare, "
@@ -157,12 +186,12 @@ context_window = $N_CTX
 max_tokens_param = "max_tokens"
 EOF
 cat >"$config_dir/settings.json" <<EOF
-{"streaming": {"maxTokens": $MAX_TOKENS, "temperature": 0}}
+{"streaming": {"maxTokens": $MAX_TOKENS, "temperature": 0.1}}
 EOF
 # No key goes to the local server; 100 columns fit the tables' five-digit millisecond values.
 run env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench \
     --config "$config_dir/config.toml" --settings "$config_dir/settings.json" \
     --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET" \
     --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
-    || fail "agent-latency bench failed; see the message above and $OUT/server.log"
+    || step_failed "the bench" "agent-latency bench failed; see the message above and $OUT/server.log"
 echo "bench-real: done; results in $OUT/ (bench.json, bench.png, server.log)"

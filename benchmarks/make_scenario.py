@@ -10,7 +10,10 @@ script again writes the same bytes:
     .venv/bin/python benchmarks/make_scenario.py [--tokens 8200] [--output FILE.json]
 
 The size is reached by adding records to the tool results in turn until the count reaches the
-target, so the result lands within one record (about 60 tokens) above it.
+target, so the result lands within one record (about 60 tokens) above it. A target below the
+twelve rounds' natural size (about 7,800 tokens) is reached the other way: records are removed
+in turn (each tool result keeps one), then the oldest rounds, until the count is at most the
+target, and records are added back while it stays so: the result lands within one record below.
 """
 
 from __future__ import annotations
@@ -597,10 +600,16 @@ NEW_QUESTION = (
 )
 
 
-def build_messages(records: list[int]) -> list[dict[str, Any]]:
-    """Returns the scenario as OpenAI-format messages, with ``records[i]`` entries in round i."""
+def build_messages(records: list[int], first_round: int = 0) -> list[dict[str, Any]]:
+    """Returns the scenario as OpenAI-format messages, with ``records[i]`` entries in round i.
+
+    Args:
+        records: Entries per round, for the rounds from ``first_round`` on.
+        first_round: How many of the oldest rounds to leave out.
+    """
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
-    for index, (round_, count) in enumerate(zip(ROUNDS, records, strict=True)):
+    rounds = list(enumerate(ROUNDS))[first_round:]
+    for (index, round_), count in zip(rounds, records, strict=True):
         call_id = f"call_{random.Random(f'{SEED}-id-{index}').getrandbits(96):024x}"
         result = round_.result(random.Random(f"{SEED}-round-{index}"), count)
         messages += [
@@ -636,16 +645,46 @@ def count_tokens(messages: list[dict[str, Any]], counter: TokenCounter) -> int:
 
 
 def make_scenario(target_tokens: int) -> list[dict[str, Any]]:
-    """Grows the tool results in turn until the scenario reaches ``target_tokens``."""
+    """Grows the tool results in turn until the scenario reaches ``target_tokens``, or shrinks
+    them (then drops the oldest rounds) until it is at most ``target_tokens``."""
     counter = TokenCounter()
     records = [round_.records for round_ in ROUNDS]
     messages = build_messages(records)
+    if count_tokens(messages, counter) > target_tokens:
+        return _shrunk(records, target_tokens, counter)
     turn = 0
     while count_tokens(messages, counter) < target_tokens:
         records[turn % len(records)] += 1
         turn += 1
         messages = build_messages(records)
     return messages
+
+
+def _shrunk(records: list[int], target_tokens: int, counter: TokenCounter) -> list[dict[str, Any]]:
+    first = 0
+    messages = build_messages(records)
+    turn = 0
+    while count_tokens(messages, counter) > target_tokens:
+        if any(count > 1 for count in records):
+            while records[turn % len(records)] == 1:
+                turn += 1
+            records[turn % len(records)] -= 1
+            turn += 1
+        elif len(records) > 1:
+            first, records = first + 1, records[1:]
+        else:
+            raise SystemExit(
+                f"make_scenario: {target_tokens} tokens is below the smallest scenario."
+            )
+        messages = build_messages(records, first)
+    while True:  # a dropped round may leave room: grow the records back up to the target
+        grown = records.copy()
+        grown[turn % len(grown)] += 1
+        turn += 1
+        candidate = build_messages(grown, first)
+        if count_tokens(candidate, counter) > target_tokens:
+            return messages
+        records, messages = grown, candidate
 
 
 def main() -> None:

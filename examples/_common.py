@@ -10,11 +10,31 @@ import argparse
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
+from uuid import UUID
 
+from langchain_core.callbacks import BaseCallbackHandler
 from pydantic import SecretStr
 
-from agent_latency import Settings, Telemetry, configure_telemetry, load_settings
+from agent_latency import Settings, Telemetry, TrimResult, configure_telemetry, load_settings
+from agent_latency.semconv import TRIM_SPAN_NAME
 from agent_latency.sim import SimulatorConfig, running_simulator
+
+
+class TrimReport(BaseCallbackHandler):
+    """Keeps each ``TrimResult`` the trimmer reports during a run, in order.
+
+    The trimmer reports every trim as the LangChain custom event ``agent_latency.trim``. Reading
+    it there shows what was trimmed without trimming again: a second ``trimmer.trim(...)`` after
+    the run would record one more trim span, in a trace of its own.
+    """
+
+    def __init__(self) -> None:
+        self.results: list[TrimResult] = []
+
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if name == TRIM_SPAN_NAME and isinstance(data, TrimResult):
+            self.results.append(data)
 
 
 def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:

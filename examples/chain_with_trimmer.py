@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from _common import example_setup, parse_args
+from _common import TrimReport, example_setup, parse_args
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 
@@ -40,15 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         chain = prompt | trimmer | build_chat_model(settings, streaming=True)
         inputs = {"history": long_history(), "question": "What changed since report 0?"}
 
+        report = TrimReport()
         started = time.perf_counter()
         first_token_ms = None
-        for chunk in chain.stream(inputs, config={"callbacks": [telemetry.handler()]}):
+        for chunk in chain.stream(inputs, config={"callbacks": [telemetry.handler(), report]}):
             if first_token_ms is None and chunk.content:
                 first_token_ms = (time.perf_counter() - started) * 1000
             print(chunk.content, end="", flush=True)
         total_ms = (time.perf_counter() - started) * 1000
 
-        result = trimmer.trim(prompt.invoke(inputs))
+        [result] = report.results  # the trim the chain did: one call, one trim, one trace
         print(
             f"\n\nprompt {result.tokens_before} -> {result.tokens_after} tokens "
             f"(budget {result.budget}); TTFT {first_token_ms or total_ms:.0f} ms, "

@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from _common import example_setup, parse_args
+from _common import TrimReport, example_setup, parse_args
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
@@ -40,8 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in range(15):
             history += [HumanMessage(f"Note {n}: " + "context " * 40), AIMessage("Understood.")]
         history.append(HumanMessage("Was invoice INV-7 paid?"))
-        state = agent.invoke({"messages": history}, config={"callbacks": [telemetry.handler()]})
-        kept = trimmer.trim(history)
+        report = TrimReport()
+        state = agent.invoke(
+            {"messages": history}, config={"callbacks": [telemetry.handler(), report]}
+        )
+        kept = report.results[0]  # the hook's trim before the first model call
         print(
             f"state keeps {len(state['messages'])} messages; the model saw "
             f"{len(kept.messages)} of the first {len(history)} ({kept.tokens_after} tokens)."

@@ -186,6 +186,12 @@ def test_malformed_baseline_fails_before_any_call(scenario: Path, tmp_path: Path
         (["--base-url", "localhost:8000"], "--base-url: 'localhost:8000' is not an http(s) URL"),
         (["--turns", "99"], "--turns 99"),
         (["--json", "/nonexistent-folder/out.json"], "does not exist"),
+        # A folder given for a file: refused before the run, not after it (results lost).
+        (
+            ["--json", "/tmp"],
+            "--json /tmp: that is a folder; give a file path, e.g. /tmp/bench.json",
+        ),
+        (["--plot", "/tmp"], "--plot /tmp: that is a folder"),
     ],
 )
 def test_bad_options_are_value_errors(scenario: Path, args: list[str], message: str) -> None:

@@ -16,15 +16,20 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.semconv._incubating.attributes import error_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 
-from agent_latency import semconv
-from agent_latency._config import MetricsSettings, Settings, StreamingSettings
-from agent_latency._trace_link import RunContextProvider
+from agent_latency import (
+    LatencyCallbackHandler,
+    LatencyRecord,
+    MetricsSettings,
+    RunContextProvider,
+    Settings,
+    StreamingSettings,
+    semconv,
+)
 from agent_latency.telemetry import _handler as _callbacks
-from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
 
 MS = 1_000_000  # nanoseconds
 
@@ -312,7 +317,7 @@ def test_ttft_thresholds_set_the_level_and_log_with_a_hint(
         return
     (message,) = slow
     assert message.levelno == log_level
-    assert message.name == "agent_latency"
+    assert message.name == "agent_latency.telemetry"
     line = message.getMessage()
     for expected in ("scripted-1", f"{ttft_ms:.0f} ms", "42 input tokens", "no trim", "Hint"):
         assert expected in line

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fakes import ToolCallingFake
 from langchain.agents import create_agent
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -32,13 +33,6 @@ from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyReco
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 SECRET_TEXT = "zebra-umbrella-7731"
-
-
-class ToolCallingFake(GenericFakeChatModel):
-    """GenericFakeChatModel that accepts ``bind_tools`` (create_agent calls it)."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self
 
 
 # What a TrimResult carries, as the handler reads it (by attribute, duck-typed).

@@ -3,6 +3,7 @@ field it understands (checked on the wire against a local stand-in for a third-p
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Iterator
@@ -12,11 +13,15 @@ from typing import Any
 
 import httpx
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from agent_latency._chat_model import build_chat_model, output_limit_param
+from agent_latency._chat_model import CompatibleChatOpenAI, build_chat_model, output_limit_param
 from agent_latency._config import LLMSettings, Settings, StreamingSettings
+from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
 
 SECRET = "sk-test-channel-51c7e0"
 OPENAI_ROOT = "https://api.openai.com/v1"
@@ -301,3 +306,101 @@ def test_openai_gets_max_completion_tokens_on_the_wire() -> None:
 
     assert bodies[0]["max_completion_tokens"] == 256
     assert "max_tokens" not in bodies[0]
+
+
+# --- The key as httpx sees it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["settings", "override"])
+def test_a_key_ending_in_a_newline_is_sent_stripped(chat_server: ChatServer, via: str) -> None:
+    # A key read from a file keeps its newline; httpx refuses such a header and quotes it.
+    if via == "settings":
+        settings = _settings(chat_server.base_url)
+        settings = replace(settings, llm=replace(settings.llm, api_key=SecretStr(f"{SECRET}\n")))
+        model = build_chat_model(settings)
+    else:
+        model = build_chat_model(_settings(chat_server.base_url), api_key=f" {SECRET}\r\n")
+
+    _invoke(model)
+
+    (request,) = chat_server.received
+    assert request.authorization == f"Bearer {SECRET}"
+
+
+# --- Streamed usage on the wire, against the simulator ----------------------------------------
+
+
+class _Ends(BaseCallbackHandler):
+    """Keeps the result of every model call, as a callback handler receives it."""
+
+    def __init__(self) -> None:
+        self.results: list[LLMResult] = []
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        self.results.append(response)
+
+
+def test_a_streamed_call_reports_the_servers_prompt_tokens_to_the_handler() -> None:
+    ends = _Ends()
+    fast = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0.0, decode_tokens_per_s=10_000)
+    with running_simulator(fast) as sim:
+        settings = replace(_settings(sim.base_url), streaming=StreamingSettings(enabled=True))
+        model = build_chat_model(settings, model=DEFAULT_MODEL)
+        chunks = list(
+            model.stream(
+                [HumanMessage("How long is a piece of string?")], config={"callbacks": [ends]}
+            )
+        )
+        served = sim.stats.prompt_tokens
+
+    assert served > 0
+    streamed = sum(chunks[1:], chunks[0])
+    assert streamed.usage_metadata is not None
+    assert streamed.usage_metadata["input_tokens"] == served
+    (result,) = ends.results
+    (generation,) = result.generations[0]
+    assert isinstance(generation, ChatGeneration)
+    assert isinstance(generation.message, AIMessage)
+    assert generation.message.usage_metadata is not None
+    assert generation.message.usage_metadata["input_tokens"] == served
+
+
+# --- Contract with langchain-openai: the one private method we override ----------------------
+
+
+def test_chatopenai_request_payload_keeps_the_signature_we_override() -> None:
+    # If this fails, langchain-openai changed _get_request_payload: CompatibleChatOpenAI's
+    # override must follow, or max_tokens stops reaching servers that ignore
+    # max_completion_tokens (they then generate until the context is full).
+    theirs = inspect.signature(ChatOpenAI._get_request_payload)
+    ours = inspect.signature(CompatibleChatOpenAI._get_request_payload)
+
+    assert [(p.name, p.kind, p.default) for p in theirs.parameters.values()] == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
+        ("input_", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
+        ("stop", inspect.Parameter.KEYWORD_ONLY, None),
+        ("kwargs", inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty),
+    ]
+    assert [(p.name, p.kind) for p in ours.parameters.values()] == [
+        (p.name, p.kind) for p in theirs.parameters.values()
+    ]
+
+
+@pytest.mark.parametrize("per_call", [False, True])
+def test_chatopenai_request_payload_carries_the_limit_as_we_expect(per_call: bool) -> None:
+    # The override assumes ChatOpenAI puts the output limit in max_completion_tokens, whether
+    # it is a field of the model or an argument of the call.
+    fields = {"model": "m", "api_key": "k", "base_url": "http://127.0.0.1:9/v1"}
+    limit = {} if per_call else {"max_tokens": 7}
+    call = {"max_tokens": 7} if per_call else {}
+    messages = [HumanMessage("hi")]
+
+    theirs = ChatOpenAI(**fields, **limit)._get_request_payload(messages, **call)
+    ours = CompatibleChatOpenAI(**fields, **limit, output_limit_field="max_tokens")
+    payload = ours._get_request_payload(messages, **call)
+
+    assert theirs["max_completion_tokens"] == 7 and "max_tokens" not in theirs
+    assert payload["max_tokens"] == 7 and "max_completion_tokens" not in payload
+    assert {k: v for k, v in payload.items() if k != "max_tokens"} == {
+        k: v for k, v in theirs.items() if k != "max_completion_tokens"
+    }

@@ -99,8 +99,16 @@ def test_examples_round_trip_to_the_values_of_the_issue(monkeypatch: pytest.Monk
 
 def test_defaults_are_the_values_of_the_issue_without_channel() -> None:
     no_channel = dataclasses.replace(ISSUE_SETTINGS.llm, base_url=None, api_key=None)
+    # The one default that differs from the issue's files: 2048 would not fit the reserve.
+    answer_fits = dataclasses.replace(ISSUE_SETTINGS.streaming, max_tokens=2000)
 
-    assert Settings() == dataclasses.replace(ISSUE_SETTINGS, llm=no_channel)
+    assert Settings() == dataclasses.replace(ISSUE_SETTINGS, llm=no_channel, streaming=answer_fits)
+
+
+def test_the_default_answer_fits_the_default_reserve() -> None:
+    defaults = Settings()
+
+    assert defaults.streaming.max_tokens <= defaults.prompt.reserve_for_output
 
 
 def test_no_path_and_no_files_gives_the_defaults() -> None:

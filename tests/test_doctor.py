@@ -17,24 +17,21 @@ from typer.testing import CliRunner, Result
 
 from agent_latency._config import ConfigError, LLMSettings, Settings, load_settings
 from agent_latency.cli._doctor import doctor
+from agent_latency.doctor import CheckStatus, Endpoint, run_checks
 from agent_latency.doctor._checks import (
-    CheckStatus,
-    Endpoint,
-    HttpReply,
-    LimitProbe,
-    PrefillSample,
-    StreamProbe,
     check_api_root,
+    check_model,
+    check_output_limit,
+    check_prefill,
+    check_streaming,
+)
+from agent_latency.doctor._probes import HttpReply, LimitProbe, PrefillSample, StreamProbe
+from agent_latency.doctor._settings_checks import (
     check_configuration,
     check_context_budget,
     check_keep_rules,
-    check_model,
-    check_output_limit,
     check_output_room,
-    check_prefill,
-    check_streaming,
     check_temperature,
-    run_checks,
 )
 from agent_latency.sim import SimulatorConfig, running_simulator
 
@@ -95,10 +92,13 @@ def test_healthy_simulator_passes_every_check(healthy: str) -> None:
         "model",
         "output limit",
         "streaming",
+        "streamed usage",
         "prefill",
+        "tokenizer",
+        "prefix cache",
     ]
     assert "asked for 2 tokens via max_tokens, got 2" in result.output
-    assert "11 passed, 0 warnings, 0 failed" in result.output
+    assert "14 passed, 0 warnings, 0 failed" in result.output
 
 
 def test_buffered_stream_fails_with_the_buffering_fix() -> None:
@@ -236,14 +236,19 @@ def test_config_errors_propagate_as_config_error() -> None:
 # --- a server that ignores the output-limit field ---------------------------------------------
 
 
-class _DropsCompletionLimit(httpx.HTTPTransport):
-    """Forwards to the simulator without ``max_completion_tokens``, as llama-cpp-python's server
-    drops the field it does not know: the server then answers at full length."""
+class DropsRequestField(httpx.HTTPTransport):
+    """Forwards to the simulator without one field of each request body, as llama-cpp-python's
+    server drops the fields it does not know (``max_completion_tokens``: it then answers at full
+    length; ``stream_options``: no usage chunk ends a stream)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__()
+        self.field = field
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
             body = json.loads(request.read())
-            body.pop("max_completion_tokens", None)
+            body.pop(self.field, None)
             headers = [(k, v) for k, v in request.headers.items() if k != "content-length"]
             request = httpx.Request("POST", request.url, headers=headers, json=body)
         return super().handle_request(request)
@@ -255,7 +260,7 @@ def _checks_through_limit_dropping_transport(
     settings = Settings(
         llm=LLMSettings(base_url=base_url, context_window=8192, max_tokens_param=max_tokens_param)
     )
-    with Endpoint(settings, transport=_DropsCompletionLimit()) as endpoint:
+    with Endpoint(settings, transport=DropsRequestField("max_completion_tokens")) as endpoint:
         results = list(run_checks(settings, endpoint=endpoint))
     by_status: dict[str, list[str]] = {}
     for result in results:
@@ -314,16 +319,16 @@ def test_context_budget_check() -> None:
 
 
 def test_output_room_check() -> None:
-    defaults = Settings()  # max_tokens 2048 > reserve 2000, window unknown
-    assert check_output_room(defaults).status is CheckStatus.WARN
+    defaults = Settings()  # the project's own defaults agree: max_tokens <= reserve
+    assert check_output_room(defaults).status is CheckStatus.PASS
 
-    within_reserve = replace(defaults, streaming=replace(defaults.streaming, max_tokens=1024))
-    assert check_output_room(within_reserve).status is CheckStatus.PASS
+    over_reserve = replace(defaults, streaming=replace(defaults.streaming, max_tokens=2048))
+    assert check_output_room(over_reserve).status is CheckStatus.WARN  # window unknown
 
-    fits = replace(defaults, llm=LLMSettings(context_window=8048))
+    fits = replace(over_reserve, llm=LLMSettings(context_window=8048))
     assert check_output_room(fits).status is CheckStatus.PASS
 
-    too_big = replace(defaults, llm=LLMSettings(context_window=8047))
+    too_big = replace(over_reserve, llm=LLMSettings(context_window=8047))
     failure = check_output_room(too_big)
     assert failure.status is CheckStatus.FAIL
     assert "set streaming.maxTokens to at most 2047" in failure.fix
@@ -427,8 +432,9 @@ def test_streaming_check() -> None:
     assert check_streaming(_stream(10, 20, 30, 40)).status is CheckStatus.PASS
     # A slow prefill then fast decoding: the first chunk comes late, yet the chunks spread out.
     assert check_streaming(_stream(5000, 5160, 5320, 5480)).status is CheckStatus.PASS
-    buffered = check_streaming(_stream(900, 901, 901, 902))
+    buffered = check_streaming(_stream(900, 900.01, 900.03, 900.04))
     assert buffered.status is CheckStatus.FAIL and "proxy_buffering off" in buffered.fix
+    assert "in 1 burst:" in buffered.message
     assert check_streaming(_stream(event_stream=False)).status is CheckStatus.FAIL
     assert check_streaming(_stream(10, 40)).status is CheckStatus.WARN
     disabled = check_streaming(_stream(10, 20, 30, 40), enabled=False)

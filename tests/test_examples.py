@@ -1,10 +1,11 @@
 """Every example in ``examples/``, run end to end as a user runs it, against its own simulator.
 
-The five runs start together (they mostly wait on their simulators) and each test checks one.
+The six runs start together (they mostly wait on their simulators) and each test checks one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,8 @@ EXAMPLES = (
     "attach_to_existing_agent",
     "langgraph_pre_model_hook",
 )
+# Runs that export to their own OTLP collector instead of the console: label -> example.
+OTLP_RUNS = {"otlp": "chain_with_trimmer", "otlp_hook": "langgraph_pre_model_hook"}
 TIMEOUT_S = 120
 # The answer of the simulator, streamed one word at a time.
 ANSWER_START = "The agent waited for the first token of this answer"
@@ -92,19 +95,21 @@ class _Started:
 
 
 @pytest.fixture(scope="module")
-def collector() -> Iterator[OTLPReceiver]:
-    with OTLPReceiver() as receiver:
-        yield receiver
+def collectors() -> Iterator[dict[str, OTLPReceiver]]:
+    """One collector per OTLP run, so each one's spans can be told apart."""
+    with contextlib.ExitStack() as stack:
+        yield {label: stack.enter_context(OTLPReceiver()) for label in OTLP_RUNS}
 
 
 @pytest.fixture(scope="module")
 def runs(
-    collector: OTLPReceiver, tmp_path_factory: pytest.TempPathFactory
+    collectors: dict[str, OTLPReceiver], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, _Started]]:
     workdir = tmp_path_factory.mktemp("examples")
     started = {name: _Started(name, name, [], workdir) for name in EXAMPLES}
-    otlp = ["--otlp", "--otlp-endpoint", collector.endpoint]
-    started["otlp"] = _Started("otlp", "chain_with_trimmer", otlp, workdir)
+    for label, name in OTLP_RUNS.items():
+        otlp = ["--otlp", "--otlp-endpoint", collectors[label].endpoint]
+        started[label] = _Started(label, name, otlp, workdir)
     yield started
     for run in started.values():
         if run.process.poll() is None:
@@ -180,10 +185,35 @@ def test_pre_model_hook_sends_fewer_messages_than_the_state_keeps(
     assert {"chat qwen-7b-chat", "agent_latency.trim"} <= _span_names(run)
 
 
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_one_user_call_of_an_example_is_one_trace(name: str, runs: dict[str, _Started]) -> None:
+    run = _finished(runs, name)
+
+    traces = {span["context"]["trace_id"] for span in run.spans()}
+    assert len(traces) == 1, sorted(
+        (span["name"], span["context"]["trace_id"]) for span in run.spans()
+    )
+
+
+@pytest.mark.parametrize("label", sorted(OTLP_RUNS))
+def test_the_collector_receives_one_trace_per_user_call(
+    label: str, runs: dict[str, _Started], collectors: dict[str, OTLPReceiver]
+) -> None:
+    _finished(runs, label)
+
+    spans = collectors[label].spans()
+    assert {"chat qwen-7b-chat", "agent_latency.trim"} <= {span.name for span in spans}
+    # What the example prints about its trim comes from the run, not from a second trim.
+    assert len({span.trace_id for span in spans}) == 1, sorted(
+        (span.name, span.trace_id) for span in spans
+    )
+
+
 def test_otlp_export_reaches_the_collector(
-    runs: dict[str, _Started], collector: OTLPReceiver
+    runs: dict[str, _Started], collectors: dict[str, OTLPReceiver]
 ) -> None:
     run = _finished(runs, "otlp")
+    collector = collectors["otlp"]
 
     assert run.spans() == []  # nothing on the console
     spans = collector.spans()

@@ -28,20 +28,23 @@ from langchain_openai import ChatOpenAI
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.semconv._incubating.attributes import error_attributes
+from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 from otlp_receiver import OTLPReceiver
 
-from agent_latency import semconv
-from agent_latency._chat_model import build_chat_model
-from agent_latency._config import Settings
-from agent_latency._tokens import TokenCounter
+from agent_latency import (
+    LatencyCallbackHandler,
+    LatencyRecord,
+    PriorityTrimmer,
+    Settings,
+    TokenCounter,
+    build_chat_model,
+    configure_telemetry,
+    semconv,
+)
 from agent_latency.semconv import TRIM_SPAN_NAME
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
-from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
-from agent_latency.telemetry._setup import configure_telemetry
-from agent_latency.trimming._middleware import TrimmingMiddleware
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming import TrimmingMiddleware
 
 COUNTER = TokenCounter()
 BUDGET = 300

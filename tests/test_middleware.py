@@ -6,16 +6,13 @@ import ast
 import itertools
 import logging
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import pytest
+from fakes import Recorder, ToolCallingFake
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest, ModelResponse
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
@@ -23,7 +20,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_latency import _trace_link
 from agent_latency._tokens import TokenCounter
-from agent_latency._trace_link import TRIM_EVENT
 from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
 from agent_latency.telemetry._handler import LatencyCallbackHandler
 from agent_latency.trimming import _rounds, _shortening, _trimmer
@@ -33,13 +29,6 @@ from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 COUNTER = TokenCounter()
 BUDGET = 400
 SYSTEM_PROMPT = "You answer from the lookup tool. " * 10
-
-
-class ToolCallingFake(GenericFakeChatModel):
-    """A scripted chat model that accepts tools, as create_agent requires."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ToolCallingFake:
-        return self
 
 
 def scripted_model() -> ToolCallingFake:
@@ -61,21 +50,6 @@ def long_history() -> list[BaseMessage]:
     return [*messages, HumanMessage("latest question")]
 
 
-class Recorder(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.prompts: list[list[BaseMessage]] = []
-        self.trims: list[TrimResult] = []
-
-    def on_chat_model_start(
-        self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any
-    ) -> None:
-        self.prompts.append(messages[0])
-
-    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        if name == TRIM_EVENT:
-            self.trims.append(data)
-
-
 def agent(trimmer: PriorityTrimmer) -> Any:
     return create_agent(
         scripted_model(),
@@ -89,7 +63,9 @@ def check_run(recorder: Recorder, state: dict[str, Any], history: list[BaseMessa
     """The model saw trimmed prompts within budget; the state kept everything untouched."""
     assert len(recorder.prompts) == 2 and len(recorder.trims) == 2
     for prompt, trim in zip(recorder.prompts, recorder.trims, strict=True):
-        assert COUNTER.count_messages(prompt) == trim.tokens_after <= BUDGET
+        # The whole request counts: the messages and the lookup tool's definition.
+        assert trim.tool_tokens == COUNTER.count_tools([lookup]) > 0
+        assert COUNTER.count_messages(prompt) + trim.tool_tokens == trim.tokens_after <= BUDGET
         assert prompt[0].content == SYSTEM_PROMPT  # the system prompt is counted and kept
         assert prompt[0].type == "system" and trim.changed
     assert recorder.prompts[0][-1].content == "latest question"

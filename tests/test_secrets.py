@@ -203,6 +203,48 @@ def test_doctor_with_the_right_key_never_shows_it(
     assert KEY not in output and KEY not in logged(debug_logs)
 
 
+PLAIN_KEY = "plainkey4c1d9e7b"  # not sk-shaped: the key-shaped-word masking cannot catch it
+
+
+def test_doctor_with_a_key_file_ending_in_a_newline_uses_it_and_never_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], debug_logs: pytest.LogCaptureFixture
+) -> None:
+    # A key mounted from a file: before, httpx refused the header and doctor printed it whole.
+    config = write(tmp_path / "config.toml", f'[llm]\napi_key = "{PLAIN_KEY}\\n"\n')
+    with running_simulator(dataclasses.replace(FAST, api_key=PLAIN_KEY)) as sim:
+        status, output = run_cli(capsys, "doctor", "--base-url", sim.base_url, "--config", config)
+
+    assert "key is accepted" in output, output
+    assert status in (0, 1)  # a check of the machine's speed may fail; the key check passes
+    assert PLAIN_KEY not in output and PLAIN_KEY not in logged(debug_logs)
+
+
+def test_doctor_given_settings_with_an_unsendable_key_never_shows_it() -> None:
+    # Settings built in code skip load_settings' checks; httpx then quotes the header.
+    from agent_latency.doctor import run_checks
+
+    with running_simulator(FAST) as sim:
+        key = SecretStr(f"{PLAIN_KEY}\n")
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, api_key=key))
+        results = list(run_checks(settings))
+
+    shown = "\n".join(f"{r.message} {r.fix}" for r in results)
+    assert "Bearer ***" in shown  # httpx's error, quoted without the header's value
+    assert PLAIN_KEY not in shown
+
+
+def test_a_password_in_base_url_never_reaches_doctors_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password = "pw-5b0e2c9d"
+    monkeypatch.setenv("AGENT_LATENCY_BASE_URL", f"http://user:{password}@127.0.0.1:9/v1")
+
+    status, output = run_cli(capsys, "doctor")
+
+    assert status == 2 and "user name or password" in output
+    assert password not in output
+
+
 def test_bench_table_json_and_errors_never_show_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], debug_logs: pytest.LogCaptureFixture
 ) -> None:

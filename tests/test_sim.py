@@ -177,7 +177,8 @@ def test_chat_openai_streams_and_reports_usage_with_cached_tokens(sim: RunningSi
     usage = merged.usage_metadata
     assert usage is not None
     assert usage["output_tokens"] == FAST.answer_tokens
-    assert usage["input_token_details"]["cache_read"] == usage["input_tokens"] - 1
+    # Whole 16-token blocks, as vLLM reuses them; the last token is always prefilled.
+    assert usage["input_token_details"]["cache_read"] == (usage["input_tokens"] - 1) // 16 * 16
 
 
 def test_models_are_listed_and_retrieved(sim: RunningSimulator) -> None:
@@ -271,13 +272,13 @@ def test_a_tool_result_gets_a_text_answer(sim: RunningSimulator) -> None:
 @pytest.mark.parametrize(
     ("tool_choice", "last_role", "calls"),
     [
-        ("none", "user", False),
-        ("required", "tool", True),
+        ("none", "user", None),
+        ("required", "tool", "get_time"),  # one call made so far: the second tool in turn
         ({"type": "function", "function": {"name": "get_time"}}, "user", "get_time"),
     ],
 )
 def test_tool_choice_is_honoured(
-    sim: RunningSimulator, tool_choice: Any, last_role: str, calls: bool | str
+    sim: RunningSimulator, tool_choice: Any, last_role: str, calls: str | None
 ) -> None:
     time_tool = {"type": "function", "function": {"name": "get_time"}}
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
@@ -295,11 +296,10 @@ def test_tool_choice_is_honoured(
     )
 
     tool_calls = response.choices[0].message.tool_calls
-    if calls is False:
+    if calls is None:
         assert tool_calls is None
     else:
-        expected = calls if isinstance(calls, str) else "get_weather"
-        assert tool_calls and tool_calls[0].function.name == expected
+        assert tool_calls and [call.function.name for call in tool_calls] == [calls]
 
 
 def test_an_agent_runs_to_its_final_answer(sim: RunningSimulator) -> None:

@@ -13,11 +13,28 @@ from agent_latency.sim._answer import example_value
 def test_defaults_give_an_agent_prompt_about_three_and_a_half_seconds_to_first_token() -> None:
     config = SimulatorConfig()
 
-    ttft_ms = config.overhead_ms + config.prefill_ms_per_token * 8200
+    ttft_ms = config.overhead_ms + config.prefill_ms(8200, 8200)
 
     assert 3300 <= ttft_ms <= 3700
     assert config.decode_tokens_per_s == 50
     assert config.models == (DEFAULT_MODEL,)
+
+
+def test_prefill_per_token_grows_with_the_context_as_measured_on_llama_cpp() -> None:
+    # Issue 12: no trimming prefilled at 174 tok/s, prefix-stable at 272 tok/s; the cold
+    # prefills of docs/real-model.md put their mean contexts near 5,800 and 1,800 tokens.
+    config = SimulatorConfig()
+    long_context = config.prefill_ms(1, 5800)
+    short_context = config.prefill_ms(1, 1800)
+
+    assert long_context / short_context == pytest.approx(272 / 174, rel=0.02)
+    assert config.prefill_ms(100, 4000) == pytest.approx(100 * (0.16 + 0.03 * 4))
+
+
+def test_the_context_term_can_be_switched_off() -> None:
+    flat = SimulatorConfig(prefill_ms_per_token=0.4, attention_ms_per_1k_context=0)
+
+    assert flat.prefill_ms(1000, 8000) == pytest.approx(400)
 
 
 @pytest.mark.parametrize(
@@ -30,7 +47,16 @@ def test_defaults_give_an_agent_prompt_about_three_and_a_half_seconds_to_first_t
         ("decode_tokens_per_s", 0),
         ("answer_tokens", 0),
         ("answer_tokens", 2.5),
-        ("cache_entries", 0),
+        ("attention_ms_per_1k_context", -0.1),
+        ("attention_ms_per_1k_context", float("inf")),
+        ("tokenizer", ""),
+        ("tokenizer", 5),
+        ("cache_tokens", 0),
+        ("cache_tokens", 15),  # less than one 16-token block
+        ("cache_block_tokens", 0),
+        ("cache_lifetime_s", 0),
+        ("cache_lifetime_s", float("nan")),
+        ("header_timeout_s", 0),
         ("error_rate", 1.5),
         ("rate_limit_rate", -0.1),
         ("retry_after_s", float("inf")),

@@ -124,8 +124,23 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(
         (b'{"model": "m", "messages": [{"role": "user", "content": "\xff"}]}', "could not parse"),
         (b'{"model": "m", "messages": [], "max_tokens": ' + b"9" * 5000 + b"}", "could not parse"),
         (b'{"model": "m", "messages": [', "could not parse"),
+        (b'{"model": "m", "messages": [], "temperature": NaN}', "could not parse"),
+        (b'{"model": "m", "messages": [], "top_p": -Infinity}', "could not parse"),
+        (b'{"model": "m", "messages": [], "max_tokens": Infinity}', "could not parse"),
     ],
-    ids=["null", "string", "number", "boolean", "empty", "not-utf8", "huge-integer", "truncated"],
+    ids=[
+        "null",
+        "string",
+        "number",
+        "boolean",
+        "empty",
+        "not-utf8",
+        "huge-integer",
+        "truncated",
+        "nan",
+        "minus-infinity",
+        "infinity",
+    ],
 )
 def test_bodies_that_are_not_a_json_object_get_400(
     sim: RunningSimulator, body: bytes, message: str

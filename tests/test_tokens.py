@@ -288,8 +288,8 @@ def test_works_without_network(no_network: None) -> None:
 
 
 def test_unavailable_encoding_is_a_clear_value_error(no_network: None) -> None:
-    with pytest.raises(ValueError, match=r"'o200k_base'.*Fix"):
-        TokenCounter("o200k_base")
+    with pytest.raises(ValueError, match=r"'p50k_base'.*Fix"):
+        TokenCounter("p50k_base")
 
 
 @pytest.mark.parametrize("cache_size", [0, -1, True, 1.5, "8"])
@@ -359,28 +359,63 @@ def test_copy_with_a_changed_field_is_recounted(update: dict[str, Any]) -> None:
     assert count == TokenCounter().count_message(changed)
 
 
-def test_cache_is_bounded() -> None:
+def test_content_cache_is_bounded() -> None:
     counter = TokenCounter(cache_size=2)
-    messages = [HumanMessage(content=text) for text in ("甲", "乙", "丙", "丁")]
-    counter.count_messages(messages)
+    texts = ("甲", "乙", "丙", "丁")
+    counter.count_messages([HumanMessage(content=text) for text in texts])
     assert counter.tokenized_messages == 4
 
-    counter.count_message(messages[0])
+    counter.count_message(HumanMessage(content="甲"))  # a new object: only the content cache
 
     assert counter.tokenized_messages == 5
 
 
-def test_cache_keeps_the_recently_used() -> None:
+def test_content_cache_keeps_the_recently_used() -> None:
     counter = TokenCounter(cache_size=2)
-    a, b, c = (HumanMessage(content=text) for text in ("甲", "乙", "丙"))
-    counter.count_message(a)
-    counter.count_message(b)
-    counter.count_message(a)  # a is now the most recently used
-    counter.count_message(c)  # evicts b, not a
+    for text in ("甲", "乙", "甲", "丙"):  # 甲 is used again before 丙 evicts the oldest: 乙
+        counter.count_message(HumanMessage(content=text))
 
-    counter.count_message(a)
+    counter.count_message(HumanMessage(content="甲"))
 
     assert counter.tokenized_messages == 3
+
+
+def test_identity_cache_holds_every_live_message_and_forgets_dead_ones() -> None:
+    """Sized by the working set: a repeat count of 20,000 messages tokenises none again."""
+    counter = TokenCounter(cache_size=16)
+    messages = [HumanMessage(content=f"message {i}") for i in range(20_000)]
+    first = counter.count_messages(messages)
+    assert counter.tokenized_messages == 20_000
+
+    second = counter.count_messages(messages)
+
+    assert counter.tokenized_messages == 20_000
+    assert second == first
+    del messages
+    assert len(counter._by_identity) == 0
+
+
+def test_list_content_edited_in_place_is_recounted() -> None:
+    counter = TokenCounter()
+    message = HumanMessage(content=[{"type": "text", "text": "短"}])
+    short = counter.count_message(message)
+
+    message.content[0]["text"] = "一段长得多的内容，需要更多的词元。" * 20  # type: ignore[index]
+    longer = counter.count_message(message)
+
+    assert longer == TokenCounter().count_message(message)
+    assert longer > short + 100
+
+
+def test_tool_call_arguments_edited_in_place_are_recounted() -> None:
+    counter = TokenCounter()
+    message = AIMessage(content="", tool_calls=[{"name": "f", "args": {"q": "a"}, "id": "c"}])
+    before = counter.count_message(message)
+
+    message.tool_calls[0]["args"]["q"] = "a much longer query " * 10
+    after = counter.count_message(message)
+
+    assert after == TokenCounter().count_message(message) > before
 
 
 def test_cache_lookup_survives_an_eviction_by_another_thread() -> None:

@@ -18,10 +18,16 @@ from agent_latency._tokens import TokenCounter
 from agent_latency.semconv import (
     TRIM_BUDGET,
     TRIM_DROPPED_MESSAGES,
+    TRIM_EFFECTIVE_BUDGET,
+    TRIM_FIXED_TOKENS,
+    TRIM_FRAMING_TOKENS,
+    TRIM_MUST_KEEP_TOKENS,
     TRIM_OVER_BUDGET,
+    TRIM_RESPONSE_FORMAT_TOKENS,
     TRIM_SHORTENED_MESSAGES,
     TRIM_TOKENS_AFTER,
     TRIM_TOKENS_BEFORE,
+    TRIM_TOOL_TOKENS,
 )
 from agent_latency.trimming._shortening import MARKER
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
@@ -364,7 +370,15 @@ def test_decisions_and_class_figures_account_for_every_message() -> None:
         TRIM_DROPPED_MESSAGES: outcome.dropped_messages,
         TRIM_SHORTENED_MESSAGES: 1,
         TRIM_OVER_BUDGET: False,
+        TRIM_TOOL_TOKENS: 0,
+        TRIM_RESPONSE_FORMAT_TOKENS: 0,
+        TRIM_FRAMING_TOKENS: 3,
+        # The system message, the latest user message and the newest call with its result.
+        TRIM_MUST_KEEP_TOKENS: sum(decisions[i].tokens_after for i in (0, 9, 12, 13)),
+        TRIM_FIXED_TOKENS: outcome.fixed_tokens,
+        TRIM_EFFECTIVE_BUDGET: 400,
     }
+    assert outcome.fixed_tokens == 3 + outcome.must_keep_tokens
     assert outcome.elapsed_ms > 0
 
 
@@ -432,3 +446,16 @@ def test_invalid_options_are_rejected_up_front_naming_the_option(
     budget = options.pop("budget", 6000)
     with pytest.raises(ValueError, match=f"PriorityTrimmer: {names} must"):
         PriorityTrimmer(budget, **options)  # type: ignore[arg-type]
+
+
+def test_every_rule_is_explained_once_and_the_docs_table_says_the_same() -> None:
+    from pathlib import Path
+    from typing import get_args
+
+    from agent_latency.trimming import Rule
+    from agent_latency.trimming._result import RULE_EXPLANATIONS
+
+    assert list(RULE_EXPLANATIONS) == list(get_args(Rule))
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "trimming.md").read_text("utf-8")
+    for rule, (_, meaning) in RULE_EXPLANATIONS.items():
+        assert f"| `{rule}` | {meaning} |" in docs, rule

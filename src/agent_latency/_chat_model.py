@@ -8,7 +8,9 @@ from urllib.parse import urlsplit
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
+from agent_latency._channel_checks import check_base_url
 from agent_latency._config import MAX_TOKENS_PARAMS, Settings
 
 _OPENAI_HOST = "api.openai.com"
@@ -36,7 +38,9 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
     """Builds a ``ChatOpenAI`` for the configured channel.
 
     Switching models is a one-field change (``model=`` here, or ``llm.model`` in ``config.toml``).
-    Usage is requested on streamed calls too (``stream_usage=True``).
+    Usage is requested on streamed calls too (``stream_usage=True``), so a callback handler sees
+    the server's ``usage.prompt_tokens`` for every call. The key is sent without surrounding
+    whitespace (a key read from a file often ends in a newline, which no header may carry).
 
     Args:
         settings: The loaded settings; ``None`` uses the defaults.
@@ -47,7 +51,9 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
         The chat model, with the output limit sent as the field the endpoint understands.
 
     Raises:
-        ValueError: When ``settings.llm.max_tokens_param`` is not a known field name.
+        ValueError: When ``settings.llm.max_tokens_param`` is not a known field name, or the
+            base URL is not an http(s) URL or carries a user name or password (httpx would send
+            them as Basic auth in place of the key).
     """
     settings = settings or Settings()
     if settings.llm.max_tokens_param not in MAX_TOKENS_PARAMS:
@@ -68,6 +74,8 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
     fields.update(overrides)
     # An overridden base_url decides the key fallback and the output-limit field too.
     base_url = fields["base_url"]
+    if base_url is not None:
+        check_base_url(base_url, "base_url" if "base_url" in overrides else "llm.base_url")
     if "api_key" not in fields:
         if llm.api_key is not None:
             fields["api_key"] = llm.api_key
@@ -75,6 +83,11 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
             # Local servers (vLLM, llama.cpp, the simulator) need no key, but the openai client
             # refuses to start without one.
             fields["api_key"] = _NO_KEY
+    key = fields.get("api_key")
+    if isinstance(key, SecretStr):
+        fields["api_key"] = SecretStr(key.get_secret_value().strip())
+    elif isinstance(key, str):
+        fields["api_key"] = key.strip()
     fields["output_limit_field"] = _output_limit_param(llm.max_tokens_param, base_url)
     return CompatibleChatOpenAI(**fields)
 

@@ -8,19 +8,29 @@ stale copy never wins silently. Environment variables override the channel field
 
 from __future__ import annotations
 
-import difflib
-import json
 import logging
-import math
 import os
-import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal, get_args
-from urllib.parse import urlsplit
 
 from pydantic import SecretStr
+
+from agent_latency._channel_checks import base_url_warnings, check_base_url, checked_key
+from agent_latency._channel_checks import is_http_url as is_http_url  # telemetry imports it here
+from agent_latency._config_sources import (
+    JSON_SCHEMA,
+    TOML_SCHEMA,
+    Found,
+    apply_environment,
+    collect,
+    merge,
+    parse_json,
+    parse_toml,
+    resolve,
+)
+from agent_latency._config_sources import ConfigError as ConfigError
+from agent_latency._redaction import display_url
 
 logger = logging.getLogger("agent_latency")
 
@@ -29,16 +39,13 @@ PriorityClass = Literal["system", "latest_user", "tool_result", "history"]
 PRIORITY_CLASSES: Final[tuple[PriorityClass, ...]] = get_args(PriorityClass)
 """Every priority class, in the default order: the first gets the budget first."""
 MAX_TOKENS_PARAMS: Final = ("auto", "max_tokens", "max_completion_tokens")
+HistorySelection = Literal["age", "relevance"]
+"""How the trimmer picks which middle history rounds to keep (docs/configuration.md)."""
+HISTORY_SELECTIONS: Final[tuple[HistorySelection, ...]] = get_args(HistorySelection)
 DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
-ENV_BASE_URL: Final = "AGENT_LATENCY_BASE_URL"
-ENV_API_KEY: Final = "AGENT_LATENCY_API_KEY"
-ENV_MODEL: Final = "AGENT_LATENCY_MODEL"
-ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the file, the key and the fix."""
+MAX_SECONDS: Final = 86_400
+"""The longest duration a setting takes: longer timeouts overflow the clocks beneath httpx."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,11 @@ class LLMSettings:
         max_tokens_param: Which request field carries the output limit: ``"max_tokens"``,
             ``"max_completion_tokens"``, or ``"auto"`` (the latter for OpenAI itself, the former
             for every other server).
+        tokenizer: Which tokenizer counts prompt tokens: a known name (e.g. ``"cl100k"``,
+            ``"o200k"``, ``"qwen"``, ``"llama3"``, ``"server"``) or the path of a
+            ``tokenizer.json``; ``None`` chooses from ``model``.
+        cache_lifetime_seconds: How long the endpoint keeps an idle prompt prefix cached;
+            ``None`` uses the provider's documented default.
     """
 
     base_url: str | None = None
@@ -62,6 +74,15 @@ class LLMSettings:
     timeout_seconds: float = 60.0
     context_window: int | None = None
     max_tokens_param: str = "auto"
+    tokenizer: str | None = None
+    cache_lifetime_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        # The URL without user info or query: credentials there must not reach logs.
+        shown = {each.name: getattr(self, each.name) for each in fields(self)}
+        if self.base_url is not None:
+            shown["base_url"] = display_url(self.base_url)
+        return f"LLMSettings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,7 @@ class StreamingSettings:
     enabled: bool = True
     chunk_timeout_ms: int = 800
     temperature: float = 0.1
-    max_tokens: int = 2048
+    max_tokens: int = 2000  # = prompt.reserve_for_output: the answer fits the room kept free
     record_ttft: bool = True
 
 
@@ -96,6 +117,8 @@ class PromptSettings:
         priority_order: Which message class gets the budget first.
         history_keep_head: Oldest history rounds kept before the middle is trimmed.
         history_keep_tail: Newest history rounds kept before the middle is trimmed.
+        history_selection: Which middle history rounds are kept first: the newest (``"age"``)
+            or those most relevant to the latest user message (``"relevance"``).
     """
 
     token_budget: int = 6000
@@ -106,6 +129,7 @@ class PromptSettings:
     priority_order: tuple[PriorityClass, ...] = PRIORITY_CLASSES
     history_keep_head: int = 2
     history_keep_tail: int = 4
+    history_selection: HistorySelection = "age"
 
 
 @dataclass(frozen=True)
@@ -144,70 +168,6 @@ class Settings:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class _Key:
-    """One leaf key of a file: where its value goes in Settings and what type it must have."""
-
-    target: str  # "section.field" in Settings
-    kind: str  # "int", "number", "bool", "str", "list"
-
-
-_TOML_SCHEMA: Final[Mapping[str, Any]] = {
-    "llm": {
-        "base_url": _Key("llm.base_url", "str"),
-        "api_key": _Key("llm.api_key", "str"),
-        "model": _Key("llm.model", "str"),
-        "timeout_seconds": _Key("llm.timeout_seconds", "number"),
-        "context_window": _Key("llm.context_window", "int"),
-        "max_tokens_param": _Key("llm.max_tokens_param", "str"),
-        "streaming": {
-            "enabled": _Key("streaming.enabled", "bool"),
-            "chunk_timeout_ms": _Key("streaming.chunk_timeout_ms", "int"),
-            "first_token_warn_ms": _Key("metrics.ttft_warn_ms", "int"),
-        },
-        "prompt": {
-            "token_budget": _Key("prompt.token_budget", "int"),
-            "reserve_for_output": _Key("prompt.reserve_for_output", "int"),
-            "keep_system": _Key("prompt.keep_system", "bool"),
-            "keep_latest_user": _Key("prompt.keep_latest_user", "bool"),
-            "trim_strategy": _Key("prompt.trim_strategy", "str"),
-        },
-    }
-}
-
-_JSON_SCHEMA: Final[Mapping[str, Any]] = {
-    "promptTrimmer": {
-        "defaultBudget": _Key("prompt.token_budget", "int"),
-        "reserveForOutput": _Key("prompt.reserve_for_output", "int"),
-        "priorityOrder": _Key("prompt.priority_order", "list"),
-        "historyKeepHead": _Key("prompt.history_keep_head", "int"),
-        "historyKeepTail": _Key("prompt.history_keep_tail", "int"),
-    },
-    "streaming": {
-        "enabled": _Key("streaming.enabled", "bool"),
-        "temperature": _Key("streaming.temperature", "number"),
-        "maxTokens": _Key("streaming.max_tokens", "int"),
-        "recordTtft": _Key("streaming.record_ttft", "bool"),
-    },
-    "metrics": {
-        "ttftWarnMs": _Key("metrics.ttft_warn_ms", "int"),
-        "ttftErrorMs": _Key("metrics.ttft_error_ms", "int"),
-        "logEveryRequest": _Key("metrics.log_every_request", "bool"),
-    },
-}
-
-_KIND_NAMES: Final = {
-    "int": "an integer",
-    "number": "a number",
-    "bool": "true or false",
-    "str": "a string",
-    "list": "a list",
-}
-
-# A value and the place it came from, e.g. "settings.json: promptTrimmer.defaultBudget".
-_Found = dict[str, tuple[Any, str]]
-
-
 def load_settings(
     config_path: str | os.PathLike[str] | None = None,
     settings_path: str | os.PathLike[str] | None = None,
@@ -230,19 +190,21 @@ def load_settings(
             malformed TOML/JSON, an unknown key, a wrong type, a value out of range, or the two
             files disagreeing.
     """
-    found: _Found = {}
+    found: Found = {}
     sources: list[str] = []
     for path, default_name, parse, schema in (
-        (config_path, DEFAULT_CONFIG_FILE, _parse_toml, _TOML_SCHEMA),
-        (settings_path, DEFAULT_SETTINGS_FILE, _parse_json, _JSON_SCHEMA),
+        (config_path, DEFAULT_CONFIG_FILE, parse_toml, TOML_SCHEMA),
+        (settings_path, DEFAULT_SETTINGS_FILE, parse_json, JSON_SCHEMA),
     ):
-        resolved = _resolve(path, default_name)
+        resolved = resolve(path, default_name)
         if resolved is None:
             continue
         sources.append(str(resolved))
-        tree = parse(resolved)
-        _merge(found, _collect(tree, schema, str(resolved), ()))
-    _apply_environment(found)
+        merge(found, collect(parse(resolved), schema, str(resolved)))
+    apply_environment(found)
+    if "llm.api_key" in found:
+        key, place = found["llm.api_key"]
+        found["llm.api_key"] = (checked_key(key, place), place)
     settings = _build(found)
     _validate(settings, found)
     warnings = base_url_warnings(settings.llm.base_url, _place(found, "llm.base_url"))
@@ -267,11 +229,12 @@ def with_channel_overrides(
         api_key: ``--api-key``.
 
     Raises:
-        ConfigError: Naming the option, for a non-http(s) URL or an empty model or key.
+        ConfigError: Naming the option, for a bad URL (see :func:`check_base_url`), an empty
+            model, or an empty or non-ASCII key.
     """
     llm, warnings = settings.llm, settings.warnings
     if base_url is not None:
-        _check_base_url(base_url, "--base-url")
+        check_base_url(base_url, "--base-url")
         llm = replace(llm, base_url=base_url)
         warnings = tuple(base_url_warnings(base_url, "--base-url"))
     if model is not None:
@@ -279,162 +242,11 @@ def with_channel_overrides(
             raise ConfigError("--model: must not be empty. Fix: write the model name.")
         llm = replace(llm, model=model)
     if api_key is not None:
-        if not api_key.strip():
-            raise ConfigError("--api-key: must not be empty. Fix: pass the key or leave it out.")
-        llm = replace(llm, api_key=SecretStr(api_key))
+        llm = replace(llm, api_key=SecretStr(checked_key(api_key, "--api-key")))
     return replace(settings, llm=llm, warnings=warnings)
 
 
-def _resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | None:
-    if path is None:
-        candidate = Path.cwd() / default_name
-        return candidate if candidate.is_file() else None
-    resolved = Path(path)
-    if not resolved.is_file():
-        raise ConfigError(
-            f"{resolved}: file not found. Fix: check the path, or leave it out to use the "
-            f"defaults (and {default_name} in the working directory if present)."
-        )
-    return resolved
-
-
-def _read_text(path: Path) -> str:
-    try:
-        # utf-8-sig: editors on Windows often save UTF-8 with a byte-order mark.
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.start}). Fix: save the file as UTF-8."
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            f"{path}: cannot be read ({exc.strerror}). Fix: check the file's permissions."
-        ) from None
-
-
-def _parse_toml(path: Path) -> Any:
-    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
-    try:
-        return tomllib.loads(text)
-    except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
-        raise ConfigError(
-            f"{path}: malformed TOML: {exc}. Fix: correct the syntax there."
-        ) from None
-    except RecursionError:
-        raise ConfigError(
-            f"{path}: TOML nested too deeply to read. Fix: flatten the nested arrays/tables."
-        ) from None
-
-
-def _parse_json(path: Path) -> Any:
-    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
-            "Fix: correct the syntax there (JSON allows no comments or trailing commas)."
-        ) from None
-    except ValueError as exc:  # an integer of more than 4300 digits
-        raise ConfigError(f"{path}: unreadable JSON number: {exc}. Fix: shorten it.") from None
-    except RecursionError:
-        raise ConfigError(
-            f"{path}: JSON nested too deeply to read. Fix: flatten the nested lists/objects."
-        ) from None
-
-
-def _collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, ...]) -> _Found:
-    """Walks a parsed file along its schema, checking keys and types."""
-    where = ".".join(prefix) or "the top level"
-    if not isinstance(tree, dict):
-        raise ConfigError(
-            f"{file}: {where} must be a table/object, got {_type_name(tree)}. "
-            "Fix: see examples/ for the expected layout."
-        )
-    found: _Found = {}
-    for key, value in tree.items():
-        path = (*prefix, key)
-        place = f"{file}: {'.'.join(path)}"
-        spec = schema.get(key)
-        if spec is None:
-            # repr() keeps a key holding a newline or control character on the message's line.
-            shown = key if key.isprintable() else repr(key)
-            raise ConfigError(
-                f"{file}: {'.'.join((*prefix, shown))}: unknown key. Fix: {_suggest(key, schema)}"
-            )
-        if isinstance(spec, _Key):
-            found[spec.target] = (_checked(value, spec, place), place)
-        else:
-            found.update(_collect(value, spec, file, path))
-    return found
-
-
-def _suggest(key: str, schema: Mapping[str, Any]) -> str:
-    known = sorted(schema)
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
-    if close:
-        return f"did you mean {close[0]!r}? Known keys here: {', '.join(known)}."
-    return f"remove it; known keys here: {', '.join(known)}."
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "a table/object", list: "a list", bool: "a boolean", str: "a string"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _checked(value: Any, spec: _Key, place: str) -> Any:
-    is_bool = isinstance(value, bool)
-    ok = {
-        "int": isinstance(value, int) and not is_bool,
-        "number": isinstance(value, int | float) and not is_bool,
-        "bool": is_bool,
-        "str": isinstance(value, str),
-        "list": isinstance(value, list),
-    }[spec.kind]
-    if not ok:
-        shown = "the value" if spec.target == "llm.api_key" else repr(value)
-        raise ConfigError(
-            f"{place}: expected {_KIND_NAMES[spec.kind]}, got {_type_name(value)} ({shown}). "
-            f"Fix: write {_KIND_NAMES[spec.kind]} there."
-        )
-    # Only floats can be inf/nan; math.isfinite overflows on integers beyond float range.
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{place}: {value!r} is not a finite number. Fix: write a number.")
-    if spec.kind == "list":
-        return tuple(value)
-    return value
-
-
-def _merge(found: _Found, new: _Found) -> None:
-    """Adds one file's values, refusing a value the other file sets differently."""
-    for target, (value, place) in new.items():
-        if target in found and found[target][0] != value:
-            first_value, first_place = found[target]
-            raise ConfigError(
-                f"{first_place} = {first_value!r} disagrees with {place} = {value!r}. "
-                "Fix: set it in one file only, or make both equal."
-            )
-        found[target] = (value, place)
-
-
-def _apply_environment(found: _Found) -> None:
-    for variable, target in (
-        (ENV_BASE_URL, "llm.base_url"),
-        (ENV_MODEL, "llm.model"),
-        (ENV_API_KEY, "llm.api_key"),
-    ):
-        value = os.environ.get(variable)
-        if value:
-            found[target] = (value, f"environment {variable}")
-    # OPENAI_API_KEY only fills a gap: it must not replace a key configured for another endpoint
-    # (that would send the OpenAI key to a third party and fail authentication there).
-    openai_key = os.environ.get(ENV_OPENAI_API_KEY)
-    if openai_key and "llm.api_key" not in found:
-        found["llm.api_key"] = (openai_key, f"environment {ENV_OPENAI_API_KEY}")
-
-
-def _build(found: _Found) -> Settings:
+def _build(found: Found) -> Settings:
     sections: dict[str, dict[str, Any]] = {}
     for target, (value, _) in found.items():
         section, name = target.split(".")
@@ -450,7 +262,7 @@ def _build(found: _Found) -> Settings:
     )
 
 
-def _place(found: _Found, target: str) -> str:
+def _place(found: Found, target: str) -> str:
     return found[target][1] if target in found else f"default {target}"
 
 
@@ -458,7 +270,21 @@ _Check = tuple[str, Callable[[Any], bool], str]
 
 _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
     ("llm.model", lambda v: bool(v.strip()), "must not be empty; write the model name"),
-    ("llm.timeout_seconds", lambda v: v > 0, "must be > 0; e.g. 60"),
+    (
+        "llm.timeout_seconds",
+        lambda v: 0 < v <= MAX_SECONDS,
+        f"must be > 0 and at most {MAX_SECONDS} (a day); e.g. 60",
+    ),
+    (
+        "llm.tokenizer",
+        lambda v: v is None or bool(v.strip()),
+        "must not be empty; write a tokenizer name or a tokenizer.json path, or leave it out",
+    ),
+    (
+        "llm.cache_lifetime_seconds",
+        lambda v: v is None or 0 <= v <= MAX_SECONDS,
+        f"must be >= 0 and at most {MAX_SECONDS} (a day); e.g. 300",
+    ),
     (
         "llm.context_window",
         lambda v: v is None or v > 0,
@@ -471,7 +297,7 @@ _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
     ),
     ("streaming.chunk_timeout_ms", lambda v: v > 0, "must be > 0; e.g. 800"),
     ("streaming.temperature", lambda v: 0 <= v <= 2, "must be within [0, 2]; 0.1-0.3 for agents"),
-    ("streaming.max_tokens", lambda v: v > 0, "must be > 0; e.g. 2048"),
+    ("streaming.max_tokens", lambda v: v > 0, "must be > 0; e.g. 2000"),
     ("prompt.token_budget", lambda v: v > 0, "must be > 0; e.g. 6000"),
     ("prompt.reserve_for_output", lambda v: v >= 0, "must be >= 0; e.g. 2000"),
     ("prompt.trim_strategy", lambda v: v == "priority", "must be 'priority' (the only strategy)"),
@@ -482,12 +308,17 @@ _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
     ),
     ("prompt.history_keep_head", lambda v: v >= 0, "must be >= 0; e.g. 2"),
     ("prompt.history_keep_tail", lambda v: v >= 0, "must be >= 0; e.g. 4"),
+    (
+        "prompt.history_selection",
+        lambda v: v in HISTORY_SELECTIONS,
+        f"must be one of {', '.join(HISTORY_SELECTIONS)}",
+    ),
     ("metrics.ttft_warn_ms", lambda v: v > 0, "must be > 0; e.g. 1200"),
     ("metrics.ttft_error_ms", lambda v: v > 0, "must be > 0; e.g. 2500"),
 )
 
 
-def _validate(settings: Settings, found: _Found) -> None:
+def _validate(settings: Settings, found: Found) -> None:
     for target, check, fix in _FIELD_CHECKS:
         section, name = target.split(".")
         value = getattr(getattr(settings, section), name)
@@ -510,41 +341,4 @@ def _validate(settings: Settings, found: _Found) -> None:
             f"{window - prompt.reserve_for_output}."
         )
     if settings.llm.base_url is not None:
-        _check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))
-
-
-def is_http_url(url: object) -> bool:
-    """Whether ``url`` is an absolute http(s) URL with a host."""
-    if not isinstance(url, str):
-        return False
-    try:
-        parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        return False
-
-
-def _check_base_url(base_url: str, place: str) -> None:
-    if not is_http_url(base_url):
-        raise ConfigError(
-            f"{place}: {base_url!r} is not an http(s) URL. "
-            "Fix: write the API root, e.g. https://api.example.com/v1."
-        )
-
-
-_API_SEGMENTS: Final = frozenset({"api", "openai", "compatible-mode", "inference", "llm"})
-
-
-def base_url_warnings(base_url: str | None, place: str) -> list[str]:
-    """Flags a base_url that looks like a website home page rather than an API root."""
-    if base_url is None:
-        return []
-    last = urlsplit(base_url).path.rstrip("/").rsplit("/", 1)[-1].lower()
-    is_version = last[:1] == "v" and last[1:2].isdigit()
-    if is_version or last in _API_SEGMENTS:
-        return []
-    return [
-        f"{place}: {base_url!r} looks like a website rather than an API root (its path does not "
-        "end in an API segment such as /v1 or /api). Requests will likely get 404 or an HTML "
-        "page. Fix: use the API base URL from the provider's docs, e.g. https://host/v1."
-    ]
+        check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))

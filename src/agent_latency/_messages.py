@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from langchain_core.messages import BaseMessage, convert_to_messages
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import BaseMessage, InvalidToolCall, convert_to_messages
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.prompt_values import PromptValue
 
 _KNOWN_ROLES = frozenset(
@@ -60,6 +62,31 @@ def _check_content(content: object, index: int, role: object) -> None:
             + (" with other items" if isinstance(content, list) else "")
             + "."
         )
+    for number, part in enumerate(content if isinstance(content, list) else ()):
+        problem = _part_problem(part)
+        if problem is not None:
+            raise ValueError(
+                f"Message {index} ({role}), content part {number}: {problem}; write "
+                '{"type": "text", "text": "..."} or {"type": "image_url", "image_url": '
+                '{"url": "..."}}.'
+            )
+
+
+def _part_problem(part: object) -> str | None:
+    """What is wrong with a content part, or ``None`` (other part types are passed on as is)."""
+    if not isinstance(part, Mapping):
+        return None  # a plain string
+    kind = part.get("type")
+    if not isinstance(kind, str):
+        return "a part needs a string 'type'"
+    if kind == "text" and not isinstance(part.get("text"), str):
+        return "a text part needs a string 'text'"
+    if kind == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else image
+        if not isinstance(url, str) or not url:
+            return "an image_url part needs an 'image_url' with a 'url'"
+    return None
 
 
 def _coerce_item(item: object, index: int) -> BaseMessage:
@@ -80,13 +107,38 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         )
     _check_content(item.get("content"), index, role)
     try:
-        return convert_to_messages([dict(item)])[0]
+        return _with_invalid_calls(item) or convert_to_messages([dict(item)])[0]
     except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
         # LangChain's own message quotes the whole dict, content included: keep only the kind.
         raise ValueError(
             f"Message {index} ({role}): not a valid OpenAI-format message "
             f"({type(exc).__name__}); check its tool_calls and tool_call_id fields."
         ) from None
+
+
+def _with_invalid_calls(item: Mapping[str, Any]) -> BaseMessage | None:
+    """An assistant dict whose calls have non-JSON ``arguments``, as ChatOpenAI parses it.
+
+    OpenAI can return such calls; ChatOpenAI keeps them in ``AIMessage.invalid_tool_calls`` (and
+    sends them back as they were), where ``convert_to_messages`` would raise. ``None`` for a
+    dict whose calls all parse (or that has none).
+    """
+    calls = item.get("tool_calls")
+    if item.get("role") not in ("assistant", "ai") or not isinstance(calls, list):
+        return None
+    valid: list[Any] = []
+    invalid: list[InvalidToolCall] = []
+    for call in calls:
+        try:
+            parse_tool_call(call, return_id=True)
+        except OutputParserException as exc:
+            invalid.append(make_invalid_tool_call(call, str(exc)))
+        else:
+            valid.append(call)
+    if not invalid:
+        return None
+    message = convert_to_messages([{**item, "tool_calls": valid}])[0]
+    return message.model_copy(update={"invalid_tool_calls": invalid})
 
 
 def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
@@ -119,8 +171,54 @@ def load_messages_file(path: str | Path) -> list[BaseMessage]:
     Raises:
         ValueError: Naming the file when it cannot be read, is not JSON, or holds bad messages.
     """
+    return load_request_file(path).messages
+
+
+class RequestFile(NamedTuple):
+    """A Chat Completions request read from a file: what a trim counts.
+
+    Attributes:
+        messages: The conversation.
+        tools: The ``tools`` of the request (OpenAI tool dicts), if any.
+        response_format: Its ``response_format``, if any.
+        document: The JSON document as read (a list of messages, or the request object).
+    """
+
+    messages: list[BaseMessage]
+    tools: list[Mapping[str, Any]]
+    response_format: Mapping[str, Any] | None
+    document: Any
+
+
+def load_request_file(path: str | Path) -> RequestFile:
+    """Reads a conversation, or a whole Chat Completions request body, from a JSON file.
+
+    The file holds a list of messages, or an object with a ``"messages"`` list and optionally
+    ``"tools"`` (a list of OpenAI tool dicts) and ``"response_format"`` (an object).
+
+    Raises:
+        ValueError: Naming the file (and the item) when it cannot be read, is not JSON, or holds
+            bad messages, tools or response format.
+    """
     data = read_json_file(path, "an OpenAI-format conversation")
     try:
-        return coerce_messages(data)
+        messages = coerce_messages(data)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+    request: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
+    tools = request.get("tools") or []
+    if not isinstance(tools, list):
+        raise ValueError(f"{path}: 'tools' must be a list of OpenAI tool objects.")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("type"), str):
+            raise ValueError(
+                f"{path}: tool {index} must be an object with a 'type', e.g. "
+                '{"type": "function", "function": {"name": ..., "parameters": {...}}}.'
+            )
+    response_format = request.get("response_format")
+    if response_format is not None and not isinstance(response_format, Mapping):
+        raise ValueError(
+            f"{path}: 'response_format' must be an object, e.g. "
+            '{"type": "json_schema", "json_schema": {...}}.'
+        )
+    return RequestFile(messages, tools, response_format, data)

@@ -7,6 +7,15 @@ from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 _KEY_LIKE: Final = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{4,}")
+# An HTTP credential as a header value or a header line, e.g. in httpx's
+# "Illegal header value b'Bearer sk-...\n'" or a proxy echoing "Authorization: ...".
+_HEADER_LIKE: Final = re.compile(
+    r"(?i)\b(authorization|proxy-authorization|api-key|x-api-key)(\s*[:=]\s*)"
+    r"(?:(?:bearer|basic)\s+)?[^\s'\",]+"
+    r"|\bbearer\s+[^\s'\",]{8,}"  # alone, a credential is long: "bearer of news" is prose
+)
+# "user:password@" before a host, with or without a scheme ("user:pw@host/v1" has none).
+_USERINFO: Final = re.compile(r"^([^/?#]*//)?[^/?#@]*@")
 
 
 def display_url(url: str) -> str:
@@ -20,15 +29,25 @@ def display_url(url: str) -> str:
     if ":" in host:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    shown = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return _USERINFO.sub(r"\1", shown)  # a URL without "//" keeps "user:pw@" in its path
 
 
 def redact(text: str, secret: str | None = None) -> str:
-    """Returns ``text`` with ``secret`` and anything shaped like an API key masked.
+    """Returns ``text`` with ``secret``, header credentials and API-key-shaped words masked.
 
-    Servers echo parts of a rejected key in their error messages (OpenAI does); those messages
-    are shown to the user only through this.
+    Servers echo parts of a rejected key in their error messages (OpenAI does), and HTTP
+    libraries quote the offending header in theirs (httpx's ``Illegal header value``); those
+    messages are shown to the user only through this.
     """
     if secret:
-        text = text.replace(secret, "***")
+        for form in {secret, secret.strip(), repr(secret)[1:-1]}:
+            if form:
+                text = text.replace(form, "***")
+    text = _HEADER_LIKE.sub(_mask_header, text)
     return _KEY_LIKE.sub("***", text)
+
+
+def _mask_header(match: re.Match[str]) -> str:
+    name, separator = match.group(1, 2)
+    return f"{name}{separator}***" if name else "Bearer ***"

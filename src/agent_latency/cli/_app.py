@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError
+
+HELP_OPTIONS: Final = ("-h", "--help")
+"""The flags that print a command's help; with no arguments at all, the app prints its own."""
 
 app = typer.Typer(
     name="agent-latency",
     help="Trim prompts by priority and measure time to first token on any OpenAI-compatible API.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it wraps to any terminal width, and flags show no "<bool>" value. The help
+    # option names reach every command through the context.
+    rich_markup_mode=None,
+    context_settings={"help_option_names": list(HELP_OPTIONS)},
 )
 
 
@@ -68,14 +73,15 @@ def _one_line(error: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI and returns its exit status (2 for bad input, with one line on stderr)."""
+    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        result = app(args=list(argv) if argv is not None else None, standalone_mode=False)
+        result = app(
+            args=args or [HELP_OPTIONS[-1]], prog_name=app.info.name, standalone_mode=False
+        )
     except typer.Exit as exit_:
         return exit_.exit_code
     except typer.Abort:
         return 130
-    except NoArgsIsHelpError:
-        return 0  # the help text is already printed
     except (typer.TyperException, ValueError, OSError) as error:
         print(f"agent-latency: error: {_one_line(error)}", file=sys.stderr)
         return 2

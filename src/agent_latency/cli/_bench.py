@@ -7,33 +7,46 @@ regression gate exits with status 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from agent_latency._config import load_settings, with_channel_overrides
-from agent_latency.bench._plot import require_matplotlib, write_plot
-from agent_latency.bench._runner import (
-    BASELINE_MODE,
-    GATED_MODE,
+from agent_latency.bench import (
     BenchPlan,
     BenchReport,
     check_regression,
     load_baseline,
-    load_scenario,
     open_endpoint,
     run_bench,
-    saving_breakdown,
 )
+from agent_latency.bench._plot import require_matplotlib, write_plot
+from agent_latency.bench._report import saving_breakdown
+from agent_latency.bench._results import BASELINE_MODE, GATED_MODE, ModeResult
+from agent_latency.bench._runner import ProgressCallback
+from agent_latency.bench._scenario import load_scenario
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
+_FAILED: Final = "failed"
+# No vertical rules, no padding at the edges, one shared space between columns: the tables fit
+# 80 columns with five-digit milliseconds.
+_NARROW: Final[dict[str, Any]] = {
+    "box": box.SIMPLE_HEAD,
+    "pad_edge": False,
+    "collapse_padding": True,
+}
 
 
 def bench(
@@ -108,34 +121,21 @@ def bench(
     plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None)
     baseline_ms = load_baseline(baseline) if baseline is not None else None
     for option, path in (("--json", json_file), ("--plot", plot)):
-        if path is not None and not path.parent.is_dir():
-            raise ValueError(f"{option} {path}: the folder {path.parent} does not exist.")
+        if path is not None:
+            check_output_file(option, path)
     if plot is not None:
         require_matplotlib()
 
-    with (
-        open_endpoint(settings) as (endpoint_settings, simulator),
-        Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as progress,
-    ):
-        task = progress.add_task("warm-up", total=plan.calls())
-
-        def advance(step: str) -> None:
-            progress.update(task, advance=1, description=step)
-
+    with open_endpoint(settings) as (endpoint_settings, simulator), _progress(plan) as advance:
         report = run_bench(
             endpoint_settings, conversation, plan, simulator=simulator, on_call=advance
         )
 
     console = Console()
     console.print(modes_table(report))
-    console.print(saving_breakdown(report).describe())
+    breakdown = saving_breakdown(report)
+    if breakdown is not None:
+        console.print(breakdown.describe())
     if report.turns:
         console.print(turns_table(report))
     if report.sweep:
@@ -145,6 +145,8 @@ def bench(
                 f"Prefill: {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens "
                 f"(+ {fit.intercept_ms:,.0f} ms fixed), fitted over {len(report.sweep)} budgets."
             )
+    for failure in report.failures():
+        console.print(Text(f"Failed: {failure}"), style="bold red", soft_wrap=True)
     if json_file is not None:
         json_file.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
         console.print(f"Wrote {json_file}")
@@ -159,12 +161,69 @@ def bench(
             raise typer.Exit(code=1)
 
 
+def check_output_file(option: str, path: Path) -> None:
+    """Checks, before any call, that ``path`` can be written: results are never lost at the end.
+
+    Raises:
+        ValueError: Naming the option and the path, when it is a folder, its folder is missing
+            or not writable.
+    """
+    if path.is_dir():
+        example = path / ("bench.png" if option == "--plot" else "bench.json")
+        raise ValueError(f"{option} {path}: that is a folder; give a file path, e.g. {example}.")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: the folder {folder} does not exist.")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{option} {path}: cannot write there (permission denied).")
+
+
+@contextlib.contextmanager
+def _progress(plan: BenchPlan) -> Iterator[ProgressCallback]:
+    """Yields the per-call progress callback: a live bar on a terminal, plain lines otherwise.
+
+    Progress goes to stderr, so stdout holds only the results; when stderr is not a terminal (a
+    log file, CI), each call prints one line, so a long run shows that it is alive.
+    """
+    stderr = Console(stderr=True)
+    total = plan.calls()
+    if not stderr.is_terminal:
+        done = 0
+        started = time.monotonic()
+
+        def line(step: str) -> None:
+            nonlocal done
+            done += 1
+            elapsed = time.monotonic() - started
+            print(f"bench: {done}/{total} {step} ({elapsed:,.0f} s)", file=sys.stderr, flush=True)
+
+        yield line
+        return
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("warm-up", total=total)
+
+        def advance(step: str) -> None:
+            progress.update(task, advance=1, description=step)
+
+        yield advance
+
+
 def _ms(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _change(value: float, baseline: float, is_baseline: bool) -> str:
-    return "—" if is_baseline else f"{(value / baseline - 1) * 100:+.0f}%"
+def _change(value: float, base: ModeResult, is_baseline: bool, *, ttft: bool) -> str:
+    if is_baseline or not base.ok:
+        return "—"
+    baseline = base.ttft_ms(0.5) if ttft else base.total_ms(0.5)
+    return f"{(value / baseline - 1) * 100:+.0f}%"
 
 
 def _add_figures(
@@ -184,11 +243,12 @@ def modes_table(report: BenchReport) -> Table:
     """Returns the single-turn table: one row per mode, compared with untrimmed + blocking."""
     where = "embedded simulator" if report.simulated else report.endpoint
     table = Table(
-        box=box.SIMPLE_HEAD,  # no vertical rules: fits 80 columns
+        **_NARROW,
         caption_justify="left",
         title=f"agent-latency bench · {where} · model {report.model} · budget {report.budget}",
         caption=(
-            f"Times in ms: p50/p95 of {report.runs} runs per mode, interleaved, after one "
+            f"Times in ms: p50/p95 of {report.runs} run{'' if report.runs == 1 else 's'} per "
+            "mode, interleaved, after one "
             f"warm-up; Δ: p50 change vs {BASELINE_MODE.label}. Blocking: TTFT = total (the "
             "first text arrives with the whole answer). Every prompt starts with a unique "
             "request id, so no server prefix cache serves it."
@@ -203,9 +263,11 @@ def modes_table(report: BenchReport) -> Table:
             _ms(result.ttft_ms(0.95)),
             _ms(result.total_ms(0.5)),
             _ms(result.total_ms(0.95)),
-            _change(result.ttft_ms(0.5), base.ttft_ms(0.5), result.mode == BASELINE_MODE),
-            _change(result.total_ms(0.5), base.total_ms(0.5), result.mode == BASELINE_MODE),
+            _change(result.ttft_ms(0.5), base, result.mode == BASELINE_MODE, ttft=True),
+            _change(result.total_ms(0.5), base, result.mode == BASELINE_MODE, ttft=False),
         )
+        if result.ok
+        else ("—", _FAILED, "—", "—", "—", "—", "—")
         for result in report.modes
     ]
     headers = ("tokens", "TTFT p50", "TTFT p95", "total p50", "total p95", "Δ TTFT", "Δ total")
@@ -219,11 +281,12 @@ def modes_table(report: BenchReport) -> Table:
 
 def turns_table(report: BenchReport) -> Table:
     """Returns the multi-turn table: one row per strategy."""
-    calls = len(report.turns[0].samples)
+    calls = max(len(result.samples) for result in report.turns)
     table = Table(
-        box=box.SIMPLE_HEAD,
+        **_NARROW,
         caption_justify="left",
-        title=f"Multi-turn replay · last {calls} model calls · budget {report.budget}",
+        title=f"Multi-turn replay · last {calls} model call{'' if calls == 1 else 's'} · "
+        f"budget {report.budget}",
         caption=(
             "TTFT in ms. Each strategy replays the conversation call by call as one streamed "
             "session. Cached: prompt tokens the server reported taking from its prefix cache. "
@@ -233,6 +296,9 @@ def turns_table(report: BenchReport) -> Table:
     table.add_column("strategy", no_wrap=True)
     rows = []
     for result in report.turns:
+        if not result.ok:
+            rows.append((_FAILED, "—", "—", "—", "—", "—"))
+            continue
         cached = result.cached_tokens
         rows.append(
             (

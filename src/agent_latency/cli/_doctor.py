@@ -11,7 +11,7 @@ from rich.text import Text
 
 from agent_latency._config import load_settings, with_channel_overrides
 from agent_latency._redaction import display_url
-from agent_latency.doctor import OPENAI_API_ROOT, CheckStatus, run_checks
+from agent_latency.doctor import CheckStatus, Endpoint, printable, run_checks
 
 _STYLES: Final = {
     CheckStatus.PASS: "bold green",
@@ -51,21 +51,21 @@ def doctor(
         load_settings(config, settings), base_url=base_url, model=model, api_key=api_key
     )
     console = Console(highlight=False)
-    llm = loaded.llm
-    endpoint = display_url(llm.base_url or OPENAI_API_ROOT)
-    console.print(
-        Text(f"agent-latency doctor: {endpoint}, model {llm.model}"),
-        soft_wrap=True,
-    )
-    counts = dict.fromkeys(CheckStatus, 0)
-    for result in run_checks(loaded):
-        counts[result.status] += 1
-        line = Text()
-        line.append(f"{result.status.value.upper():<5}", style=_STYLES[result.status])
-        line.append(f" {result.name}: {result.message}")
-        console.print(line, soft_wrap=True)
-        if result.fix and result.status is not CheckStatus.PASS:
-            console.print(Text(f"      fix: {result.fix}", style="dim"), soft_wrap=True)
+    with Endpoint(loaded) as endpoint:
+        shown = display_url(endpoint.base_url)
+        console.print(
+            Text(printable(f"agent-latency doctor: {shown}, model {loaded.llm.model}")),
+            soft_wrap=True,
+        )
+        counts = dict.fromkeys(CheckStatus, 0)
+        for result in run_checks(loaded, endpoint=endpoint):
+            counts[result.status] += 1
+            line = Text()
+            line.append(f"{result.status.value.upper():<5}", style=_STYLES[result.status])
+            line.append(f" {result.name}: {result.message}")
+            console.print(line, soft_wrap=True)
+            if result.fix and result.status is not CheckStatus.PASS:
+                console.print(Text(f"      fix: {result.fix}", style="dim"), soft_wrap=True)
     warnings = counts[CheckStatus.WARN]
     console.print(
         f"{counts[CheckStatus.PASS]} passed, {warnings} warning{'' if warnings == 1 else 's'}, "

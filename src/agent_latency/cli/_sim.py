@@ -2,46 +2,95 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
+
+from agent_latency.sim import SimulatorConfig, run_simulator
+
+_DEFAULT = SimulatorConfig()
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
 def sim(
     host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    overhead_ms: Annotated[float, typer.Option(help="Fixed time before prefill.")] = 200.0,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8000,
+    overhead_ms: Annotated[
+        float, typer.Option(help="Fixed time before prefill.")
+    ] = _DEFAULT.overhead_ms,
     prefill_ms_per_token: Annotated[
         float, typer.Option(help="Prefill cost per uncached prompt token.")
-    ] = 0.4,
-    decode_tokens_per_s: Annotated[float, typer.Option(help="Output tokens per second.")] = 50.0,
-    answer_tokens: Annotated[int, typer.Option(help="Answer length without max_tokens.")] = 64,
-    prefix_cache: Annotated[bool, typer.Option(help="Reuse shared prompt prefixes.")] = True,
+    ] = _DEFAULT.prefill_ms_per_token,
+    attention_ms_per_1k_context: Annotated[
+        float,
+        typer.Option(
+            help="What each uncached token costs more per 1,000 tokens of prompt it attends over."
+        ),
+    ] = _DEFAULT.attention_ms_per_1k_context,
+    decode_tokens_per_s: Annotated[
+        float, typer.Option(help="Output tokens per second.")
+    ] = _DEFAULT.decode_tokens_per_s,
+    answer_tokens: Annotated[
+        int, typer.Option(help="Answer length without max_tokens.")
+    ] = _DEFAULT.answer_tokens,
+    tokenizer: Annotated[
+        str,
+        typer.Option(help="Counts prompt tokens: cl100k, o200k, qwen, llama3 or a model name."),
+    ] = _DEFAULT.tokenizer,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Reuse cached prompt prefixes.")
+    ] = _DEFAULT.prefix_cache,
+    cache_tokens: Annotated[
+        int, typer.Option(help="Prefix cache capacity in tokens, LRU across conversations.")
+    ] = _DEFAULT.cache_tokens,
+    cache_block_tokens: Annotated[
+        int, typer.Option(help="Only whole blocks of this many tokens are reused.")
+    ] = _DEFAULT.cache_block_tokens,
+    cache_lifetime_s: Annotated[
+        float | None, typer.Option(help="Cached blocks expire after this idle time.")
+    ] = _DEFAULT.cache_lifetime_s,
     api_key: Annotated[
         str | None, typer.Option(envvar="AGENT_LATENCY_SIM_API_KEY", help="Require this key.")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name served.")] = None,
-    error_rate: Annotated[float, typer.Option(help="Share of requests answered 500.")] = 0.0,
+    error_rate: Annotated[
+        float, typer.Option(help="Share of requests answered 500.")
+    ] = _DEFAULT.error_rate,
     stall_after_chunks: Annotated[
         int | None, typer.Option(help="Pause once after this many chunks.")
-    ] = None,
-    stall_ms: Annotated[float, typer.Option(help="Length of that pause.")] = 1000.0,
+    ] = _DEFAULT.stall_after_chunks,
+    stall_ms: Annotated[float, typer.Option(help="Length of that pause.")] = _DEFAULT.stall_ms,
     buffered: Annotated[
         bool, typer.Option(help="Hold all chunks to the end, like a buffering proxy.")
-    ] = False,
+    ] = _DEFAULT.buffered,
     log_level: Annotated[
-        str, typer.Option(help="uvicorn log level; 'info' logs every request.")
+        LogLevel, typer.Option(help="uvicorn's log level; info logs every request.")
     ] = "warning",
 ) -> None:
-    """Serve the OpenAI chat-completions API with a stated latency model."""
-    from agent_latency.sim import SimulatorConfig, run_simulator
+    """Serve the OpenAI chat-completions API with a stated latency model.
 
+    Time to first token = overhead + uncached prompt tokens x (prefill per token + attention
+    per 1k context x prompt tokens / 1000); then the answer at the decode rate. The defaults
+    give an 8,200-token prompt about 3.5 s to its first token, and a prefix cache like vLLM's
+    serving a 7B model on one 80 GB GPU.
+
+    Answers are filler text, or tool calls when tools are offered and the last message is the
+    user's (or tool_choice requires one): the tools the latest user message names (by name or a
+    word of it; several are called in parallel unless parallel_tool_calls is false), else the
+    one whose description shares the most words with it, else the next tool in turn. After a
+    tool result the answer is text.
+    """
     options = {
         "overhead_ms": overhead_ms,
         "prefill_ms_per_token": prefill_ms_per_token,
+        "attention_ms_per_1k_context": attention_ms_per_1k_context,
         "decode_tokens_per_s": decode_tokens_per_s,
         "answer_tokens": answer_tokens,
+        "tokenizer": tokenizer,
         "prefix_cache": prefix_cache,
+        "cache_tokens": cache_tokens,
+        "cache_block_tokens": cache_block_tokens,
+        "cache_lifetime_s": cache_lifetime_s,
         "api_key": api_key,
         "error_rate": error_rate,
         "stall_after_chunks": stall_after_chunks,

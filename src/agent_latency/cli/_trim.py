@@ -1,35 +1,31 @@
-"""``agent-latency trim``: show what the trimmer keeps, drops and shortens in a conversation."""
+"""``agent-latency trim``: show what the trimmer keeps, drops and shortens in a request."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from langchain_core.messages import convert_to_openai_messages
+from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from rich.console import Console
 from rich.table import Table
 
 from agent_latency._config import load_settings
-from agent_latency._messages import load_messages_file
-from agent_latency.trimming._trimmer import PriorityTrimmer, Rule, TrimResult
+from agent_latency._messages import load_request_file
+from agent_latency.trimming._result import RULE_EXPLANATIONS, TrimResult
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
-RULE_REASONS: dict[Rule, str] = {
-    "fits": "all fits the budget",
-    "must_keep": "always kept",
-    "latest_tool_call": "current tool call",
-    "within_budget": "budget left for it",
-    "dropped_for_budget": "lower priority/older",
-    "orphan_tool_result": "no tool call asked",
-    "tool_result_cap": "over tool result cap",
-    "shortened_to_fit": "must-keep over budget",
-}
 _ACTION_STYLES = {"kept": "green", "dropped": "red", "shortened": "yellow"}
 
 
-def render_trim_table(result: TrimResult) -> Table:
-    """Returns a table with one row per input message and the totals."""
+def render_trim_table(result: TrimResult, counted_with: str) -> Table:
+    """Returns a table with one row per input message, the totals and the fixed part.
+
+    Args:
+        result: The trim to show.
+        counted_with: The name of the token counter, e.g. ``"qwen + qwen framing"``.
+    """
     table = Table(title=f"Trim to {result.budget} tokens", show_footer=False)
     for header, justify in (
         ("#", "right"),
@@ -50,34 +46,80 @@ def render_trim_table(result: TrimResult) -> Table:
             str(decision.tokens_after),
             f"[{style}]{decision.action}[/{style}]",
             decision.priority_class,
-            RULE_REASONS[decision.rule],
+            RULE_EXPLANATIONS[decision.rule][0],
         )
-    table.caption = (
-        f"total {result.tokens_before} -> {result.tokens_after} tokens "
-        f"(reply priming included); {result.dropped_messages} dropped, "
-        f"{result.shortened_messages} shortened"
-        + ("; OVER BUDGET: even the must-keep messages do not fit" if result.over_budget else "")
+    fixed = (
+        f"fixed part {result.fixed_tokens:,}: tool definitions {result.tool_tokens:,}, "
+        f"response format {result.response_format_tokens:,}, "
+        f"must-keep messages {result.must_keep_tokens:,}, framing {result.framing_tokens:,}"
+    )
+    table.caption = "\n".join(
+        [
+            f"total {result.tokens_before:,} -> {result.tokens_after:,} tokens of {counted_with}; "
+            f"{result.dropped_messages} dropped, {result.shortened_messages} shortened",
+            fixed,
+            *(
+                [f"OVER BUDGET: {result.over_budget_cause}. Fix: {result.over_budget_hint}."]
+                if result.over_budget
+                else []
+            ),
+        ]
     )
     return table
 
 
+def _wire_message(message: BaseMessage) -> dict[str, Any]:
+    """The message in OpenAI format, with the calls whose arguments are not JSON (ChatOpenAI
+    sends them; ``convert_to_openai_messages`` would leave them out, orphaning their results)."""
+    wire: dict[str, Any] = convert_to_openai_messages(message)
+    invalid = getattr(message, "invalid_tool_calls", None)
+    if invalid:
+        wire["tool_calls"] = [
+            *wire.get("tool_calls", []),
+            *(
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["args"]},
+                }
+                for call in invalid
+            ),
+        ]
+    return wire
+
+
 def trim(
-    file: Annotated[Path, typer.Argument(help="OpenAI-format conversation (JSON list).")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="OpenAI-format conversation (JSON list), or a request body with 'messages' "
+            "and optionally 'tools' and 'response_format'."
+        ),
+    ],
     budget: Annotated[
         int | None, typer.Option(min=1, help="Token budget (default: from the settings).")
     ] = None,
     settings: Annotated[Path | None, typer.Option(help="settings.json to read.")] = None,
     config: Annotated[Path | None, typer.Option(help="config.toml to read.")] = None,
     output: Annotated[
-        Path | None, typer.Option(help="Write the trimmed conversation here.")
+        Path | None, typer.Option(help="Write the trimmed conversation (or request) here.")
     ] = None,
 ) -> None:
-    """Trim a conversation and show, message by message, what was kept, dropped or shortened."""
+    """Trim a request and show, message by message, what was kept, dropped or shortened.
+
+    Tokens are counted with the tokenizer of the configured model (llm.model, llm.tokenizer);
+    the tools and response format of a request body count against the budget.
+    """
     loaded = load_settings(config, settings)
-    messages = load_messages_file(file)
-    options = {} if budget is None else {"budget": budget}
-    result = PriorityTrimmer.from_settings(loaded, **options).trim(messages)
-    Console().print(render_trim_table(result))
+    request = load_request_file(file)
+    options: dict[str, Any] = {"tools": request.tools, "response_format": request.response_format}
+    if budget is not None:
+        options["budget"] = budget
+    trimmer = PriorityTrimmer.from_settings(loaded, **options)
+    result = trimmer.trim(request.messages)
+    Console().print(render_trim_table(result, trimmer.token_counter.name))
     if output is not None:
-        trimmed = convert_to_openai_messages(result.messages)
+        trimmed: Any = [_wire_message(message) for message in result.messages]
+        if isinstance(request.document, dict):
+            trimmed = {**request.document, "messages": trimmed}
         output.write_text(json.dumps(trimmed, ensure_ascii=False, indent=2) + "\n", "utf-8")

@@ -1,19 +1,18 @@
 """Checks of a configuration and of the endpoint it points at, each with a fix.
 
 Every check is a plain function of the settings or of a probe's observation and returns a
-:class:`CheckResult` (pass, warn or fail, a one-line message, a fix); :func:`run_checks` runs
-them all against a live :class:`Endpoint`. Nothing here prints: ``agent-latency doctor``
-(:mod:`agent_latency.cli`) shows the results.
+:class:`CheckResult` (pass, warn or fail, a one-line message, a fix; both safe to print: control
+characters from settings or server answers are escaped, see :func:`printable`);
+:func:`run_checks` runs them all against a live :class:`Endpoint`: the settings, the API root,
+key and model, the output limit, streaming and streamed usage, the prefill cost, the tokenizer's
+error against the server's count, and the prefix cache. Nothing here prints: ``agent-latency
+doctor`` (:mod:`agent_latency.cli`) shows the results.
 
-Exports: ``CheckResult``, ``CheckStatus``, ``Endpoint``, ``OPENAI_API_ROOT``, ``run_checks``.
+Exports: ``CheckResult``, ``CheckStatus``, ``Endpoint``, ``printable``, ``run_checks``.
 """
 
-from agent_latency.doctor._checks import (
-    OPENAI_API_ROOT,
-    CheckResult,
-    CheckStatus,
-    Endpoint,
-    run_checks,
-)
+from agent_latency.doctor._probes import Endpoint
+from agent_latency.doctor._result import CheckResult, CheckStatus, printable
+from agent_latency.doctor._run import run_checks
 
-__all__ = ["CheckResult", "CheckStatus", "Endpoint", "OPENAI_API_ROOT", "run_checks"]
+__all__ = ["CheckResult", "CheckStatus", "Endpoint", "printable", "run_checks"]

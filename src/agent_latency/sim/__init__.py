@@ -8,25 +8,51 @@ unknown path or model, 405, 413 body too large, 415 not JSON, 429 rate limited (
 ``Retry-After``), 500 server error.
 
 Latency model:
-    A request's prompt is tokenised with the project's :class:`~agent_latency._tokens.TokenCounter`
-    over a chat-template rendering (tool definitions first, then the messages, then the reply
-    priming), so ``usage.prompt_tokens`` matches ``TokenCounter.count_messages`` plus the tools.
+    A request's prompt is tokenised as the configured model's server would (``tokenizer``: a
+    name such as ``"cl100k"`` or ``"qwen"``, or a model name; see :mod:`agent_latency.sim._prompt`),
+    tool definitions included, so ``usage.prompt_tokens`` is what that server would count.
 
-    * time to first token = ``overhead_ms`` + ``prefill_ms_per_token`` × prompt tokens not
-      already cached;
+    * time to first token = ``overhead_ms`` + uncached × (``prefill_ms_per_token`` +
+      ``attention_ms_per_1k_context`` × prompt / 1000), where *uncached* is the prompt tokens
+      the prefix cache does not hold and *prompt* all of them: each new token attends over the
+      whole context, so prefill per token grows with the context
+      (:meth:`SimulatorConfig.prefill_ms`);
     * then the remaining output tokens at ``decode_tokens_per_s``, one token per streamed chunk;
       a blocking request gets its whole answer when the last token is due.
 
-    Prefix caching works like vLLM's and llama.cpp's: the longest token prefix the prompt shares
-    with one of the last ``cache_entries`` prefilled prompts is not prefilled again (all tokens
-    but the last at most); ``usage.prompt_tokens_details.cached_tokens`` reports it. Requests
-    are served concurrently without contention: the model is one of an unloaded server.
+    The context term is fitted to llama.cpp serving Gemma 3 270M on one CPU thread
+    (docs/real-model.md and issue 12): cold prefills of 1,070 and 3,576 tokens ran at 304 and
+    218 tokens/s, i.e. 3.29 and 4.59 ms per token, a line of 2.74 ms + 0.52 ms per 1k tokens of
+    context, so each 1k tokens of context adds 19% to a token's cost. The same line agrees with
+    the 25-call replay of issue 12, which prefilled 6,544 tokens at 272 tokens/s when trimmed
+    prefix-stable to budget 1,500 (about 1,800 Gemma tokens of context) and 6,630 at 174 tokens/s
+    untrimmed: the line gives 272 tokens/s at 1,800 tokens of context, and 174 tokens/s at 5,800,
+    a likely mean context of the growing untrimmed conversation (its contexts were not logged).
+    The defaults keep that 19% per 1k
+    and scale it to a hosted 7B chat model: 0.16 ms + 0.03 ms per 1k tokens of context, plus
+    200 ms of overhead, give an 8,200-token agent prompt about 3.5 s to its first token (as
+    users of such models report), a 1,700-token one 0.56 s, and appending 500 tokens to a
+    5,800-token conversation 0.33 ms per token against 0.21 ms at 1,800.
 
-    The defaults (200 ms + 0.4 ms per token, 50 tokens/s, 64-token answers) give an 8,200-token
-    agent prompt about 3.5 s to its first token, as users of hosted 7B chat models report.
+    The prefix cache works like vLLM's automatic prefix caching serving a 7B model (full
+    multi-head attention, 512 KiB of KV cache per token in fp16) on one 80 GB GPU: 16-token
+    blocks, only whole blocks reused, never a prompt's last token; 100,000 tokens shared by all
+    conversations, least recently used evicted first (a prompt's tail before its head); no idle
+    expiry (``cache_lifetime_s`` sets one, e.g. 300 for OpenAI's 5 to 10 minutes).
+    ``usage.prompt_tokens_details.cached_tokens`` reports the reuse. A request may opt out with
+    ``"cache_prompt": false`` (llama.cpp's field). Requests are served concurrently without
+    contention: the model is one of an unloaded server.
 
-Answers are deterministic: filler words, or a call to the first offered tool when the
-conversation ends with a user message (see :mod:`agent_latency.sim._answer`).
+Answers are deterministic: filler words, or tool calls when tools are offered and the
+conversation ends with a user message (or ``tool_choice`` requires one): the tools the latest
+user message names, in parallel unless ``parallel_tool_calls`` is false, else the one its
+description fits best, else the next in turn (see :mod:`agent_latency.sim._answer`). After a
+tool result the answer is text. Like OpenAI, the server refuses tool results that answer no call
+and JSON with ``NaN`` or ``Infinity`` (400).
+
+Serving: ``Ctrl-C`` stops at once: requests in progress end (a blocking one with a 503, a stream
+with an error event), a request whose client is gone is dropped as soon as it goes, and a client
+that has not sent a request's headers within ``header_timeout_s`` gets a 408.
 
 Example:
     >>> from agent_latency.sim import SimulatorConfig, running_simulator

@@ -1,10 +1,20 @@
-"""What the simulated model answers: deterministic filler text or a call to an offered tool.
+"""What the simulated model answers: deterministic filler text or calls to offered tools.
 
-The decision is the one an agent loop needs to make progress and stop: when tools are offered
-and the conversation ends with a user message, the answer calls the first tool (or the one
-``tool_choice`` names, or any time ``tool_choice`` is ``"required"``) with arguments built from
-its JSON schema; otherwise, e.g. right after a tool result, it is text. Nothing is random, so the
-same request always gets the same answer.
+The decision is the one an agent loop needs to make progress and stop. When tools are offered
+and the conversation ends with a user message (or ``tool_choice`` is ``"required"``), the answer
+calls tools, with arguments built from their JSON schemas; otherwise, e.g. right after a tool
+result, it is text. Which tools:
+
+* the one ``tool_choice`` names;
+* else every tool the latest user message names: its whole name, or a word of it (split at
+  ``_``, ``-``, ``.`` and case changes; 3 letters or more, generic verbs such as "get" or
+  "search" left out). Several named tools are called in parallel, in the order offered, unless
+  the request sets ``parallel_tool_calls`` to false (then the first of them);
+* else the tool whose description shares the most words of 4 letters or more with that message;
+* else the next tool in turn: the number of tool calls already in the conversation, modulo the
+  number of tools, so a loop with ``tool_choice="required"`` goes through all of them.
+
+Nothing is random, so the same request always gets the same answer.
 """
 
 from __future__ import annotations
@@ -12,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +55,16 @@ _FILLER_WORDS = (
 )
 _ARGUMENT_PIECE_CHARS = 4  # JSON arguments stream in pieces about the size of a token
 _MAX_SCHEMA_DEPTH = 8
+# Words of tool names that say what a tool does in general, not what it is about.
+_GENERIC_NAME_WORDS = frozenset(
+    {"get", "set", "add", "put", "list", "search", "find", "fetch", "lookup", "look", "query"}
+    | {"run", "call", "tool", "make", "create", "update", "delete", "remove", "read", "write"}
+    | {"check", "load", "save", "send", "the", "and", "for", "with", "from"}
+)
+_NAME_WORD_LETTERS = 3
+_DESCRIPTION_WORD_LETTERS = 4
+_NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_WORDS = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -54,59 +75,70 @@ class ToolCall:
     name: str
     arguments: str
 
+    @property
+    def pieces(self) -> tuple[str, ...]:
+        """The arguments in token-sized pieces, as they are streamed."""
+        step = _ARGUMENT_PIECE_CHARS
+        return tuple(self.arguments[i : i + step] for i in range(0, len(self.arguments), step))
+
 
 @dataclass(frozen=True)
 class Answer:
     """One complete answer, ready to be sent whole or piece by piece.
 
     Attributes:
-        pieces: Text pieces, or for a tool call the pieces of its JSON arguments; each counts
-            as one output token and is one streamed chunk.
-        tool_call: The tool call, when the answer is one.
+        pieces: Text pieces of a text answer, each one output token and one streamed chunk.
+        tool_calls: The tool calls of an answer that calls tools (then ``pieces`` is empty).
         finish_reason: ``"stop"``, ``"length"`` or ``"tool_calls"``.
     """
 
     pieces: tuple[str, ...]
-    tool_call: ToolCall | None
+    tool_calls: tuple[ToolCall, ...]
     finish_reason: str
 
     @property
     def completion_tokens(self) -> int:
-        """Output tokens billed: one per piece, plus the tool name for a tool call."""
-        return len(self.pieces) + (self.tool_call is not None)
+        """Output tokens billed: one per piece; per tool call, its name plus its arguments."""
+        return len(self.pieces) + sum(1 + len(call.pieces) for call in self.tool_calls)
 
     def message(self) -> dict[str, Any]:
         """Returns the assistant message of a blocking response."""
-        if self.tool_call is None:
+        if not self.tool_calls:
             return {"role": "assistant", "content": "".join(self.pieces), "refusal": None}
         return {
             "role": "assistant",
             "content": None,
             "refusal": None,
-            "tool_calls": [_tool_call_json(self.tool_call, with_arguments=True)],
+            "tool_calls": [_tool_call_json(call) for call in self.tool_calls],
         }
 
     def deltas(self) -> list[dict[str, Any]]:
         """Returns the streamed deltas, one per output token, the role in the first."""
-        if self.tool_call is None:
+        if not self.tool_calls:
             deltas: list[dict[str, Any]] = [{"content": piece} for piece in self.pieces]
             deltas[0] = {"role": "assistant", **deltas[0]}
             return deltas
-        head = _tool_call_json(self.tool_call, with_arguments=False)
-        return [
-            {"role": "assistant", "content": None, "tool_calls": [head]},
-            *({"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in self.pieces),
-        ]
+        deltas = []
+        for index, call in enumerate(self.tool_calls):
+            head = {"index": index, **_tool_call_json(call, arguments="")}
+            deltas.append({"tool_calls": [head]})
+            deltas.extend(
+                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                for piece in call.pieces
+            )
+        deltas[0] = {"role": "assistant", "content": None, **deltas[0]}
+        return deltas
 
 
-def _tool_call_json(call: ToolCall, *, with_arguments: bool) -> dict[str, Any]:
-    arguments = call.arguments if with_arguments else ""
-    tool_call: dict[str, Any] = {
+def _tool_call_json(call: ToolCall, *, arguments: str | None = None) -> dict[str, Any]:
+    return {
         "id": call.call_id,
         "type": "function",
-        "function": {"name": call.name, "arguments": arguments},
+        "function": {
+            "name": call.name,
+            "arguments": call.arguments if arguments is None else arguments,
+        },
     }
-    return tool_call if with_arguments else {"index": 0, **tool_call}
 
 
 def compose_answer(request: ChatRequest, prompt: bytes, *, answer_tokens: int) -> Answer:
@@ -117,30 +149,71 @@ def compose_answer(request: ChatRequest, prompt: bytes, *, answer_tokens: int) -
         prompt: Its prompt tokens; a digest of them makes tool-call ids unique per prompt.
         answer_tokens: Length of a text answer before ``max_tokens`` caps it.
     """
-    tool = _tool_to_call(request)
-    if tool is not None:
-        arguments = json.dumps(example_value(tool.get("parameters"), depth=0), ensure_ascii=False)
-        call_id = "call_" + hashlib.sha256(prompt).hexdigest()[:24]
-        pieces = tuple(
-            arguments[i : i + _ARGUMENT_PIECE_CHARS]
-            for i in range(0, len(arguments), _ARGUMENT_PIECE_CHARS)
+    tools = _tools_to_call(request)
+    if tools:
+        calls = tuple(
+            ToolCall(
+                "call_" + hashlib.sha256(prompt + index.to_bytes(4, "big")).hexdigest()[:24],
+                tool["name"],
+                json.dumps(example_value(tool.get("parameters"), depth=0), ensure_ascii=False),
+            )
+            for index, tool in enumerate(tools)
         )
-        return Answer(pieces, ToolCall(call_id, tool["name"], arguments), "tool_calls")
+        return Answer((), calls, "tool_calls")
     length = answer_tokens if request.max_tokens is None else min(answer_tokens, request.max_tokens)
     pieces = tuple(_FILLER_WORDS[i % len(_FILLER_WORDS)] for i in range(length))
-    return Answer(pieces, None, "length" if length < answer_tokens else "stop")
+    return Answer(pieces, (), "length" if length < answer_tokens else "stop")
 
 
-def _tool_to_call(request: ChatRequest) -> Mapping[str, Any] | None:
-    """Returns the ``function`` object of the tool the answer calls, if it calls one."""
+def _tools_to_call(request: ChatRequest) -> list[Mapping[str, Any]]:
+    """Returns the ``function`` objects of the tools the answer calls (none: a text answer)."""
     if not request.tools or request.tool_choice == "none":
-        return None
+        return []
     functions: list[Mapping[str, Any]] = [tool["function"] for tool in request.tools]
     if request.forced_tool is not None:
-        return next(f for f in functions if f["name"] == request.forced_tool)
-    if request.tool_choice == "required" or request.messages[-1]["role"] == "user":
-        return functions[0]
-    return None
+        return [next(f for f in functions if f["name"] == request.forced_tool)]
+    if request.tool_choice != "required" and request.messages[-1]["role"] != "user":
+        return []
+    words = _words(_latest_user_text(request.messages), _NAME_WORD_LETTERS)
+    named = [f for f in functions if _is_named(f["name"], words)]
+    if named:
+        return named if request.parallel_tool_calls else named[:1]
+    overlaps = [len(_words(f.get("description")) & words) for f in functions]
+    if max(overlaps) > 0:
+        return [functions[overlaps.index(max(overlaps))]]
+    calls_so_far = sum(len(m.get("tool_calls") or ()) for m in request.messages)
+    return [functions[calls_so_far % len(functions)]]
+
+
+def _words(text: object, letters: int = _DESCRIPTION_WORD_LETTERS) -> set[str]:
+    """Returns the lower-case words of ``text`` with at least ``letters`` characters."""
+    if not isinstance(text, str):
+        return set()
+    return {_singular(w) for w in _WORDS.findall(text.lower()) if len(w) >= letters}
+
+
+def _singular(word: str) -> str:
+    return word[:-1] if word.endswith("s") and len(word) > _DESCRIPTION_WORD_LETTERS else word
+
+
+def _is_named(name: str, words: set[str]) -> bool:
+    """Whether a message with these words names the tool ``name``."""
+    if _singular(name.lower()) in words:
+        return True
+    parts = {_singular(part.lower()) for part in _NAME_PARTS.findall(name)}
+    return any(
+        part in words
+        for part in parts
+        if len(part) >= _NAME_WORD_LETTERS and part not in _GENERIC_NAME_WORDS
+    )
+
+
+def _latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    latest = next((m for m in reversed(messages) if m["role"] == "user"), None)
+    content = latest.get("content") if latest is not None else None
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
 
 
 def example_value(schema: object, *, depth: int) -> Any:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
-import math
 import random
 import threading
 import time
@@ -22,12 +20,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Send
 
-from agent_latency._tokens import TokenCounter
-
 from ._answer import Answer, compose_answer
+from ._cache import PrefixCache
 from ._config import SimulatorConfig
-from ._prompt import PrefixCache, PromptTokenizer, token_count
+from ._guards import ClientGone, authenticate, check_model, inject_fault, read_json
+from ._prompt import PromptTokenizer, token_count
 from ._protocol import ChatRequest, RequestError, parse_chat_request
+from ._waiting import UNSENT, Sleeper, Stopping, unless_disconnected
 
 _SYSTEM_FINGERPRINT = "fp_agent_latency_sim"
 _OWNER = "agent-latency-sim"
@@ -107,14 +106,22 @@ class _DroppableStreamingResponse(StreamingResponse):
             await super().stream_response(send)
 
 
-async def _sleep_until(deadline: float) -> None:
-    delay = deadline - asyncio.get_running_loop().time()
-    if delay > 0:
-        await asyncio.sleep(delay)
-
-
 def _sse(payload: object) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+_SHUTTING_DOWN = RequestError(
+    503, "The server is shutting down; try again.", error_type="server_error"
+)
+
+
+async def _ended_by_an_error_event_on_stop(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Passes a stream on; when the server stops, ends it with an error event, as OpenAI does."""
+    try:
+        async for event in events:
+            yield event
+    except Stopping:
+        yield _sse(_SHUTTING_DOWN.body())
 
 
 class Simulator:
@@ -126,10 +133,16 @@ class Simulator:
 
     def __init__(self, config: SimulatorConfig) -> None:
         self.config = config
-        self._tokenizer = PromptTokenizer(TokenCounter())
-        self._prefix_cache = PrefixCache(config.cache_entries)
+        self._tokenizer = PromptTokenizer.for_config(config)
+        self._prefix_cache = PrefixCache(
+            capacity_tokens=config.cache_tokens,
+            block_tokens=config.cache_block_tokens,
+            lifetime_s=config.cache_lifetime_s,
+        )
         self._random = random.Random(config.seed)
         self._stats = _StatsRecorder()
+        self.sleeper = Sleeper()
+        """Every wait of a request; the server stops it when it stops serving."""
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
@@ -155,15 +168,23 @@ class Simulator:
         except RequestError as error:
             self._stats.add(errors=1)
             return error.response()
-        if plan.request.stream:
-            events = self._sse_events(plan)
+        except ClientGone:
+            return UNSENT
+        if plan.request.stream:  # Starlette stops a stream whose client is gone
+            events = _ended_by_an_error_event_on_stop(self._sse_events(plan))
             return _DroppableStreamingResponse(
                 self._held_until_end(events) if self.config.buffered else events,
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache"},
             )
+        try:
+            return await unless_disconnected(request, self._blocking_answer(plan))
+        except Stopping:
+            return _SHUTTING_DOWN.response()
+
+    async def _blocking_answer(self, plan: _Plan) -> Response:
         await self._prefill(plan)
-        await _sleep_until(self._output_time(plan, plan.answer.completion_tokens - 1))
+        await self.sleeper.until(self._output_time(plan, plan.answer.completion_tokens - 1))
         return JSONResponse(
             {
                 **self._envelope(plan, "chat.completion"),
@@ -181,13 +202,14 @@ class Simulator:
 
     async def _accept(self, request: Request, arrival: float) -> _Plan:
         """Checks the request and plans its answer; raises RequestError to refuse it."""
-        self._authenticate(request)
-        chat = parse_chat_request(await self._read_json(request))
-        self._check_model(chat.model)
-        self._inject_fault()
+        authenticate(request, self.config.api_key)
+        chat = parse_chat_request(await read_json(request, self.config.max_body_bytes))
+        check_model(chat.model, self.config.models)
+        inject_fault(self.config, self._random)
         prompt = self._tokenizer.tokens(chat)
         cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
-        prefill_ms = self.config.prefill_ms_per_token * (token_count(prompt) - cached)
+        prompt_tokens = token_count(prompt)
+        prefill_ms = self.config.prefill_ms(prompt_tokens - cached, prompt_tokens)
         return _Plan(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -203,7 +225,7 @@ class Simulator:
 
     async def _prefill(self, plan: _Plan) -> None:
         """Waits out the prefill, then keeps the prompt for later requests to reuse."""
-        await _sleep_until(plan.first_token_at)
+        await self.sleeper.until(plan.first_token_at)
         if self._caches(plan.request):
             self._prefix_cache.remember(plan.prompt)
         self._stats.add(
@@ -240,7 +262,7 @@ class Simulator:
             if due > loop.time() and due_events:
                 yield b"".join(due_events)
                 due_events.clear()
-            await _sleep_until(due)
+            await self.sleeper.until(due)
             if index == self.config.reset_after_chunks:
                 yield b"".join(due_events)
                 raise _ConnectionDropped
@@ -264,98 +286,18 @@ class Simulator:
             "system_fingerprint": _SYSTEM_FINGERPRINT,
         }
 
-    def _authenticate(self, request: Request) -> None:
-        expected = self.config.api_key
-        if expected is None:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            raise RequestError(
-                401,
-                "You didn't provide an API key. You need to provide your API key in an "
-                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-            )
-        if not hmac.compare_digest(given.strip().encode(), expected.encode()):
-            raise RequestError(401, "Incorrect API key provided.", code="invalid_api_key")
-
-    async def _read_json(self, request: Request) -> object:
-        content_type = request.headers.get("content-type", "")
-        if content_type.partition(";")[0].strip().lower() != "application/json":
-            raise RequestError(
-                415,
-                f"Unsupported content type {content_type or '(none)'!r}: send the body as JSON "
-                "with 'Content-Type: application/json'.",
-                code="unsupported_media_type",
-            )
-        limit = self.config.max_body_bytes
-        too_large = RequestError(
-            413,
-            f"The request body is larger than this server accepts ({limit} bytes).",
-            code="request_too_large",
-        )
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise too_large
-        body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise too_large
-        try:
-            return json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
-            raise RequestError(
-                400,
-                "We could not parse the JSON body of your request. The body must be valid JSON "
-                "(UTF-8) holding one object.",
-            ) from None
-
-    def _check_model(self, model: str) -> None:
-        if model not in self.config.models:
-            raise RequestError(
-                404,
-                f"The model {model!r} does not exist or you do not have access to it. This "
-                f"server serves: {', '.join(self.config.models)}.",
-                param="model",
-                code="model_not_found",
-            )
-
-    def _inject_fault(self) -> None:
-        config = self.config
-        if not (config.rate_limit_rate or config.error_rate):
-            return
-        draw = self._random.random()
-        if draw < config.rate_limit_rate:
-            retry_after = config.retry_after_s
-            raise RequestError(
-                429,
-                f"Rate limit reached for requests. Please try again in {retry_after:g}s.",
-                code="rate_limit_exceeded",
-                error_type="requests",
-                headers={
-                    "retry-after": str(math.ceil(retry_after)),  # whole seconds, never too early
-                    "retry-after-ms": str(round(retry_after * 1000)),
-                },
-            )
-        if draw < config.rate_limit_rate + config.error_rate:
-            raise RequestError(
-                500,
-                "The server had an error while processing your request. Sorry about that!",
-                error_type="server_error",
-            )
-
     def _model_json(self, name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": 0, "owned_by": _OWNER}
 
     async def _list_models(self, request: Request) -> Response:
-        self._authenticate(request)
+        authenticate(request, self.config.api_key)
         models = [self._model_json(name) for name in self.config.models]
         return JSONResponse({"object": "list", "data": models})
 
     async def _retrieve_model(self, request: Request) -> Response:
-        self._authenticate(request)
+        authenticate(request, self.config.api_key)
         name = request.path_params["model"]
-        self._check_model(name)
+        check_model(name, self.config.models)
         return JSONResponse(self._model_json(name))
 
     async def _health(self, request: Request) -> Response:

@@ -42,17 +42,28 @@ class SimulatorConfig:
     """How the simulated model server behaves.
 
     The latency model is described in :mod:`agent_latency.sim`. The defaults give an
-    8,200-token agent prompt about 3.5 s to its first token and then 50 tokens per second.
+    8,200-token agent prompt about 3.5 s to its first token and then 50 tokens per second, and
+    a prefix cache like vLLM's on one 80 GB GPU.
 
     Attributes:
         overhead_ms: Fixed time every request spends before prefill (queueing, scheduling).
-        prefill_ms_per_token: Prefill cost of each prompt token not found in the prefix cache.
+        prefill_ms_per_token: Prefill cost of each prompt token not found in the prefix cache,
+            before attention over the context.
+        attention_ms_per_1k_context: What each such token costs more per 1,000 tokens of
+            context it attends over (the whole prompt): prefill slows down as context grows.
         decode_tokens_per_s: Output rate once the first token is out.
         answer_tokens: Length of an answer; a request's ``max_tokens`` or
             ``max_completion_tokens`` caps it (``finish_reason`` is then ``"length"``).
-        prefix_cache: Reuse the longest token prefix shared with a recent request, as vLLM and
+        tokenizer: The tokenizer that counts prompt tokens: a known name (``"cl100k"``,
+            ``"o200k"``, ``"qwen"``, ``"llama3"``) or a model name.
+        prefix_cache: Reuse the longest token prefix shared with a cached prompt, as vLLM and
             llama.cpp do. A request may also opt out with ``"cache_prompt": false``.
-        cache_entries: How many recent prompts the prefix cache remembers.
+        cache_tokens: Capacity of the prefix cache in tokens, shared by all conversations; the
+            least recently used blocks are evicted first.
+        cache_block_tokens: The cache's unit: only whole blocks of this many tokens are reused
+            (vLLM: 16; 1 reuses any shared prefix, as SGLang does).
+        cache_lifetime_s: Idle time after which a cached block expires (``None``: never, as in
+            vLLM; OpenAI keeps a prefix 5 to 10 minutes).
         api_key: When set, requests must send ``Authorization: Bearer <api_key>``. Masked in
             the repr.
         model: The model name, or names, served; requests for another model get a 404.
@@ -67,14 +78,20 @@ class SimulatorConfig:
         buffered: Hold every streamed chunk until the answer is complete, as a buffering proxy
             does: streaming is on, yet the first token arrives with the last.
         max_body_bytes: Largest request body accepted; larger ones get a 413.
+        header_timeout_s: A client that has not sent a request's whole head (request line and
+            headers) this long after connecting or after its previous answer is disconnected.
     """
 
     overhead_ms: float = 200.0
-    prefill_ms_per_token: float = 0.4
+    prefill_ms_per_token: float = 0.16
+    attention_ms_per_1k_context: float = 0.03
     decode_tokens_per_s: float = 50.0
     answer_tokens: int = 64
+    tokenizer: str = "cl100k"
     prefix_cache: bool = True
-    cache_entries: int = 16
+    cache_tokens: int = 100_000
+    cache_block_tokens: int = 16
+    cache_lifetime_s: float | None = None
     api_key: str | None = None
     model: str | tuple[str, ...] = DEFAULT_MODEL
     error_rate: float = 0.0
@@ -86,19 +103,27 @@ class SimulatorConfig:
     reset_after_chunks: int | None = None
     buffered: bool = False
     max_body_bytes: int = 8 * 1024 * 1024
+    header_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         _check_number("overhead_ms", self.overhead_ms)
         _check_number("prefill_ms_per_token", self.prefill_ms_per_token)
+        _check_number("attention_ms_per_1k_context", self.attention_ms_per_1k_context)
         _check_number("decode_tokens_per_s", self.decode_tokens_per_s, positive=True)
         _check_int("answer_tokens", self.answer_tokens, minimum=1)
-        _check_int("cache_entries", self.cache_entries, minimum=1)
+        if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
+            raise _fail("tokenizer", self.tokenizer, "must be a tokenizer or model name")
+        _check_int("cache_block_tokens", self.cache_block_tokens, minimum=1)
+        _check_int("cache_tokens", self.cache_tokens, minimum=self.cache_block_tokens)
+        if self.cache_lifetime_s is not None:
+            _check_number("cache_lifetime_s", self.cache_lifetime_s, positive=True)
         _check_rate("error_rate", self.error_rate)
         _check_rate("rate_limit_rate", self.rate_limit_rate)
         _check_number("retry_after_s", self.retry_after_s)
         _check_int("seed", self.seed)
         _check_number("stall_ms", self.stall_ms)
         _check_int("max_body_bytes", self.max_body_bytes, minimum=1)
+        _check_number("header_timeout_s", self.header_timeout_s, positive=True)
         for option in ("stall_after_chunks", "reset_after_chunks"):
             if getattr(self, option) is not None:
                 _check_int(option, getattr(self, option), minimum=1)
@@ -117,6 +142,17 @@ class SimulatorConfig:
             or not all(isinstance(name, str) and name.strip() for name in names)
         ):
             raise _fail("model", self.model, "must be a non-empty name or a tuple of names")
+
+    def prefill_ms(self, uncached_tokens: float, prompt_tokens: float) -> float:
+        """Returns the prefill time of a prompt, in ms, by the latency model.
+
+        Args:
+            uncached_tokens: Prompt tokens the prefix cache does not hold.
+            prompt_tokens: The whole prompt: the context each of them attends over.
+        """
+        per_token = self.prefill_ms_per_token
+        per_token += self.attention_ms_per_1k_context * prompt_tokens / 1000
+        return per_token * uncached_tokens
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -47,9 +47,9 @@ class RequestError(Exception):
         self.error_type = error_type
         self.headers = dict(headers or {})
 
-    def response(self) -> JSONResponse:
-        """Returns the error as OpenAI sends it."""
-        body = {
+    def body(self) -> dict[str, Any]:
+        """Returns OpenAI's JSON body of the error (also what a stream sends as an event)."""
+        return {
             "error": {
                 "message": self.message,
                 "type": self.error_type,
@@ -57,7 +57,10 @@ class RequestError(Exception):
                 "code": self.code,
             }
         }
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+    def response(self) -> JSONResponse:
+        """Returns the error as OpenAI sends it."""
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def _invalid(param: str, message: str) -> RequestError:
@@ -90,6 +93,7 @@ class ChatRequest:
         tools: The offered tool definitions.
         tool_choice: ``"none"``, ``"auto"`` or ``"required"``.
         forced_tool: The tool the request names in ``tool_choice``, if any.
+        parallel_tool_calls: Whether an answer may call several tools at once.
         stream: Whether the answer is streamed as server-sent events.
         include_usage: Whether a streamed answer ends with a usage chunk.
         max_tokens: The output cap from ``max_tokens`` / ``max_completion_tokens``, if any.
@@ -101,6 +105,7 @@ class ChatRequest:
     tools: tuple[Mapping[str, Any], ...] = field(default=())
     tool_choice: str = "auto"
     forced_tool: str | None = None
+    parallel_tool_calls: bool = True
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
@@ -144,6 +149,7 @@ def parse_chat_request(body: object) -> ChatRequest:
         )
     for index, message in enumerate(messages):
         _check_message(message, f"messages[{index}]")
+    _check_tool_results(messages)
     tools = _parse_tools(body.get("tools"))
     tool_choice, forced_tool = _parse_tool_choice(body.get("tool_choice"), tools)
     return ChatRequest(
@@ -152,6 +158,7 @@ def parse_chat_request(body: object) -> ChatRequest:
         tools=tools,
         tool_choice=tool_choice,
         forced_tool=forced_tool,
+        parallel_tool_calls=_optional_bool(body, "parallel_tool_calls", default=True),
         stream=_optional_bool(body, "stream", default=False),
         include_usage=_parse_include_usage(body.get("stream_options")),
         max_tokens=_parse_max_tokens(body),
@@ -202,6 +209,29 @@ def _check_message(message: object, param: str) -> None:
             raise _wrong_type(f"{param}.tool_calls", "an array of objects", tool_calls)
         for index, call in enumerate(tool_calls):
             _check_tool_call(call, f"{param}.tool_calls[{index}]")
+
+
+def _check_tool_results(messages: list[dict[str, Any]]) -> None:
+    """Refuses, as OpenAI does, a tool message that answers no call of the message before."""
+    calls: set[str] | None = None  # ids of the calls the current run of tool messages answers
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            if calls is None:
+                raise RequestError(
+                    400,
+                    f"Invalid parameter: messages with role 'tool' must be a response to a "
+                    f"preceding message with 'tool_calls' (messages[{index}]).",
+                    param=f"messages[{index}].role",
+                )
+            if message["tool_call_id"] not in calls:
+                raise _invalid(
+                    f"messages[{index}].tool_call_id",
+                    "it answers none of the 'tool_calls' of the preceding assistant message.",
+                )
+        elif message["role"] == "assistant" and message.get("tool_calls"):
+            calls = {call["id"] for call in message["tool_calls"]}
+        else:
+            calls = None
 
 
 def _check_content_part(part: object, param: str) -> None:

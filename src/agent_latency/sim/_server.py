@@ -10,12 +10,88 @@ from collections.abc import Callable
 from types import TracebackType
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ._app import Simulator, SimulatorStats, create_app
+from ._app import Simulator, SimulatorStats
 from ._config import SimulatorConfig
 
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
+# Requests still running when the server is told to stop (say, in a long simulated prefill for a
+# client that is gone) are cancelled after this long.
+_GRACEFUL_STOP_S = 1
+_REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+def _head_timed_protocol(timeout_s: float) -> type[H11Protocol]:
+    """Returns uvicorn's HTTP/1.1 protocol with a deadline on every request's head.
+
+    uvicorn times out idle keep-alive connections, but not a client that sends its request line
+    and headers slowly, or not at all: such a client would hold its connection forever. The
+    deadline runs from the connection's start, and again from the end of each answer, until the
+    next request's head is complete; a client that misses it gets a 408 and is disconnected.
+    """
+
+    class HeadTimedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._await_head()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._await_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _await_head(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(timeout_s, self._head_overdue, self.cycle)
+
+        def _head_overdue(self, cycle_when_armed: object) -> None:
+            # A new head since then started a new cycle; a pipelined one may still be running.
+            waiting = self.cycle is cycle_when_armed and (
+                self.cycle is None or self.cycle.response_complete
+            )
+            if waiting and not self.transport.is_closing():
+                self.transport.write(_REQUEST_TIMEOUT)
+                self.transport.close()
+
+    return HeadTimedH11Protocol
+
+
+class _SimulatorServer(uvicorn.Server):
+    """uvicorn's server, which ends the simulator's requests in progress when it stops."""
+
+    def __init__(self, simulator: Simulator, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._simulator = simulator
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._simulator.sleeper.restart()
+        await super().startup(sockets)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._simulator.sleeper.stop()
+        await super().shutdown(sockets)
+
+
+def _server(simulator: Simulator, **options: object) -> uvicorn.Server:
+    """Returns the uvicorn server of ``simulator``; ``options`` go to ``uvicorn.Config``."""
+    config = uvicorn.Config(
+        simulator.app,
+        http=_head_timed_protocol(simulator.config.header_timeout_s),
+        lifespan="off",  # the app has no startup or shutdown of its own
+        timeout_graceful_shutdown=_GRACEFUL_STOP_S,
+        **options,  # type: ignore[arg-type]
+    )
+    return _SimulatorServer(simulator, config)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -55,12 +131,14 @@ def run_simulator(
 
     Raises:
         OSError: When the address cannot be bound (in use, not local, unknown host).
+        ValueError: When the configuration's tokenizer cannot be used.
     """
+    simulator = Simulator(config or SimulatorConfig())  # a bad option fails before binding
     listener = _bind(host, port)
     try:
         if on_listening is not None:
             on_listening(_base_url(host, listener.getsockname()[1]))
-        server = uvicorn.Server(uvicorn.Config(create_app(config), log_level=log_level))
+        server = _server(simulator, log_level=log_level)
         server.run(sockets=[listener])
     finally:
         listener.close()
@@ -123,15 +201,11 @@ class RunningSimulator:
         if self._thread is not None:
             raise RuntimeError("RunningSimulator: already started.")
         listener = _bind(self.host, self._requested_port)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                self._simulator.app,
-                log_config=None,  # leave the host application's logging alone
-                log_level="warning",
-                access_log=False,
-                lifespan="off",
-                timeout_graceful_shutdown=1,
-            )
+        server = _server(
+            self._simulator,
+            log_config=None,  # leave the host application's logging alone
+            log_level="warning",
+            access_log=False,
         )
         thread = threading.Thread(
             target=server.run,

@@ -10,10 +10,10 @@ open and never consumed) cannot grow memory without limit.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeGuard
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage
@@ -21,10 +21,19 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
-logger = logging.getLogger("agent_latency")
+from agent_latency._trace_link import TRIM_FIELDS
+from agent_latency.telemetry._log import logger
 
 _PRUNE_CHILDREN_EVERY = 256
 """A run's list of children is cleared of ended ones each time it reaches a multiple of this."""
+
+
+class Calibration(Protocol):
+    """What a trim's ``calibration`` offers: learning from the server's count of a request."""
+
+    def observe(self, estimated: int, actual: int) -> object:
+        """Takes our count of a request sent and the server's count of the same request."""
+        ...
 
 
 @dataclass(slots=True, eq=False)
@@ -33,10 +42,60 @@ class PendingTrim:
 
     One run holds it at a time: the run that reported the trim, then, once that run has ended
     without consuming it, each enclosing run in turn, until a model call under it takes it.
+
+    Attributes:
+        attributes: The trim's span attributes, which the model-call span repeats.
+        budget: The trim's prompt token budget.
+        tokens_after: Our count of the whole request sent.
+        calibration: Where the server's count of that request goes, or ``None``.
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
+    tokens_after: int
+    calibration: Calibration | None = None
+
+    @classmethod
+    def from_event(cls, data: object) -> PendingTrim | None:
+        """The figures of a ``TrimResult`` (read by duck typing), or ``None`` for anything else.
+
+        The attributes are those the trim reports for its own span (``span_attributes()``),
+        else its ``TRIM_FIELDS``; each must be a span attribute value (``None`` ones are left
+        out). ``tokens_after`` and ``budget`` must be counts and ``over_budget`` a flag.
+        """
+        tokens_after, budget = getattr(data, "tokens_after", None), getattr(data, "budget", None)
+        over_budget = getattr(data, "over_budget", None)
+        if not (_is_count(tokens_after) and _is_count(budget) and isinstance(over_budget, bool)):
+            return None
+        span_attributes = getattr(data, "span_attributes", None)
+        reported = (
+            span_attributes()
+            if callable(span_attributes)
+            else {attribute: getattr(data, name, None) for name, attribute in TRIM_FIELDS.items()}
+        )
+        if not isinstance(reported, Mapping):
+            return None
+        attributes: dict[str, AttributeValue] = {}
+        for key, value in reported.items():
+            if value is None:
+                continue
+            if not isinstance(key, str) or not _is_attribute_value(value):
+                return None
+            attributes[key] = value
+        calibration = getattr(data, "calibration", None)
+        if not callable(getattr(calibration, "observe", None)):
+            calibration = None
+        return cls(attributes, budget, tokens_after, calibration)
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_attribute_value(value: object) -> bool:
+    if isinstance(value, str | bool | int | float):
+        return True
+    return isinstance(value, tuple | list) and all(isinstance(item, str) for item in value)
 
 
 @dataclass(slots=True, eq=False)
@@ -209,3 +268,28 @@ class RunRegistry:
         """Removes and returns the open run ``run_id``; ``None`` if it was already handed out."""
         with self._lock:
             return self._runs.pop(run_id, None)
+
+    def take_trim(self, run_id: UUID | None) -> PendingTrim | None:
+        """Hands out the trim waiting nearest to ``run_id``: on it, or on an enclosing run.
+
+        The trim is taken (a second model call does not get it too).
+        """
+        run = self.get(run_id)
+        while run is not None:
+            pending = run.pending_trim
+            if pending is not None:
+                run.pending_trim = None
+                return pending
+            run = self.get(run.parent_run_id)
+        return None
+
+    def hand_on_trim(self, ended: RunState) -> None:
+        """Gives the enclosing run the trim an ended run still holds.
+
+        A trim whose run ended before any model call used it prepared a later call: the next
+        step of a sequence, or the sibling ``agent`` node of a LangGraph ``pre_model_hook``.
+        A newer trim replaces an unused older one.
+        """
+        parent = self.get(ended.parent_run_id)
+        if ended.pending_trim is not None and parent is not None:
+            parent.pending_trim = ended.pending_trim

@@ -8,11 +8,14 @@ collector is back.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import math
 import os
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
@@ -23,25 +26,27 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricExporter,
-    MetricExportResult,
     MetricReader,
-    MetricsData,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
     SpanExporter,
-    SpanExportResult,
 )
 
 from agent_latency._config import Settings, is_http_url
 from agent_latency._redaction import display_url
+from agent_latency.telemetry._export import (
+    ExportHealth,
+    ReportingMetricExporter,
+    ReportingSpanExporter,
+    limit_exporter_warnings,
+)
 from agent_latency.telemetry._handler import LatencyCallbackHandler
-
-logger = logging.getLogger("agent_latency")
+from agent_latency.telemetry._log import logger
 
 EXPORTERS: Final = ("otlp", "otlp-http", "otlp-grpc", "console", "none")
 """The accepted values of ``configure_telemetry(exporter=...)``."""
@@ -54,108 +59,6 @@ _DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
 _EXPORT_TIMEOUT_S: Final = 3.0
 """Per-request export timeout unless ``OTEL_EXPORTER_OTLP_TIMEOUT`` says otherwise (OTel: 10 s)."""
 _METRIC_INTERVAL_MS: Final = 15_000
-
-
-class _ExportHealth:
-    """Logs the first failure of a signal's exports once, and the recovery after it."""
-
-    def __init__(self, signal: str, destination: str) -> None:
-        self._signal = signal
-        self._destination = destination
-        self._failing = False
-        self._lock = threading.Lock()
-
-    def report(self, ok: bool) -> None:
-        with self._lock:
-            changed = ok == self._failing
-            self._failing = not ok
-        if not changed:
-            if not ok:
-                logger.debug("agent-latency: %s export to %s failed again", *self._describe())
-            return
-        if ok:
-            logger.info("agent-latency: %s export to %s works again", *self._describe())
-        else:
-            logger.warning(
-                "agent-latency: cannot export %s to %s; they are dropped until the collector "
-                "answers (the application is not slowed down; further failures at DEBUG)",
-                *self._describe(),
-            )
-
-    def _describe(self) -> tuple[str, str]:
-        return self._signal, self._destination
-
-
-class _ReportingSpanExporter(SpanExporter):
-    """Delegates to an exporter and reports each outcome to an :class:`_ExportHealth`."""
-
-    def __init__(self, inner: SpanExporter, health: _ExportHealth) -> None:
-        self._inner = inner
-        self._health = health
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self._inner.export(spans)
-        except Exception:
-            logger.debug("agent-latency: span exporter raised", exc_info=True)
-            result = SpanExportResult.FAILURE
-        self._health.report(result is SpanExportResult.SUCCESS)
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class _ReportingMetricExporter(MetricExporter):
-    """Delegates to a metric exporter and reports each outcome to an :class:`_ExportHealth`."""
-
-    def __init__(self, inner: MetricExporter, health: _ExportHealth) -> None:
-        super().__init__(
-            preferred_temporality=inner._preferred_temporality,
-            preferred_aggregation=inner._preferred_aggregation,
-        )
-        self._inner = inner
-        self._health = health
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        try:
-            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception:
-            logger.debug("agent-latency: metric exporter raised", exc_info=True)
-            result = MetricExportResult.FAILURE
-        self._health.report(result is MetricExportResult.SUCCESS)
-        return result
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
-
-
-class _OnlyFirstWarning(logging.Filter):
-    """Lets through the first warning of an exporter's logger; ``_ExportHealth`` says the rest.
-
-    The OTLP exporters log every failed attempt, which floods the application's log while a
-    collector is down.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        if self._seen:
-            return False
-        self._seen = True
-        return True
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,6 +82,8 @@ class Telemetry:
     exporter: str
     endpoint: str | None
     _log_filters: tuple[tuple[logging.Logger, logging.Filter], ...] = field(default=(), repr=False)
+    _export_timeout_s: float = field(default=_EXPORT_TIMEOUT_S, repr=False)
+    _shut_down: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def handler(self, **overrides: Any) -> LatencyCallbackHandler:
         """Returns a :class:`LatencyCallbackHandler` reporting to these providers.
@@ -193,16 +98,58 @@ class Telemetry:
         }
         return LatencyCallbackHandler.from_settings(self.settings, **options)
 
-    def shutdown(self) -> None:
-        """Flushes and stops both providers (bounded by the export timeout)."""
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flushes and stops both providers at once, waiting at most ``timeout_s`` seconds.
+
+        Spans and metrics a slow or hung collector has not taken by then are dropped (a WARNING
+        says so) and the call returns; the exports finish or fail in the background. Telemetry
+        from :func:`configure_telemetry` is shut down this way at interpreter exit too; a second
+        call does nothing.
+
+        Args:
+            timeout_s: The longest wait; the export timeout by default (3 s, or
+                ``OTEL_EXPORTER_OTLP_TIMEOUT``).
+
+        Raises:
+            ValueError: When ``timeout_s`` is not a finite number >= 0.
+        """
+        if timeout_s is None:
+            timeout_s = self._export_timeout_s
+        elif (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not math.isfinite(timeout_s)
+            or timeout_s < 0
+        ):
+            raise ValueError(
+                "Telemetry.shutdown: timeout_s must be a number of seconds >= 0, "
+                f"got {timeout_s!r}."
+            )
+        if self._shut_down.is_set():
+            return
+        self._shut_down.set()
+        atexit.unregister(self.shutdown)
+        deadline = time.monotonic() + timeout_s
         try:
-            self.tracer_provider.shutdown()
+            workers = [
+                _start_quietly("tracer provider", self.tracer_provider.shutdown),
+                _start_quietly(
+                    "meter provider",
+                    lambda: self.meter_provider.shutdown(timeout_millis=timeout_s * 1000),
+                ),
+            ]
+            for worker in workers:
+                worker.join(max(0.0, deadline - time.monotonic()))
+            if any(worker.is_alive() for worker in workers):
+                logger.warning(
+                    "agent-latency: telemetry shutdown gave up after %.1f s (the collector at %s "
+                    "does not answer); the spans and metrics not yet sent are dropped",
+                    timeout_s,
+                    self.endpoint or self.exporter,
+                )
         finally:
-            try:
-                self.meter_provider.shutdown()
-            finally:
-                for log, log_filter in self._log_filters:
-                    log.removeFilter(log_filter)
+            for log, log_filter in self._log_filters:
+                log.removeFilter(log_filter)
 
     def __enter__(self) -> Telemetry:
         return self
@@ -272,7 +219,8 @@ def configure_telemetry(
         _check_endpoint(endpoint)
 
     resource = _resource(service_name)
-    tracer_provider = TracerProvider(resource=resource)
+    # Shut down by Telemetry.shutdown, at exit too: the SDK's own exit hooks wait unbounded.
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     readers: list[MetricReader] = []
     log_filters: tuple[tuple[logging.Logger, logging.Filter], ...] = ()
     used_endpoint: str | None = None
@@ -290,32 +238,60 @@ def configure_telemetry(
     elif kind in ("otlp-http", "otlp-grpc"):
         span_exporter, metric_exporter, destination = _otlp_exporters(kind, endpoint, timeout_s)
         used_endpoint = display_url(destination)
-        log_filters = _limit_exporter_warnings(span_exporter, metric_exporter)
+        log_filters = limit_exporter_warnings(span_exporter, metric_exporter)
         tracer_provider.add_span_processor(
             BatchSpanProcessor(
                 # Bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048 spans): when the collector
                 # cannot keep up, spans are dropped rather than memory growing.
-                _ReportingSpanExporter(span_exporter, _ExportHealth("spans", used_endpoint))
+                ReportingSpanExporter(span_exporter, ExportHealth("spans", used_endpoint))
             )
         )
         readers.append(
             PeriodicExportingMetricReader(
-                _ReportingMetricExporter(metric_exporter, _ExportHealth("metrics", used_endpoint)),
+                ReportingMetricExporter(metric_exporter, ExportHealth("metrics", used_endpoint)),
                 export_interval_millis=interval,
             )
         )
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=readers, shutdown_on_exit=False
+    )
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(
+    telemetry = Telemetry(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
         settings=settings if settings is not None else Settings(),
         exporter=kind,
         endpoint=used_endpoint,
         _log_filters=log_filters,
+        _export_timeout_s=_timeout_from_environment() if timeout_s is None else timeout_s,
     )
+    atexit.register(telemetry.shutdown)
+    return telemetry
+
+
+def _timeout_from_environment() -> float:
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` in seconds, as the Python exporters read it."""
+    try:
+        value = float(os.environ.get(_TIMEOUT_ENV, ""))
+    except ValueError:
+        return _EXPORT_TIMEOUT_S
+    return value if math.isfinite(value) and value >= 0 else _EXPORT_TIMEOUT_S
+
+
+def _start_quietly(what: str, stop: Callable[[], object]) -> threading.Thread:
+    """Runs ``stop`` in a daemon thread (a hung export must not keep the process alive)."""
+
+    def run() -> None:
+        try:
+            stop()
+        except Exception:
+            logger.debug("agent-latency: shutting down the %s failed", what, exc_info=True)
+
+    worker = threading.Thread(target=run, name=f"agent-latency shutdown: {what}", daemon=True)
+    worker.start()
+    return worker
 
 
 def _exporter_kind(exporter: str | None) -> str:
@@ -343,26 +319,6 @@ def _check_endpoint(endpoint: object) -> None:
             "configure_telemetry: endpoint must be a URL such as http://localhost:4318, "
             f"got {endpoint!r}."
         )
-
-
-def _limit_exporter_warnings(
-    *exporters: object,
-) -> tuple[tuple[logging.Logger, logging.Filter], ...]:
-    """Lets each OTLP exporter module log its first warning only (``_ExportHealth`` goes on)."""
-    modules = sorted(
-        {
-            cls.__module__
-            for exporter in exporters
-            for cls in type(exporter).__mro__
-            if cls.__module__.startswith("opentelemetry.exporter.")
-        }
-    )
-    filters = []
-    for module in modules:
-        log, log_filter = logging.getLogger(module), _OnlyFirstWarning()
-        log.addFilter(log_filter)
-        filters.append((log, log_filter))
-    return tuple(filters)
 
 
 def _resource(service_name: str) -> Resource:

@@ -27,6 +27,12 @@ try:
         ModelRequest,
         ModelResponse,
     )
+    from langchain.agents.structured_output import (
+        AutoStrategy,
+        OutputToolBinding,
+        ProviderStrategy,
+        ToolStrategy,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "TrimmingMiddleware needs langchain's agents: pip install 'agent-latency[agents]'."
@@ -41,8 +47,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Trims the messages of each model call an agent makes; the agent's state is untouched.
 
     Use with ``langchain.agents.create_agent(model, tools, middleware=[TrimmingMiddleware(t)])``.
-    The request's system message counts against the budget (and is never dropped while the
-    trimmer keeps system messages). The stored conversation keeps every message: only what is
+    Everything the request sends counts against the budget: its system message (never dropped
+    while the trimmer keeps system messages), its tools and its structured-output schema. The stored conversation keeps every message: only what is
     sent to the model is trimmed. A trim that fails unexpectedly is logged and the request is
     sent untrimmed rather than failing the agent.
 
@@ -93,7 +99,14 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         try:
-            result = self.trimmer.trim(messages, context=_current_run_context())
+            tools, response_format, strict = _sent_with(request)
+            result = self.trimmer.trim(
+                messages,
+                context=_current_run_context(),
+                tools=tools,
+                response_format=response_format,
+                strict_tools=strict,
+            )
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
             return request, None
@@ -104,6 +117,28 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if system is not None and kept and kept[0] is system:
             return request.override(messages=kept[1:]), result
         return request.override(system_message=None, messages=kept), result
+
+
+def _sent_with(request: ModelRequest[Any]) -> tuple[list[Any], object | None, bool | None]:
+    """The tools, response format and tool strictness the agent sends with ``request``.
+
+    As ``create_agent`` binds them after every middleware: a ``ToolStrategy`` adds one tool per
+    output schema; a ``ProviderStrategy`` sends the schema as ``response_format`` and the tools
+    with ``strict: true``. An ``AutoStrategy`` (or a bare schema) picks one of the two by the
+    model's profile; it is counted as tools, which costs about the same.
+    """
+    tools: list[Any] = list(request.tools)
+    strategy = request.response_format
+    if strategy is None:
+        return tools, None, None
+    if isinstance(strategy, ProviderStrategy):
+        return tools, strategy.to_model_kwargs()["response_format"], True
+    if isinstance(strategy, AutoStrategy):
+        strategy = ToolStrategy(strategy.schema)
+    elif not isinstance(strategy, ToolStrategy):
+        strategy = ToolStrategy(strategy)
+    tools += [OutputToolBinding.from_schema_spec(spec).tool for spec in strategy.schema_specs]
+    return tools, None, None
 
 
 def _current_run_context() -> Context | None:

@@ -1,10 +1,12 @@
 """Grouping a conversation into the units a trimmer keeps or drops whole.
 
 A *unit* is the smallest group of messages that can be dropped without leaving the rest invalid
-for an OpenAI-compatible endpoint: an ``AIMessage`` with ``tool_calls`` together with every
+for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together with every
 ``ToolMessage`` answering one of its calls (parallel calls included), or any other single
-message. A *round* is a user message and everything up to the next user message; messages before
-the first user message form round 0.
+message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI sends
+those too. A *round* is a user message and everything up to the next user message; messages
+before the first user message form round 0. Messages are classified by the OpenAI role they are
+sent with, so a ``ChatMessage(role="user")`` is a user message.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from agent_latency._tokens import role_of
+
+_SYSTEM_ROLES = frozenset({"system", "developer"})
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -65,18 +71,18 @@ def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
                 open_unit("orphan", index)
             else:
                 members[owner].append(index)
-        elif isinstance(message, AIMessage) and message.tool_calls:
+        elif isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
             owner = open_unit("tool_call", index)
-            for call in message.tool_calls:
+            for call in (*message.tool_calls, *message.invalid_tool_calls):
                 if call["id"] is not None:
                     unit_of_call[call["id"]] = owner
-        elif isinstance(message, HumanMessage):
-            current_round += 1
-            open_unit("user", index)
-        elif isinstance(message, SystemMessage):
-            open_unit("system", index)
         else:
-            open_unit("message", index)
+            role = role_of(message)
+            if role == "user":
+                current_round += 1
+                open_unit("user", index)
+            else:
+                open_unit("system" if role in _SYSTEM_ROLES else "message", index)
     return [
         Unit(kind, tuple(indices), round_)
         for kind, indices, round_ in zip(kinds, members, rounds, strict=True)

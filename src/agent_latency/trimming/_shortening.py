@@ -13,7 +13,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._tokens import IMAGE_PART_TYPES, LRUCache, TokenCounter
+from agent_latency._tokens import IMAGE_PART_TYPES, LRUCache, TokenCounting
 
 MARKER = "\n[... {removed} tokens removed ...]\n"
 """Put where the middle of a shortened text was."""
@@ -38,7 +38,7 @@ class MessageShortener:
         cache_size: How many shortened messages are remembered.
     """
 
-    def __init__(self, counter: TokenCounter, *, cache_size: int = 256) -> None:
+    def __init__(self, counter: TokenCounting, *, cache_size: int = 256) -> None:
         self._counter = counter
         self._cache = LRUCache(cache_size)  # thread-safe on its own
 
@@ -46,9 +46,11 @@ class MessageShortener:
         """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
 
         The copy keeps as much of the head and tail of the text as fits beside the marker. When
-        even the marker alone does not fit (a tiny target or large non-text parts), the copy holds
-        the marker only and its count exceeds ``target``. A message already within ``target`` is
-        returned as is. List content becomes one text part followed by the non-text parts.
+        even the marker alone does not fit (a tiny target, large non-text parts or a long
+        ``tool_call_id``), the copy holds the marker only and its count exceeds ``target``. A
+        shortened copy is never larger than the message: a message already within ``target``,
+        or one whose text costs no more than the marker, is returned as is. List content becomes
+        one text part followed by the non-text parts.
 
         Args:
             message: The message to shorten; never modified.
@@ -83,6 +85,8 @@ class MessageShortener:
                 others,
             )
             shortened_count = self._counter.count_message(shortened)
+            if shortened_count >= count:
+                return message, count  # the marker would cost more than the text it replaces
             if shortened_count <= target or keep == 0:
                 return shortened, shortened_count
             # Text cut at token boundaries can retokenise a little longer: take the excess off,

@@ -1,0 +1,117 @@
+"""Learning how the server counts prompt tokens, from its own ``usage.prompt_tokens``.
+
+Our token count is an estimate: the server may use another tokenizer and another chat template.
+A :class:`PromptCalibration` learns, per (endpoint, model), the ratio of the server's count to
+ours from the calls a trim prepared, and the trimmer divides its budget by that ratio from the next
+call on. The callback handler feeds the pairs in (it sees the usage of the very call a trim
+prepared); the trimmer reads :attr:`PromptCalibration.factor`.
+
+The factor errs toward sending less: it is a high quantile of the recent ratios (the maximum of
+the first few), so a trim rarely lands above the budget by the server's count. Ratios far from the
+others (a cached or truncated count, a usage from another prompt) are left out, and only a
+bounded window of recent ratios is kept, so a server that changes its template is followed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from typing import Final
+
+MIN_OBSERVATIONS: Final = 3
+"""Observations needed before :attr:`PromptCalibration.factor` departs from 1.0."""
+
+WINDOW: Final = 64
+"""How many recent ratios a calibration keeps."""
+
+QUANTILE: Final = 0.9
+"""The quantile of the recent ratios used as the factor, once there are enough of them."""
+
+_PLAUSIBLE_RATIO: Final = (0.2, 5.0)
+"""Ratios outside this range come from a count of another prompt and are ignored."""
+
+_OUTLIER_SPREAD: Final = 0.15
+"""Ratios further than this (relative) from the median of the window are left out."""
+
+_MAX_ENDPOINTS: Final = 256
+"""The process-wide registry forgets the least recently used (endpoint, model) past this."""
+
+
+class PromptCalibration:
+    """The correction from our prompt token count to the server's, for one endpoint and model.
+
+    Thread-safe; memory is bounded by :data:`WINDOW`.
+
+    Attributes:
+        observations: How many plausible (estimate, actual) pairs were observed.
+    """
+
+    def __init__(self) -> None:
+        self._ratios: deque[float] = deque(maxlen=WINDOW)
+        self._lock = threading.Lock()
+        self._factor = 1.0
+        self.observations = 0
+
+    def __repr__(self) -> str:
+        return f"PromptCalibration(factor={self._factor:.4f}, observations={self.observations})"
+
+    @property
+    def factor(self) -> float:
+        """The server's tokens per token of ours; 1.0 until :data:`MIN_OBSERVATIONS` pairs."""
+        return self._factor
+
+    def observe(self, estimated: int, actual: int) -> None:
+        """Records our raw count of a prompt as sent and the server's count of it.
+
+        Pairs that cannot be a count of the same prompt (a non-positive or non-integer value, a
+        ratio beyond 5x either way) are ignored.
+
+        Args:
+            estimated: Our count of the whole request (``TrimResult.tokens_after``).
+            actual: The server's ``usage.prompt_tokens`` for that request.
+        """
+        if not (_is_count(estimated) and _is_count(actual)):
+            return
+        ratio = actual / estimated
+        if not _PLAUSIBLE_RATIO[0] <= ratio <= _PLAUSIBLE_RATIO[1]:
+            return
+        with self._lock:
+            self._ratios.append(ratio)
+            self.observations += 1
+            self._factor = _factor(list(self._ratios))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _factor(ratios: list[float]) -> float:
+    """A high quantile of the ratios near their median (the nearest-rank method)."""
+    if len(ratios) < MIN_OBSERVATIONS:
+        return 1.0
+    ordered = sorted(ratios)
+    median = ordered[len(ordered) // 2]
+    inliers = [r for r in ordered if abs(r - median) <= _OUTLIER_SPREAD * median]
+    rank = max(math.ceil(QUANTILE * len(inliers)), 1)
+    return inliers[rank - 1]
+
+
+_registry: dict[tuple[str, str], PromptCalibration] = {}
+_registry_lock = threading.Lock()
+
+
+def calibration_for(base_url: str | None, model: str) -> PromptCalibration:
+    """Returns the process-wide calibration of an endpoint and model, made on first use.
+
+    Args:
+        base_url: The endpoint's base URL (``None`` for the provider's default endpoint).
+        model: The model name requested.
+    """
+    key = ((base_url or "").rstrip("/"), model)
+    with _registry_lock:
+        calibration = _registry.pop(key, None) or PromptCalibration()
+        _registry[key] = calibration  # re-inserted: the dict's order is the recency
+        if len(_registry) > _MAX_ENDPOINTS:
+            del _registry[next(iter(_registry))]
+        return calibration

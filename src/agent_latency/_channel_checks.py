@@ -1,0 +1,103 @@
+"""The channel's URL and key: refused at load when no request could carry them safely.
+
+A key must be sendable as an HTTP header (printable ASCII, no surrounding whitespace, which is
+stripped with a log line); a base_url must be an http(s) URL with a valid port and no
+``user:password@`` (httpx would send those as Basic auth in place of the key). Every message names
+where the value came from and shows the URL only through :func:`display_url`, never the key.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+from urllib.parse import urlsplit
+
+from agent_latency._config_sources import ENV_API_KEY, ConfigError
+from agent_latency._redaction import display_url
+
+logger = logging.getLogger("agent_latency")
+
+
+def checked_key(key: str, place: str) -> str:
+    """Returns the API key without surrounding whitespace, refusing one no header can carry.
+
+    Keys mounted from files often end in a newline, which httpx refuses to send (quoting the
+    whole header in its error). Messages name the key's place, never the key.
+    """
+    stripped = key.strip()
+    if not stripped:
+        raise ConfigError(f"{place}: must not be empty. Fix: write the key, or leave it out.")
+    if stripped != key:
+        logger.warning("%s: removed whitespace around the API key (e.g. a final newline)", place)
+    if not (stripped.isascii() and stripped.isprintable()):
+        raise ConfigError(
+            f"{place}: the API key holds a character that is not printable ASCII, which an HTTP "
+            "header cannot carry. Fix: copy the key again from the provider's console."
+        )
+    return stripped
+
+
+def is_http_url(url: object) -> bool:
+    """Whether ``url`` is an absolute http(s) URL with a host and a valid port, if any."""
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError when out of range or not a number
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
+
+
+def check_base_url(base_url: str, place: str) -> None:
+    """Refuses a base_url that is not an http(s) URL or that carries a user name or password.
+
+    Args:
+        base_url: The URL, as configured.
+        place: Where it was configured, for the message (e.g. ``"config.toml: llm.base_url"``).
+
+    Raises:
+        ConfigError: Naming ``place`` and showing the URL without its credentials.
+    """
+    port_error = False
+    try:
+        urlsplit(base_url).port  # noqa: B018 - raises ValueError when out of range
+    except ValueError as exc:  # the port, or an unclosed IPv6 bracket
+        port_error = "port" in str(exc).lower()
+    if port_error:
+        raise ConfigError(
+            f"{place}: the URL's port is not a number from 0 to 65535. Fix: write the port the "
+            "server listens on, e.g. http://127.0.0.1:8000/v1."
+        )
+    if not is_http_url(base_url):
+        raise ConfigError(
+            f"{place}: {display_url(base_url)!r} is not an http(s) URL. "
+            "Fix: write the API root, e.g. https://api.example.com/v1."
+        )
+    parts = urlsplit(base_url)
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"{place}: {display_url(base_url)!r} has a user name or password before its host; "
+            "they would be sent as Basic auth instead of the API key, and shown wherever the "
+            "URL is. Fix: remove 'user:password@' from the URL and set llm.api_key or "
+            f"{ENV_API_KEY}."
+        )
+
+
+_API_SEGMENTS: Final = frozenset({"api", "openai", "compatible-mode", "inference", "llm"})
+
+
+def base_url_warnings(base_url: str | None, place: str) -> list[str]:
+    """Flags a base_url that looks like a website home page rather than an API root."""
+    if base_url is None:
+        return []
+    last = urlsplit(base_url).path.rstrip("/").rsplit("/", 1)[-1].lower()
+    is_version = last[:1] == "v" and last[1:2].isdigit()
+    if is_version or last in _API_SEGMENTS:
+        return []
+    return [
+        f"{place}: {display_url(base_url)!r} looks like a website rather than an API root (its "
+        "path does not end in an API segment such as /v1 or /api). Requests will likely get 404 "
+        "or an HTML page. Fix: use the API base URL from the provider's docs, e.g. "
+        "https://host/v1."
+    ]

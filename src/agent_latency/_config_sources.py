@@ -1,0 +1,276 @@
+"""Where settings come from: ``config.toml``, ``settings.json`` and the environment.
+
+The two schemas map every documented key to its ``Settings`` field and type. Reading a file
+gives ``{"section.field": (value, "file: key.path")}`` (the environment's places are
+``"environment VARIABLE"``), so every later error can name where the value came from. Anything
+wrong with the file itself (missing, unreadable, malformed, an unknown key, a wrong type, a key
+given twice) is a :class:`ConfigError` naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+ENV_BASE_URL: Final = "AGENT_LATENCY_BASE_URL"
+ENV_API_KEY: Final = "AGENT_LATENCY_API_KEY"
+ENV_MODEL: Final = "AGENT_LATENCY_MODEL"
+ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the file, the key and the fix."""
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One leaf key of a file: where its value goes in Settings and what type it must have."""
+
+    target: str  # "section.field" in Settings
+    kind: str  # "int", "number", "bool", "str", "list"
+
+
+TOML_SCHEMA: Final[Mapping[str, Any]] = {
+    "llm": {
+        "base_url": _Key("llm.base_url", "str"),
+        "api_key": _Key("llm.api_key", "str"),
+        "model": _Key("llm.model", "str"),
+        "timeout_seconds": _Key("llm.timeout_seconds", "number"),
+        "context_window": _Key("llm.context_window", "int"),
+        "max_tokens_param": _Key("llm.max_tokens_param", "str"),
+        "tokenizer": _Key("llm.tokenizer", "str"),
+        "cache_lifetime_seconds": _Key("llm.cache_lifetime_seconds", "number"),
+        "streaming": {
+            "enabled": _Key("streaming.enabled", "bool"),
+            "chunk_timeout_ms": _Key("streaming.chunk_timeout_ms", "int"),
+            "first_token_warn_ms": _Key("metrics.ttft_warn_ms", "int"),
+        },
+        "prompt": {
+            "token_budget": _Key("prompt.token_budget", "int"),
+            "reserve_for_output": _Key("prompt.reserve_for_output", "int"),
+            "keep_system": _Key("prompt.keep_system", "bool"),
+            "keep_latest_user": _Key("prompt.keep_latest_user", "bool"),
+            "trim_strategy": _Key("prompt.trim_strategy", "str"),
+        },
+    }
+}
+"""The keys of ``config.toml``."""
+
+JSON_SCHEMA: Final[Mapping[str, Any]] = {
+    "promptTrimmer": {
+        "defaultBudget": _Key("prompt.token_budget", "int"),
+        "reserveForOutput": _Key("prompt.reserve_for_output", "int"),
+        "priorityOrder": _Key("prompt.priority_order", "list"),
+        "historyKeepHead": _Key("prompt.history_keep_head", "int"),
+        "historyKeepTail": _Key("prompt.history_keep_tail", "int"),
+        "historySelection": _Key("prompt.history_selection", "str"),
+    },
+    "streaming": {
+        "enabled": _Key("streaming.enabled", "bool"),
+        "temperature": _Key("streaming.temperature", "number"),
+        "maxTokens": _Key("streaming.max_tokens", "int"),
+        "recordTtft": _Key("streaming.record_ttft", "bool"),
+    },
+    "metrics": {
+        "ttftWarnMs": _Key("metrics.ttft_warn_ms", "int"),
+        "ttftErrorMs": _Key("metrics.ttft_error_ms", "int"),
+        "logEveryRequest": _Key("metrics.log_every_request", "bool"),
+    },
+}
+"""The keys of ``settings.json``."""
+
+_KIND_NAMES: Final = {
+    "int": "an integer",
+    "number": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "list": "a list",
+}
+# Python refuses to read integers longer than this (sys.get_int_max_str_digits()'s default).
+_MAX_DIGITS: Final = 4300
+
+Found = dict[str, tuple[Any, str]]
+"""Values by ``Settings`` target, each with its place (``"settings.json: metrics.ttftWarnMs"``)."""
+
+
+def resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | None:
+    """Returns the file to read: ``path``, which must exist, or ``default_name`` if present."""
+    if path is None:
+        candidate = Path.cwd() / default_name
+        return candidate if candidate.is_file() else None
+    resolved = Path(path)
+    if not resolved.is_file():
+        raise ConfigError(
+            f"{resolved}: file not found. Fix: check the path, or leave it out to use the "
+            f"defaults (and {default_name} in the working directory if present)."
+        )
+    return resolved
+
+
+def _read_text(path: Path) -> str:
+    try:
+        # utf-8-sig: editors on Windows often save UTF-8 with a byte-order mark.
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}). Fix: save the file as UTF-8."
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot be read ({exc.strerror}). Fix: check the file's permissions."
+        ) from None
+
+
+def _too_many_digits(path: Path) -> ConfigError:
+    return ConfigError(
+        f"{path}: a number has more than {_MAX_DIGITS} digits. Fix: shorten it to a real value."
+    )
+
+
+def parse_toml(path: Path) -> Any:
+    """Reads a TOML file (TOML itself refuses a key given twice)."""
+    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"{path}: malformed TOML: {exc}. Fix: correct the syntax there."
+        ) from None
+    except ValueError:  # an integer of more than _MAX_DIGITS digits
+        raise _too_many_digits(path) from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: TOML nested too deeply to read. Fix: flatten the nested arrays/tables."
+        ) from None
+
+
+def parse_json(path: Path) -> Any:
+    """Reads a JSON file, refusing a key given twice in one object (JSON would keep the last)."""
+    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        tree: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in tree:
+                shown = key if key.isprintable() else repr(key)
+                raise ConfigError(
+                    f"{path}: key {shown!r} appears twice in the same object; JSON would "
+                    "silently keep the last one. Fix: keep one of them."
+                )
+            tree[key] = value
+        return tree
+
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except ConfigError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
+            "Fix: correct the syntax there (JSON allows no comments or trailing commas)."
+        ) from None
+    except ValueError:  # an integer of more than _MAX_DIGITS digits
+        raise _too_many_digits(path) from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: JSON nested too deeply to read. Fix: flatten the nested lists/objects."
+        ) from None
+
+
+def collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, ...] = ()) -> Found:
+    """Walks a parsed file along its schema, checking keys and types."""
+    where = ".".join(prefix) or "the top level"
+    if not isinstance(tree, dict):
+        raise ConfigError(
+            f"{file}: {where} must be a table/object, got {_type_name(tree)}. "
+            "Fix: see examples/ for the expected layout."
+        )
+    found: Found = {}
+    for key, value in tree.items():
+        path = (*prefix, key)
+        place = f"{file}: {'.'.join(path)}"
+        spec = schema.get(key)
+        if spec is None:
+            # repr() keeps a key holding a newline or control character on the message's line.
+            shown = key if key.isprintable() else repr(key)
+            raise ConfigError(
+                f"{file}: {'.'.join((*prefix, shown))}: unknown key. Fix: {_suggest(key, schema)}"
+            )
+        if isinstance(spec, _Key):
+            found[spec.target] = (_checked(value, spec, place), place)
+        else:
+            found.update(collect(value, spec, file, path))
+    return found
+
+
+def _suggest(key: str, schema: Mapping[str, Any]) -> str:
+    known = sorted(schema)
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+    if close:
+        return f"did you mean {close[0]!r}? Known keys here: {', '.join(known)}."
+    return f"remove it; known keys here: {', '.join(known)}."
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a table/object", list: "a list", bool: "a boolean", str: "a string"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _checked(value: Any, spec: _Key, place: str) -> Any:
+    is_bool = isinstance(value, bool)
+    ok = {
+        "int": isinstance(value, int) and not is_bool,
+        "number": isinstance(value, int | float) and not is_bool,
+        "bool": is_bool,
+        "str": isinstance(value, str),
+        "list": isinstance(value, list),
+    }[spec.kind]
+    if not ok:
+        shown = "the value" if spec.target == "llm.api_key" else repr(value)
+        raise ConfigError(
+            f"{place}: expected {_KIND_NAMES[spec.kind]}, got {_type_name(value)} ({shown}). "
+            f"Fix: write {_KIND_NAMES[spec.kind]} there."
+        )
+    # Only floats can be inf/nan; math.isfinite overflows on integers beyond float range.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{place}: {value!r} is not a finite number. Fix: write a number.")
+    if spec.kind == "list":
+        return tuple(value)
+    return value
+
+
+def merge(found: Found, new: Found) -> None:
+    """Adds one file's values, refusing a value the other file sets differently."""
+    for target, (value, place) in new.items():
+        if target in found and found[target][0] != value:
+            first_value, first_place = found[target]
+            raise ConfigError(
+                f"{first_place} = {first_value!r} disagrees with {place} = {value!r}. "
+                "Fix: set it in one file only, or make both equal."
+            )
+        found[target] = (value, place)
+
+
+def apply_environment(found: Found) -> None:
+    """Adds the channel set in the environment, which wins over both files."""
+    for variable, target in (
+        (ENV_BASE_URL, "llm.base_url"),
+        (ENV_MODEL, "llm.model"),
+        (ENV_API_KEY, "llm.api_key"),
+    ):
+        value = os.environ.get(variable)
+        if value:
+            found[target] = (value, f"environment {variable}")
+    # OPENAI_API_KEY only fills a gap: it must not replace a key configured for another endpoint
+    # (that would send the OpenAI key to a third party and fail authentication there).
+    openai_key = os.environ.get(ENV_OPENAI_API_KEY)
+    if openai_key and "llm.api_key" not in found:
+        found["llm.api_key"] = (openai_key, f"environment {ENV_OPENAI_API_KEY}")

@@ -1,0 +1,342 @@
+"""How each model family's chat template frames a request, as pieces a vocabulary counts.
+
+A template renders a request as one string; we render it as a list of pieces instead, one list
+per message, so that each message is tokenised once and its count cached. A piece is text (the
+vocabulary tokenises it), a :class:`Special` (one special token: ``<|im_start|>``, a Llama 3
+header, OpenAI's unpublished message delimiters) or an ``int`` (that many opaque tokens: an image).
+Counting the pieces apart instead of the rendered string can differ by a token where BPE would
+merge across a boundary (well under 1% of a prompt).
+
+Families (:data:`FRAMINGS`):
+
+- ``openai``: OpenAI's published rule: 3 tokens per message plus its fields, 1 more for a
+  ``name``, 3 of reply priming. OpenAI does not publish how it renders tools (a TypeScript
+  namespace in the system message): we count each function's compact JSON plus 3 tokens, plus
+  12 per request with tools (the ``func_end`` of the OpenAI cookbook's ``num_tokens_for_tools``);
+  the JSON is wordier than the TypeScript form, so the estimate errs high. A ``json_schema``
+  ``response_format`` counts its JSON plus 3.
+- ``qwen``, ``qwen2.5``, ``qwen3``, ``chatml``: ChatML (``<|im_start|>role\\n ... <|im_end|>\\n``)
+  with Qwen's tool block (``# Tools ... <tools>`` one JSON line per tool ``</tools>``), tool calls
+  as ``<tool_call>`` JSON and tool results as ``<tool_response>`` in a user turn; the template's
+  default system prompt when the first message is not a system message (Qwen 1/2: "You are a
+  helpful assistant.", Qwen2.5: "You are Qwen, created by Alibaba Cloud. ...", Qwen3: none).
+  Consecutive tool results share one user turn in the template; we frame each on its own (5
+  tokens more per extra result, erring toward under-budget).
+- ``llama3``, ``llama3.1``: ``<|begin_of_text|>``, ``<|start_header_id|>role<|end_header_id|>``
+  turns ending in ``<|eot_id|>``; 3.1+ always starts with a system turn holding the knowledge
+  cut-off and today's date, and puts the tool JSON (indented by 4) in the first user message.
+- ``gemma``: ``<bos>``, ``<start_of_turn>user|model ... <end_of_turn>``; a system message is
+  folded into the first user turn (its text and a blank line, no framing of its own).
+
+Templates put ``response_format`` nowhere: servers other than OpenAI enforce it by constrained
+decoding, so it costs no prompt tokens there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+TOKENS_PER_IMAGE: Final = 85
+"""An image part's cost: OpenAI's for a low-detail image (the size of others is not known)."""
+IMAGE_PART_TYPES: Final = frozenset({"image_url", "image"})
+# Blocks ChatOpenAI leaves out of the request.
+_UNSENT_PART_TYPES: Final = frozenset({"tool_use", "thinking", "reasoning_content"})
+
+
+class Special(str):
+    """One special token of a template, counted as exactly one token."""
+
+    __slots__ = ()
+
+
+Piece = str | int
+"""Text, a :class:`Special`, or a number of opaque tokens."""
+
+
+def content_pieces(content: object) -> list[Piece]:
+    """Returns the pieces of a message's content as it is sent.
+
+    Text parts count their text, image parts :data:`TOKENS_PER_IMAGE`, Anthropic-style
+    ``tool_result`` blocks (ChatOpenAI passes them through) their nested content; blocks
+    ChatOpenAI drops and parts without text count nothing.
+    """
+    if isinstance(content, str):
+        return [content] if content else []
+    pieces: list[Piece] = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, str):
+            pieces.append(part)
+        elif not isinstance(part, Mapping) or part.get("type") in _UNSENT_PART_TYPES:
+            continue
+        elif part.get("type") in IMAGE_PART_TYPES:
+            pieces.append(TOKENS_PER_IMAGE)
+        elif part.get("type") == "tool_result":
+            pieces.extend(content_pieces(part.get("content")))
+        elif isinstance(part.get("text"), str):
+            pieces.append(part["text"])
+    return pieces
+
+
+def _calls(message: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Returns ``(name, JSON arguments)`` of each tool call of a wire message."""
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        calls.append((str(function.get("name", "")), str(function.get("arguments", ""))))
+    return calls
+
+
+def _json(value: object, **options: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str, **options)
+
+
+class Framing:
+    """OpenAI's framing; the base of the template families.
+
+    Attributes:
+        name: The family name, as accepted by ``TokenCounter(framing=...)``.
+    """
+
+    name = "openai"
+    _START, _SEP, _END, _NAME = (Special(f"<|{n}|>") for n in ("start", "sep", "end", "name"))
+
+    def message(self, message: Mapping[str, Any]) -> list[Piece]:
+        """Returns the pieces of one wire-format message, framing included."""
+        pieces: list[Piece] = [self._START, str(message["role"])]
+        if isinstance(message.get("name"), str):
+            pieces += [message["name"], self._NAME]
+        pieces.append(self._SEP)
+        pieces += content_pieces(message.get("content"))
+        if isinstance(message.get("tool_call_id"), str):
+            pieces.append(message["tool_call_id"])
+        for name, arguments in _calls(message):
+            pieces += [self._START, name, self._SEP, arguments, self._END]
+        pieces.append(self._END)
+        return pieces
+
+    def request(self, first_role: str | None) -> tuple[list[Piece], list[Piece]]:
+        """Returns what a request adds before its first message and after its last one.
+
+        Args:
+            first_role: The wire role of the first message (``None`` for no messages): a
+                template adds its default system prompt when it is not ``"system"``.
+        """
+        return [], [self._START, "assistant", self._SEP]
+
+    def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Piece]:
+        """Returns the pieces of the tool definitions (OpenAI wire dicts) of a request."""
+        if not tools:
+            return []
+        pieces: list[Piece] = [Special("<|tools|>")] * 12
+        for tool in tools:
+            function = tool.get("function", tool)
+            pieces += [self._START, _json(function, separators=(",", ":")), self._SEP, self._END]
+        return pieces
+
+    def response_format(self, response_format: Mapping[str, Any]) -> list[Piece]:
+        """Returns the prompt pieces of a ``response_format`` (or a bare JSON schema)."""
+        kind = response_format.get("type")
+        if kind in ("text", "json_object"):
+            return []
+        schema = response_format.get("json_schema", response_format)
+        return [self._START, _json(schema, separators=(",", ":")), self._SEP, self._END]
+
+
+_IM_START, _IM_END = Special("<|im_start|>"), Special("<|im_end|>")
+_QWEN_TOOLS_HEAD = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_QWEN_TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+class ChatMLFraming(Framing):
+    """Qwen's ChatML template.
+
+    Args:
+        name: The family name.
+        default_system: The system prompt the template adds when none is given, if any.
+    """
+
+    def __init__(self, name: str, default_system: str | None) -> None:
+        self.name = name
+        self._default_system = default_system
+
+    def message(self, message: Mapping[str, Any]) -> list[Piece]:
+        role = str(message["role"])
+        content = content_pieces(message.get("content"))
+        if role == "tool":
+            body = ["user\n<tool_response>\n", *content, "\n</tool_response>"]
+            return [_IM_START, *body, _IM_END, "\n"]
+        calls = _calls(message)
+        if not calls:
+            return [_IM_START, role + "\n", *content, _IM_END, "\n"]
+        pieces: list[Piece] = [_IM_START, role]
+        if content:
+            pieces += ["\n", *content]
+        for name, arguments in calls:
+            pieces.append(f'\n<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}')
+            pieces.append("\n</tool_call>")
+        return [*pieces, _IM_END, "\n"]
+
+    def request(self, first_role: str | None) -> tuple[list[Piece], list[Piece]]:
+        head: list[Piece] = []
+        if first_role != "system" and self._default_system is not None:
+            head = [_IM_START, "system\n" + self._default_system, _IM_END, "\n"]
+        return head, [_IM_START, "assistant\n"]
+
+    def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Piece]:
+        if not tools:
+            return []
+        lines = "".join("\n" + _json(tool) for tool in tools)
+        pieces: list[Piece] = [_QWEN_TOOLS_HEAD, lines, _QWEN_TOOLS_TAIL]
+        if self._default_system is None:  # the block opens a system turn of its own
+            return [_IM_START, "system\n", *pieces, _IM_END, "\n"]
+        return pieces
+
+    def response_format(self, response_format: Mapping[str, Any]) -> list[Piece]:
+        return []
+
+
+_SH, _EH, _EOT = Special("<|start_header_id|>"), Special("<|end_header_id|>"), Special("<|eot_id|>")
+_LLAMA_DATES = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+_LLAMA_TOOLS_HEAD = (
+    "Given the following functions, please respond with a JSON for a function call with its "
+    "proper arguments that best answers the given prompt.\n\nRespond in the format "
+    '{"name": function name, "parameters": dictionary of argument name and its value}.'
+    "Do not use variables.\n\n"
+)
+
+
+class Llama3Framing(Framing):
+    """Llama 3's header template; 3.1 and later add the dated system turn.
+
+    Args:
+        name: The family name.
+        dated: Whether the template always opens with the knowledge cut-off and date.
+    """
+
+    def __init__(self, name: str, *, dated: bool) -> None:
+        self.name = name
+        self._dated = dated
+
+    def message(self, message: Mapping[str, Any]) -> list[Piece]:
+        role = "ipython" if message["role"] == "tool" else str(message["role"])
+        content = content_pieces(message.get("content"))
+        for name, arguments in _calls(message):
+            content.append(f'{{"name": "{name}", "parameters": {arguments}}}')
+        return [_SH, role, _EH, "\n\n", *content, _EOT]
+
+    def request(self, first_role: str | None) -> tuple[list[Piece], list[Piece]]:
+        head: list[Piece] = [Special("<|begin_of_text|>")]
+        if self._dated:
+            dates: list[Piece] = [_LLAMA_DATES]
+            head += dates if first_role == "system" else [_SH, "system", _EH, "\n\n", *dates, _EOT]
+        return head, [_SH, "assistant", _EH, "\n\n"]
+
+    def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Piece]:
+        if not tools:
+            return []
+        return [
+            "Environment: ipython\n",
+            _LLAMA_TOOLS_HEAD,
+            *(_json(t, indent=4) + "\n\n" for t in tools),
+        ]
+
+    def response_format(self, response_format: Mapping[str, Any]) -> list[Piece]:
+        return []
+
+
+_SOT, _EOT_GEMMA = Special("<start_of_turn>"), Special("<end_of_turn>")
+
+
+class GemmaFraming(Framing):
+    """Gemma's turn template; its system message is folded into the first user turn."""
+
+    name = "gemma"
+
+    def message(self, message: Mapping[str, Any]) -> list[Piece]:
+        role = str(message["role"])
+        content = content_pieces(message.get("content"))
+        for name, arguments in _calls(message):
+            content.append(_json({"name": name, "arguments": arguments}))
+        if role in ("system", "developer"):
+            return [*content, "\n\n"]
+        turn = "model\n" if role == "assistant" else "user\n"
+        return [_SOT, turn, *content, _EOT_GEMMA, "\n"]
+
+    def request(self, first_role: str | None) -> tuple[list[Piece], list[Piece]]:
+        return [Special("<bos>")], [_SOT, "model\n"]
+
+    def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Piece]:
+        return ["".join(_json(tool) + "\n" for tool in tools)] if tools else []
+
+    def response_format(self, response_format: Mapping[str, Any]) -> list[Piece]:
+        return []
+
+
+FRAMINGS: Final[Mapping[str, Framing]] = {
+    framing.name: framing
+    for framing in (
+        Framing(),
+        ChatMLFraming("qwen", "You are a helpful assistant."),
+        ChatMLFraming(
+            "qwen2.5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+        ),
+        ChatMLFraming("qwen3", None),
+        ChatMLFraming("chatml", None),
+        Llama3Framing("llama3", dated=False),
+        Llama3Framing("llama3.1", dated=True),
+        GemmaFraming(),
+    )
+}
+"""The framings by name."""
+
+
+def framing_named(name: str) -> Framing:
+    """Returns the framing called ``name``.
+
+    Raises:
+        ValueError: Naming the value and the choices, for an unknown name.
+    """
+    found = FRAMINGS.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(
+            f"TokenCounter: framing must be one of {', '.join(FRAMINGS)}, got {name!r}."
+        )
+    return found
+
+
+# (pattern searched in the lower-cased model name after its last "/", vocabulary, framing, the
+# vocabulary is the model's own); the first match wins.
+_FAMILIES: Final = (
+    (r"qwen3\.[56]", "qwen3.6", "qwen3", True),
+    (r"qwen3", "qwen", "qwen3", True),
+    (r"qwen2\.5|qwen-(plus|turbo|max)|qwq", "qwen", "qwen2.5", True),
+    (r"qwen", "qwen", "qwen", True),
+    (r"^(gpt-4o|gpt-4\.[15]|gpt-5|chatgpt-4o|gpt-oss|o[134])(\b|$)", "o200k_base", "openai", True),
+    (r"^gpt-(4|3\.5)", "cl100k_base", "openai", True),
+    (r"llama-?3\.[1-9]", "llama3", "llama3.1", True),
+    (r"llama-?3", "llama3", "llama3", True),
+    (r"gemma", "cl100k_base", "gemma", False),
+)
+
+
+def model_family(model: str) -> tuple[str, str, bool] | None:
+    """Returns ``(vocabulary, framing, own vocabulary)`` for a model name, or ``None``.
+
+    Gemma's vocabulary ships in no PyPI package: its family counts in ``cl100k_base`` with
+    Gemma's framing (an estimate).
+    """
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    for pattern, vocabulary, framing, own in _FAMILIES:
+        if re.search(pattern, name):
+            return vocabulary, framing, own
+    return None

@@ -1,0 +1,274 @@
+"""A learned latency model of an endpoint: the time to first token a prompt is likely to take.
+
+The model (issue 12) is::
+
+    TTFT ≈ a + b · uncached + c · uncached · context
+
+where ``uncached`` is the prompt tokens the server has to prefill (the prompt less the tokens it
+reports as cached) and ``context`` the tokens those attend over (the whole prompt). ``a`` is the
+fixed cost (network, queueing, scheduling), ``b`` the prefill cost per token and ``c`` how that
+cost grows with the context (attention is quadratic; llama.cpp shows it, the simulator does not).
+
+The coefficients are fitted online by ridge-regularised least squares toward priors: the fit
+keeps only 3×3 sufficient statistics, discounted by a forgetting factor on every call, so its
+memory is constant and it follows an endpoint whose speed changes. With no calls observed it
+predicts from the priors (the embedded simulator's defaults);
+each call pulls it toward what the endpoint really does. Safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlsplit
+
+from agent_latency._tokens import LRUCache
+
+_KILO: Final = 1000.0
+"""Features are in thousands of tokens (and millions of token pairs), to keep the fit well
+conditioned."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyCoefficients:
+    """The coefficients of ``TTFT = a + b · uncached + c · uncached · context``.
+
+    Attributes:
+        fixed_ms: ``a``: milliseconds every call costs.
+        ms_per_token: ``b``: milliseconds per prefilled token.
+        ms_per_token_per_ktoken: ``c``: extra milliseconds per prefilled token for every 1,000
+            tokens of context it attends over.
+    """
+
+    fixed_ms: float
+    ms_per_token: float
+    ms_per_token_per_ktoken: float
+
+
+DEFAULT_PRIORS: Final = LatencyCoefficients(
+    fixed_ms=200.0, ms_per_token=0.16, ms_per_token_per_ktoken=0.03
+)
+"""Before any call is observed: the embedded simulator's default latency model (fitted to
+Gemma 3 270M on llama.cpp, docs/real-model.md)."""
+
+
+DEFAULT_CACHE_LIFETIME_S: Final = 300.0
+"""How long an idle prefix is assumed cached on an endpoint not listed in
+:data:`PROVIDER_CACHE_LIFETIMES`: OpenAI's documented 5-10 minutes of inactivity, the shorter."""
+PROVIDER_CACHE_LIFETIMES: Final[Mapping[str, float]] = {
+    "api.openai.com": 300.0,  # "5-10 minutes of inactivity" (prompt caching guide)
+    "api.anthropic.com": 300.0,  # the default cache_control TTL
+    "api.deepseek.com": 3600.0,  # disk cache, "cleared within a few hours to days"
+    "dashscope.aliyuncs.com": 300.0,  # Qwen implicit cache: no documented TTL; as OpenAI
+    "127.0.0.1": 3600.0,  # self-hosted vLLM, SGLang, llama.cpp: no expiry, LRU eviction only
+    "localhost": 3600.0,
+}
+"""Documented (or, for self-hosted servers, assumed) idle lifetimes of cached prefixes, by host."""
+
+
+def default_cache_lifetime(base_url: str | None) -> float:
+    """Returns the documented cache lifetime of the endpoint at ``base_url``, in seconds."""
+    host = urlsplit(base_url or "https://api.openai.com/v1").hostname or ""
+    for known, lifetime in PROVIDER_CACHE_LIFETIMES.items():
+        if host == known or host.endswith("." + known):
+            return lifetime
+    return DEFAULT_CACHE_LIFETIME_S
+
+
+def _check(name: str, value: object, minimum: float, *, above: bool = False) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < minimum
+        or (above and value == minimum)
+    ):
+        relation = ">" if above else ">="
+        raise ValueError(
+            f"LatencyModel: {name} must be a finite number {relation} {minimum}, got {value!r}."
+        )
+    return float(value)
+
+
+def _solve3(matrix: list[list[float]], vector: list[float]) -> list[float]:
+    """Solves a 3×3 symmetric positive definite system by Gaussian elimination."""
+    rows = [[*matrix[i], vector[i]] for i in range(3)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(rows[r][col]))
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(col + 1, 3):
+            factor = rows[r][col] / rows[col][col]
+            for k in range(col, 4):
+                rows[r][k] -= factor * rows[col][k]
+    solution = [0.0, 0.0, 0.0]
+    for r in (2, 1, 0):
+        solution[r] = (rows[r][3] - sum(rows[r][k] * solution[k] for k in range(r + 1, 3))) / rows[
+            r
+        ][r]
+    return solution
+
+
+class LatencyModel:
+    """Predicts the time to first token of a prompt, learning from the calls it is shown.
+
+    Args:
+        priors: The coefficients before any call is observed, and the ridge's target.
+        prior_weight: How many calls' worth of evidence the priors count as (per coefficient,
+            at 1,000 prefilled tokens and 1,000 tokens of context); more calls outweigh them.
+        forgetting: The weight an observation keeps after each newer one (``1`` never forgets;
+            ``0.98`` halves an observation's weight after about 35 calls).
+
+    Raises:
+        ValueError: When an option is out of range; the message names it.
+    """
+
+    def __init__(
+        self,
+        priors: LatencyCoefficients = DEFAULT_PRIORS,
+        *,
+        prior_weight: float = 0.1,
+        forgetting: float = 0.98,
+    ) -> None:
+        if not isinstance(priors, LatencyCoefficients):
+            raise ValueError(
+                f"LatencyModel: priors must be a LatencyCoefficients, got {type(priors).__name__}."
+            )
+        self.priors = priors
+        self.prior_weight = _check("prior_weight", prior_weight, 0.0, above=True)
+        self.forgetting = _check("forgetting", forgetting, 0.0, above=True)
+        if self.forgetting > 1:
+            raise ValueError(f"LatencyModel: forgetting must be <= 1, got {forgetting!r}.")
+        self._prior = [
+            priors.fixed_ms,
+            priors.ms_per_token * _KILO,
+            priors.ms_per_token_per_ktoken * _KILO,
+        ]
+        self._gram = [[0.0] * 3 for _ in range(3)]  # Σ w · x xᵀ
+        self._moment = [0.0] * 3  # Σ w · x y
+        self._weight = 0.0  # Σ w: the evidence seen, in calls
+        self._coefficients = list(self._prior)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        c = self.coefficients
+        return (
+            f"LatencyModel(fixed_ms={c.fixed_ms:.1f}, ms_per_token={c.ms_per_token:.4f}, "
+            f"ms_per_token_per_ktoken={c.ms_per_token_per_ktoken:.5f}, "
+            f"observations={self.observations:.1f})"
+        )
+
+    @property
+    def coefficients(self) -> LatencyCoefficients:
+        """The current fit (the priors before any observation)."""
+        with self._lock:
+            a, b, c = self._coefficients
+        return LatencyCoefficients(a, b / _KILO, c / _KILO)
+
+    @property
+    def observations(self) -> float:
+        """The evidence behind the fit, in calls, older calls discounted by ``forgetting``."""
+        with self._lock:
+            return self._weight
+
+    def observe(self, ttft_ms: float, prompt_tokens: int, cached_tokens: int | None) -> None:
+        """Learns from one call.
+
+        Args:
+            ttft_ms: Its measured time to first token.
+            prompt_tokens: The prompt tokens the server reported (or our count).
+            cached_tokens: The prompt tokens the server reported as cached; ``None`` (not
+                reported) is taken as 0.
+
+        Raises:
+            ValueError: When a value is negative, not finite, or the cached tokens exceed the
+                prompt; the message names it.
+        """
+        ttft = _check("ttft_ms", ttft_ms, 0.0)
+        prompt = _check("prompt_tokens", prompt_tokens, 0.0)
+        cached = 0.0 if cached_tokens is None else _check("cached_tokens", cached_tokens, 0.0)
+        if cached > prompt:
+            raise ValueError(
+                f"LatencyModel: cached_tokens ({cached_tokens}) exceeds prompt_tokens "
+                f"({prompt_tokens}); pass the server's usage figures of one call."
+            )
+        x = self._features(prompt - cached, prompt)
+        with self._lock:
+            keep = self.forgetting
+            for i in range(3):
+                self._moment[i] = keep * self._moment[i] + x[i] * ttft
+                for j in range(3):
+                    self._gram[i][j] = keep * self._gram[i][j] + x[i] * x[j]
+            self._weight = keep * self._weight + 1.0
+            ridge = [
+                [self._gram[i][j] + (self.prior_weight if i == j else 0.0) for j in range(3)]
+                for i in range(3)
+            ]
+            target = [self._moment[i] + self.prior_weight * self._prior[i] for i in range(3)]
+            self._coefficients = _solve3(ridge, target)
+
+    def predict(self, uncached: float, context: float) -> float:
+        """Returns the predicted time to first token in ms (never below 0).
+
+        Args:
+            uncached: Prompt tokens the server will prefill.
+            context: Prompt tokens in all (what the prefilled ones attend over).
+        """
+        x = self._features(uncached, context)
+        with self._lock:
+            coefficients = self._coefficients
+        return max(sum(w * v for w, v in zip(coefficients, x, strict=True)), 0.0)
+
+    @staticmethod
+    def _features(uncached: float, context: float) -> tuple[float, float, float]:
+        k = uncached / _KILO
+        return (1.0, k, k * context / _KILO)
+
+
+class LatencyModels:
+    """One :class:`LatencyModel` per (server, model), the least recently used forgotten first.
+
+    Args:
+        max_endpoints: How many (endpoint, model) pairs to remember.
+        priors: The priors of every new model.
+    """
+
+    def __init__(
+        self, max_endpoints: int = 64, *, priors: LatencyCoefficients = DEFAULT_PRIORS
+    ) -> None:
+        if (
+            isinstance(max_endpoints, bool)
+            or not isinstance(max_endpoints, int)
+            or max_endpoints < 1
+        ):
+            raise ValueError(
+                f"LatencyModels: max_endpoints must be an integer >= 1, got {max_endpoints!r}."
+            )
+        self._models = LRUCache(max_endpoints)
+        self._priors = priors
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def model_for(self, server: tuple[str, int] | None, model: str | None) -> LatencyModel:
+        """Returns the latency model of ``model`` on ``server``.
+
+        Args:
+            server: The endpoint's (host, port), as the callback handler reports it
+                (``server.address``, ``server.port``); ``None`` when unknown (OpenAI's default).
+            model: The model name requested.
+        """
+        key: Hashable = (server, model or "")
+        with self._lock:  # get-then-put must not create two models for one key
+            found = self._models.get(key)
+            if found is None:
+                found = LatencyModel(self._priors)
+                self._models.put(key, found)
+        return found  # type: ignore[no-any-return]
+
+
+LATENCY_MODELS: Final = LatencyModels()
+"""The process-wide registry the callback handler feeds and the cost-aware trimmer reads."""

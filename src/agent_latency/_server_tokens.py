@@ -1,0 +1,149 @@
+"""Counting in the endpoint's own tokens, through its tokenize route.
+
+Supported routes, found on first use (the one that answers is kept):
+
+- llama.cpp's server and vLLM: ``POST /tokenize`` at the server's root. One body serves both:
+  llama.cpp reads ``content``/``add_special``/``parse_special``, vLLM ``prompt``/``model``/
+  ``add_special_tokens``; each ignores the other's fields. Both answer ``{"tokens": [...]}``.
+- llama-cpp-python's server: ``POST /extras/tokenize`` with ``{"input": ...}``; it always adds the
+  model's BOS token, which is taken off again (it is counted once per request by the framing).
+
+Texts are tokenised once: results are cached per text, so a conversation counted again costs
+no request. The framing (the chat template) comes from the model name, as for the offline
+vocabularies. The API key is sent as a bearer token and never appears in a message or a repr.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import httpx
+
+from ._redaction import display_url
+
+_TEXT_CACHE_SIZE = 65_536
+_MISSING = (404, 405, 501)
+
+
+class ServerVocabulary:
+    """The vocabulary of a running server, reached over HTTP.
+
+    Args:
+        base_url: The OpenAI-compatible endpoint (``http://host:port/v1``); the tokenize route
+            is looked up at the server's root.
+        api_key: Sent as ``Authorization: Bearer``; never shown.
+        model: The model name, sent where the route takes one (vLLM).
+        timeout_s: Per-request timeout.
+    """
+
+    def __init__(
+        self, base_url: str, *, api_key: str | None, model: str, timeout_s: float = 10.0
+    ) -> None:
+        root = base_url.rstrip("/")
+        self._root = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.name = f"server {display_url(self._root)}"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(headers=headers, timeout=timeout_s)
+        self._model = model
+        self._route: str | None = None
+        self._bos: tuple[int, ...] = ()
+        self._lock = threading.Lock()
+        self._cached = lru_cache(maxsize=_TEXT_CACHE_SIZE)(self._tokenize)
+
+    def __repr__(self) -> str:
+        return f"ServerVocabulary({self.name!r})"
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._cached(text))
+
+    def count(self, text: str) -> int:
+        return len(self._cached(text))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        route = self._ensure_route()
+        if route == "/extras/tokenize":
+            answer = self._post("/extras/detokenize", {"tokens": list(tokens)})
+            return str(answer.get("text", ""))
+        answer = self._post("/detokenize", {"tokens": list(tokens), "model": self._model})
+        # llama.cpp answers "content", vLLM "prompt".
+        return str(answer.get("content", answer.get("prompt", "")))
+
+    def special_id(self, token: str) -> int | None:
+        return None  # framing tokens get ids of their own; each counts as one token
+
+    def _tokenize(self, text: str) -> tuple[int, ...]:
+        route = self._ensure_route()
+        tokens = self._tokens(route, text)
+        if self._bos and tokens[: len(self._bos)] == self._bos:
+            tokens = tokens[len(self._bos) :]
+        return tokens
+
+    def _ensure_route(self) -> str:
+        with self._lock:
+            if self._route is None:
+                for route in ("/tokenize", "/extras/tokenize"):
+                    try:
+                        bos = self._tokens(route, "")
+                    except _RouteMissingError:
+                        continue
+                    self._route, self._bos = route, bos
+                    break
+                else:
+                    raise ValueError(
+                        f"tokenizer 'server': {display_url(self._root)} has no tokenize route "
+                        "(POST /tokenize of llama.cpp and vLLM, POST /extras/tokenize of "
+                        "llama-cpp-python: not found). Fix: set llm.tokenizer to a tokenizer "
+                        "name (e.g. 'qwen', 'cl100k') or the path of the model's tokenizer.json."
+                    )
+            return self._route
+
+    def _tokens(self, route: str, text: str) -> tuple[int, ...]:
+        if route == "/tokenize":
+            body: dict[str, Any] = {
+                "content": text,
+                "add_special": False,
+                "parse_special": True,
+                "prompt": text,
+                "model": self._model,
+                "add_special_tokens": False,
+            }
+        else:
+            body = {"input": text, "model": self._model}
+        tokens = self._post(route, body).get("tokens")
+        if not isinstance(tokens, list):
+            raise ValueError(
+                f"tokenizer 'server': POST {route} of {display_url(self._root)} answered "
+                "without a 'tokens' list. Fix: point llm.base_url at a llama.cpp, vLLM or "
+                "llama-cpp-python server, or choose an offline tokenizer."
+            )
+        # llama.cpp with pieces answers [{"id": ..., "piece": ...}].
+        return tuple(int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens)
+
+    def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        where = f"POST {route} of {display_url(self._root)}"
+        try:
+            response = self._client.post(self._root + route, json=body)
+        except httpx.HTTPError as exc:  # the text may hold the URL with its credentials
+            raise ValueError(
+                f"tokenizer 'server': {where} failed ({type(exc).__name__}). "
+                "Fix: start the server or choose an offline tokenizer."
+            ) from None
+        if response.status_code in _MISSING:
+            raise _RouteMissingError(route)
+        if response.status_code != 200:
+            raise ValueError(
+                f"tokenizer 'server': {where} answered HTTP {response.status_code}. "
+                "Fix: check llm.api_key and the server's log, or choose an offline tokenizer."
+            )
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        return answer if isinstance(answer, dict) else {}
+
+
+class _RouteMissingError(Exception):
+    """The server has no such route."""

@@ -1,0 +1,372 @@
+"""What the bench measured: modes, multi-turn strategies, the prefill sweep, and the report.
+
+Everything here is a frozen value with its statistics and its entry in the ``--json`` document;
+a mode, a replay or a sweep call that failed keeps its error in place of its figures.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from agent_latency._prefill import PrefillFit, fit_prefill
+
+if TYPE_CHECKING:
+    from agent_latency.sim import SimulatorConfig
+
+SWEEP_FRACTIONS: Final = (0.2, 0.35, 0.5, 0.65, 0.8)
+"""Budgets of the prefill sweep, as fractions of the untrimmed prompt (which is swept too)."""
+
+
+# -- modes, samples and their statistics ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of calling the model: with or without trimming, blocking or streaming."""
+
+    trimmed: bool
+    streaming: bool
+
+    @property
+    def label(self) -> str:
+        """E.g. ``"trimmed + streaming"``."""
+        return (
+            f"{'trimmed' if self.trimmed else 'untrimmed'} + "
+            f"{'streaming' if self.streaming else 'blocking'}"
+        )
+
+
+MODES: Final = (
+    Mode(trimmed=False, streaming=False),
+    Mode(trimmed=False, streaming=True),
+    Mode(trimmed=True, streaming=False),
+    Mode(trimmed=True, streaming=True),
+)
+"""The four single-turn modes; the first is the baseline the others are compared with."""
+
+BASELINE_MODE: Final = MODES[0]
+GATED_MODE: Final = MODES[3]
+"""The mode the regression gate watches: what the middleware is for."""
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """Returns the ``fraction`` quantile of ``samples``, interpolating between closest ranks.
+
+    This is NumPy's default ("linear") method: the p50 of an even count is the mean of the two
+    middle values, and the p95 of five samples lies between the fourth and the fifth.
+
+    Raises:
+        ValueError: When ``samples`` is empty or ``fraction`` is outside [0, 1].
+    """
+    if not samples:
+        raise ValueError("percentile: no samples.")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"percentile: fraction must be within [0, 1], got {fraction!r}.")
+    ordered = sorted(samples)
+    rank = fraction * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured model call.
+
+    Attributes:
+        ttft_ms: Time to the first content chunk (the total for a blocking call), trim included.
+        total_ms: Time to the end of the answer, trim included.
+        input_tokens: Prompt tokens by the local TokenCounter: one unit for every mode and
+            every server, whether or not it reports usage (llama.cpp does not when streaming).
+        cached_tokens: Prompt tokens the server took from its prefix cache, if it said.
+        output_tokens: Answer tokens the server reported, if it did.
+        server_input_tokens: Prompt tokens the server reported, if it did.
+    """
+
+    ttft_ms: float
+    total_ms: float
+    input_tokens: int
+    cached_tokens: int | None
+    output_tokens: int | None = None
+    server_input_tokens: int | None = None
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    return {"p50": round(percentile(values, 0.5), 1), "p95": round(percentile(values, 0.95), 1)}
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    """The samples of one mode, or why it failed.
+
+    Attributes:
+        mode: The mode.
+        samples: One per timed run.
+        error: Why the mode failed (the endpoint refused its request, or the prompt does not fit
+            the context window); its samples are then not used.
+    """
+
+    mode: Mode
+    samples: tuple[Sample, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The mode ran every time without failing."""
+        return self.error is None and bool(self.samples)
+
+    @property
+    def input_tokens(self) -> int:
+        """The median prompt size (every run sends the same size).
+
+        Raises:
+            ValueError: For a mode without samples.
+        """
+        if not self.samples:
+            raise ValueError(f"{self.mode.label}: no samples ({self.error}).")
+        return int(statistics.median_low(s.input_tokens for s in self.samples))
+
+    def ttft_ms(self, fraction: float) -> float:
+        """The ``fraction`` quantile of the time to first token."""
+        return percentile([s.ttft_ms for s in self.samples], fraction)
+
+    def total_ms(self, fraction: float) -> float:
+        """The ``fraction`` quantile of the total time."""
+        return percentile([s.total_ms for s in self.samples], fraction)
+
+    def to_json(self) -> dict[str, Any]:
+        """The mode's entry in the ``--json`` document (figures ``null`` when it failed)."""
+        return {
+            "mode": self.mode.label,
+            "trimmed": self.mode.trimmed,
+            "streaming": self.mode.streaming,
+            "input_tokens": self.input_tokens if self.ok else None,
+            "ttft_ms": _quantiles([s.ttft_ms for s in self.samples]) if self.ok else None,
+            "total_ms": _quantiles([s.total_ms for s in self.samples]) if self.ok else None,
+            "error": self.error,
+        }
+
+
+# -- multi-turn strategies ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How a multi-turn replay prepares each call's prompt.
+
+    Attributes:
+        key: The name in the JSON document.
+        label: The name in the table.
+        prefix_stable: The trimmer's ``prefix_stable``; ``None`` sends the whole conversation.
+    """
+
+    key: str
+    label: str
+    prefix_stable: bool | None
+
+
+STRATEGIES: Final = (
+    Strategy("untrimmed", "no trimming", None),
+    Strategy("moving_cut", "trimming, moving cut", False),
+    Strategy("prefix_stable", "prefix-stable trimming", True),
+)
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """The calls of one multi-turn replay, in order, or why the replay stopped.
+
+    Attributes:
+        strategy: The strategy.
+        samples: One per call made.
+        error: Which call failed and why; the replay stops there and its figures are not used.
+    """
+
+    strategy: Strategy
+    samples: tuple[Sample, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The replay made every call."""
+        return self.error is None and bool(self.samples)
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        """Mean time to first token over the replay."""
+        return statistics.fmean(s.ttft_ms for s in self.samples)
+
+    @property
+    def p95_ttft_ms(self) -> float:
+        """95th percentile of the time to first token."""
+        return percentile([s.ttft_ms for s in self.samples], 0.95)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens sent over the replay, in the server's units when it reported them all.
+
+        The cached tokens are the server's count, so the share cached must be taken of the
+        server's count too.
+        """
+        reported = [s.server_input_tokens for s in self.samples]
+        if all(tokens is not None for tokens in reported):
+            return sum(tokens for tokens in reported if tokens is not None)
+        return sum(s.input_tokens for s in self.samples)
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens the server reused from its prefix cache; ``None`` if it never said."""
+        reported = [s.cached_tokens for s in self.samples if s.cached_tokens is not None]
+        return sum(reported) if reported else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The strategy's entry in the ``--json`` document (figures ``null`` when it failed)."""
+        if not self.ok:
+            return {
+                "strategy": self.strategy.key,
+                "label": self.strategy.label,
+                "calls": len(self.samples),
+                "ttft_ms": None,
+                "prompt_tokens": None,
+                "cached_tokens": None,
+                "error": self.error,
+            }
+        return {
+            "strategy": self.strategy.key,
+            "label": self.strategy.label,
+            "calls": len(self.samples),
+            "ttft_ms": {
+                "mean": round(self.mean_ttft_ms, 1),
+                **_quantiles([s.ttft_ms for s in self.samples]),
+            },
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "error": None,
+        }
+
+
+# -- the prefill sweep ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One call of the prefill sweep: the budget, the prompt size sent and its TTFT.
+
+    Attributes:
+        budget: The budget; ``None`` for the untrimmed prompt.
+        input_tokens: The prompt size, by the bench's counter.
+        ttft_ms: The streamed TTFT; ``None`` when the call failed.
+        error: Why the call failed.
+    """
+
+    budget: int | None
+    input_tokens: int
+    ttft_ms: float | None
+    error: str | None = None
+
+
+def sweep_budgets(untrimmed_tokens: int) -> list[int]:
+    """Returns the budgets swept: fractions of the untrimmed prompt, smallest first."""
+    return sorted({max(1, round(untrimmed_tokens * f)) for f in SWEEP_FRACTIONS})
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """Everything one bench run measured.
+
+    Attributes:
+        endpoint: The API root, without credentials or query.
+        model: The model name sent.
+        simulator: The latency model of the endpoint, when it is a simulator whose
+            configuration is known (the embedded one); ``None`` for any other endpoint.
+        runs: Timed runs per mode.
+        budget: The trimmer's prompt token budget.
+        modes: One result per mode, in :data:`MODES` order.
+        turns: The multi-turn results, one per strategy, when asked for.
+        sweep: The prefill sweep, when asked for.
+    """
+
+    endpoint: str
+    model: str
+    simulator: SimulatorConfig | None
+    runs: int
+    budget: int
+    modes: tuple[ModeResult, ...]
+    turns: tuple[StrategyResult, ...] = ()
+    sweep: tuple[SweepPoint, ...] = ()
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the endpoint was a simulator with a known latency model."""
+        return self.simulator is not None
+
+    def mode(self, mode: Mode) -> ModeResult:
+        """Returns the result of ``mode``."""
+        return next(result for result in self.modes if result.mode == mode)
+
+    def prefill_fit(self) -> PrefillFit | None:
+        """The prefill line fitted over the sweep; ``None`` without two prompt sizes."""
+        return fit_prefill(
+            (point.input_tokens, point.ttft_ms) for point in self.sweep if point.ttft_ms is not None
+        )
+
+    def failures(self) -> list[str]:
+        """One line per mode, replay or sweep call that failed: what it was, and why."""
+        failed = [f"{r.mode.label}: {r.error}" for r in self.modes if r.error]
+        failed += [f"{r.strategy.label}: {r.error}" for r in self.turns if r.error]
+        failed += [
+            f"prefill sweep, {'untrimmed' if p.budget is None else f'budget {p.budget}'}: {p.error}"
+            for p in self.sweep
+            if p.error
+        ]
+        return failed
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document: endpoint, model, runs, modes (and turns, sweep if run)."""
+        document: dict[str, Any] = {
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "runs": self.runs,
+            "simulator": None if self.simulator is None else _latency_model(self.simulator),
+            "budget": self.budget,
+            "modes": [result.to_json() for result in self.modes],
+        }
+        if self.turns:
+            document["turns"] = {
+                "calls": max(len(result.samples) for result in self.turns),
+                "strategies": [result.to_json() for result in self.turns],
+            }
+        if self.sweep:
+            fit = self.prefill_fit()
+            document["sweep"] = {
+                "points": [
+                    {
+                        "budget": p.budget,
+                        "input_tokens": p.input_tokens,
+                        "ttft_ms": None if p.ttft_ms is None else round(p.ttft_ms, 1),
+                        "error": p.error,
+                    }
+                    for p in self.sweep
+                ],
+                "ms_per_1k_tokens": round(fit.ms_per_1k_tokens, 1) if fit else None,
+                "intercept_ms": round(fit.intercept_ms, 1) if fit else None,
+            }
+        return document
+
+
+def _latency_model(simulator: SimulatorConfig) -> dict[str, Any]:
+    return {
+        "overhead_ms": simulator.overhead_ms,
+        "prefill_ms_per_token": simulator.prefill_ms_per_token,
+        "attention_ms_per_1k_context": simulator.attention_ms_per_1k_context,
+        "decode_tokens_per_s": simulator.decode_tokens_per_s,
+        "answer_tokens": simulator.answer_tokens,
+        "prefix_cache": simulator.prefix_cache,
+    }

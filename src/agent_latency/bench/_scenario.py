@@ -1,0 +1,75 @@
+"""What the bench sends: the scenario, the points where an agent called the model as it grew,
+and the request id that keeps a server's prefix cache from serving a prompt meant to be prefilled.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from agent_latency._messages import load_messages_file
+
+DEFAULT_SCENARIO: Final = "agent_8k.json"
+"""The scenario shipped in ``agent_latency/scenarios``: an ~8,200-token agent request."""
+
+_REQUEST_ID_DIGITS: Final = 9  # cl100k splits digits in threes: always 3 tokens
+
+
+def call_points(messages: Sequence[BaseMessage]) -> list[int]:
+    """Returns the prompt lengths at which an agent called the model while this conversation grew.
+
+    A model call produced each assistant message (consecutive assistant messages count once), so
+    one call point is just before it; a conversation that does not end with an assistant message
+    ends in one more call point: the request being benchmarked.
+    """
+    points = [
+        index
+        for index in range(1, len(messages))
+        if isinstance(messages[index], AIMessage) and not isinstance(messages[index - 1], AIMessage)
+    ]
+    if messages and not isinstance(messages[-1], AIMessage):
+        points.append(len(messages))
+    return points
+
+
+def load_scenario(path: str | Path | None = None) -> list[BaseMessage]:
+    """Reads the conversation to benchmark: ``path``, or the shipped default scenario.
+
+    Raises:
+        ValueError: Naming the file, when it cannot be read or holds no valid messages.
+    """
+    if path is not None:
+        messages = load_messages_file(path)
+        if not messages:
+            raise ValueError(f"{path}: the conversation is empty; give at least one message.")
+        return messages
+    with resources.as_file(
+        resources.files("agent_latency") / "scenarios" / DEFAULT_SCENARIO
+    ) as file:
+        return load_messages_file(file)
+
+
+def with_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[BaseMessage]:
+    """Returns ``messages`` with a request id at the very start of the prompt (a new copy).
+
+    A prompt that differs from every earlier one in its first tokens shares no prefix with them,
+    so no server prefix cache can shorten its prefill. The input is not modified.
+    """
+    first, rest = messages[0], list(messages[1:])
+    marker = f"Request {request_id}.\n\n"
+    content = first.content
+    if isinstance(content, str):
+        new_content: str | list[str | dict[str, Any]] = marker + content
+    else:
+        new_content = [{"type": "text", "text": marker}, *content]
+    return [first.model_copy(update={"content": new_content}), *rest]
+
+
+def new_request_id() -> str:
+    """Returns a fresh request id: nine random digits (always three cl100k tokens)."""
+    return f"{secrets.randbelow(10**_REQUEST_ID_DIGITS):0{_REQUEST_ID_DIGITS}d}"

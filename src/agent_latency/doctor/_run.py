@@ -1,0 +1,127 @@
+"""``run_checks``: every check of ``doctor``, in an order where a failure stops what it voids.
+
+A failure that makes later probes meaningless (no server, a website instead of the API, a
+refused key) stops the endpoint checks; the prefill probes are skipped when the server ignores
+the output limit (each would block on a full-length answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from agent_latency._config import Settings
+from agent_latency._tokens import TokenCounter
+from agent_latency.doctor._checks import (
+    check_api_key,
+    check_api_root,
+    check_model,
+    check_output_limit,
+    check_prefill,
+    check_prefix_cache,
+    check_streamed_usage,
+    check_streaming,
+    check_tokenizer,
+    http_failure,
+)
+from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
+from agent_latency.doctor._result import CheckResult, CheckStatus
+from agent_latency.doctor._settings_checks import (
+    check_configuration,
+    check_context_budget,
+    check_keep_rules,
+    check_output_room,
+    check_temperature,
+)
+
+
+def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Iterator[CheckResult]:
+    """Runs every check, yielding each result as soon as it is known.
+
+    Args:
+        settings: The loaded settings.
+        endpoint: The probe client; by default one for ``settings`` (closed at the end).
+    """
+    yield from check_configuration(settings)
+    yield check_context_budget(settings)
+    yield check_output_room(settings)
+    yield check_keep_rules(settings)
+    yield check_temperature(settings)
+    owned = endpoint is None
+    probes = endpoint or Endpoint(settings)
+    try:
+        yield from _endpoint_checks(probes, settings)
+    finally:
+        if owned:
+            probes.close()
+
+
+def tokenizer_in_use(settings: Settings) -> tuple[str, Callable[[str], int]]:
+    """Returns the name of the tokenizer the trimmer counts with, and a count of one prompt.
+
+    The count is of one user message holding the prompt, framing included, as the trimmer
+    counts it.
+
+    Raises:
+        ValueError: When ``llm.tokenizer`` names no usable tokenizer.
+    """
+    for_model = getattr(TokenCounter, "for_model", None)
+    counter: Any = (
+        TokenCounter()
+        if for_model is None
+        else for_model(settings.llm.model, tokenizer=getattr(settings.llm, "tokenizer", None))
+    )
+    name = getattr(counter, "name", None) or getattr(counter, "encoding_name", None)
+
+    def count(prompt: str) -> int:
+        return int(counter.count_messages([HumanMessage(prompt)]))
+
+    return str(name or type(counter).__name__), count
+
+
+def _endpoint_checks(endpoint: Endpoint, settings: Settings) -> Iterator[CheckResult]:
+    models = endpoint.get_models()
+    api_root = None
+    if models.status == 404 or models.is_html:
+        api_root = endpoint.find_api_root()
+    root = check_api_root(models, api_root=api_root)
+    yield root
+    if root.status is CheckStatus.FAIL:
+        return
+    key = check_api_key(models, key_configured=settings.llm.api_key is not None)
+    yield key
+    if key.status is CheckStatus.FAIL:
+        return
+    yield check_model(models, settings.llm.model)
+    limit_probe = endpoint.probe_limit()
+    limit = check_output_limit(limit_probe)
+    yield limit
+    if not limit_probe.stream.reply.ok:
+        return  # the request itself failed; the other probes would fail alike
+    streaming = endpoint.probe_streaming()
+    yield check_streaming(streaming, enabled=settings.streaming.enabled)
+    if streaming.reply.ok and streaming.is_event_stream and streaming.chunk_ms:
+        yield check_streamed_usage(streaming)
+    if not streaming.reply.ok or limit.status is CheckStatus.FAIL:
+        return  # a server ignoring the limit would answer each prefill probe at full length
+    samples = endpoint.probe_prefill()
+    if isinstance(samples, HttpReply):
+        yield http_failure("prefill", samples)
+        return
+    yield check_prefill(samples, settings)
+    yield _tokenizer_check(samples, settings)
+    again = endpoint.time_prompt(samples[-1].prompt)
+    if isinstance(again, PrefillSample):
+        yield check_prefix_cache(samples[-1], again)
+    else:
+        yield http_failure("prefix cache", again)
+
+
+def _tokenizer_check(samples: list[PrefillSample], settings: Settings) -> CheckResult:
+    try:
+        name, count = tokenizer_in_use(settings)
+    except ValueError as exc:
+        return CheckResult("tokenizer", CheckStatus.FAIL, str(exc), "correct llm.tokenizer")
+    return check_tokenizer(samples, name, count, settings)

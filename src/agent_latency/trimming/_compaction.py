@@ -1,0 +1,42 @@
+"""Compacting old tool results to a stub before whole history rounds are dropped.
+
+An agent's history is mostly tool results, and an old one is rarely read again once the model
+has answered from it. Replacing it with a one-line stub keeps the call, the fact that it was
+answered and the start of the answer, for a few tokens, so more rounds of the conversation fit
+the same budget (LangChain's ``ClearToolUsesEdit`` and Anthropic's context editing do the same).
+The stub depends only on the result's own text, so it is identical on every call and the
+server's prefix cache keeps matching across it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from langchain_core.messages import ToolMessage
+
+STUB: Final = "[earlier tool result compacted; it began: {head}]"
+"""The text that replaces a compacted tool result."""
+HEAD_CHARS: Final = 120
+"""How much of the result's first non-empty line the stub keeps."""
+
+
+def stub_text(message: ToolMessage) -> str:
+    """Returns the stub that stands for ``message``'s result: its first line, cut short."""
+    content = message.content
+    if isinstance(content, str):
+        text = content
+    else:
+        text = "\n".join(
+            part if isinstance(part, str) else str(part.get("text", ""))
+            for part in content
+            if isinstance(part, str) or isinstance(part.get("text"), str)
+        )
+    head = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if len(head) > HEAD_CHARS:
+        head = head[:HEAD_CHARS].rsplit(" ", 1)[0] + " …"
+    return STUB.format(head=head)
+
+
+def compacted(message: ToolMessage) -> ToolMessage:
+    """Returns a copy of ``message`` whose content is its stub; ids and name are kept."""
+    return message.model_copy(update={"content": stub_text(message)})

@@ -1,0 +1,466 @@
+"""The cost-aware mode: send the prompt that gives the earliest first tokens, given the cache.
+
+A server with a prefix cache prefills only what follows the longest prefix it has seen. While a
+conversation's cache is warm, sending the previous prompt *as sent* plus the new messages
+(``append``) prefills only the new messages; every cut prefills everything from the cut point.
+When the cache is cold (the conversation's first call) or has expired (idle longer than the cache
+lifetime), everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the budget,
+or a ``deep_cut`` below it that also leaves room for later calls to append again.
+
+:class:`CostAwareTrimmer` keeps, per conversation (LangGraph's ``thread_id`` or a key you pass),
+the previous call's prompt and time, and for each call predicts the mean time to first token over
+the next ``horizon_calls`` calls of every option with a :class:`~agent_latency._latency_model.
+LatencyModel`, assuming the conversation keeps growing as it has and the calls after this one
+find the cache warm; it sends the option predicted fastest. Two limits apply: the budget (a cut's
+target) and the hard limit (``context_window − reserve_for_output``), which no prompt exceeds.
+Without a key it is the plain :class:`PriorityTrimmer` it wraps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from langchain_core.callbacks.manager import (
+    AsyncCallbackManagerForChainRun,
+    CallbackManagerForChainRun,
+)
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import ensure_config
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import TracerProvider
+from opentelemetry.util.types import AttributeValue
+
+from agent_latency import semconv
+from agent_latency._config import Settings
+from agent_latency._latency_model import (
+    DEFAULT_CACHE_LIFETIME_S,
+    LATENCY_MODELS,
+    LatencyModel,
+    default_cache_lifetime,
+)
+from agent_latency._messages import coerce_messages
+from agent_latency._tokens import LRUCache, role_of
+from agent_latency._trace_link import TRIM_EVENT, find_run_context
+from agent_latency.telemetry._langchain import server  # the handler's key of an endpoint
+from agent_latency.trimming._trimmer import MessageDecision, PriorityTrimmer, TrimResult
+
+logger = logging.getLogger(__name__)
+
+CacheState = Literal["cold", "warm", "expired"]
+"""What the trimmer assumes the server still caches of a conversation's previous prompt."""
+Option = Literal["append", "cut", "deep_cut"]
+"""Which prompt it sends: previous prompt + new messages, a cut to the budget, or a deeper cut."""
+
+DEFAULT_CONTEXT_WINDOW: Final = 8192
+"""The context window assumed when ``llm.context_window`` is not set: the smallest in common use."""
+DEEP_CUT_FRACTION: Final = 0.5
+"""A deep cut's budget, as a fraction of the budget, in :meth:`CostAwareTrimmer.from_settings`."""
+_SWITCH_MARGIN: Final = 0.9  # on a warm cache a cut replaces append if predicted 10% faster
+_GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
+_PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
+
+
+@dataclass(frozen=True, slots=True)
+class _Conversation:
+    """What is remembered of a conversation's previous call."""
+
+    inputs: tuple[BaseMessage, ...]
+    input_tokens: int
+    sent: tuple[BaseMessage, ...]
+    sent_tokens: int  # tokens of the messages sent, no request framing
+    decisions: tuple[MessageDecision, ...]
+    at: float
+    growth: float  # tokens added per call, smoothed
+
+
+@dataclass(frozen=True)
+class CostAwareChoice:
+    """One cost-aware decision.
+
+    Attributes:
+        result: The trim sent. For ``append`` its ``tokens_after`` may exceed the budget (never
+            the hard limit) and ``over_budget`` is ``False``.
+        cache_state: The cache state assumed.
+        option: The option taken.
+        predicted_ms: Each option considered, with its predicted mean TTFT over the next calls.
+        hard_limit: The prompt tokens never exceeded.
+    """
+
+    result: TrimResult
+    cache_state: CacheState
+    option: Option
+    predicted_ms: Mapping[Option, float]
+    hard_limit: int
+
+    def span_attributes(self) -> dict[str, AttributeValue]:
+        """Returns the cost-aware attributes of the trim span."""
+        attributes: dict[str, AttributeValue] = {
+            semconv.TRIM_CACHE_STATE: self.cache_state,
+            semconv.TRIM_OPTION: self.option,
+            semconv.TRIM_HARD_LIMIT: self.hard_limit,
+        }
+        for option, ms in self.predicted_ms.items():
+            attributes[semconv.TRIM_PREDICTED_TTFT_PREFIX + option] = round(ms, 1)
+        return attributes
+
+
+def _positive(name: str, value: object, *, integer: bool = True) -> Any:
+    kinds = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"CostAwareTrimmer: {name} must be {what} > 0, got {value!r}.")
+    return value
+
+
+class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
+    """Sends, per conversation, whichever of append-only or a cut gets the first tokens sooner.
+
+    A LangChain ``Runnable`` like :class:`PriorityTrimmer`: in a chain, the conversation key is
+    the ``thread_id`` of the run's ``configurable``; in ``TrimmingMiddleware`` (inside a LangGraph
+    run) it is taken from the run's config too; :meth:`trim` also accepts ``key=``.
+
+    Args:
+        trimmer: The trimmer whose budget a ``cut`` goes to (and which runs when there is no key).
+        context_window: The model's context window, in tokens.
+        reserve_for_output: Tokens kept free for the answer; with ``context_window`` it sets the
+            hard limit, which must not be below ``trimmer.budget``.
+        cache_lifetime_s: How long the server keeps an idle prefix cached.
+        latency_model: Predicts each option's TTFT. Default: a new model with the priors.
+        deep_trimmer: The trimmer of a ``deep_cut`` (a smaller budget); ``None``: no deep cuts.
+        horizon_calls: Over how many calls (this one included) options are compared.
+        max_conversations: How many conversations to remember, least recently used forgotten.
+        clock: Seconds, monotonic. Default: ``time.monotonic``.
+        tracer_provider: Where trim spans go. Default: the global tracer provider.
+
+    Raises:
+        ValueError: When an option is invalid; the message names it.
+    """
+
+    def __init__(
+        self,
+        trimmer: PriorityTrimmer,
+        *,
+        context_window: int,
+        reserve_for_output: int,
+        cache_lifetime_s: float = DEFAULT_CACHE_LIFETIME_S,
+        latency_model: LatencyModel | None = None,
+        deep_trimmer: PriorityTrimmer | None = None,
+        horizon_calls: int = 8,
+        max_conversations: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        for name, value in (("trimmer", trimmer), ("deep_trimmer", deep_trimmer)):
+            if not isinstance(value, PriorityTrimmer) and (name == "trimmer" or value is not None):
+                raise ValueError(
+                    f"CostAwareTrimmer: {name} must be a PriorityTrimmer, got "
+                    f"{type(value).__name__}; e.g. PriorityTrimmer(6000)."
+                )
+        self.trimmer = trimmer
+        self.deep_trimmer = deep_trimmer
+        window = _positive("context_window", context_window)
+        if isinstance(reserve_for_output, bool) or not isinstance(reserve_for_output, int):
+            raise ValueError(
+                "CostAwareTrimmer: reserve_for_output must be an integer, got "
+                f"{reserve_for_output!r}."
+            )
+        self.hard_limit = window - reserve_for_output
+        if self.hard_limit < trimmer.budget:
+            raise ValueError(
+                f"CostAwareTrimmer: context_window - reserve_for_output = {self.hard_limit} is "
+                f"below the budget ({trimmer.budget}); lower the budget or the reserve."
+            )
+        self.cache_lifetime_s = float(
+            _positive("cache_lifetime_s", cache_lifetime_s, integer=False)
+        )
+        if latency_model is not None and not isinstance(latency_model, LatencyModel):
+            raise ValueError(
+                "CostAwareTrimmer: latency_model must be a LatencyModel or None, got "
+                f"{type(latency_model).__name__}."
+            )
+        self.latency_model = latency_model or LatencyModel()
+        self.horizon_calls: int = _positive("horizon_calls", horizon_calls)
+        self._conversations = LRUCache(_positive("max_conversations", max_conversations))
+        if not callable(clock):
+            raise ValueError("CostAwareTrimmer: clock must be a callable returning seconds.")
+        self._clock = clock
+        self._tracer = trace.get_tracer("agent_latency", tracer_provider=tracer_provider)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        latency_model: LatencyModel | None = None,
+        deep_cut_fraction: float | None = DEEP_CUT_FRACTION,
+        **options: Any,
+    ) -> CostAwareTrimmer:
+        """Builds a cost-aware trimmer from ``settings``.
+
+        The hard limit is ``llm.context_window`` (or :data:`DEFAULT_CONTEXT_WINDOW`) less
+        ``prompt.reserve_for_output``; the cache lifetime is ``llm.cache_lifetime_seconds`` or
+        the provider's default (:func:`default_cache_lifetime`); the latency model is the one
+        the callback handler feeds for ``llm.base_url`` and ``llm.model``.
+
+        Args:
+            settings: Loaded settings.
+            latency_model: Overrides the shared latency model.
+            deep_cut_fraction: A deep cut's budget as a fraction of the budget; ``None``: no
+                deep cuts.
+            **options: Keyword options of :class:`CostAwareTrimmer` (``horizon_calls``,
+                ``max_conversations``, ``clock``, ``tracer_provider``) and of
+                :meth:`PriorityTrimmer.from_settings` (the rest).
+        """
+        own = {"horizon_calls", "max_conversations", "clock", "tracer_provider"}
+        mine = {name: value for name, value in options.items() if name in own}
+        # The candidate cuts record no spans of their own: the cost-aware trim span says it all.
+        rest = {name: value for name, value in options.items() if name not in own}
+        rest["tracer_provider"] = trace.NoOpTracerProvider()
+        trimmer = PriorityTrimmer.from_settings(settings, **rest)
+        deep = None
+        if deep_cut_fraction is not None:
+            if not 0 < deep_cut_fraction < 1:
+                raise ValueError(
+                    f"CostAwareTrimmer: deep_cut_fraction must be between 0 and 1 (exclusive) "
+                    f"or None, got {deep_cut_fraction!r}."
+                )
+            deep_budget = max(int(trimmer.budget * deep_cut_fraction), 1)
+            deep = PriorityTrimmer.from_settings(
+                settings, **{**rest, "budget": deep_budget, "token_counter": trimmer.token_counter}
+            )
+        llm = settings.llm
+        lifetime = getattr(llm, "cache_lifetime_seconds", None)
+        window = llm.context_window or max(
+            DEFAULT_CONTEXT_WINDOW, trimmer.budget + settings.prompt.reserve_for_output
+        )
+        return cls(
+            trimmer,
+            context_window=window,
+            reserve_for_output=settings.prompt.reserve_for_output,
+            cache_lifetime_s=lifetime
+            if lifetime is not None
+            else default_cache_lifetime(llm.base_url),
+            latency_model=latency_model
+            or LATENCY_MODELS.model_for(server({"kwargs": {"base_url": llm.base_url}}), llm.model),
+            deep_trimmer=deep,
+            **mine,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CostAwareTrimmer({self.trimmer!r}, hard_limit={self.hard_limit}, "
+            f"cache_lifetime_s={self.cache_lifetime_s}, deep_cut="
+            f"{self.deep_trimmer.budget if self.deep_trimmer else None}, "
+            f"horizon_calls={self.horizon_calls})"
+        )
+
+    def trim(
+        self,
+        messages: object,
+        *,
+        context: Context | None = None,
+        key: object = None,
+        **request: Any,
+    ) -> TrimResult:
+        """Trims ``messages`` for conversation ``key``, in an ``agent_latency.trim`` span.
+
+        Args:
+            messages: As for :meth:`PriorityTrimmer.trim`. Never modified.
+            context: The OpenTelemetry context to start the span in. Default: the current one.
+            key: The conversation; default: the ``thread_id`` of the current LangChain run's
+                config. Without one this is :meth:`PriorityTrimmer.trim`.
+            **request: ``tools``, ``response_format``, ``strict_tools``, as for
+                :meth:`PriorityTrimmer.trim`.
+
+        Returns:
+            The messages to send and what was done to get them.
+        """
+        key = key if key is not None else _thread_id(ensure_config())
+        if key is None:
+            return self.trimmer.trim(messages, context=context, **request)
+        with self._tracer.start_as_current_span(semconv.TRIM_SPAN_NAME, context=context) as span:
+            choice = self.choose(messages, key=key, **request)
+            span.set_attributes(choice.result.span_attributes())
+            span.set_attributes(choice.span_attributes())
+        return choice.result
+
+    def choose(self, messages: object, *, key: object, **request: Any) -> CostAwareChoice:
+        """Decides what to send for conversation ``key``, and remembers it.
+
+        The candidate cuts are the wrapped trimmers' :meth:`PriorityTrimmer.trim` (their spans,
+        if they record any, are children of the current span).
+
+        Raises:
+            ValueError: When ``key`` is ``None``.
+        """
+        if key is None:
+            raise ValueError("CostAwareTrimmer.choose: key must not be None; pass a conversation.")
+        now = self._clock()
+        inputs = coerce_messages(messages)
+        cut = self.trimmer.trim(inputs, **request)
+        counts = [decision.tokens for decision in cut.decisions]
+        framing = cut.tokens_before - sum(counts)  # tools, response format, reply priming
+        # The hard limit is in the server's tokens; the trims count in ours.
+        hard_limit = int(self.hard_limit / cut.calibration_factor)
+        previous: _Conversation | None = self._conversations.get(key)
+        state: CacheState = "cold"
+        growth = float(self.trimmer.budget // _PRIOR_GROWTH_FRACTION)
+        if previous is not None:
+            state = "warm" if now - previous.at <= self.cache_lifetime_s else "expired"
+            added = abs(sum(counts) - previous.input_tokens)
+            growth = _GROWTH_SMOOTHING * added + (1 - _GROWTH_SMOOTHING) * previous.growth
+        cached = previous.sent if previous is not None and state == "warm" else ()
+        candidates: dict[Option, tuple[TrimResult, int]] = {}  # option -> (result, prefilled)
+        if previous is not None and _extends(previous.inputs, inputs):
+            appended = self._append(previous, inputs, counts, cut, framing)
+            if appended.tokens_after <= hard_limit:
+                reused = previous.sent_tokens if state == "warm" else 0
+                candidates["append"] = (appended, appended.tokens_after - reused)
+        candidates["cut"] = (cut, cut.tokens_after - _shared_tokens(cut, cached))
+        if self.deep_trimmer is not None and cut.changed:  # only cut deeper than a cut needed
+            deep = self.deep_trimmer.trim(inputs, **request)
+            if deep.tokens_after < cut.tokens_after:
+                candidates["deep_cut"] = (deep, deep.tokens_after - _shared_tokens(deep, cached))
+        # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
+        reset = min(
+            (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
+        )
+        predicted = {
+            option: self._horizon_ms(result.tokens_after, prefilled, growth, reset, hard_limit)
+            for option, (result, prefilled) in candidates.items()
+        }
+        option = min(predicted, key=predicted.__getitem__)
+        warm_append = predicted.get("append") if state == "warm" else None
+        if warm_append is not None and predicted[option] > warm_append * _SWITCH_MARGIN:
+            option = "append"  # on a warm cache a cut loses context: it must be clearly faster
+        result = candidates[option][0]
+        remembered = _Conversation(
+            inputs=tuple(inputs),
+            input_tokens=sum(counts),
+            sent=tuple(result.messages),
+            sent_tokens=result.tokens_after - framing,
+            decisions=result.decisions,
+            at=now,
+            growth=growth,
+        )
+        self._conversations.put(key, remembered)
+        return CostAwareChoice(result, state, option, predicted, self.hard_limit)
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Returns the trimmed messages of ``input`` for the run's ``thread_id``."""
+        return self._call_with_config(self._trim_in_run, input, config)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Returns the trimmed messages of ``input`` for the run's ``thread_id``."""
+        return await self._acall_with_config(self._atrim_in_run, input, config)
+
+    def _horizon_ms(
+        self, size: int, prefilled: int, growth: float, reset: tuple[int, int], hard_limit: int
+    ) -> float:
+        """The mean predicted TTFT of this call and the next ones, the cache warm after it."""
+        total = self.latency_model.predict(prefilled, size)
+        context, fresh = float(size), float(prefilled)
+        for _ in range(self.horizon_calls - 1):
+            if context + growth > hard_limit:  # a forced cut: (size, prefilled) of ``reset``
+                context, fresh = float(reset[0]), float(reset[1])
+            else:
+                context, fresh = context + growth, growth
+            total += self.latency_model.predict(fresh, context)
+        return total / self.horizon_calls
+
+    def _append(
+        self,
+        previous: _Conversation,
+        inputs: list[BaseMessage],
+        counts: list[int],
+        cut: TrimResult,
+        framing: int,
+    ) -> TrimResult:
+        """The previous prompt as sent plus the new messages, as a trim of ``inputs``."""
+        start = len(previous.inputs)
+        messages = [*previous.sent, *inputs[start:]]
+        tokens = framing + previous.sent_tokens + sum(counts[start:])
+        now_classes = [d.priority_class for d in cut.decisions]
+        decisions = tuple(
+            dataclasses.replace(d, priority_class=now_classes[d.index]) for d in previous.decisions
+        ) + tuple(
+            MessageDecision(i, role_of(m), now_classes[i], "kept", "within_budget", c, c)
+            for i, (m, c) in enumerate(zip(inputs, counts, strict=True))
+            if i >= start
+        )
+        result = dataclasses.replace(
+            cut,
+            messages=messages,
+            tokens_after=tokens,
+            dropped_messages=sum(d.action == "dropped" for d in decisions),
+            shortened_messages=sum(d.action == "shortened" for d in decisions),
+            over_budget=False,
+        )
+        # A TrimResult works its decisions out from its plan on first access; the append-only
+        # prompt has no plan of its own (it is the previous plan extended), so they are set here.
+        vars(result)["decisions"] = decisions
+        return result
+
+    def _trim_in_run(
+        self, input_: Any, run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> list[BaseMessage]:
+        result = self.trim(input_, context=_run_context(run_manager), key=_thread_id(config))
+        try:
+            run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
+        except Exception:  # a handler with raise_error=True must not fail the trim
+            logger.debug("Reporting the trim event failed", exc_info=True)
+        return result.messages
+
+    async def _atrim_in_run(
+        self, input_: Any, run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
+    ) -> list[BaseMessage]:
+        result = self.trim(input_, context=_run_context(run_manager), key=_thread_id(config))
+        try:
+            await run_manager.get_child().on_custom_event(
+                TRIM_EVENT, result, run_id=run_manager.run_id
+            )
+        except Exception:  # a handler with raise_error=True must not fail the trim
+            logger.debug("Reporting the trim event failed", exc_info=True)
+        return result.messages
+
+
+def _thread_id(config: RunnableConfig) -> str | None:
+    thread_id = (config.get("configurable") or {}).get("thread_id")
+    return None if thread_id is None else str(thread_id)
+
+
+def _extends(before: Sequence[BaseMessage], now: Sequence[BaseMessage]) -> bool:
+    """Whether ``now`` is ``before`` with messages appended."""
+    return len(now) >= len(before) and all(
+        a is b or a == b for a, b in zip(before, now, strict=False)
+    )
+
+
+def _shared_tokens(result: TrimResult, cached: Sequence[BaseMessage]) -> int:
+    """Tokens of the leading messages ``result`` sends that the cached prompt began with."""
+    sent_counts = (d.tokens_after for d in result.decisions if d.action != "dropped")
+    shared = 0
+    for a, b, tokens in zip(result.messages, cached, sent_counts, strict=False):
+        if not (a is b or a == b):
+            break
+        shared += tokens
+    return shared
+
+
+def _run_context(
+    run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
+) -> Context | None:
+    return find_run_context(run_manager.handlers, run_manager.run_id) or find_run_context(
+        run_manager.handlers, run_manager.parent_run_id
+    )

@@ -1,0 +1,291 @@
+"""Deciding a trim: which messages are kept, dropped or shortened, planned at their sent size.
+
+The steps, in order (the module docstring of ``_trimmer`` and docs/trimming.md explain the
+rules): :func:`classify` ranks every message and drops orphans, and when the request does not fit,
+:func:`mark_kept` marks the must-keep units, :func:`cap_tool_results` shortens large tool results,
+:func:`drop_by_priority` drops units lowest priority first and :func:`shorten_must_keep` shortens
+the must-keep messages as a last resort. Every shortening is planned with the size of the copy
+that will be sent (images and a long ``tool_call_id`` included), never with its target.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from agent_latency._config import PRIORITY_CLASSES, PriorityClass
+from agent_latency._tokens import role_of
+from agent_latency.trimming._result import Action, MessageDecision, Rule
+from agent_latency.trimming._rounds import Unit
+from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
+
+if TYPE_CHECKING:
+    from agent_latency.trimming._trimmer import PriorityTrimmer
+
+logger = logging.getLogger("agent_latency.trimming")
+
+_MUST_KEEP_RULES: frozenset[Rule] = frozenset({"must_keep", "latest_tool_call"})
+
+
+class Plan:
+    """The per-message state of one trim while it is decided, and the record of it afterwards.
+
+    Attributes:
+        messages: The input messages.
+        counts: Their tokens as given.
+        sizes: Their tokens as they will be sent (shortened copies' own counts).
+        budget: The most tokens the request may have.
+        tokens: Tokens of the request as planned: the kept messages plus ``overhead``.
+        shortened: The copies to send in place of shortened messages, by index.
+    """
+
+    __slots__ = (
+        "budget",
+        "classes",
+        "counts",
+        "dropped",
+        "messages",
+        "must_keep",
+        "rules",
+        "shortened",
+        "shortener",
+        "sizes",
+        "tokens",
+    )
+
+    def __init__(
+        self,
+        messages: list[BaseMessage],
+        counts: list[int],
+        *,
+        overhead: int,
+        budget: int,
+        shortener: MessageShortener,
+    ) -> None:
+        self.messages = messages
+        self.counts = counts
+        self.sizes = list(counts)
+        self.budget = budget
+        self.tokens = sum(counts) + overhead
+        self.shortener = shortener
+        self.classes: list[PriorityClass] = ["history"] * len(messages)
+        self.rules: list[Rule] = ["fits"] * len(messages)
+        self.dropped = [False] * len(messages)
+        self.must_keep = [False] * len(messages)
+        self.shortened: dict[int, BaseMessage] = {}
+
+    def keep(self, indices: Sequence[int], rule: Rule) -> None:
+        for index in indices:
+            self.rules[index] = rule
+            self.must_keep[index] = rule in _MUST_KEEP_RULES
+
+    def fits(self) -> None:
+        """Records that the request fits: every message not dropped is kept as it is."""
+        self.rules = [
+            "fits" if not dropped else rule
+            for rule, dropped in zip(self.rules, self.dropped, strict=True)
+        ]
+
+    def drop(self, indices: Sequence[int], rule: Rule) -> None:
+        for index in indices:
+            if not self.dropped[index]:
+                self.dropped[index] = True
+                self.tokens -= self.sizes[index]
+            self.rules[index] = rule
+
+    def shorten(self, index: int, target: int, rule: Rule) -> int:
+        """Plans the message at ``index`` shortened toward ``target``; returns the tokens saved.
+
+        The plan takes the copy's own count, which can exceed ``target`` (large non-text parts),
+        and keeps the message as it is when no copy would be smaller.
+        """
+        copy, size = self.shortener.shorten(self.messages[index], target)
+        saved = self.sizes[index] - size
+        if saved <= 0:
+            return 0
+        self.tokens -= saved
+        self.sizes[index] = size
+        self.shortened[index] = copy
+        self.rules[index] = rule
+        return saved
+
+    def output(self) -> list[BaseMessage]:
+        """The messages to send: the kept ones as given, shortened ones as their copies."""
+        shortened, dropped = self.shortened, self.dropped
+        return [
+            shortened.get(index, message)
+            for index, message in enumerate(self.messages)
+            if not dropped[index]
+        ]
+
+    def must_keep_by_class(self) -> dict[PriorityClass, int]:
+        """Tokens of the must-keep messages as sent, per class."""
+        totals: dict[PriorityClass, int] = dict.fromkeys(PRIORITY_CLASSES, 0)
+        for index, keep in enumerate(self.must_keep):
+            if keep and not self.dropped[index]:
+                totals[self.classes[index]] += self.sizes[index]
+        return totals
+
+    def decisions(self) -> tuple[MessageDecision, ...]:
+        """One decision per input message, in input order."""
+        return tuple(self._decision(index) for index in range(len(self.messages)))
+
+    def _decision(self, index: int) -> MessageDecision:
+        action: Action = "kept"
+        tokens_after = self.sizes[index]
+        if self.dropped[index]:
+            action, tokens_after = "dropped", 0
+        elif index in self.shortened:
+            action = "shortened"
+        return MessageDecision(
+            index,
+            role_of(self.messages[index]),
+            self.classes[index],
+            action,
+            self.rules[index],
+            self.counts[index],
+            tokens_after,
+        )
+
+
+@dataclass(slots=True)
+class _Block:
+    """Units dropped together: one unit, or one history round."""
+
+    priority_class: PriorityClass
+    indices: list[int]
+    tokens: int
+
+
+def classify(plan: Plan, units: list[Unit]) -> None:
+    """Assigns every message its class, and drops orphan tool results with a warning."""
+    latest_user = max((u.indices[0] for u in units if u.kind == "user"), default=-1)
+    for unit in units:
+        first = unit.indices[0]
+        priority_class: PriorityClass
+        if unit.kind == "system":
+            priority_class = "system"
+        elif first == latest_user:
+            priority_class = "latest_user"
+        elif first > latest_user:
+            priority_class = "tool_result"
+        else:
+            priority_class = "history"
+        for index in unit.indices:
+            plan.classes[index] = priority_class
+    orphans = [u.indices[0] for u in units if u.kind == "orphan"]
+    if orphans:
+        # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
+        plan.drop(orphans, "orphan_tool_result")
+        logger.warning(
+            "Dropped %d tool result(s) answering no preceding tool call, at message "
+            "index(es) %s; check the tool_call_id of the ToolMessages you pass.",
+            len(orphans),
+            orphans,
+        )
+
+
+def mark_kept(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
+    """Marks the must-keep units, and every other surviving unit as kept within budget."""
+    latest_tool_call: Unit | None = None
+    for unit in units:
+        priority_class = plan.classes[unit.indices[0]]
+        if plan.dropped[unit.indices[0]]:
+            continue
+        if (priority_class == "system" and trimmer.keep_system) or (
+            priority_class == "latest_user" and trimmer.keep_latest_user
+        ):
+            plan.keep(unit.indices, "must_keep")
+        else:
+            plan.keep(unit.indices, "within_budget")
+            if priority_class == "tool_result" and unit.kind == "tool_call":
+                latest_tool_call = unit
+    if latest_tool_call is not None:
+        plan.keep(latest_tool_call.indices, "latest_tool_call")
+
+
+def cap_tool_results(plan: Plan, cap: int) -> None:
+    """Shortens every kept tool result above ``cap`` tokens toward it."""
+    for index, message in enumerate(plan.messages):
+        if isinstance(message, ToolMessage) and not plan.dropped[index] and plan.sizes[index] > cap:
+            plan.shorten(index, cap, "tool_result_cap")
+
+
+def drop_by_priority(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
+    """Drops blocks, lowest priority first, until the rest fits (rounded up to the step)."""
+    excess = plan.tokens - plan.budget
+    if excess <= 0:
+        return
+    step = trimmer.prefix_step_tokens if trimmer.prefix_stable else 1
+    goal = math.ceil(excess / step) * step
+    dropped = 0
+    previous_class: PriorityClass | None = None
+    for block in _drop_order(plan, units, trimmer):
+        # Rounding up to the step never reaches into a class that the exact excess spares.
+        if dropped >= goal or (dropped >= excess and block.priority_class != previous_class):
+            break
+        plan.drop(block.indices, "dropped_for_budget")
+        dropped += block.tokens
+        previous_class = block.priority_class
+
+
+def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list[_Block]:
+    droppable: dict[PriorityClass, list[Unit]] = {c: [] for c in trimmer.priority_order}
+    for unit in units:
+        first = unit.indices[0]
+        if not plan.dropped[first] and not plan.must_keep[first]:
+            droppable[plan.classes[first]].append(unit)
+
+    def block(priority_class: PriorityClass, members: list[Unit]) -> _Block:
+        indices = [index for unit in members for index in unit.indices]
+        return _Block(priority_class, indices, sum(plan.sizes[i] for i in indices))
+
+    order: list[_Block] = []
+    for priority_class in reversed(trimmer.priority_order):
+        members = droppable[priority_class]
+        if priority_class == "history":
+            rounds = _history_drop_order(members, trimmer)
+            order.extend(block("history", r) for r in rounds)
+        elif priority_class == "system":
+            # The first system message usually holds the main instructions: it goes last.
+            order.extend(block("system", [unit]) for unit in reversed(members))
+        else:
+            order.extend(block(priority_class, [unit]) for unit in members)
+    return order
+
+
+def _history_drop_order(units: list[Unit], trimmer: PriorityTrimmer) -> list[list[Unit]]:
+    """Returns history rounds in drop order: middle and tail oldest first, head last first."""
+    rounds: dict[int, list[Unit]] = {}
+    for unit in units:
+        rounds.setdefault(unit.round, []).append(unit)
+    ordered = [rounds[r] for r in sorted(rounds)]
+    # With fewer rounds than head and tail together, the tail (the most recent) gets them.
+    tail_start = max(len(ordered) - trimmer.history_keep_tail, 0)
+    head_end = min(trimmer.history_keep_head, tail_start)
+    head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
+    return middle + head[::-1] + tail  # the history erodes outwards from its middle
+
+
+def shorten_must_keep(plan: Plan) -> None:
+    """Shortens the largest must-keep tool results, then the latest user message."""
+    excess = plan.tokens - plan.budget
+    if excess <= 0:
+        return
+    kept = [i for i in range(len(plan.messages)) if plan.must_keep[i] and not plan.dropped[i]]
+    tool_results = [i for i in kept if isinstance(plan.messages[i], ToolMessage)]
+    tool_results.sort(key=lambda i: (-plan.sizes[i], i))
+    latest_user = [
+        i for i in kept if plan.classes[i] == "latest_user" and role_of(plan.messages[i]) == "user"
+    ]
+    for index in tool_results + latest_user:
+        target = max(MIN_SHORTENED_TOKENS, plan.sizes[index] - excess)
+        if target < plan.sizes[index]:
+            excess -= plan.shorten(index, target, "shortened_to_fit")
+        if excess <= 0:
+            return

@@ -1,0 +1,147 @@
+"""What a request sends besides its messages: tool definitions and a response format schema.
+
+The trimmer counts them against the budget as they go on the wire: tools as ``bind_tools``
+converts them (``convert_to_openai_tool``), the response format as the dict sent. A model bound
+with tools in a chain (``model.bind_tools(tools)``, ``.bind(...)``, ``.with_retry()``) carries them
+in its bindings; :func:`extras_of_model` reads them from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.runnables import Runnable
+from langchain_core.runnables.base import RunnableBindingBase
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from agent_latency._tokens import LRUCache, TokenCounting
+
+_CACHE_SIZE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class RequestExtras:
+    """The parts of a request other than its messages, as given by the user.
+
+    Attributes:
+        tools: Tools as ``bind_tools`` takes them: ``BaseTool``, functions, pydantic models or
+            OpenAI tool dicts.
+        response_format: The ``response_format`` sent (an OpenAI dict, or a schema to convert).
+        strict: Whether the tools are sent with ``strict: true`` (structured output does this).
+    """
+
+    tools: tuple[object, ...] = ()
+    response_format: object | None = None
+    strict: bool | None = None
+
+
+def extras(
+    tools: object, response_format: object | None = None, *, strict: bool | None = None
+) -> RequestExtras:
+    """Checks and packs the tools and response format of a request.
+
+    Raises:
+        ValueError: When ``tools`` is not a sequence, or an item cannot be converted to an OpenAI
+            tool definition (naming its index).
+    """
+    if tools is None:
+        tools = ()
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+        raise ValueError(
+            f"PriorityTrimmer: tools must be a list of tools (BaseTool, functions, pydantic "
+            f"models or OpenAI tool dicts), got {type(tools).__name__}."
+        )
+    return RequestExtras(tuple(tools), response_format, strict)
+
+
+def extras_of_model(model: object) -> RequestExtras:
+    """Returns the tools and response format bound to ``model`` (``bind_tools``, ``bind``).
+
+    Raises:
+        TypeError: When ``model`` is not a LangChain Runnable.
+    """
+    if not isinstance(model, Runnable):
+        raise TypeError(
+            "PriorityTrimmer.for_model: expected the chat model the trimmed messages go to (e.g. "
+            f"model.bind_tools(tools)), got {type(model).__name__}."
+        )
+    kwargs: dict[str, Any] = {}
+    while isinstance(model, RunnableBindingBase):  # .bind_tools().bind().with_retry() nest
+        kwargs = {**model.kwargs, **kwargs}  # the outer binding wins
+        model = model.bound
+    # The tools are already wire dicts; a bound ``strict`` was applied when they were converted.
+    return extras(kwargs.get("tools"), kwargs.get("response_format"))
+
+
+class ExtrasCounter:
+    """Counts the tool definitions and response format of requests, remembering recent ones.
+
+    An agent sends the same tool objects on every call: they are converted once, then looked up
+    by identity; the counter counts them as its chat template renders them.
+
+    Args:
+        counter: The token counter.
+    """
+
+    def __init__(self, counter: TokenCounting) -> None:
+        self._counter = counter
+        self._cache = LRUCache(_CACHE_SIZE)
+
+    def count(self, request: RequestExtras) -> tuple[int, int]:
+        """Returns the tokens of the tool definitions and of the response format of a request.
+
+        Raises:
+            ValueError: When a tool cannot be converted to an OpenAI tool definition.
+        """
+        if not request.tools and request.response_format is None:
+            return 0, 0
+        key = (tuple(map(id, request.tools)), id(request.response_format), request.strict)
+        entry = self._cache.get(key)
+        # The entry holds the objects themselves, so their ids are not reused while it lives.
+        if entry is not None and _same(entry[0], request):
+            return cast(tuple[int, int], entry[1])
+        tools = wire_tools(request.tools, strict=request.strict)
+        counts = (
+            self._counter.count_tools(tools) if tools else 0,
+            self._count_response_format(request.response_format),
+        )
+        self._cache.put(key, (request, counts))
+        return counts
+
+    def _count_response_format(self, value: object) -> int:
+        if value is None:
+            return 0
+        if not isinstance(value, Mapping):
+            function = convert_to_openai_tool(cast(Any, value))["function"]
+            value = {"type": "json_schema", "json_schema": function}
+        return self._counter.count_response_format(value)
+
+
+def _same(cached: RequestExtras, request: RequestExtras) -> bool:
+    return (
+        len(cached.tools) == len(request.tools)
+        and all(a is b for a, b in zip(cached.tools, request.tools, strict=True))
+        and cached.response_format is request.response_format
+        and cached.strict == request.strict
+    )
+
+
+def wire_tools(tools: Sequence[object], *, strict: bool | None = None) -> list[dict[str, Any]]:
+    """Returns the tool definitions as ChatOpenAI sends them.
+
+    Raises:
+        ValueError: Naming the index of a tool that cannot be converted.
+    """
+    converted: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools):
+        try:
+            converted.append(convert_to_openai_tool(cast(Any, tool), strict=strict))
+        except Exception as exc:  # LangChain raises ValueError, TypeError or pydantic's errors
+            raise ValueError(
+                f"PriorityTrimmer: tool {index} ({type(tool).__name__}) cannot be converted to an "
+                f"OpenAI tool definition ({type(exc).__name__}); pass a BaseTool, a function with "
+                "a docstring, a pydantic model or an OpenAI tool dict."
+            ) from None
+    return converted

@@ -1,0 +1,278 @@
+"""What a trim returns: the messages to send, the figures of the whole request, and the reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Final, Literal
+
+from opentelemetry.util.types import AttributeValue
+
+from agent_latency import semconv
+from agent_latency._calibration import PromptCalibration
+from agent_latency._config import PRIORITY_CLASSES, PriorityClass
+from agent_latency._trace_link import TRIM_FIELDS
+
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+
+    from agent_latency.trimming._plan import Plan
+
+Action = Literal["kept", "dropped", "shortened"]
+"""What happened to one input message."""
+
+Rule = Literal[
+    "fits",
+    "must_keep",
+    "latest_tool_call",
+    "within_budget",
+    "dropped_for_budget",
+    "orphan_tool_result",
+    "tool_result_cap",
+    "shortened_to_fit",
+]
+"""Why it happened; :data:`RULE_EXPLANATIONS` says what each rule means."""
+
+RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
+    "fits": ("all fits the budget", "the whole request fits the budget; kept unchanged."),
+    "must_keep": (
+        "always kept",
+        "a system message (`keep_system`) or the latest user message (`keep_latest_user`); "
+        "never dropped.",
+    ),
+    "latest_tool_call": (
+        "current tool call",
+        "part of the newest tool call of the current turn; never dropped.",
+    ),
+    "within_budget": (
+        "budget left for it",
+        "kept; the budget left after the higher-priority classes allowed it.",
+    ),
+    "dropped_for_budget": (
+        "lower priority/older",
+        "dropped; its class ranks lower or it is older than what was kept.",
+    ),
+    "orphan_tool_result": (
+        "no tool call asked",
+        "dropped; a tool result that no preceding tool call asked for.",
+    ),
+    "tool_result_cap": ("over tool result cap", "shortened to `max_tool_result_tokens`."),
+    "shortened_to_fit": (
+        "must-keep over budget",
+        "shortened further because the must-keep messages exceed the budget.",
+    ),
+}
+"""For each :data:`Rule`: a short reason (the ``trim`` command's column) and its meaning (the
+table of docs/trimming.md, checked against this by a test)."""
+
+_FIXED_PARTS: Final = (
+    ("tool_tokens", "tool definitions", "send fewer tools or shorten their descriptions"),
+    ("response_format_tokens", "the response format schema", "use a smaller response schema"),
+    ("system_tokens", "system messages", "shorten the system prompt"),
+    ("latest_user_tokens", "the latest user message", "shorten the question"),
+    ("tool_call_tokens", "the current tool call", "make the tool return less"),
+    ("framing_tokens", "request framing", ""),
+)
+"""The parts of a request that no trim removes: (field, name, how to make it smaller)."""
+
+WHOLE_REQUEST_FIELDS: Final[Mapping[str, str]] = {
+    "tool_tokens": semconv.TRIM_TOOL_TOKENS,
+    "response_format_tokens": semconv.TRIM_RESPONSE_FORMAT_TOKENS,
+    "framing_tokens": semconv.TRIM_FRAMING_TOKENS,
+    "must_keep_tokens": semconv.TRIM_MUST_KEEP_TOKENS,
+    "fixed_tokens": semconv.TRIM_FIXED_TOKENS,
+    "effective_budget": semconv.TRIM_EFFECTIVE_BUDGET,
+}
+"""The integer fields describing the whole request, with their span attributes (to join
+``TRIM_FIELDS`` in ``_trace_link``; until then :meth:`TrimResult.span_attributes` adds them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDecision:
+    """What a trim did with one input message, and why.
+
+    Attributes:
+        index: Position of the message in the input.
+        role: Its OpenAI role (``system``, ``user``, ``assistant``, ``tool``, ...).
+        priority_class: The class it was ranked in.
+        action: ``kept``, ``dropped`` or ``shortened``.
+        rule: Why (see :data:`Rule`).
+        tokens: Its tokens in the input, framing included.
+        tokens_after: Its tokens in the output (0 when dropped).
+    """
+
+    index: int
+    role: str
+    priority_class: PriorityClass
+    action: Action
+    rule: Rule
+    tokens: int
+    tokens_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClassFigures:
+    """What a trim did to one priority class.
+
+    Attributes:
+        messages: Input messages in the class.
+        tokens_before: Their tokens in the input.
+        tokens_after: Their tokens in the output.
+        dropped_messages: How many were dropped.
+        dropped_tokens: The tokens those had.
+        shortened_messages: How many were shortened.
+        shortened_tokens: Tokens removed by shortening.
+    """
+
+    messages: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    dropped_messages: int = 0
+    dropped_tokens: int = 0
+    shortened_messages: int = 0
+    shortened_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrimResult:
+    """The outcome of one trim.
+
+    Token counts are raw counts of the trimmer's :class:`TokenCounter` and describe the whole
+    request: the messages (with their framing), the tool definitions, the response format schema
+    and the per-request framing. The repr leaves out message content. ``decisions`` and
+    ``by_class`` are worked out on first access, so a trim in an agent loop does not pay for them.
+
+    Attributes:
+        messages: The messages to send, in input order. Kept messages are the input objects
+            themselves; shortened ones are new copies.
+        tokens_before: Tokens of the request with the input messages.
+        tokens_after: Tokens of the request with ``messages``; at most ``effective_budget``
+            unless ``over_budget``.
+        budget: The prompt token budget, in the server's tokens.
+        effective_budget: The budget in the counter's tokens: ``budget`` divided by
+            ``calibration_factor``, rounded down.
+        calibration_factor: The server's tokens per token of ours the trim assumed (1.0
+            without calibration or before it has learned).
+        dropped_messages: How many input messages are not in ``messages``.
+        shortened_messages: How many messages were sent shortened.
+        over_budget: Whether the request sent exceeds ``effective_budget``: the fixed part
+            alone (see :attr:`over_budget_cause`) does not fit.
+        elapsed_ms: How long the trim took.
+        tool_tokens: Tokens of the tool definitions sent (structured-output tools included).
+        response_format_tokens: Tokens of the ``response_format`` schema sent.
+        framing_tokens: Tokens of the per-request framing (the reply priming).
+        must_keep_tokens: Tokens of the must-keep messages as sent: system messages, the latest
+            user message and the current tool call with its results.
+        calibration: The calibration whose factor set ``effective_budget``, for the callback
+            handler to feed the server's count back into; ``None`` without calibration.
+    """
+
+    messages: list[BaseMessage] = field(repr=False)
+    tokens_before: int
+    tokens_after: int
+    budget: int
+    effective_budget: int
+    calibration_factor: float
+    dropped_messages: int
+    shortened_messages: int
+    over_budget: bool
+    elapsed_ms: float
+    tool_tokens: int
+    response_format_tokens: int
+    framing_tokens: int
+    must_keep_tokens: int
+    calibration: PromptCalibration | None = field(default=None, repr=False, compare=False)
+    _plan: Plan = field(repr=False, compare=False)
+
+    @property
+    def changed(self) -> bool:
+        """Whether ``messages`` differs from the input."""
+        return self.dropped_messages > 0 or self.shortened_messages > 0
+
+    @property
+    def fixed_tokens(self) -> int:
+        """Tokens no trim can remove: tools, response format, framing and must-keep messages."""
+        return (
+            self.tool_tokens
+            + self.response_format_tokens
+            + self.framing_tokens
+            + self.must_keep_tokens
+        )
+
+    @property
+    def over_budget_cause(self) -> str | None:
+        """What the fixed part is made of, largest first, when ``over_budget``; else ``None``.
+
+        E.g. ``"tool definitions: 9,091 of 9,521 tokens; system messages: 310"``.
+        """
+        if not self.over_budget:
+            return None
+        parts = self._fixed_parts()
+        (_, name, tokens), *rest = parts
+        return "; ".join(
+            [f"{name}: {tokens:,} of {self.tokens_after:,} tokens"]
+            + [f"{other}: {count:,}" for _, other, count in rest]
+        )
+
+    @property
+    def over_budget_hint(self) -> str | None:
+        """How to make the largest part of the fixed part smaller, when ``over_budget``."""
+        if not self.over_budget:
+            return None
+        hint = self._fixed_parts()[0][0]
+        return f"{hint}, or raise the budget" if hint else "raise the budget"
+
+    def _fixed_parts(self) -> list[tuple[str, str, int]]:
+        """The non-empty parts of the fixed part as (hint, name, tokens), largest first."""
+        must_keep = self._plan.must_keep_by_class()
+        sizes = {
+            "tool_tokens": self.tool_tokens,
+            "response_format_tokens": self.response_format_tokens,
+            "framing_tokens": self.framing_tokens,
+            "system_tokens": must_keep["system"],
+            "latest_user_tokens": must_keep["latest_user"],
+            "tool_call_tokens": must_keep["tool_result"] + must_keep["history"],
+        }
+        parts = [(hint, name, sizes[key]) for key, name, hint in _FIXED_PARTS if sizes[key]]
+        return sorted(parts, key=lambda part: -part[2])
+
+    @cached_property
+    def decisions(self) -> tuple[MessageDecision, ...]:
+        """One decision per input message, in input order."""
+        return self._plan.decisions()
+
+    @cached_property
+    def by_class(self) -> Mapping[PriorityClass, ClassFigures]:
+        """Figures per priority class, for every class, highest default priority first."""
+        members: dict[PriorityClass, list[MessageDecision]] = {c: [] for c in PRIORITY_CLASSES}
+        for decision in self.decisions:
+            members[decision.priority_class].append(decision)
+        return {c: _figures(decisions) for c, decisions in members.items()}
+
+    def span_attributes(self) -> dict[str, AttributeValue]:
+        """Returns the ``agent_latency.trim.*`` attributes describing this trim."""
+        fields = {**WHOLE_REQUEST_FIELDS, **TRIM_FIELDS}
+        attributes: dict[str, AttributeValue] = {
+            attribute: getattr(self, name) for name, attribute in fields.items()
+        }
+        if self.calibration is not None:
+            attributes[semconv.TRIM_CALIBRATION_FACTOR] = self.calibration_factor
+        cause = self.over_budget_cause
+        if cause is not None:
+            attributes[semconv.TRIM_OVER_BUDGET_CAUSE] = cause
+        return attributes
+
+
+def _figures(decisions: list[MessageDecision]) -> ClassFigures:
+    dropped = [d for d in decisions if d.action == "dropped"]
+    shortened = [d for d in decisions if d.action == "shortened"]
+    return ClassFigures(
+        messages=len(decisions),
+        tokens_before=sum(d.tokens for d in decisions),
+        tokens_after=sum(d.tokens_after for d in decisions),
+        dropped_messages=len(dropped),
+        dropped_tokens=sum(d.tokens for d in dropped),
+        shortened_messages=len(shortened),
+        shortened_tokens=sum(d.tokens - d.tokens_after for d in shortened),
+    )

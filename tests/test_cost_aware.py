@@ -1,0 +1,164 @@
+"""The cost-aware trimmer: cache-state decisions, conversation state, span attributes."""
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_latency import semconv
+from agent_latency.bench._scenario import call_points, load_scenario
+from agent_latency.trimming import PriorityTrimmer
+from agent_latency.trimming._cost_aware import CostAwareTrimmer
+
+SCENARIO = load_scenario()
+POINTS = call_points(SCENARIO)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
+    return CostAwareTrimmer(
+        PriorityTrimmer(3000, prefix_stable=True),
+        context_window=8192,
+        reserve_for_output=2048,
+        cache_lifetime_s=300.0,
+        deep_trimmer=PriorityTrimmer(1500, prefix_stable=True),
+        clock=clock,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def replay(
+    trimmer: CostAwareTrimmer, clock: Clock, points: list[int], gap: float = 10.0
+) -> Iterator:
+    for end in points:
+        clock.now += gap
+        yield trimmer.choose(SCENARIO[:end], key="c")
+
+
+def test_without_a_key_it_is_the_plain_trimmer(clock: Clock) -> None:
+    trimmer = cost_aware(clock)
+    plain = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO)
+    assert trimmer.trim(SCENARIO).messages == plain.messages
+    assert trimmer.trim(SCENARIO).messages == plain.messages  # nothing remembered
+
+
+def test_first_call_is_cold_and_a_warm_call_appends_to_the_prompt_as_sent(clock: Clock) -> None:
+    trimmer = cost_aware(clock)
+    first, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
+    assert first.cache_state == "cold"
+    assert first.option == "deep_cut"  # everything is prefilled anyway: the smallest prompt
+    assert first.predicted_ms["deep_cut"] < first.predicted_ms["cut"]
+    assert (second.cache_state, second.option) == ("warm", "append")
+    sent = first.result.messages
+    assert second.result.messages[: len(sent)] == sent
+    assert second.result.messages[len(sent) :] == SCENARIO[POINTS[12] : POINTS[13]]
+    assert first.result.tokens_after < second.result.tokens_after <= trimmer.hard_limit
+    assert len(second.result.decisions) == POINTS[13]
+    assert second.result.dropped_messages == first.result.dropped_messages
+
+
+def test_idle_past_the_lifetime_cuts_instead_of_appending(clock: Clock) -> None:
+    trimmer = cost_aware(clock)
+    list(replay(trimmer, clock, [POINTS[12]]))
+    (after_idle,) = replay(trimmer, clock, [POINTS[13]], gap=301.0)
+    assert after_idle.cache_state == "expired"
+    assert after_idle.option in {"cut", "deep_cut"}
+    assert after_idle.predicted_ms[after_idle.option] < after_idle.predicted_ms["append"]
+    assert after_idle.result.tokens_after <= trimmer.trimmer.budget
+
+
+def test_the_hard_limit_is_never_exceeded(clock: Clock) -> None:
+    trimmer = cost_aware(clock)
+    for choice in replay(trimmer, clock, POINTS[5:]):
+        assert choice.result.tokens_after <= trimmer.hard_limit
+    assert {c.option for c in replay(cost_aware(clock), clock, POINTS[5:])} >= {"append"}
+
+
+def test_a_changed_conversation_cannot_append(clock: Clock) -> None:
+    trimmer = cost_aware(clock)
+    trimmer.choose(SCENARIO[: POINTS[12]], key="c")
+    edited = [SCENARIO[0], *SCENARIO[2 : POINTS[13]]]
+    choice = trimmer.choose(edited, key="c")
+    assert "append" not in choice.predicted_ms
+
+
+def test_the_least_recently_used_conversation_is_forgotten(clock: Clock) -> None:
+    trimmer = cost_aware(clock, max_conversations=1)
+    trimmer.choose(SCENARIO[: POINTS[3]], key="a")
+    trimmer.choose(SCENARIO[: POINTS[3]], key="b")
+    assert trimmer.choose(SCENARIO[: POINTS[4]], key="b").cache_state == "warm"
+    assert trimmer.choose(SCENARIO[: POINTS[4]], key="a").cache_state == "cold"
+
+
+def test_the_span_says_the_state_the_predictions_and_the_option(clock: Clock) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trimmer = cost_aware(clock, tracer_provider=provider)
+    config = {"configurable": {"thread_id": "t-1"}}
+    trimmer.invoke(SCENARIO[: POINTS[12]], config=config)  # type: ignore[arg-type]
+    clock.now += 5
+    sent = trimmer.invoke(SCENARIO[: POINTS[13]], config=config)  # type: ignore[arg-type]
+    spans = [s for s in exporter.get_finished_spans() if s.name == semconv.TRIM_SPAN_NAME]
+    assert len(spans) == 2  # the candidate cuts record no spans of their own
+    attributes = spans[1].attributes or {}
+    assert attributes[semconv.TRIM_CACHE_STATE] == "warm"
+    assert attributes[semconv.TRIM_OPTION] == "append"
+    assert attributes[semconv.TRIM_HARD_LIMIT] == 8192 - 2048
+    assert semconv.TRIM_PREDICTED_TTFT_PREFIX + "append" in attributes
+    assert semconv.TRIM_PREDICTED_TTFT_PREFIX + "cut" in attributes
+    assert attributes[semconv.TRIM_TOKENS_AFTER] <= 8192 - 2048
+    assert sent[-1] is SCENARIO[POINTS[13] - 1]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"context_window": 4000}, "below the budget"),
+        ({"cache_lifetime_s": 0}, "cache_lifetime_s"),
+        ({"horizon_calls": 0}, "horizon_calls"),
+        ({"trimmer": "not a trimmer"}, "trimmer must be a PriorityTrimmer"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict[str, object], named: str) -> None:
+    arguments: dict[str, object] = {
+        "trimmer": PriorityTrimmer(3000),
+        "context_window": 8192,
+        "reserve_for_output": 2048,
+        **options,
+    }
+    trimmer = arguments.pop("trimmer")
+    with pytest.raises(ValueError, match=named):
+        CostAwareTrimmer(trimmer, **arguments)  # type: ignore[arg-type]
+
+
+def test_choose_needs_a_key(clock: Clock) -> None:
+    with pytest.raises(ValueError, match="key"):
+        cost_aware(clock).choose(SCENARIO, key=None)
+
+
+def test_inside_a_run_the_key_is_the_runs_thread_id(clock: Clock) -> None:
+    # As in TrimmingMiddleware, which calls trim() inside the agent's model node.
+    from langchain_core.runnables import RunnableLambda
+
+    trimmer = cost_aware(clock)
+    step = RunnableLambda(lambda messages: trimmer.trim(messages))
+    step.invoke(SCENARIO[: POINTS[12]], config={"configurable": {"thread_id": 7}})
+    clock.now += 5
+    result = step.invoke(SCENARIO[: POINTS[13]], config={"configurable": {"thread_id": 7}})
+    assert trimmer.choose(SCENARIO[: POINTS[14]], key="7").cache_state == "warm"
+    assert len(result.decisions) == POINTS[13]

@@ -1,0 +1,111 @@
+"""The learned latency model: priors before data, the fit, the registry."""
+
+import math
+import threading
+
+import pytest
+
+from agent_latency._latency_model import (
+    DEFAULT_PRIORS,
+    LatencyCoefficients,
+    LatencyModel,
+    LatencyModels,
+    default_cache_lifetime,
+)
+
+
+def test_predicts_from_the_priors_before_any_call() -> None:
+    model = LatencyModel()
+    expected = 200.0 + 2000 * (0.16 + 0.03 * 4000 / 1000)
+    assert model.predict(2000, 4000) == pytest.approx(expected)
+    assert model.coefficients == DEFAULT_PRIORS
+    assert model.observations == 0
+
+
+def test_recovers_known_coefficients_from_observations() -> None:
+    truth = LatencyCoefficients(fixed_ms=35.0, ms_per_token=0.9, ms_per_token_per_ktoken=0.12)
+    model = LatencyModel(forgetting=1.0)
+    grid = [(u, c) for u in (50, 400, 1500, 3000) for c in (3000, 6000, 9000)]
+    for uncached, context in grid * 5:
+        ttft = truth.fixed_ms + uncached * (
+            truth.ms_per_token + truth.ms_per_token_per_ktoken * context / 1000
+        )
+        model.observe(ttft, context, context - uncached)
+    fitted = model.coefficients
+    assert fitted.fixed_ms == pytest.approx(truth.fixed_ms, rel=0.05)
+    assert fitted.ms_per_token == pytest.approx(truth.ms_per_token, rel=0.05)
+    assert fitted.ms_per_token_per_ktoken == pytest.approx(truth.ms_per_token_per_ktoken, rel=0.05)
+
+
+def test_forgetting_follows_an_endpoint_that_slows_down() -> None:
+    model = LatencyModel(forgetting=0.9)
+    for ttft in [100.0] * 50 + [300.0] * 50:
+        model.observe(ttft, 1000, 1000)  # all cached: only the fixed cost shows
+    assert model.predict(0, 1000) == pytest.approx(300.0, rel=0.02)
+    assert model.observations < 11  # the memory is bounded: 1 / (1 - 0.9)
+
+
+def test_missing_cache_report_counts_as_nothing_cached() -> None:
+    model, same = LatencyModel(), LatencyModel()
+    model.observe(500.0, 2000, None)
+    same.observe(500.0, 2000, 0)
+    assert model.coefficients == same.coefficients
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ((-1.0, 10, 0), "ttft_ms"),
+        ((math.nan, 10, 0), "ttft_ms"),
+        ((10.0, -5, 0), "prompt_tokens"),
+        ((10.0, 10, 11), "cached_tokens"),
+        ((10.0, "10", 0), "prompt_tokens"),
+    ],
+)
+def test_bad_observations_name_the_value(args: tuple[object, ...], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        LatencyModel().observe(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"), [({"forgetting": 1.5}, "forgetting"), ({"prior_weight": 0}, "prior")]
+)
+def test_bad_options_name_the_option(options: dict[str, float], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        LatencyModel(**options)  # type: ignore[arg-type]
+
+
+def test_registry_keeps_one_model_per_endpoint_and_forgets_the_oldest() -> None:
+    models = LatencyModels(max_endpoints=2)
+    a = models.model_for(("a", 443), "m")
+    assert models.model_for(("a", 443), "m") is a
+    b = models.model_for(("b", 80), "m")
+    models.model_for(("a", 443), "m")  # a is now the most recently used
+    models.model_for(None, "m")  # evicts b
+    assert len(models) == 2
+    assert models.model_for(("a", 443), "m") is a
+    assert models.model_for(("b", 80), "m") is not b
+    per_model = LatencyModels()
+    assert per_model.model_for(("a", 443), "x") is not per_model.model_for(("a", 443), "y")
+
+
+def test_concurrent_observations_are_all_counted() -> None:
+    model = LatencyModel(forgetting=1.0)
+
+    def feed() -> None:
+        for _ in range(200):
+            model.observe(100.0, 1000, 500)
+
+    threads = [threading.Thread(target=feed) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert model.observations == pytest.approx(800)
+
+
+def test_documented_cache_lifetimes() -> None:
+    assert default_cache_lifetime(None) == 300.0  # OpenAI
+    assert default_cache_lifetime("https://api.deepseek.com/v1") == 3600.0
+    assert default_cache_lifetime("http://127.0.0.1:8080/v1") == 3600.0
+    assert default_cache_lifetime("https://example.org/v1") == 300.0

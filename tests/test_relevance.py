@@ -1,0 +1,115 @@
+"""Relevance-aware history: BM25 over rounds, CJK included, and what it keeps in a real trim."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from agent_latency import PriorityTrimmer, TokenCounter
+from agent_latency.bench._quality import PLACES, make_case, retained, run_quality
+from agent_latency.trimming._relevance import TermCache, bm25_scores, term_coverage, terms
+
+COUNTER = TokenCounter()
+
+
+def test_terms_split_cjk_into_character_pairs_and_drop_stopwords() -> None:
+    assert terms("What is the door code of warehouse Lyra?") == ["door", "code", "warehouse", "lyra"]
+    assert terms("天琴仓库") == ["天琴", "琴仓", "仓库"]
+    assert terms("订单A7的状态") == ["订单", "a7", "的状", "状态"]
+    assert terms("库") == ["库"]
+
+
+def test_bm25_ranks_the_round_that_mentions_the_rare_words_first() -> None:
+    rounds = [
+        ["The warehouse opens at nine.", "Noted."],
+        ["The door code of the Lyra warehouse is 4471-KX."],
+        ["Warehouse staff rota for next week."],
+    ]
+    scores = bm25_scores("What is the door code of the Lyra warehouse?", rounds, TermCache())
+    assert scores.index(max(scores)) == 1
+    assert scores[1] > 2 * max(scores[0], scores[2])
+
+
+def test_bm25_handles_chinese_without_spaces() -> None:
+    rounds = [["上海仓库的库存很充足"], ["天琴仓库的门禁密码是4471"], ["今天天气不错"]]
+    scores = bm25_scores("天琴仓库的门禁密码是多少？", rounds, TermCache())
+    assert scores.index(max(scores)) == 1
+    assert scores[2] == 0.0
+
+
+def test_a_query_without_terms_scores_every_round_zero() -> None:
+    assert bm25_scores("?", [["anything"], ["else"]], TermCache()) == [0.0, 0.0]
+
+
+def test_term_coverage_is_the_share_of_question_terms_still_sent() -> None:
+    cache = TermCache()
+    assert term_coverage("door code Lyra", ["the door code", "nothing"], cache) == pytest.approx(
+        2 / 3
+    )
+    assert term_coverage("?", ["x"], cache) is None
+
+
+def conversation(rounds: int, needle_round: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = [SystemMessage("You are a support assistant.")]
+    for index in range(rounds):
+        fact = " The door code of the Lyra warehouse is 4471-KX." if index == needle_round else ""
+        messages += [
+            HumanMessage(f"Round {index}: tell me about billing batch {index}.{fact}"),
+            AIMessage("", tool_calls=[{"name": "lookup", "args": {"n": index}, "id": f"c{index}"}]),
+            ToolMessage("billing record details " * 60, tool_call_id=f"c{index}"),
+            AIMessage(f"Batch {index} is fine."),
+        ]
+    return [*messages, HumanMessage("What is the door code of the Lyra warehouse?")]
+
+
+def test_relevance_keeps_a_relevant_middle_round_that_age_drops() -> None:
+    messages = conversation(rounds=14, needle_round=6)
+    budget = COUNTER.count_messages(messages) // 2
+    by_age = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
+    by_relevance = PriorityTrimmer(
+        budget, token_counter=COUNTER, history_selection="relevance"
+    ).trim(messages)
+    needle = messages[1 + 6 * 4]
+    assert needle not in by_age.messages
+    assert needle in by_relevance.messages
+    assert by_relevance.tokens_after <= budget
+
+
+def test_history_selection_is_validated() -> None:
+    with pytest.raises(ValueError, match="history_selection"):
+        PriorityTrimmer(1000, history_selection="newest")  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(rounds=st.integers(3, 16), needle=st.integers(0, 15), budget=st.integers(300, 4000))
+def test_relevance_never_splits_a_tool_unit_and_keeps_the_rules(
+    rounds: int, needle: int, budget: int
+) -> None:
+    messages = conversation(rounds, needle % rounds)
+    result = PriorityTrimmer(budget, token_counter=COUNTER, history_selection="relevance").trim(
+        messages
+    )
+    sent = result.messages
+    assert isinstance(sent[0], SystemMessage)
+    assert sent[-1].content == messages[-1].content
+    calls = {c["id"] for m in sent if isinstance(m, AIMessage) for c in m.tool_calls}
+    answered = {m.tool_call_id for m in sent if isinstance(m, ToolMessage)}
+    assert calls == answered
+    assert result.over_budget or result.tokens_after <= budget
+
+
+def test_generated_cases_state_their_fact_where_they_say() -> None:
+    for place in PLACES:
+        for language in ("en", "zh"):
+            case = make_case(0, place, language, 12)
+            assert retained(case, case.messages), (place, language)
+            assert make_case(0, place, language, 12) == case  # seeded: reproducible
+
+
+def test_relevance_keeps_at_least_nine_in_ten_needed_facts_at_6000() -> None:
+    rows = {(r.strategy, r.budget): r for r in run_quality((6000,), seeds=1)}
+    assert rows["relevance", 6000].retention >= 0.9
+    assert rows["relevance", 6000].retention > rows["age", 6000].retention
+    assert rows["age", 6000].retention > rows["trim_messages_last", 6000].retention

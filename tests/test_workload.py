@@ -1,0 +1,71 @@
+"""The mixed workload, small, on the embedded simulator through the real ChatOpenAI."""
+
+import pytest
+
+from agent_latency.bench._workload import (
+    MixedWorkload,
+    run_mixed_workload,
+    schedule,
+    workload_table,
+)
+
+STRATEGIES = [
+    "none",
+    "hard_limit",
+    "moving_cut",
+    "prefix_stable",
+    "cost_aware",
+    "trim_messages_approximate",
+    "trim_messages_exact",
+    "context_editing_default",
+    "context_editing_exact",
+    "summarization",
+]
+
+
+def test_a_small_mixed_workload_reports_every_strategy_and_peer() -> None:
+    calls: list[str] = []
+    report = run_mixed_workload(
+        MixedWorkload(conversations=2, calls=2, idle_every=2), on_call=calls.append
+    )
+    assert len(calls) == 4 * len(STRATEGIES)
+    assert any("after an idle gap" in call for call in calls)
+    assert report["name"] == "mixed"
+    by_name = {entry["name"]: entry for entry in report["strategies"]}
+    assert list(by_name) == STRATEGIES
+    for entry in report["strategies"]:
+        assert entry["calls"] == 4
+        assert entry["p95_ttft_ms"] >= entry["mean_ttft_ms"] / 2 > 0
+        assert 0 < entry["prefilled_tokens"] <= entry["prompt_tokens"]
+        assert entry["invalid_requests"] == 0
+    # The last calls of the scenario exceed the 6,144-token hard limit untrimmed.
+    assert by_name["none"]["hard_limit_violations"] == 4
+    assert by_name["context_editing_default"]["hard_limit_violations"] == 4
+    for name in ("hard_limit", "moving_cut", "prefix_stable", "cost_aware", "summarization"):
+        assert by_name[name]["hard_limit_violations"] == 0
+    assert report["workload"]["hard_limit"] == 8192 - 2048
+    table = workload_table(report).splitlines()
+    assert [row.split()[0] for row in table[1:-1]] == STRATEGIES
+
+
+def test_only_runs_the_named_strategies_and_rejects_unknown_ones() -> None:
+    with pytest.raises(ValueError, match="unknown strategies"):
+        run_mixed_workload(MixedWorkload(conversations=1, calls=1), only=["cost_aware", "nope"])
+
+
+def test_schedule_interleaves_conversations_and_marks_idle_turns() -> None:
+    workload = MixedWorkload(conversations=2, idle_every=2)
+    turns = schedule(workload, [10, 20, 30])
+    assert [t.conversation for t in turns[:2]] == [0, 1]
+    assert [t.at for t in turns] == sorted(t.at for t in turns)
+    idle = [t for t in turns if t.idle]
+    assert idle and all(t.end != 10 for t in idle)  # never the first turn
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"conversations": 0}, "conversations"), ({"idle_gap_s": 10.0}, "idle_gap_s")],
+)
+def test_bad_workloads_name_the_option(options: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        MixedWorkload(**options)  # type: ignore[arg-type]
