@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench-real lint install clean
+.PHONY: test test-fast demo bench-real lint install clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest
+
+# The edit-test loop: every test but those marked slow (load, docs, examples; see pyproject.toml).
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -m "not slow"
 
 # The four-mode table on the embedded simulator; no endpoint or key needed (about 50 s).
 demo: $(STAMP)

@@ -109,6 +109,7 @@ def record_fleet_run(scenario: FleetScenario | None = None) -> FleetRun:
     scenario = scenario or FleetScenario()
     sim_config = SimulatorConfig(
         overhead_ms=120,
+        prefill_ms_per_token=0.4,
         decode_tokens_per_s=400,
         answer_tokens=6,
         stall_after_chunks=2,

@@ -140,9 +140,11 @@ def test_when_the_tools_alone_exceed_the_budget_the_span_and_the_log_say_so(
         cause = trim.over_budget_cause or ""
         assert cause.startswith(f"tool definitions: {trim.tool_tokens:,} of {server:,} tokens")
         assert (trim.over_budget_hint or "").startswith("send fewer tools")
-    spans = [s for s in span_exporter.get_finished_spans() if s.name == TRIM_SPAN_NAME]
-    assert len(spans) == 2
-    for span in spans:
+    finished = span_exporter.get_finished_spans()
+    spans = [s for s in finished if s.name == TRIM_SPAN_NAME]
+    chats = [s for s in finished if s.name.startswith("chat ")]
+    assert len(spans) == len(chats) == 2
+    for span in [*spans, *chats]:  # the chat span repeats the figures of the trim before it
         attributes = span.attributes or {}
         assert attributes[TRIM_OVER_BUDGET] is True
         assert str(attributes[TRIM_OVER_BUDGET_CAUSE]).startswith("tool definitions: ")
@@ -271,3 +273,20 @@ def test_a_structured_output_schema_counts_as_it_is_sent(simulator: Any, strateg
             ProviderStrategy(Answer).to_model_kwargs()["response_format"]
         )
     assert calls.server_tokens[0] == trim.tokens_after <= 12_000
+
+
+def test_with_a_tool_budget_the_middleware_sends_only_the_kept_tools(simulator: Any) -> None:
+    settings = settings_for(simulator, MODEL_QWEN, 12_000)
+    trimmer = PriorityTrimmer.from_settings(settings, tool_budget=3_000)
+    agent = create_agent(
+        build_chat_model(settings), tools=TOOLS, middleware=[TrimmingMiddleware(trimmer)]
+    )
+    recorder = Recorder()
+    agent.invoke(
+        {"messages": [HumanMessage("Search catalogue 7 please.")]}, {"callbacks": [recorder]}
+    )
+    for trim, server in zip(recorder.trims, recorder.server_tokens, strict=True):
+        assert 0 < len(trim.tools) < len(TOOLS) and trim.dropped_tools
+        assert trim.tool_tokens <= 3_000 + 100  # counted one by one, sent together
+        assert server == trim.tokens_after  # the server got exactly the kept tools
+    assert len(recorder.trims) == 2

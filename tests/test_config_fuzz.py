@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -37,6 +38,8 @@ interesting = st.sampled_from(
         "max_completion_tokens", "qwen-7b-chat", "https://api.example.com/v1",
         "https://example.com", "http://127.0.0.1:8000/v1", "http://[", "https://",
         "ftp://x/v1", "api.example.com", *CLASSES,
+        "https://user:pw@api.example.com/v1", "http://127.0.0.1:99999/v1", 1e10, 86400,
+        "age", "relevance", "o200k",
     ]
 )  # fmt: skip
 priority_lists = st.permutations(CLASSES).map(list) | st.lists(st.sampled_from(CLASSES), max_size=5)
@@ -67,7 +70,9 @@ TYPED: dict[str, st.SearchStrategy[Any]] = {
     "str": interesting.filter(lambda v: isinstance(v, str)) | st.text(max_size=10),
     "classes": priority_lists,
     # The key, also as a value of the wrong type: no message may show it.
-    "secret": st.sampled_from([SECRET, [SECRET], {"key": SECRET}, 7]),
+    "secret": st.sampled_from(
+        [SECRET, f" {SECRET}\n", f"{SECRET}é", f"{SECRET}\x00", " ", [SECRET], {"key": SECRET}, 7]
+    ),
 }
 
 # The documented layout of both files (issue 2): leaf keys map to their kind in TYPED.
@@ -79,6 +84,8 @@ TOML_KEYS: dict[str, Any] = {
         "timeout_seconds": "number",
         "context_window": "int",
         "max_tokens_param": "str",
+        "tokenizer": "str",
+        "cache_lifetime_seconds": "number",
         "streaming": {"enabled": "bool", "chunk_timeout_ms": "int", "first_token_warn_ms": "int"},
         "prompt": {
             "token_budget": "int",
@@ -96,6 +103,7 @@ JSON_KEYS: dict[str, Any] = {
         "priorityOrder": "classes",
         "historyKeepHead": "int",
         "historyKeepTail": "int",
+        "historySelection": "str",
     },
     "streaming": {
         "enabled": "bool",
@@ -219,6 +227,15 @@ def _assert_valid(loaded: Settings) -> None:
     if llm.context_window is not None:
         assert prompt.token_budget + prompt.reserve_for_output <= llm.context_window
     assert llm.base_url is None or llm.base_url.startswith(("http://", "https://"))
+    if llm.base_url is not None:
+        parts = urlsplit(llm.base_url)
+        assert parts.username is None and parts.password is None
+        assert parts.port is None or 0 <= parts.port <= 65535
+    assert 0 < llm.timeout_seconds <= 86_400
+    if llm.api_key is not None:
+        key = llm.api_key.get_secret_value()
+        assert key == key.strip() and key.isascii() and key.isprintable() and key
+    assert prompt.history_selection in ("age", "relevance")
     for value in (prompt.token_budget, streaming.max_tokens, metrics.ttft_warn_ms):
         assert type(value) is int
 

@@ -31,6 +31,7 @@ def _name(doc: Path) -> str:
     return str(doc.relative_to(REPO))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", [d for d in [*DOCS, README] if _runnable(d)], ids=_name)
 def test_doc_commands_work_as_written(
     doc: Path,

@@ -30,6 +30,8 @@ EXAMPLES = (
 # Runs that export to their own OTLP collector instead of the console: label -> example.
 OTLP_RUNS = {"otlp": "chain_with_trimmer", "otlp_hook": "langgraph_pre_model_hook"}
 TIMEOUT_S = 120
+# Every test here waits for the examples' runs: tens of seconds in all.
+pytestmark = pytest.mark.slow
 # The answer of the simulator, streamed one word at a time.
 ANSWER_START = "The agent waited for the first token of this answer"
 

@@ -23,18 +23,24 @@ def test_predicts_from_the_priors_before_any_call() -> None:
 
 
 def test_recovers_known_coefficients_from_observations() -> None:
-    truth = LatencyCoefficients(fixed_ms=35.0, ms_per_token=0.9, ms_per_token_per_ktoken=0.12)
+    truth = LatencyCoefficients(
+        fixed_ms=35.0, ms_per_token=0.9, ms_per_token_per_ktoken=0.12, ms_per_context_token=0.01
+    )
     model = LatencyModel(forgetting=1.0)
-    grid = [(u, c) for u in (50, 400, 1500, 3000) for c in (3000, 6000, 9000)]
-    for uncached, context in grid * 5:
-        ttft = truth.fixed_ms + uncached * (
-            truth.ms_per_token + truth.ms_per_token_per_ktoken * context / 1000
+    grid = [(u, c) for u in (50, 400, 1500, 3000) for c in (3000, 6000, 9000) if u <= c]
+    grid += [(u, u) for u in (100, 500, 1000)]  # cold calls: short prompts, nothing cached
+    for uncached, context in grid * 20:
+        ttft = (
+            truth.fixed_ms
+            + uncached * (truth.ms_per_token + truth.ms_per_token_per_ktoken * context / 1000)
+            + truth.ms_per_context_token * context
         )
         model.observe(ttft, context, context - uncached)
     fitted = model.coefficients
     assert fitted.fixed_ms == pytest.approx(truth.fixed_ms, rel=0.05)
     assert fitted.ms_per_token == pytest.approx(truth.ms_per_token, rel=0.05)
     assert fitted.ms_per_token_per_ktoken == pytest.approx(truth.ms_per_token_per_ktoken, rel=0.05)
+    assert fitted.ms_per_context_token == pytest.approx(truth.ms_per_context_token, rel=0.1)
 
 
 def test_forgetting_follows_an_endpoint_that_slows_down() -> None:

@@ -38,6 +38,7 @@ def soak() -> Iterator[ModuleType]:
         del sys.modules[spec.name]
 
 
+@pytest.mark.slow
 def test_short_soak_loses_no_call_and_leaves_nothing_open(soak: ModuleType) -> None:
     config = SimulatorConfig(**soak.SERVER_OPTIONS)
     with running_simulator(config) as sim:

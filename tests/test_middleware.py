@@ -22,7 +22,18 @@ from agent_latency import _trace_link
 from agent_latency._tokens import TokenCounter
 from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
 from agent_latency.telemetry._handler import LatencyCallbackHandler
-from agent_latency.trimming import _rounds, _shortening, _trimmer
+from agent_latency.trimming import (
+    _hook,
+    _options,
+    _plan,
+    _request,
+    _result,
+    _rounds,
+    _shortening,
+    _tools,
+    _tracing,
+    _trimmer,
+)
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
@@ -212,7 +223,8 @@ def test_the_pre_model_hook_reads_attribute_states_too() -> None:
 def test_the_trimmer_modules_do_not_import_the_optional_agent_frameworks() -> None:
     # Importing agent_latency itself is checked in test_public_api; this covers the trimmer's
     # own modules statically, without the seconds a fresh interpreter costs.
-    for module in (_trimmer, _rounds, _shortening, _trace_link):
+    modules = (_trimmer, _plan, _result, _request, _tools, _hook, _tracing, _options, _rounds)
+    for module in (*modules, _shortening, _trace_link):
         tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
         imported = {
             name.split(".")[0]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent_latency import PriorityTrimmer, TokenCounter
+from agent_latency import LatencyCallbackHandler, PriorityTrimmer, TokenCounter
 from agent_latency.bench._quality import PLACES, make_case, retained, run_quality
 from agent_latency.trimming._relevance import TermCache, bm25_scores, term_coverage, terms
 
@@ -15,9 +18,14 @@ COUNTER = TokenCounter()
 
 
 def test_terms_split_cjk_into_character_pairs_and_drop_stopwords() -> None:
-    assert terms("What is the door code of warehouse Lyra?") == ["door", "code", "warehouse", "lyra"]
+    assert terms("What is the door code of warehouse Lyra?") == [
+        "door",
+        "code",
+        "warehouse",
+        "lyra",
+    ]
     assert terms("天琴仓库") == ["天琴", "琴仓", "仓库"]
-    assert terms("订单A7的状态") == ["订单", "a7", "的状", "状态"]
+    assert sorted(terms("订单A7的状态")) == sorted(["订单", "a7", "的状", "状态"])
     assert terms("库") == ["库"]
 
 
@@ -113,3 +121,54 @@ def test_relevance_keeps_at_least_nine_in_ten_needed_facts_at_6000() -> None:
     assert rows["relevance", 6000].retention >= 0.9
     assert rows["relevance", 6000].retention > rows["age", 6000].retention
     assert rows["age", 6000].retention > rows["trim_messages_last", 6000].retention
+
+
+def test_compaction_keeps_more_rounds_for_the_same_budget_with_stable_stubs() -> None:
+    messages = conversation(rounds=14, needle_round=13)
+    budget = COUNTER.count_messages(messages) // 3
+    plain = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
+    compacting = PriorityTrimmer(budget, token_counter=COUNTER, compact_tool_results=True)
+    first = compacting.trim(messages)
+    assert first.tokens_after <= budget
+    assert len(first.messages) > len(plain.messages)
+    stubs = [d for d in first.decisions if d.rule == "compacted"]
+    assert stubs and all(d.action == "shortened" and d.role == "tool" for d in stubs)
+    sent_stubs = [m for m in first.messages if isinstance(m, ToolMessage) and "compacted" in m.text]
+    assert all(
+        m.text.startswith("[earlier tool result compacted; it began: billing") for m in sent_stubs
+    )
+    # Calls and results stay paired, and the same input gives byte-identical stubs again.
+    calls = {c["id"] for m in first.messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    assert calls == {m.tool_call_id for m in first.messages if isinstance(m, ToolMessage)}
+    again = compacting.trim([*messages])
+    assert [m.content for m in again.messages] == [m.content for m in first.messages]
+
+
+def test_question_retention_is_the_share_of_question_terms_still_sent() -> None:
+    messages = conversation(rounds=14, needle_round=6)
+    whole = PriorityTrimmer(10**6, token_counter=COUNTER).trim(messages)
+    assert whole.question_retention == 1.0
+    budget = COUNTER.count_messages(messages) // 2
+    by_age = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
+    by_relevance = PriorityTrimmer(
+        budget, token_counter=COUNTER, history_selection="relevance"
+    ).trim(messages)
+    assert by_age.question_retention is not None and by_relevance.question_retention is not None
+    assert by_age.question_retention < by_relevance.question_retention == 1.0
+    attributes = by_age.span_attributes()
+    assert attributes["agent_latency.trim.question_retention"] == by_age.question_retention
+
+
+def test_the_retention_proxy_reaches_the_chat_span_and_its_metric(
+    tracer_provider: object, span_exporter: Any, meter_provider: object, metric_points: Any
+) -> None:
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    messages = conversation(rounds=14, needle_round=6)
+    trimmer = PriorityTrimmer(COUNTER.count_messages(messages) // 2, token_counter=COUNTER)
+    model = GenericFakeChatModel(messages=iter([AIMessage("4471-KX")]))
+    (trimmer | model).invoke(messages, config={"callbacks": [handler]})
+    (chat,) = [s for s in span_exporter.get_finished_spans() if s.name.startswith("chat")]
+    # By age, the only round that shares the question's words is dropped.
+    assert chat.attributes["agent_latency.trim.question_retention"] == 0.0
+    (point,) = metric_points("agent_latency.client.question_retention")
+    assert (point.count, point.sum) == (1, 0.0)

@@ -49,6 +49,8 @@ def test_the_context_term_can_be_switched_off() -> None:
         ("answer_tokens", 2.5),
         ("attention_ms_per_1k_context", -0.1),
         ("attention_ms_per_1k_context", float("inf")),
+        ("context_window", 0),
+        ("context_window", 1.5),
         ("tokenizer", ""),
         ("tokenizer", 5),
         ("cache_tokens", 0),

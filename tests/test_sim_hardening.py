@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,39 @@ def test_a_wrong_content_type_is_refused_as_such_even_with_an_oversized_body(
     )
 
     assert response.status_code == 415
+
+
+# --- the context window ----------------------------------------------------------------------
+
+
+def test_a_prompt_beyond_the_context_window_gets_openais_400() -> None:
+    with running_simulator(replace(FAST, context_window=10**6)) as measuring:
+        first = httpx.post(chat_url(measuring), json={"model": DEFAULT_MODEL, "messages": QUESTION})
+    prompt_tokens = first.json()["usage"]["prompt_tokens"]
+    window = prompt_tokens + 5
+    with running_simulator(replace(FAST, context_window=window)) as sim:
+        fits = httpx.post(
+            chat_url(sim), json={"model": DEFAULT_MODEL, "messages": QUESTION, "max_tokens": 5}
+        )
+        too_long = httpx.post(
+            chat_url(sim), json={"model": DEFAULT_MODEL, "messages": QUESTION, "max_tokens": 6}
+        )
+        messages_alone = httpx.post(
+            chat_url(sim),
+            json={"model": DEFAULT_MODEL, "messages": [*QUESTION, *QUESTION]},
+        )
+
+    assert fits.status_code == 200
+    assert too_long.status_code == 400
+    error = error_of(too_long)
+    assert error["code"] == "context_length_exceeded" and error["param"] == "messages"
+    assert error["message"] == (
+        f"This model's maximum context length is {window} tokens. However, you requested "
+        f"{prompt_tokens + 6} tokens ({prompt_tokens} in the messages, 6 in the completion). "
+        "Please reduce the length of the messages or completion."
+    )
+    assert messages_alone.status_code == 400
+    assert "your messages resulted in" in error_of(messages_alone)["message"]
 
 
 # --- many clients at once ---------------------------------------------------------------------

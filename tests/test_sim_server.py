@@ -22,8 +22,9 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+from typer.main import get_command
 
-from agent_latency.cli import main
+from agent_latency.cli import app, main
 from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
 
 LONG_PREFILL_MS = "600000"  # ten minutes: a Ctrl-C that waits for it fails the bounded wait
@@ -212,3 +213,24 @@ def test_bad_options_get_one_line_and_exit_2(
     stderr = capsys.readouterr().err
     assert status == 2
     assert len(stderr.strip().splitlines()) == 1 and named in stderr
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_the_help_reads_whole_at_80_columns(
+    flag: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["sim", flag]) == 0
+
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80
+    for option in sim_command_options():
+        assert re.search(rf"(^|\s){re.escape(option)}(\s|$)", text, re.MULTILINE), option
+    assert "AGENT_LATENCY_SIM_API_KEY" in text
+    assert "<bool>" not in text and "…" not in text
+    assert "parallel_tool_calls" in text  # how tools are chosen is documented
+
+
+def sim_command_options() -> list[str]:
+    command = get_command(app).commands["sim"]  # type: ignore[attr-defined]
+    return [name for param in command.params for name in (*param.opts, *param.secondary_opts)]

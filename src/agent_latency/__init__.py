@@ -27,7 +27,7 @@ from agent_latency._config import (
     StreamingSettings,
     load_settings,
 )
-from agent_latency._tokens import TokenCounter
+from agent_latency._tokens import TokenCounter, TokenCounting
 from agent_latency._trace_link import RunContextProvider
 from agent_latency.telemetry import (
     LatencyCallbackHandler,
@@ -38,6 +38,7 @@ from agent_latency.telemetry import (
 from agent_latency.trimming import (
     Action,
     ClassFigures,
+    CostAwareTrimmer,
     MessageDecision,
     PriorityTrimmer,
     Rule,
@@ -56,6 +57,7 @@ __all__ = [
     "Action",
     "ClassFigures",
     "ConfigError",
+    "CostAwareTrimmer",
     "LLMSettings",
     "LatencyCallbackHandler",
     "LatencyRecord",
@@ -70,6 +72,7 @@ __all__ = [
     "StreamingSettings",
     "Telemetry",
     "TokenCounter",
+    "TokenCounting",
     "TrimResult",
     "TrimmingMiddleware",
     "__version__",

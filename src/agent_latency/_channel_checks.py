@@ -59,22 +59,22 @@ def check_base_url(base_url: str, place: str) -> None:
     Raises:
         ConfigError: Naming ``place`` and showing the URL without its credentials.
     """
-    port_error = False
     try:
-        urlsplit(base_url).port  # noqa: B018 - raises ValueError when out of range
-    except ValueError as exc:  # the port, or an unclosed IPv6 bracket
-        port_error = "port" in str(exc).lower()
-    if port_error:
+        parts = urlsplit(base_url)
+    except ValueError:  # an unclosed IPv6 bracket: not an http(s) URL, below
+        parts = None
+    try:
+        _ = parts and parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError:
         raise ConfigError(
             f"{place}: the URL's port is not a number from 0 to 65535. Fix: write the port the "
             "server listens on, e.g. http://127.0.0.1:8000/v1."
-        )
-    if not is_http_url(base_url):
+        ) from None
+    if parts is None or not is_http_url(base_url):
         raise ConfigError(
             f"{place}: {display_url(base_url)!r} is not an http(s) URL. "
             "Fix: write the API root, e.g. https://api.example.com/v1."
         )
-    parts = urlsplit(base_url)
     if parts.username is not None or parts.password is not None:
         raise ConfigError(
             f"{place}: {display_url(base_url)!r} has a user name or password before its host; "

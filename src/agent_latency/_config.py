@@ -54,6 +54,7 @@ class LLMSettings:
 
     Attributes:
         base_url: The API root, e.g. ``https://api.example.com/v1``; ``None`` uses OpenAI's.
+            The repr shows it without user info, query or fragment.
         api_key: The key, masked in every repr.
         model: The model name sent with each request.
         timeout_seconds: The request timeout.
@@ -119,6 +120,8 @@ class PromptSettings:
         history_keep_tail: Newest history rounds kept before the middle is trimmed.
         history_selection: Which middle history rounds are kept first: the newest (``"age"``)
             or those most relevant to the latest user message (``"relevance"``).
+        compact_tool_results: Before whole history rounds are dropped, replace their tool
+            results with a one-line stub (the call stays).
     """
 
     token_budget: int = 6000
@@ -130,6 +133,7 @@ class PromptSettings:
     history_keep_head: int = 2
     history_keep_tail: int = 4
     history_selection: HistorySelection = "age"
+    compact_tool_results: bool = False
 
 
 @dataclass(frozen=True)

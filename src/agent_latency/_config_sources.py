@@ -13,6 +13,7 @@ import difflib
 import json
 import math
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ JSON_SCHEMA: Final[Mapping[str, Any]] = {
         "historyKeepHead": _Key("prompt.history_keep_head", "int"),
         "historyKeepTail": _Key("prompt.history_keep_tail", "int"),
         "historySelection": _Key("prompt.history_selection", "str"),
+        "compactToolResults": _Key("prompt.compact_tool_results", "bool"),
     },
     "streaming": {
         "enabled": _Key("streaming.enabled", "bool"),
@@ -93,8 +95,6 @@ _KIND_NAMES: Final = {
     "str": "a string",
     "list": "a list",
 }
-# Python refuses to read integers longer than this (sys.get_int_max_str_digits()'s default).
-_MAX_DIGITS: Final = 4300
 
 Found = dict[str, tuple[Any, str]]
 """Values by ``Settings`` target, each with its place (``"settings.json: metrics.ttftWarnMs"``)."""
@@ -129,8 +129,10 @@ def _read_text(path: Path) -> str:
 
 
 def _too_many_digits(path: Path) -> ConfigError:
+    # Python's own message suggests sys.set_int_max_str_digits(), which a user cannot call.
     return ConfigError(
-        f"{path}: a number has more than {_MAX_DIGITS} digits. Fix: shorten it to a real value."
+        f"{path}: a number has more than {sys.get_int_max_str_digits()} digits. "
+        "Fix: shorten it to a real value."
     )
 
 
@@ -143,7 +145,7 @@ def parse_toml(path: Path) -> Any:
         raise ConfigError(
             f"{path}: malformed TOML: {exc}. Fix: correct the syntax there."
         ) from None
-    except ValueError:  # an integer of more than _MAX_DIGITS digits
+    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
         raise _too_many_digits(path) from None
     except RecursionError:
         raise ConfigError(
@@ -176,7 +178,7 @@ def parse_json(path: Path) -> Any:
             f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
             "Fix: correct the syntax there (JSON allows no comments or trailing commas)."
         ) from None
-    except ValueError:  # an integer of more than _MAX_DIGITS digits
+    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
         raise _too_many_digits(path) from None
     except RecursionError:
         raise ConfigError(

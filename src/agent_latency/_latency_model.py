@@ -2,18 +2,19 @@
 
 The model (issue 12) is::
 
-    TTFT ≈ a + b · uncached + c · uncached · context
+    TTFT ≈ a + b · uncached + c · uncached · context + d · context
 
 where ``uncached`` is the prompt tokens the server has to prefill (the prompt less the tokens it
-reports as cached) and ``context`` the tokens those attend over (the whole prompt). ``a`` is the
-fixed cost (network, queueing, scheduling), ``b`` the prefill cost per token and ``c`` how that
-cost grows with the context (attention is quadratic; llama.cpp shows it, the simulator does not).
+reports as cached) and ``context`` the whole prompt, which those attend over. ``a`` is the fixed
+cost (network, queueing, scheduling), ``b`` the prefill cost per token, ``c`` how that cost grows
+with the context (attention is quadratic: llama.cpp shows it) and ``d`` what every prompt token
+costs even when cached (converting, sending and tokenizing the request, matching the cache).
 
 The coefficients are fitted online by ridge-regularised least squares toward priors: the fit
-keeps only 3×3 sufficient statistics, discounted by a forgetting factor on every call, so its
+keeps only 4×4 sufficient statistics, discounted by a forgetting factor on every call, so its
 memory is constant and it follows an endpoint whose speed changes. With no calls observed it
-predicts from the priors (the embedded simulator's defaults);
-each call pulls it toward what the endpoint really does. Safe to share between threads.
+predicts from the priors (the embedded simulator's defaults); each call pulls it toward what the
+endpoint really does. Safe to share between threads.
 """
 
 from __future__ import annotations
@@ -34,18 +35,20 @@ conditioned."""
 
 @dataclass(frozen=True, slots=True)
 class LatencyCoefficients:
-    """The coefficients of ``TTFT = a + b · uncached + c · uncached · context``.
+    """The coefficients of ``TTFT = a + b · uncached + c · uncached · context + d · context``.
 
     Attributes:
         fixed_ms: ``a``: milliseconds every call costs.
         ms_per_token: ``b``: milliseconds per prefilled token.
         ms_per_token_per_ktoken: ``c``: extra milliseconds per prefilled token for every 1,000
             tokens of context it attends over.
+        ms_per_context_token: ``d``: milliseconds per prompt token, cached or not.
     """
 
     fixed_ms: float
     ms_per_token: float
     ms_per_token_per_ktoken: float
+    ms_per_context_token: float = 0.0
 
 
 DEFAULT_PRIORS: Final = LatencyCoefficients(
@@ -93,21 +96,23 @@ def _check(name: str, value: object, minimum: float, *, above: bool = False) -> 
     return float(value)
 
 
-def _solve3(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Solves a 3×3 symmetric positive definite system by Gaussian elimination."""
-    rows = [[*matrix[i], vector[i]] for i in range(3)]
-    for col in range(3):
-        pivot = max(range(col, 3), key=lambda r: abs(rows[r][col]))
+_N: Final = 4  # coefficients
+
+
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
+    """Solves a small symmetric positive definite system by Gaussian elimination."""
+    rows = [[*matrix[i], vector[i]] for i in range(_N)]
+    for col in range(_N):
+        pivot = max(range(col, _N), key=lambda r: abs(rows[r][col]))
         rows[col], rows[pivot] = rows[pivot], rows[col]
-        for r in range(col + 1, 3):
+        for r in range(col + 1, _N):
             factor = rows[r][col] / rows[col][col]
-            for k in range(col, 4):
+            for k in range(col, _N + 1):
                 rows[r][k] -= factor * rows[col][k]
-    solution = [0.0, 0.0, 0.0]
-    for r in (2, 1, 0):
-        solution[r] = (rows[r][3] - sum(rows[r][k] * solution[k] for k in range(r + 1, 3))) / rows[
-            r
-        ][r]
+    solution = [0.0] * _N
+    for r in reversed(range(_N)):
+        known = sum(rows[r][k] * solution[k] for k in range(r + 1, _N))
+        solution[r] = (rows[r][_N] - known) / rows[r][r]
     return solution
 
 
@@ -145,9 +150,10 @@ class LatencyModel:
             priors.fixed_ms,
             priors.ms_per_token * _KILO,
             priors.ms_per_token_per_ktoken * _KILO,
+            priors.ms_per_context_token * _KILO,
         ]
-        self._gram = [[0.0] * 3 for _ in range(3)]  # Σ w · x xᵀ
-        self._moment = [0.0] * 3  # Σ w · x y
+        self._gram = [[0.0] * _N for _ in range(_N)]  # Σ w · x xᵀ
+        self._moment = [0.0] * _N  # Σ w · x y
         self._weight = 0.0  # Σ w: the evidence seen, in calls
         self._coefficients = list(self._prior)
         self._lock = threading.Lock()
@@ -157,6 +163,7 @@ class LatencyModel:
         return (
             f"LatencyModel(fixed_ms={c.fixed_ms:.1f}, ms_per_token={c.ms_per_token:.4f}, "
             f"ms_per_token_per_ktoken={c.ms_per_token_per_ktoken:.5f}, "
+            f"ms_per_context_token={c.ms_per_context_token:.5f}, "
             f"observations={self.observations:.1f})"
         )
 
@@ -164,8 +171,8 @@ class LatencyModel:
     def coefficients(self) -> LatencyCoefficients:
         """The current fit (the priors before any observation)."""
         with self._lock:
-            a, b, c = self._coefficients
-        return LatencyCoefficients(a, b / _KILO, c / _KILO)
+            a, b, c, d = self._coefficients
+        return LatencyCoefficients(a, b / _KILO, c / _KILO, d / _KILO)
 
     @property
     def observations(self) -> float:
@@ -197,17 +204,17 @@ class LatencyModel:
         x = self._features(prompt - cached, prompt)
         with self._lock:
             keep = self.forgetting
-            for i in range(3):
+            for i in range(_N):
                 self._moment[i] = keep * self._moment[i] + x[i] * ttft
-                for j in range(3):
+                for j in range(_N):
                     self._gram[i][j] = keep * self._gram[i][j] + x[i] * x[j]
             self._weight = keep * self._weight + 1.0
             ridge = [
-                [self._gram[i][j] + (self.prior_weight if i == j else 0.0) for j in range(3)]
-                for i in range(3)
+                [self._gram[i][j] + (self.prior_weight if i == j else 0.0) for j in range(_N)]
+                for i in range(_N)
             ]
-            target = [self._moment[i] + self.prior_weight * self._prior[i] for i in range(3)]
-            self._coefficients = _solve3(ridge, target)
+            target = [self._moment[i] + self.prior_weight * self._prior[i] for i in range(_N)]
+            self._coefficients = _solve(ridge, target)
 
     def predict(self, uncached: float, context: float) -> float:
         """Returns the predicted time to first token in ms (never below 0).
@@ -222,9 +229,9 @@ class LatencyModel:
         return max(sum(w * v for w, v in zip(coefficients, x, strict=True)), 0.0)
 
     @staticmethod
-    def _features(uncached: float, context: float) -> tuple[float, float, float]:
+    def _features(uncached: float, context: float) -> tuple[float, float, float, float]:
         k = uncached / _KILO
-        return (1.0, k, k * context / _KILO)
+        return (1.0, k, k * context / _KILO, context / _KILO)
 
 
 class LatencyModels:

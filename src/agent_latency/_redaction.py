@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +17,23 @@ _HEADER_LIKE: Final = re.compile(
 )
 # "user:password@" before a host, with or without a scheme ("user:pw@host/v1" has none).
 _USERINFO: Final = re.compile(r"^([^/?#]*//)?[^/?#@]*@")
+_DEFAULT_PORTS: Final = {"https": 443, "http": 80}
+
+
+@functools.lru_cache(maxsize=64)
+def host_and_port(url: str) -> tuple[str, int] | None:
+    """Returns the host and port an endpoint URL names (credentials never included).
+
+    A URL without a scheme is read as a host; a missing port is the scheme's (443 without one).
+    ``None`` when there is no host or the URL cannot be parsed.
+    """
+    try:
+        parts = urlsplit(url if "//" in url else f"//{url}")
+        host = parts.hostname
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 443)
+    except ValueError:
+        return None
+    return (host, port) if host else None
 
 
 def display_url(url: str) -> str:

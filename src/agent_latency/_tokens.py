@@ -1,13 +1,14 @@
 """Token counting in the model's own tokens and chat template, offline, with per-message caches.
 
-:class:`TokenCounting` is the protocol the trimmer, the shortener and the simulator count with;
-:class:`TokenCounter` implements it over a vocabulary (:mod:`agent_latency._tokenizers`) and a
-chat-template framing (:mod:`agent_latency._framing`). ``TokenCounter()`` counts the way OpenAI
-publishes for chat models ("How to count tokens with tiktoken", cl100k_base): every message costs
-3 tokens of framing plus the tokens of its fields (role, content, name, tool_call_id), a ``name``
-one more, and every reply is primed with 3 tokens; a tool call costs 3 + its name + its JSON
-arguments, an image part :data:`TOKENS_PER_IMAGE`. :meth:`TokenCounter.for_model` picks the
-vocabulary and framing of a model by its name.
+:class:`~agent_latency._counting.TokenCounting` is the protocol the trimmer, the shortener and
+the simulator count with; :class:`TokenCounter` implements it over a vocabulary
+(:mod:`agent_latency._tokenizers`) and a chat-template framing (:mod:`agent_latency._framing`).
+``TokenCounter()`` counts the way OpenAI publishes for chat models ("How to count tokens with
+tiktoken", cl100k_base): every message costs 3 tokens of framing plus the tokens of its fields
+(role, content, name, tool_call_id), a ``name`` one more, and every reply is primed with 3
+tokens; a tool call costs 3 + its name + its JSON arguments, an image part
+:data:`TOKENS_PER_IMAGE`. :meth:`TokenCounter.for_model` picks the vocabulary and framing of a
+model by its name.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
 from langchain_core.messages import BaseMessage
 
+from ._counting import TokenCounting
 from ._framing import (
     IMAGE_PART_TYPES,
     TOKENS_PER_IMAGE,
@@ -55,54 +57,6 @@ _CONTENT_CACHE_BYTES = 64 * 1024 * 1024
 _SYNTHETIC_IDS = 1 << 30  # ids of framing tokens a vocabulary lacks: past every real vocabulary
 _OPAQUE_ID = _SYNTHETIC_IDS - 1
 _KEY_BYTES = 200  # what a content-cache entry costs besides its text
-
-
-@runtime_checkable
-class TokenCounting(Protocol):
-    """Counts prompt tokens the way one model's server does: its vocabulary and chat template.
-
-    Every ``count_*`` result is a number of prompt tokens; together,
-    ``count_request(messages, tools, response_format)`` is what the server prefills.
-
-    Attributes:
-        name: The tokenizer, for diagnostics (e.g. ``"qwen + qwen framing"``).
-        exact: Whether the vocabulary is the model's own (``False``: a cl100k estimate).
-    """
-
-    name: str
-    exact: bool
-
-    def encode(self, text: str) -> list[int]:
-        """Returns the token ids of ``text``."""
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        """Returns the text of ``tokens``."""
-
-    def count_text(self, text: str) -> int:
-        """Returns the number of tokens of ``text``, without framing."""
-
-    def count_message(self, message: BaseMessage) -> int:
-        """Returns the tokens one message adds to a prompt, its framing included."""
-
-    def count_framing(self, messages: Sequence[BaseMessage]) -> int:
-        """Returns what a request adds to its messages: BOS, default system prompt, priming."""
-
-    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
-        """Returns the messages' tokens plus :meth:`count_framing`."""
-
-    def count_tools(self, tools: Sequence[Any]) -> int:
-        """Returns the tokens of tool definitions as the template renders them."""
-
-    def count_response_format(self, response_format: Mapping[str, Any]) -> int:
-        """Returns the prompt tokens of a ``response_format`` (0 where it is not in the prompt)."""
-
-    def count_request(
-        self,
-        messages: Sequence[BaseMessage],
-        tools: Sequence[Any] = (),
-        response_format: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Returns the prompt tokens of a whole request."""
 
 
 _ROLE_ALIASES: Final = {"human": "user", "ai": "assistant", "developer": "system"}
@@ -193,7 +147,7 @@ class TokenCounter:
                 f"TokenCounter: cache_size must be a positive integer, got {cache_size!r}."
             )
         self._framing = framing_named(framing)
-        self._vocab = load_vocabulary(encoding) if isinstance(encoding, str) else encoding
+        self._vocab = _vocabulary(encoding)
         self.encoding_name = self._vocab.name
         self.exact = exact
         self.name = f"{self._vocab.name} + {self._framing.name} framing"
@@ -393,6 +347,17 @@ class TokenCounter:
 
         entry = (weakref.ref(message, forget), fields["content"], fields.get("name"), snapshot)
         by_identity[key] = (*entry, count)
+
+
+def _vocabulary(encoding: object) -> Vocabulary:
+    if isinstance(encoding, str):
+        return load_vocabulary(encoding)
+    if all(hasattr(encoding, a) for a in ("name", "encode", "decode", "count", "special_id")):
+        return encoding  # type: ignore[return-value]
+    raise ValueError(
+        f"TokenCounter: encoding must be a vocabulary name ({', '.join(TOKENIZER_CHOICES[:-2])}) "
+        f"or a tokenizer.json path, got {type(encoding).__name__}."
+    )
 
 
 def _synthetic_id(special: str) -> int:

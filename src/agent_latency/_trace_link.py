@@ -28,6 +28,12 @@ TRIM_FIELDS: Final[Mapping[str, str]] = {
     "dropped_messages": semconv.TRIM_DROPPED_MESSAGES,
     "shortened_messages": semconv.TRIM_SHORTENED_MESSAGES,
     "over_budget": semconv.TRIM_OVER_BUDGET,
+    "effective_budget": semconv.TRIM_EFFECTIVE_BUDGET,
+    "tool_tokens": semconv.TRIM_TOOL_TOKENS,
+    "response_format_tokens": semconv.TRIM_RESPONSE_FORMAT_TOKENS,
+    "framing_tokens": semconv.TRIM_FRAMING_TOKENS,
+    "must_keep_tokens": semconv.TRIM_MUST_KEEP_TOKENS,
+    "fixed_tokens": semconv.TRIM_FIXED_TOKENS,
 }
 """The ``TrimResult`` fields that describe a trim, each with the attribute it becomes on the trim
 span and on the chat-model span it prepared.

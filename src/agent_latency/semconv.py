@@ -31,7 +31,8 @@ STALLS: Final = "agent_latency.stalls"
 TTFT_LEVEL: Final = "agent_latency.ttft_level"
 """``ok``, ``warn`` or ``error``: the TTFT against the warn and error thresholds."""
 ESTIMATED_INPUT_TOKENS: Final = "agent_latency.estimated_input_tokens"
-"""Prompt tokens counted locally (cl100k), beside the server-reported ``gen_ai.usage``."""
+"""Our count of the request: the trim's count of the whole request when a trim prepared the
+call, else the messages counted locally (cl100k); beside the server's ``gen_ai.usage``."""
 OUTCOME: Final = "agent_latency.outcome"
 """How a run ended: ``ok``, ``error``, ``cancelled`` or ``abandoned``."""
 
@@ -49,7 +50,28 @@ TRIM_DROPPED_MESSAGES: Final = "agent_latency.trim.dropped_messages"
 TRIM_SHORTENED_MESSAGES: Final = "agent_latency.trim.shortened_messages"
 """How many messages were sent with the middle of their text cut out."""
 TRIM_OVER_BUDGET: Final = "agent_latency.trim.over_budget"
-"""Whether even the messages that must be kept exceed the budget."""
+"""Whether the request sent exceeds the budget: its fixed part alone does not fit."""
+TRIM_TOOL_TOKENS: Final = "agent_latency.trim.tool_tokens"
+"""Tokens of the tool definitions sent with the request (structured-output tools included)."""
+TRIM_RESPONSE_FORMAT_TOKENS: Final = "agent_latency.trim.response_format_tokens"
+"""Tokens of the ``response_format`` schema sent with the request."""
+TRIM_FRAMING_TOKENS: Final = "agent_latency.trim.framing_tokens"
+"""Tokens of the per-request framing (the reply priming)."""
+TRIM_MUST_KEEP_TOKENS: Final = "agent_latency.trim.must_keep_tokens"
+"""Tokens of the messages no trim drops: system, latest user message, current tool call."""
+TRIM_FIXED_TOKENS: Final = "agent_latency.trim.fixed_tokens"
+"""Tokens no trim removes: tools, response format, framing and must-keep messages."""
+TRIM_EFFECTIVE_BUDGET: Final = "agent_latency.trim.effective_budget"
+"""The budget in the counter's own tokens: the budget divided by the calibration factor."""
+TRIM_CALIBRATION_FACTOR: Final = "agent_latency.trim.calibration_factor"
+"""The server's prompt tokens per token of our count, learned from earlier calls (1.0 at first)."""
+TRIM_OVER_BUDGET_CAUSE: Final = "agent_latency.trim.over_budget_cause"
+"""When over budget: what the fixed part is made of, e.g. ``tool definitions: 9,091 of 9,521``."""
+TRIM_DROPPED_TOOLS: Final = "agent_latency.trim.dropped_tools"
+"""With a tool budget: the names of the tool definitions left out of the request."""
+TRIM_QUESTION_RETENTION: Final = "agent_latency.trim.question_retention"
+"""Of the latest user message's terms that occur elsewhere in the input, the share still sent
+(1.0 when nothing was left out): a proxy for what the trim cost the answer."""
 
 # Chain spans (LangChain runnables that are neither agents, models nor tools).
 RUN_NAME: Final = "agent_latency.run.name"
@@ -68,6 +90,8 @@ STALL_AFTER_CHUNKS: Final = "agent_latency.stall.after_chunks"
 # Metrics of our own (counters; the GenAI histograms are the conventions').
 STALLS_METRIC: Final = "agent_latency.client.stalls"
 """Counter of stalls, with the low-cardinality attributes of the model call."""
+QUESTION_RETENTION_METRIC: Final = "agent_latency.client.question_retention"
+"""Histogram of ``agent_latency.trim.question_retention`` over the calls a trim prepared."""
 TTFT_BREACHES_METRIC: Final = "agent_latency.client.ttft_breaches"
 """Counter of calls whose TTFT crossed a threshold, with ``agent_latency.ttft_level``."""
 
@@ -107,25 +131,7 @@ TOKEN_USAGE_BUCKETS: Final = (
 )
 """For ``gen_ai.client.token.usage``."""
 
-# Trim: the whole request (issue 11)
-TRIM_TOOL_TOKENS: Final = "agent_latency.trim.tool_tokens"
-"""Tokens of the tool definitions sent with the request (structured-output tools included)."""
-TRIM_RESPONSE_FORMAT_TOKENS: Final = "agent_latency.trim.response_format_tokens"
-"""Tokens of the ``response_format`` schema sent with the request."""
-TRIM_FRAMING_TOKENS: Final = "agent_latency.trim.framing_tokens"
-"""Tokens of the per-request framing (the reply priming)."""
-TRIM_MUST_KEEP_TOKENS: Final = "agent_latency.trim.must_keep_tokens"
-"""Tokens of the messages no trim drops: system, latest user message, current tool call."""
-TRIM_FIXED_TOKENS: Final = "agent_latency.trim.fixed_tokens"
-"""Tokens no trim removes: tools, response format, framing and must-keep messages."""
-TRIM_EFFECTIVE_BUDGET: Final = "agent_latency.trim.effective_budget"
-"""The budget in the counter's own tokens: the budget divided by the calibration factor."""
-TRIM_CALIBRATION_FACTOR: Final = "agent_latency.trim.calibration_factor"
-"""The server's prompt tokens per token of our count, learned from earlier calls (1.0 at first)."""
-TRIM_OVER_BUDGET_CAUSE: Final = "agent_latency.trim.over_budget_cause"
-"""When over budget: what the fixed part is made of, e.g. ``tool definitions: 9,091 of 9,521``."""
-
-# Chat spans: cache and calibration (issues 11, 12)
+# Chat spans: prompt cache and our count against the server's.
 PREFILLED_INPUT_TOKENS: Final = "agent_latency.prefilled_input_tokens"
 """Prompt tokens the server prefilled: ``gen_ai.usage.input_tokens`` less the cache reads
 (``gen_ai.usage.cache_read.input_tokens``); only when the server reports its cache reads."""
@@ -137,7 +143,7 @@ TOKEN_TYPE_CACHE_READ: Final = "cache_read"
 TOKEN_TYPE_CACHE_CREATION: Final = "cache_creation"
 """``gen_ai.token.type`` of the ``gen_ai.client.token.usage`` records of cache writes."""
 
-# Trim: cost-aware mode (issue 12)
+# Trim: the cost-aware mode.
 TRIM_CACHE_STATE: Final = "agent_latency.trim.cache_state"
 """The server cache state the cost-aware trimmer assumed: ``cold`` (first call of the
 conversation), ``warm`` (previous call within the cache lifetime) or ``expired`` (idle longer)."""

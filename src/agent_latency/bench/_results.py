@@ -99,8 +99,20 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
     return {"p50": round(percentile(values, 0.5), 1), "p95": round(percentile(values, 0.95), 1)}
 
 
+class _Outcome:
+    """Samples, or an error that voids them: what a mode and a replay have in common."""
+
+    samples: tuple[Sample, ...]
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        """It ran every call without failing."""
+        return self.error is None and bool(self.samples)
+
+
 @dataclass(frozen=True)
-class ModeResult:
+class ModeResult(_Outcome):
     """The samples of one mode, or why it failed.
 
     Attributes:
@@ -113,11 +125,6 @@ class ModeResult:
     mode: Mode
     samples: tuple[Sample, ...]
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """The mode ran every time without failing."""
-        return self.error is None and bool(self.samples)
 
     @property
     def input_tokens(self) -> int:
@@ -177,7 +184,7 @@ STRATEGIES: Final = (
 
 
 @dataclass(frozen=True)
-class StrategyResult:
+class StrategyResult(_Outcome):
     """The calls of one multi-turn replay, in order, or why the replay stopped.
 
     Attributes:
@@ -189,11 +196,6 @@ class StrategyResult:
     strategy: Strategy
     samples: tuple[Sample, ...]
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """The replay made every call."""
-        return self.error is None and bool(self.samples)
 
     @property
     def mean_ttft_ms(self) -> float:

@@ -18,6 +18,7 @@ HELP_OPTIONS: Final = ("-h", "--help")
 app = typer.Typer(
     name="agent-latency",
     help="Trim prompts by priority and measure time to first token on any OpenAI-compatible API.",
+    no_args_is_help=True,  # for callers of app itself; main() asks for --help (exit 0) instead
     add_completion=False,
     pretty_exceptions_enable=False,
     # Plain help: it wraps to any terminal width, and flags show no "<bool>" value. The help

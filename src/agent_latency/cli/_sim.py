@@ -33,6 +33,9 @@ def sim(
     answer_tokens: Annotated[
         int, typer.Option(help="Answer length without max_tokens.")
     ] = _DEFAULT.answer_tokens,
+    context_window: Annotated[
+        int | None, typer.Option(help="Refuse prompt + max_tokens above this; default no limit.")
+    ] = _DEFAULT.context_window,
     tokenizer: Annotated[
         str,
         typer.Option(help="Counts prompt tokens: cl100k, o200k, qwen, llama3 or a model name."),
@@ -47,7 +50,7 @@ def sim(
         int, typer.Option(help="Only whole blocks of this many tokens are reused.")
     ] = _DEFAULT.cache_block_tokens,
     cache_lifetime_s: Annotated[
-        float | None, typer.Option(help="Cached blocks expire after this idle time.")
+        float | None, typer.Option(help="Cached blocks expire after this idle time; default never.")
     ] = _DEFAULT.cache_lifetime_s,
     api_key: Annotated[
         str | None, typer.Option(envvar="AGENT_LATENCY_SIM_API_KEY", help="Require this key.")
@@ -86,6 +89,7 @@ def sim(
         "attention_ms_per_1k_context": attention_ms_per_1k_context,
         "decode_tokens_per_s": decode_tokens_per_s,
         "answer_tokens": answer_tokens,
+        "context_window": context_window,
         "tokenizer": tokenizer,
         "prefix_cache": prefix_cache,
         "cache_tokens": cache_tokens,

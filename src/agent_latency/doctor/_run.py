@@ -8,12 +8,10 @@ the output limit (each would block on a full-length answer).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from langchain_core.messages import HumanMessage
 
 from agent_latency._config import Settings
-from agent_latency._tokens import TokenCounter
 from agent_latency.doctor._checks import (
     check_api_key,
     check_api_root,
@@ -35,6 +33,7 @@ from agent_latency.doctor._settings_checks import (
     check_output_room,
     check_temperature,
 )
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 
 def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Iterator[CheckResult]:
@@ -61,24 +60,20 @@ def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Itera
 def tokenizer_in_use(settings: Settings) -> tuple[str, Callable[[str], int]]:
     """Returns the name of the tokenizer the trimmer counts with, and a count of one prompt.
 
-    The count is of one user message holding the prompt, framing included, as the trimmer
-    counts it.
+    The counter is the one ``PriorityTrimmer.from_settings(settings)`` uses (from ``llm.model``
+    and ``llm.tokenizer``); the count is of one user message holding the prompt, framing
+    included, as the trimmer counts it.
 
     Raises:
         ValueError: When ``llm.tokenizer`` names no usable tokenizer.
     """
-    for_model = getattr(TokenCounter, "for_model", None)
-    counter: Any = (
-        TokenCounter()
-        if for_model is None
-        else for_model(settings.llm.model, tokenizer=getattr(settings.llm, "tokenizer", None))
-    )
-    name = getattr(counter, "name", None) or getattr(counter, "encoding_name", None)
+    counter = PriorityTrimmer.from_settings(settings).token_counter
 
     def count(prompt: str) -> int:
-        return int(counter.count_messages([HumanMessage(prompt)]))
+        return counter.count_messages([HumanMessage(prompt)])
 
-    return str(name or type(counter).__name__), count
+    exact = "" if counter.exact else " (an estimate: not the model's own vocabulary)"
+    return f"{counter.name}{exact}", count
 
 
 def _endpoint_checks(endpoint: Endpoint, settings: Settings) -> Iterator[CheckResult]:

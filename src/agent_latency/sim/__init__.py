@@ -9,8 +9,9 @@ unknown path or model, 405, 413 body too large, 415 not JSON, 429 rate limited (
 
 Latency model:
     A request's prompt is tokenised as the configured model's server would (``tokenizer``: a
-    name such as ``"cl100k"`` or ``"qwen"``, or a model name; see :mod:`agent_latency.sim._prompt`),
-    tool definitions included, so ``usage.prompt_tokens`` is what that server would count.
+    name such as ``"cl100k"`` or ``"qwen"``, or a model name; see
+    :mod:`agent_latency.sim._prompt`), tool definitions included, so ``usage.prompt_tokens`` is
+    what that server would count.
 
     * time to first token = ``overhead_ms`` + uncached × (``prefill_ms_per_token`` +
       ``attention_ms_per_1k_context`` × prompt / 1000), where *uncached* is the prompt tokens
@@ -28,11 +29,11 @@ Latency model:
     prefix-stable to budget 1,500 (about 1,800 Gemma tokens of context) and 6,630 at 174 tokens/s
     untrimmed: the line gives 272 tokens/s at 1,800 tokens of context, and 174 tokens/s at 5,800,
     a likely mean context of the growing untrimmed conversation (its contexts were not logged).
-    The defaults keep that 19% per 1k
-    and scale it to a hosted 7B chat model: 0.16 ms + 0.03 ms per 1k tokens of context, plus
-    200 ms of overhead, give an 8,200-token agent prompt about 3.5 s to its first token (as
-    users of such models report), a 1,700-token one 0.56 s, and appending 500 tokens to a
-    5,800-token conversation 0.33 ms per token against 0.21 ms at 1,800.
+    The defaults keep that 19% per 1k and scale it to a hosted 7B chat model: 0.16 ms + 0.03 ms
+    per 1k tokens of context, plus 200 ms of overhead, give an 8,200-token agent prompt about
+    3.5 s to its first token (as users of such models report) and a 1,700-token one 0.56 s;
+    appending to a 5,800-token conversation costs 0.33 ms per new token, to a 1,800-token one
+    0.21 ms.
 
     The prefix cache works like vLLM's automatic prefix caching serving a 7B model (full
     multi-head attention, 512 KiB of KV cache per token in fp16) on one 80 GB GPU: 16-token

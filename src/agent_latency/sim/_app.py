@@ -23,7 +23,14 @@ from starlette.types import Send
 from ._answer import Answer, compose_answer
 from ._cache import PrefixCache
 from ._config import SimulatorConfig
-from ._guards import ClientGone, authenticate, check_model, inject_fault, read_json
+from ._guards import (
+    ClientGone,
+    authenticate,
+    check_context_window,
+    check_model,
+    inject_fault,
+    read_json,
+)
 from ._prompt import PromptTokenizer, token_count
 from ._protocol import ChatRequest, RequestError, parse_chat_request
 from ._waiting import UNSENT, Sleeper, Stopping, unless_disconnected
@@ -207,8 +214,9 @@ class Simulator:
         check_model(chat.model, self.config.models)
         inject_fault(self.config, self._random)
         prompt = self._tokenizer.tokens(chat)
-        cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
         prompt_tokens = token_count(prompt)
+        check_context_window(prompt_tokens, chat.max_tokens, self.config.context_window)
+        cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
         prefill_ms = self.config.prefill_ms(prompt_tokens - cached, prompt_tokens)
         return _Plan(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",

@@ -54,6 +54,9 @@ class SimulatorConfig:
         decode_tokens_per_s: Output rate once the first token is out.
         answer_tokens: Length of an answer; a request's ``max_tokens`` or
             ``max_completion_tokens`` caps it (``finish_reason`` is then ``"length"``).
+        context_window: The model's context window in tokens: a request whose prompt plus
+            ``max_tokens`` exceeds it gets OpenAI's 400 ``context_length_exceeded``
+            (``None``: no limit).
         tokenizer: The tokenizer that counts prompt tokens: a known name (``"cl100k"``,
             ``"o200k"``, ``"qwen"``, ``"llama3"``) or a model name.
         prefix_cache: Reuse the longest token prefix shared with a cached prompt, as vLLM and
@@ -87,6 +90,7 @@ class SimulatorConfig:
     attention_ms_per_1k_context: float = 0.03
     decode_tokens_per_s: float = 50.0
     answer_tokens: int = 64
+    context_window: int | None = None
     tokenizer: str = "cl100k"
     prefix_cache: bool = True
     cache_tokens: int = 100_000
@@ -111,6 +115,8 @@ class SimulatorConfig:
         _check_number("attention_ms_per_1k_context", self.attention_ms_per_1k_context)
         _check_number("decode_tokens_per_s", self.decode_tokens_per_s, positive=True)
         _check_int("answer_tokens", self.answer_tokens, minimum=1)
+        if self.context_window is not None:
+            _check_int("context_window", self.context_window, minimum=1)
         if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
             raise _fail("tokenizer", self.tokenizer, "must be a tokenizer or model name")
         _check_int("cache_block_tokens", self.cache_block_tokens, minimum=1)

@@ -96,6 +96,27 @@ def check_model(model: str, served: tuple[str, ...]) -> None:
         )
 
 
+def check_context_window(prompt_tokens: int, max_tokens: int | None, window: int | None) -> None:
+    """Refuses a request too long for the model's context window, in OpenAI's words."""
+    if window is None or prompt_tokens + (max_tokens or 0) <= window:
+        return
+    if max_tokens is None:
+        asked = f"your messages resulted in {prompt_tokens} tokens"
+        fix = "Please reduce the length of the messages."
+    else:
+        asked = (
+            f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+            f"messages, {max_tokens} in the completion)"
+        )
+        fix = "Please reduce the length of the messages or completion."
+    raise RequestError(
+        400,
+        f"This model's maximum context length is {window} tokens. However, {asked}. {fix}",
+        param="messages",
+        code="context_length_exceeded",
+    )
+
+
 def inject_fault(config: SimulatorConfig, draw: random.Random) -> None:
     """Fails the request with a 429 or a 500 at the configured rates."""
     if not (config.rate_limit_rate or config.error_rate):

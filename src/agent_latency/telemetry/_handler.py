@@ -25,6 +25,7 @@ from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._latency_model import LATENCY_MODELS
 from agent_latency._tokens import TokenCounter
 from agent_latency.telemetry._content import messages_json, output_json, prompts_json
 from agent_latency.telemetry._instruments import Instruments
@@ -39,7 +40,7 @@ from agent_latency.telemetry._langchain import (
 from agent_latency.telemetry._log import logger
 from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
 from agent_latency.telemetry._run_state import ModelRunState
-from agent_latency.telemetry._timing import call_timing
+from agent_latency.telemetry._timing import CallTiming, call_timing
 from agent_latency.telemetry._tracing import RunTracer, end_span, error_type, guarded, outcome
 
 if TYPE_CHECKING:
@@ -331,6 +332,7 @@ class LatencyCallbackHandler(RunTracer):
             metric_attributes=metric_attributes,
             streamed=params.get("stream") is True,
             trim=trim,
+            server=endpoint,
         )
         self._register(state)
 
@@ -400,8 +402,12 @@ class LatencyCallbackHandler(RunTracer):
             usage=usage,
             stalls=state.stalls,
             streamed=state.streamed,
+            question_retention=(
+                state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
+            ),
         )
         self._calibrate(state, usage)
+        self._learn_latency(state, timing, usage)
         record = LatencyRecord(
             run_id=state.run_id,
             model=state.model or "unknown",
@@ -440,6 +446,17 @@ class LatencyCallbackHandler(RunTracer):
             trim.calibration.observe(trim.tokens_after, usage.input_tokens)
         except Exception as exc:
             self.failures.report("calibration", exc)
+
+    def _learn_latency(self, state: ModelRunState, timing: CallTiming, usage: Response) -> None:
+        """Feeds the endpoint's latency model the call's TTFT and prompt tokens."""
+        if not state.streamed or timing.ttft_ms is None or usage.input_tokens is None:
+            return  # a blocking call's first text waits for the whole answer
+        try:
+            LATENCY_MODELS.model_for(state.server, state.model).observe(
+                timing.ttft_ms, usage.input_tokens, usage.cache_read_tokens
+            )
+        except Exception as exc:
+            self.failures.report("latency_model", exc)
 
     def _estimate_tokens(self, messages: Sequence[BaseMessage] | None) -> int | None:
         """The prompt counted locally (cl100k), or ``None`` without messages or a counter."""

@@ -56,6 +56,12 @@ class Instruments:
             unit="{stall}",
             description="Waits between streamed chunks longer than chunk_timeout_ms.",
         )
+        self.question_retention = meter.create_histogram(
+            semconv.QUESTION_RETENTION_METRIC,
+            unit="1",
+            description="Share of the question's terms found in the input that the trim kept.",
+            explicit_bucket_boundaries_advisory=(0.25, 0.5, 0.75, 0.9, 0.99, 1.0),
+        )
         self.ttft_breaches = meter.create_counter(
             semconv.TTFT_BREACHES_METRIC,
             unit="{call}",
@@ -71,6 +77,7 @@ class Instruments:
         usage: Response,
         stalls: int,
         streamed: bool,
+        question_retention: AttributeValue | None = None,
     ) -> None:
         """Records one finished model call.
 
@@ -82,6 +89,7 @@ class Instruments:
             stalls: Stalls between chunks.
             streamed: Whether the call streamed; a blocking call is no TTFT breach, since its
                 first text is its whole answer.
+            question_retention: The retention proxy of the trim that prepared the call.
         """
         self.duration.record(timing.total_ms / 1e3, attributes, context)
         if timing.first_chunk_s is not None:
@@ -102,6 +110,8 @@ class Instruments:
                 )
         if stalls:
             self.stalls.add(stalls, attributes, context)
+        if isinstance(question_retention, float | int) and not isinstance(question_retention, bool):
+            self.question_retention.record(question_retention, attributes, context)
         level = timing.ttft_level
         if streamed and level is not None and level != "ok":
             self.ttft_breaches.add(1, {**attributes, semconv.TTFT_LEVEL: level}, context)

@@ -7,14 +7,14 @@ invocation parameters, an ``LLMResult``); every reader here accepts anything and
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from langchain_core.outputs import ChatGeneration, LLMResult
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+
+from agent_latency._redaction import host_and_port
 
 # LangChain's ``ls_provider`` values mapped to ``gen_ai.provider.name`` where they differ.
 _PROVIDERS: Final = {
@@ -28,7 +28,6 @@ _PROVIDERS: Final = {
 }
 # Constructor fields under which LangChain integrations serialise their endpoint.
 _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api_base", "endpoint")
-_DEFAULT_PORTS: Final = {"https": 443, "http": 80}
 _CREATE_AGENT: Final = "langchain_create_agent"
 _CACHE_READ: Final = "cache_read"
 _CACHE_CREATION: Final = "cache_creation"
@@ -86,24 +85,13 @@ def is_agent(name: str, metadata: Mapping[str, Any]) -> bool:
     return name == agent_name if agent_name else "langgraph_node" not in metadata
 
 
-@functools.lru_cache(maxsize=64)
-def _parse_server(url: str) -> tuple[str, int] | None:
-    try:
-        parts = urlsplit(url if "//" in url else f"//{url}")
-        host = parts.hostname
-        port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 443)
-    except ValueError:
-        return None
-    return (host, port) if host else None
-
-
 def server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:
     """The endpoint's host and port, from the model's serialised constructor arguments."""
     fields = (serialized or {}).get("kwargs")
     if not isinstance(fields, Mapping):
         return None
     url = first_str(*(fields.get(name) for name in _ENDPOINT_FIELDS))
-    return None if url is None else _parse_server(url)
+    return None if url is None else host_and_port(url)
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,6 +143,7 @@ class ModelRunState(RunState):
         max_gap_ns: Longest wait between content chunks so far.
         stalls: How many waits exceeded ``stall_ns``.
         trim: The trim that prepared this call, when there was one.
+        server: The endpoint's host and port, when the integration says.
     """
 
     model: str | None = None
@@ -157,6 +158,7 @@ class ModelRunState(RunState):
     max_gap_ns: int = 0
     stalls: int = 0
     trim: PendingTrim | None = None
+    server: tuple[str, int] | None = None
 
     def add_chunk(self, now_ns: int) -> int:
         """Records a content chunk.

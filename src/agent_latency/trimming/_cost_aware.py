@@ -13,7 +13,9 @@ the next ``horizon_calls`` calls of every option with a :class:`~agent_latency._
 LatencyModel`, assuming the conversation keeps growing as it has and the calls after this one
 find the cache warm; it sends the option predicted fastest. Two limits apply: the budget (a cut's
 target) and the hard limit (``context_window − reserve_for_output``), which no prompt exceeds.
-Without a key it is the plain :class:`PriorityTrimmer` it wraps.
+Two rules keep context: a deep cut is considered only when the input does not fit the budget,
+and on a warm cache a cut replaces ``append`` only when predicted at least 10% faster. Without a
+key it is the plain :class:`PriorityTrimmer` it wraps.
 """
 
 from __future__ import annotations
@@ -46,12 +48,18 @@ from agent_latency._latency_model import (
     default_cache_lifetime,
 )
 from agent_latency._messages import coerce_messages
+from agent_latency._redaction import host_and_port
 from agent_latency._tokens import LRUCache, role_of
-from agent_latency._trace_link import TRIM_EVENT, find_run_context
-from agent_latency.telemetry._langchain import server  # the handler's key of an endpoint
+from agent_latency.trimming._tracing import (
+    areport_trim,
+    end_span,
+    report_trim,
+    run_context,
+    start_span,
+)
 from agent_latency.trimming._trimmer import MessageDecision, PriorityTrimmer, TrimResult
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agent_latency.trimming")
 
 CacheState = Literal["cold", "warm", "expired"]
 """What the trimmer assumes the server still caches of a conversation's previous prompt."""
@@ -248,7 +256,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             if lifetime is not None
             else default_cache_lifetime(llm.base_url),
             latency_model=latency_model
-            or LATENCY_MODELS.model_for(server({"kwargs": {"base_url": llm.base_url}}), llm.model),
+            or LATENCY_MODELS.model_for(
+                host_and_port(llm.base_url) if llm.base_url else None, llm.model
+            ),
             deep_trimmer=deep,
             **mine,
         )
@@ -285,10 +295,18 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         key = key if key is not None else _thread_id(ensure_config())
         if key is None:
             return self.trimmer.trim(messages, context=context, **request)
-        with self._tracer.start_as_current_span(semconv.TRIM_SPAN_NAME, context=context) as span:
-            choice = self.choose(messages, key=key, **request)
-            span.set_attributes(choice.result.span_attributes())
+        span = start_span(self._tracer, context)
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                choice = self.choose(messages, key=key, **request)
+        except BaseException as exc:
+            end_span(span, exc)
+            raise
+        try:
             span.set_attributes(choice.span_attributes())
+        except Exception:
+            logger.warning("agent-latency: recording the cost-aware choice failed", exc_info=True)
+        end_span(span, None, choice.result)
         return choice.result
 
     def choose(self, messages: object, *, key: object, **request: Any) -> CostAwareChoice:
@@ -324,7 +342,17 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 reused = previous.sent_tokens if state == "warm" else 0
                 candidates["append"] = (appended, appended.tokens_after - reused)
         candidates["cut"] = (cut, cut.tokens_after - _shared_tokens(cut, cached))
-        if self.deep_trimmer is not None and cut.changed:  # only cut deeper than a cut needed
+        # A deep cut is not worked out when appending on a warm cache has room for the whole
+        # horizon: then it could win only by a smaller context, rarely by the switch margin.
+        room_ahead = (
+            state == "warm"
+            and "append" in candidates
+            and (
+                candidates["append"][0].tokens_after + growth * (self.horizon_calls - 1)
+                <= hard_limit
+            )
+        )
+        if self.deep_trimmer is not None and cut.changed and not room_ahead:
             deep = self.deep_trimmer.trim(inputs, **request)
             if deep.tokens_after < cut.tokens_after:
                 candidates["deep_cut"] = (deep, deep.tokens_after - _shared_tokens(deep, cached))
@@ -415,23 +443,15 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> list[BaseMessage]:
-        result = self.trim(input_, context=_run_context(run_manager), key=_thread_id(config))
-        try:
-            run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
-        except Exception:  # a handler with raise_error=True must not fail the trim
-            logger.debug("Reporting the trim event failed", exc_info=True)
+        result = self.trim(input_, context=run_context(run_manager), key=_thread_id(config))
+        report_trim(run_manager, result)
         return result.messages
 
     async def _atrim_in_run(
         self, input_: Any, run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
     ) -> list[BaseMessage]:
-        result = self.trim(input_, context=_run_context(run_manager), key=_thread_id(config))
-        try:
-            await run_manager.get_child().on_custom_event(
-                TRIM_EVENT, result, run_id=run_manager.run_id
-            )
-        except Exception:  # a handler with raise_error=True must not fail the trim
-            logger.debug("Reporting the trim event failed", exc_info=True)
+        result = self.trim(input_, context=run_context(run_manager), key=_thread_id(config))
+        await areport_trim(run_manager, result)
         return result.messages
 
 
@@ -456,11 +476,3 @@ def _shared_tokens(result: TrimResult, cached: Sequence[BaseMessage]) -> int:
             break
         shared += tokens
     return shared
-
-
-def _run_context(
-    run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
-) -> Context | None:
-    return find_run_context(run_manager.handlers, run_manager.run_id) or find_run_context(
-        run_manager.handlers, run_manager.parent_run_id
-    )

@@ -17,6 +17,7 @@ from langchain_core.runnables.config import ensure_config
 from opentelemetry.context import Context
 
 from agent_latency._trace_link import TRIM_EVENT, find_run_context
+from agent_latency.trimming._cost_aware import CostAwareTrimmer
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 try:
@@ -48,22 +49,24 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Use with ``langchain.agents.create_agent(model, tools, middleware=[TrimmingMiddleware(t)])``.
     Everything the request sends counts against the budget: its system message (never dropped
-    while the trimmer keeps system messages), its tools and its structured-output schema. The stored conversation keeps every message: only what is
-    sent to the model is trimmed. A trim that fails unexpectedly is logged and the request is
-    sent untrimmed rather than failing the agent.
+    while the trimmer keeps system messages), its tools and its structured-output schema. The
+    stored conversation keeps every message: only what is sent to the model is trimmed. A trim
+    that fails unexpectedly is logged and the request is sent untrimmed rather than failing the
+    agent.
 
     Args:
         trimmer: The trimmer to apply.
 
     Raises:
-        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
+        TypeError: When ``trimmer`` is neither a :class:`PriorityTrimmer` nor a
+            :class:`CostAwareTrimmer`.
     """
 
-    def __init__(self, trimmer: PriorityTrimmer) -> None:
-        if not isinstance(trimmer, PriorityTrimmer):
+    def __init__(self, trimmer: PriorityTrimmer | CostAwareTrimmer) -> None:
+        if not isinstance(trimmer, PriorityTrimmer | CostAwareTrimmer):
             raise TypeError(
-                f"TrimmingMiddleware: trimmer must be a PriorityTrimmer, got "
-                f"{type(trimmer).__name__}; e.g. TrimmingMiddleware(PriorityTrimmer(6000))."
+                f"TrimmingMiddleware: trimmer must be a PriorityTrimmer or a CostAwareTrimmer, "
+                f"got {type(trimmer).__name__}; e.g. TrimmingMiddleware(PriorityTrimmer(6000))."
             )
         self.trimmer = trimmer
 
@@ -99,17 +102,21 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         try:
-            tools, response_format, strict = _sent_with(request)
+            output_tools, response_format, strict = _structured_output(request)
             result = self.trimmer.trim(
                 messages,
                 context=_current_run_context(),
-                tools=tools,
+                tools=request.tools,
                 response_format=response_format,
                 strict_tools=strict,
+                output_tools=output_tools,
             )
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
             return request, None
+        if result.dropped_tools:  # a tool budget left some tools out
+            sent = {id(tool) for tool in result.tools or ()}
+            request = request.override(tools=[t for t in request.tools if id(t) in sent])
         if not result.changed:
             return request, result
         # The kept messages are the request's own (or same-typed shortened copies of them).
@@ -119,26 +126,26 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return request.override(system_message=None, messages=kept), result
 
 
-def _sent_with(request: ModelRequest[Any]) -> tuple[list[Any], object | None, bool | None]:
-    """The tools, response format and tool strictness the agent sends with ``request``.
+def _structured_output(
+    request: ModelRequest[Any],
+) -> tuple[list[Any], object | None, bool | None]:
+    """The output tools, response format and tool strictness structured output adds.
 
     As ``create_agent`` binds them after every middleware: a ``ToolStrategy`` adds one tool per
     output schema; a ``ProviderStrategy`` sends the schema as ``response_format`` and the tools
     with ``strict: true``. An ``AutoStrategy`` (or a bare schema) picks one of the two by the
     model's profile; it is counted as tools, which costs about the same.
     """
-    tools: list[Any] = list(request.tools)
     strategy = request.response_format
     if strategy is None:
-        return tools, None, None
+        return [], None, None
     if isinstance(strategy, ProviderStrategy):
-        return tools, strategy.to_model_kwargs()["response_format"], True
+        return [], strategy.to_model_kwargs()["response_format"], True
     if isinstance(strategy, AutoStrategy):
         strategy = ToolStrategy(strategy.schema)
     elif not isinstance(strategy, ToolStrategy):
         strategy = ToolStrategy(strategy)
-    tools += [OutputToolBinding.from_schema_spec(spec).tool for spec in strategy.schema_specs]
-    return tools, None, None
+    return [OutputToolBinding.from_schema_spec(s).tool for s in strategy.schema_specs], None, None
 
 
 def _current_run_context() -> Context | None:

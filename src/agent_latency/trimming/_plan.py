@@ -20,6 +20,8 @@ from langchain_core.messages import BaseMessage, ToolMessage
 
 from agent_latency._config import PRIORITY_CLASSES, PriorityClass
 from agent_latency._tokens import role_of
+from agent_latency.trimming._compaction import compacted
+from agent_latency.trimming._relevance import bm25_scores, term_coverage
 from agent_latency.trimming._result import Action, MessageDecision, Rule
 from agent_latency.trimming._rounds import Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
@@ -105,6 +107,13 @@ class Plan:
         and keeps the message as it is when no copy would be smaller.
         """
         copy, size = self.shortener.shorten(self.messages[index], target)
+        return self.substitute(index, copy, size, rule)
+
+    def substitute(self, index: int, copy: BaseMessage, size: int, rule: Rule) -> int:
+        """Plans ``copy`` (of ``size`` tokens) in place of a message; returns the tokens saved.
+
+        Nothing changes when the copy would not be smaller than what is planned now.
+        """
         saved = self.sizes[index] - size
         if saved <= 0:
             return 0
@@ -216,13 +225,35 @@ def cap_tool_results(plan: Plan, cap: int) -> None:
             plan.shorten(index, cap, "tool_result_cap")
 
 
+def compact_history(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
+    """Replaces history tool results with stubs, in drop order, until the rest fits.
+
+    Whole rounds go in the same order as :func:`drop_by_priority` would drop them, and the
+    saving is rounded up to the step likewise, so the compacted part of the history moves as
+    seldom as a cut does.
+    """
+    excess = plan.tokens - plan.budget
+    if excess <= 0:
+        return
+    goal = _rounded_up(excess, trimmer)
+    saved = 0
+    for block in _drop_order(plan, units, trimmer):
+        if saved >= goal or block.priority_class != "history":
+            break
+        for index in block.indices:
+            message = plan.messages[index]
+            if isinstance(message, ToolMessage):
+                stub = compacted(message)
+                size = trimmer.token_counter.count_message(stub)
+                saved += plan.substitute(index, stub, size, "compacted")
+
+
 def drop_by_priority(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
     """Drops blocks, lowest priority first, until the rest fits (rounded up to the step)."""
     excess = plan.tokens - plan.budget
     if excess <= 0:
         return
-    step = trimmer.prefix_step_tokens if trimmer.prefix_stable else 1
-    goal = math.ceil(excess / step) * step
+    goal = _rounded_up(excess, trimmer)
     dropped = 0
     previous_class: PriorityClass | None = None
     for block in _drop_order(plan, units, trimmer):
@@ -232,6 +263,12 @@ def drop_by_priority(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) ->
         plan.drop(block.indices, "dropped_for_budget")
         dropped += block.tokens
         previous_class = block.priority_class
+
+
+def _rounded_up(excess: int, trimmer: PriorityTrimmer) -> int:
+    """The tokens to take off: ``excess``, rounded up to the step with ``prefix_stable``."""
+    step = trimmer.prefix_step_tokens if trimmer.prefix_stable else 1
+    return math.ceil(excess / step) * step
 
 
 def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list[_Block]:
@@ -249,7 +286,7 @@ def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list
     for priority_class in reversed(trimmer.priority_order):
         members = droppable[priority_class]
         if priority_class == "history":
-            rounds = _history_drop_order(members, trimmer)
+            rounds = _history_drop_order(plan, members, trimmer)
             order.extend(block("history", r) for r in rounds)
         elif priority_class == "system":
             # The first system message usually holds the main instructions: it goes last.
@@ -259,8 +296,14 @@ def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list
     return order
 
 
-def _history_drop_order(units: list[Unit], trimmer: PriorityTrimmer) -> list[list[Unit]]:
-    """Returns history rounds in drop order: middle and tail oldest first, head last first."""
+def _history_drop_order(
+    plan: Plan, units: list[Unit], trimmer: PriorityTrimmer
+) -> list[list[Unit]]:
+    """Returns history rounds in drop order: middle and tail oldest first, head last first.
+
+    With ``history_selection="relevance"`` the rounds go least relevant to the latest user
+    message first (BM25), in that order among equally relevant ones.
+    """
     rounds: dict[int, list[Unit]] = {}
     for unit in units:
         rounds.setdefault(unit.round, []).append(unit)
@@ -269,7 +312,16 @@ def _history_drop_order(units: list[Unit], trimmer: PriorityTrimmer) -> list[lis
     tail_start = max(len(ordered) - trimmer.history_keep_tail, 0)
     head_end = min(trimmer.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
-    return middle + head[::-1] + tail  # the history erodes outwards from its middle
+    order = middle + head[::-1] + tail  # the history erodes outwards from its middle
+    if trimmer.history_selection == "relevance" and len(order) > 1:
+        question = next(
+            (plan.messages[i].text for i, c in enumerate(plan.classes) if c == "latest_user"), ""
+        )
+        texts = [[plan.messages[i].text for u in r for i in u.indices] for r in order]
+        scores = bm25_scores(question, texts, trimmer.term_cache)
+        ranked = sorted(range(len(order)), key=lambda k: scores[k])  # stable: ties keep age
+        order = [order[k] for k in ranked]
+    return order
 
 
 def shorten_must_keep(plan: Plan) -> None:
@@ -289,3 +341,27 @@ def shorten_must_keep(plan: Plan) -> None:
             excess -= plan.shorten(index, target, "shortened_to_fit")
         if excess <= 0:
             return
+
+
+def question_retention(plan: Plan, trimmer: PriorityTrimmer) -> float | None:
+    """Of the latest user message's terms found elsewhere in the input, the share still sent.
+
+    1.0 when nothing was dropped or shortened; ``None`` when the question has no terms, or
+    shares none with the rest of the input.
+    """
+    question = next(
+        (i for i, c in enumerate(plan.classes) if c == "latest_user" and not plan.dropped[i]),
+        None,
+    )
+    if question is None:
+        return None
+    text = plan.messages[question].text
+    if not plan.shortened and not any(plan.dropped):
+        return 1.0 if trimmer.term_cache.counts(text) else None
+    others = [m.text for i, m in enumerate(plan.messages) if i != question]
+    available = term_coverage(text, others, trimmer.term_cache)
+    if not available:
+        return None
+    sent = [m.text for m in plan.output() if m is not plan.messages[question]]
+    kept = term_coverage(text, sent, trimmer.term_cache) or 0.0
+    return round(min(kept / available, 1.0), 4)

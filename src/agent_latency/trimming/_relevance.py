@@ -26,9 +26,69 @@ _CJK = re.compile(
 )
 # Words so common in questions that matching them says nothing about a round's subject.
 _STOPWORDS: Final = frozenset(
-    "a an and are as at be but by can could did do does for from had has have how i if in into "
-    "is it its me my no not of on or our so that the their them then there these they this to "
-    "up was we were what when where which who why will with would you your".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "up",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
 )
 
 
@@ -58,9 +118,7 @@ def terms(text: str) -> list[str]:
     return found
 
 
-def bm25_scores(
-    query: str, documents: Sequence[Iterable[str]], cache: TermCache
-) -> list[float]:
+def bm25_scores(query: str, documents: Sequence[Iterable[str]], cache: TermCache) -> list[float]:
     """Scores each document (a round: the texts of its messages) against ``query``.
 
     Args:
@@ -83,9 +141,7 @@ def bm25_scores(
     lengths = [sum(bag.values()) for bag in bags]
     average = (sum(lengths) / len(lengths)) or 1.0
     frequency = {t: sum(1 for bag in bags if t in bag) for t in query_terms}
-    idf = {
-        t: math.log(1 + (len(bags) - n + 0.5) / (n + 0.5)) for t, n in frequency.items() if n
-    }
+    idf = {t: math.log(1 + (len(bags) - n + 0.5) / (n + 0.5)) for t, n in frequency.items() if n}
     scores = []
     for bag, length in zip(bags, lengths, strict=True):
         norm = _K1 * (1 - _B + _B * length / average)

@@ -30,15 +30,22 @@ class RequestExtras:
             OpenAI tool dicts.
         response_format: The ``response_format`` sent (an OpenAI dict, or a schema to convert).
         strict: Whether the tools are sent with ``strict: true`` (structured output does this).
+        output_tools: Tools sent after ``tools`` that a tool budget never drops (the
+            structured-output tools of ``create_agent``).
     """
 
     tools: tuple[object, ...] = ()
     response_format: object | None = None
     strict: bool | None = None
+    output_tools: tuple[object, ...] = ()
 
 
 def extras(
-    tools: object, response_format: object | None = None, *, strict: bool | None = None
+    tools: object,
+    response_format: object | None = None,
+    *,
+    strict: bool | None = None,
+    output_tools: Sequence[object] = (),
 ) -> RequestExtras:
     """Checks and packs the tools and response format of a request.
 
@@ -53,7 +60,7 @@ def extras(
             f"PriorityTrimmer: tools must be a list of tools (BaseTool, functions, pydantic "
             f"models or OpenAI tool dicts), got {type(tools).__name__}."
         )
-    return RequestExtras(tuple(tools), response_format, strict)
+    return RequestExtras(tuple(tools), response_format, strict, tuple(output_tools))
 
 
 def extras_of_model(model: object) -> RequestExtras:
@@ -95,20 +102,36 @@ class ExtrasCounter:
         Raises:
             ValueError: When a tool cannot be converted to an OpenAI tool definition.
         """
-        if not request.tools and request.response_format is None:
+        if not request.tools and not request.output_tools and request.response_format is None:
             return 0, 0
-        key = (tuple(map(id, request.tools)), id(request.response_format), request.strict)
+        key = ("count", *map(id, request.tools), id(request.response_format), request.strict)
+        key += tuple(map(id, request.output_tools))
         entry = self._cache.get(key)
         # The entry holds the objects themselves, so their ids are not reused while it lives.
         if entry is not None and _same(entry[0], request):
             return cast(tuple[int, int], entry[1])
-        tools = wire_tools(request.tools, strict=request.strict)
+        tools = wire_tools([*request.tools, *request.output_tools], strict=request.strict)
         counts = (
             self._counter.count_tools(tools) if tools else 0,
             self._count_response_format(request.response_format),
         )
         self._cache.put(key, (request, counts))
         return counts
+
+    def describe(self, request: RequestExtras) -> list[tuple[str, str, int]]:
+        """Returns each of ``request.tools`` as (name, name and description, tokens alone)."""
+        key = ("describe", *map(id, request.tools), request.strict)
+        entry = self._cache.get(key)
+        if entry is not None and _same(entry[0], request, response_format=False):
+            return cast(list[tuple[str, str, int]], entry[1])
+        described = []
+        for tool in wire_tools(request.tools, strict=request.strict):
+            function = tool.get("function") or {}
+            name = str(function.get("name") or tool.get("type") or "")
+            text = f"{name.replace('_', ' ')} {function.get('description') or ''}"
+            described.append((name, text, self._counter.count_tools([tool])))
+        self._cache.put(key, (request, described))
+        return described
 
     def _count_response_format(self, value: object) -> int:
         if value is None:
@@ -119,13 +142,17 @@ class ExtrasCounter:
         return self._counter.count_response_format(value)
 
 
-def _same(cached: RequestExtras, request: RequestExtras) -> bool:
+def _same(cached: RequestExtras, request: RequestExtras, *, response_format: bool = True) -> bool:
     return (
-        len(cached.tools) == len(request.tools)
-        and all(a is b for a, b in zip(cached.tools, request.tools, strict=True))
-        and cached.response_format is request.response_format
+        _same_objects(cached.tools, request.tools)
+        and _same_objects(cached.output_tools, request.output_tools)
+        and (not response_format or cached.response_format is request.response_format)
         and cached.strict == request.strict
     )
+
+
+def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def wire_tools(tools: Sequence[object], *, strict: bool | None = None) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ Rule = Literal[
     "dropped_for_budget",
     "orphan_tool_result",
     "tool_result_cap",
+    "compacted",
     "shortened_to_fit",
 ]
 """Why it happened; :data:`RULE_EXPLANATIONS` says what each rule means."""
@@ -58,6 +59,11 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
         "dropped; a tool result that no preceding tool call asked for.",
     ),
     "tool_result_cap": ("over tool result cap", "shortened to `max_tool_result_tokens`."),
+    "compacted": (
+        "old tool result",
+        "a history tool result replaced by a one-line stub (`compact_tool_results`) before "
+        "whole rounds were dropped; the call stays.",
+    ),
     "shortened_to_fit": (
         "must-keep over budget",
         "shortened further because the must-keep messages exceed the budget.",
@@ -75,17 +81,6 @@ _FIXED_PARTS: Final = (
     ("framing_tokens", "request framing", ""),
 )
 """The parts of a request that no trim removes: (field, name, how to make it smaller)."""
-
-WHOLE_REQUEST_FIELDS: Final[Mapping[str, str]] = {
-    "tool_tokens": semconv.TRIM_TOOL_TOKENS,
-    "response_format_tokens": semconv.TRIM_RESPONSE_FORMAT_TOKENS,
-    "framing_tokens": semconv.TRIM_FRAMING_TOKENS,
-    "must_keep_tokens": semconv.TRIM_MUST_KEEP_TOKENS,
-    "fixed_tokens": semconv.TRIM_FIXED_TOKENS,
-    "effective_budget": semconv.TRIM_EFFECTIVE_BUDGET,
-}
-"""The integer fields describing the whole request, with their span attributes (to join
-``TRIM_FIELDS`` in ``_trace_link``; until then :meth:`TrimResult.span_attributes` adds them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +161,12 @@ class TrimResult:
             user message and the current tool call with its results.
         calibration: The calibration whose factor set ``effective_budget``, for the callback
             handler to feed the server's count back into; ``None`` without calibration.
+        tools: With a ``tool_budget``: the tools to send (the request's own objects, in its
+            order); ``None`` otherwise.
+        dropped_tools: With a ``tool_budget``: the names of the tools left out.
+        question_retention: A proxy for what the trim cost the answer: of the latest user
+            message's terms that occur elsewhere in the input, the share still in what is
+            sent (1.0 when nothing was left out); ``None`` without such terms.
     """
 
     messages: list[BaseMessage] = field(repr=False)
@@ -183,6 +184,9 @@ class TrimResult:
     framing_tokens: int
     must_keep_tokens: int
     calibration: PromptCalibration | None = field(default=None, repr=False, compare=False)
+    tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
+    dropped_tools: tuple[str, ...] = ()
+    question_retention: float | None = None
     _plan: Plan = field(repr=False, compare=False)
 
     @property
@@ -208,7 +212,7 @@ class TrimResult:
         """
         if not self.over_budget:
             return None
-        parts = self._fixed_parts()
+        parts = self._fixed_parts() or [("", "the request", self.tokens_after)]
         (_, name, tokens), *rest = parts
         return "; ".join(
             [f"{name}: {tokens:,} of {self.tokens_after:,} tokens"]
@@ -220,7 +224,8 @@ class TrimResult:
         """How to make the largest part of the fixed part smaller, when ``over_budget``."""
         if not self.over_budget:
             return None
-        hint = self._fixed_parts()[0][0]
+        parts = self._fixed_parts()
+        hint = parts[0][0] if parts else ""
         return f"{hint}, or raise the budget" if hint else "raise the budget"
 
     def _fixed_parts(self) -> list[tuple[str, str, int]]:
@@ -252,12 +257,15 @@ class TrimResult:
 
     def span_attributes(self) -> dict[str, AttributeValue]:
         """Returns the ``agent_latency.trim.*`` attributes describing this trim."""
-        fields = {**WHOLE_REQUEST_FIELDS, **TRIM_FIELDS}
         attributes: dict[str, AttributeValue] = {
-            attribute: getattr(self, name) for name, attribute in fields.items()
+            attribute: getattr(self, name) for name, attribute in TRIM_FIELDS.items()
         }
         if self.calibration is not None:
             attributes[semconv.TRIM_CALIBRATION_FACTOR] = self.calibration_factor
+        if self.question_retention is not None:
+            attributes[semconv.TRIM_QUESTION_RETENTION] = self.question_retention
+        if self.dropped_tools:
+            attributes[semconv.TRIM_DROPPED_TOOLS] = list(self.dropped_tools)
         cause = self.over_budget_cause
         if cause is not None:
             attributes[semconv.TRIM_OVER_BUDGET_CAUSE] = cause

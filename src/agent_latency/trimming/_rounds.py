@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency._tokens import role_of
 
@@ -77,7 +77,14 @@ def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
                 if call["id"] is not None:
                     unit_of_call[call["id"]] = owner
         else:
-            role = role_of(message)
+            # The common types first: role_of looks at ChatMessage roles and their aliases.
+            role = (
+                "user"
+                if isinstance(message, HumanMessage)
+                else "system"
+                if isinstance(message, SystemMessage)
+                else role_of(message)
+            )
             if role == "user":
                 current_round += 1
                 open_unit("user", index)

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
-from agent_latency._trace_link import find_run_context
+from agent_latency._trace_link import TRIM_EVENT, find_run_context
 from agent_latency.semconv import TRIM_SPAN_NAME
 
 if TYPE_CHECKING:
@@ -55,3 +55,19 @@ def run_context(
     return find_run_context(run_manager.handlers, run_manager.run_id) or find_run_context(
         run_manager.handlers, run_manager.parent_run_id
     )
+
+
+def report_trim(run_manager: CallbackManagerForChainRun, result: TrimResult) -> None:
+    """Reports the trim to the run's handlers as the custom event they link to the model call."""
+    try:
+        run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
+    except Exception:  # a handler with raise_error=True must not fail the trim
+        logger.debug("Reporting the trim event failed", exc_info=True)
+
+
+async def areport_trim(run_manager: AsyncCallbackManagerForChainRun, result: TrimResult) -> None:
+    """Reports the trim to the run's handlers (async runs); see :func:`report_trim`."""
+    try:
+        await run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
+    except Exception:  # a handler with raise_error=True must not fail the trim
+        logger.debug("Reporting the trim event failed", exc_info=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks.manager import (
@@ -30,19 +30,27 @@ from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
 
 from agent_latency._calibration import PromptCalibration, calibration_for
-from agent_latency._config import PRIORITY_CLASSES, Settings
+from agent_latency._config import (
+    HISTORY_SELECTIONS,
+    PRIORITY_CLASSES,
+    HistorySelection,
+    Settings,
+)
 from agent_latency._messages import coerce_messages
 from agent_latency._tokens import TokenCounter, TokenCounting
-from agent_latency._trace_link import TRIM_EVENT
+from agent_latency.trimming._hook import pre_model_hook, system_prompt
 from agent_latency.trimming._options import validated_bool, validated_int, validated_order
 from agent_latency.trimming._plan import (
     Plan,
     cap_tool_results,
     classify,
+    compact_history,
     drop_by_priority,
     mark_kept,
+    question_retention,
     shorten_must_keep,
 )
+from agent_latency.trimming._relevance import TermCache
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
 from agent_latency.trimming._result import (
     Action,
@@ -53,7 +61,14 @@ from agent_latency.trimming._result import (
 )
 from agent_latency.trimming._rounds import group_units
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
-from agent_latency.trimming._tracing import end_span, run_context, start_span
+from agent_latency.trimming._tools import select_tools
+from agent_latency.trimming._tracing import (
+    areport_trim,
+    end_span,
+    report_trim,
+    run_context,
+    start_span,
+)
 
 __all__ = [
     "Action",
@@ -90,6 +105,10 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         keep_latest_user: Never drop the latest user message (its middle may be shortened).
         history_keep_head: How many first history rounds are dropped only after the middle ones.
         history_keep_tail: How many last history rounds are dropped only after the middle ones.
+        history_selection: Which middle history rounds are kept first: the newest (``"age"``)
+            or the most relevant to the latest user message (``"relevance"``, lexical BM25).
+        compact_tool_results: Before whole history rounds are dropped, replace their tool
+            results with a one-line stub that keeps the call and the result's first line.
         max_tool_result_tokens: A tool result above this many tokens is shortened to it when
             the input does not fit. Default: a quarter of the budget (at least 32).
         prefix_stable: Move the cut point in steps so the prompt prefix stays identical
@@ -98,6 +117,11 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             prefix stable for more calls but sends up to that many tokens less context.
         tools: The tools sent with every request (as given to ``bind_tools``); see also
             :meth:`for_model`. A request's own tools given to :meth:`trim` replace them.
+        tool_budget: Makes tool definitions trimmable (opt-in; only ``TrimmingMiddleware``
+            can send fewer tools): the most tokens they may take. The tools the conversation
+            called and ``pinned_tools`` are kept, then the others by relevance to the latest
+            user message while they fit. Default: ``None``, every tool is sent.
+        pinned_tools: Names of tools a ``tool_budget`` never drops.
         response_format: The ``response_format`` sent with every request, if any.
         token_counter: The counter to use (its vocabulary and chat template); pass one to share
             its cache. Default: a new ``TokenCounter()`` (cl100k, OpenAI's framing).
@@ -118,11 +142,15 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         keep_latest_user: bool = True,
         history_keep_head: int = 2,
         history_keep_tail: int = 4,
+        history_selection: HistorySelection = "age",
+        compact_tool_results: bool = False,
         max_tool_result_tokens: int | None = None,
         prefix_stable: bool = True,
         prefix_step_tokens: int | None = None,
         tools: Sequence[object] | None = None,
         response_format: object | None = None,
+        tool_budget: int | None = None,
+        pinned_tools: Sequence[str] = (),
         token_counter: TokenCounting | None = None,
         calibration: PromptCalibration | None = None,
         tracer_provider: TracerProvider | None = None,
@@ -140,6 +168,14 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self.history_keep_tail = validated_int(
             "history_keep_tail", history_keep_tail, 0, "rounds; e.g. 4"
         )
+        if history_selection not in HISTORY_SELECTIONS:
+            raise ValueError(
+                f"PriorityTrimmer: history_selection must be one of "
+                f"{', '.join(HISTORY_SELECTIONS)}, got {history_selection!r}."
+            )
+        self.history_selection: HistorySelection = history_selection
+        self.compact_tool_results = validated_bool("compact_tool_results", compact_tool_results)
+        self.term_cache = TermCache()
         default_share = self.budget // DEFAULT_BUDGET_FRACTION
         self.max_tool_result_tokens = validated_int(
             "max_tool_result_tokens",
@@ -174,6 +210,16 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self._shortener = MessageShortener(self.token_counter)
         self._extras_counter = ExtrasCounter(self.token_counter)
         self._extras = extras(tools, response_format)
+        self.tool_budget = (
+            None
+            if tool_budget is None
+            else validated_int("tool_budget", tool_budget, 1, "tokens of tool definitions")
+        )
+        if isinstance(pinned_tools, str) or not all(isinstance(n, str) for n in pinned_tools):
+            raise ValueError(
+                f"PriorityTrimmer: pinned_tools must be a list of tool names, got {pinned_tools!r}."
+            )
+        self.pinned_tools = frozenset(pinned_tools)
         self._extras_counter.count(self._extras)  # a tool that cannot be converted fails here
         self._tracer = trace.get_tracer("agent_latency", tracer_provider=tracer_provider)
 
@@ -200,6 +246,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             "keep_latest_user": prompt.keep_latest_user,
             "history_keep_head": prompt.history_keep_head,
             "history_keep_tail": prompt.history_keep_tail,
+            "history_selection": prompt.history_selection,
+            "compact_tool_results": prompt.compact_tool_results,
         }
         if "calibration" not in options:
             from_settings["calibration"] = calibration_for(llm.base_url, llm.model)
@@ -246,6 +294,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         tools: Sequence[object] | None = _UNSET,
         response_format: object | None = _UNSET,
         strict_tools: bool | None = None,
+        output_tools: Sequence[object] = (),
     ) -> TrimResult:
         """Trims ``messages`` so the whole request fits the budget, recording a trim span.
 
@@ -257,6 +306,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             response_format: The ``response_format`` this request sends. Default: the
                 trimmer's own.
             strict_tools: Whether ``tools`` are sent with ``strict: true``.
+            output_tools: Tools sent after ``tools`` that ``tool_budget`` never drops (the
+                structured-output tools of an agent).
 
         Returns:
             The messages to send and what was done to get them.
@@ -266,11 +317,12 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             ValueError: When an OpenAI-format dict or a tool is malformed (naming the index).
         """
         request = self._extras
-        if tools is not _UNSET or response_format is not _UNSET:
+        if tools is not _UNSET or response_format is not _UNSET or output_tools:
             request = extras(
                 request.tools if tools is _UNSET else tools,
                 request.response_format if response_format is _UNSET else response_format,
                 strict=strict_tools,
+                output_tools=output_tools,
             )
         span = start_span(self._tracer, context)
         try:
@@ -329,54 +381,40 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
                 messages: put the trimmer inside it instead).
             ValueError: When a tool cannot be converted to an OpenAI tool definition.
         """
-        if isinstance(prompt, str):
-            prompt = SystemMessage(prompt)
-        elif prompt is not None and not isinstance(prompt, SystemMessage):
-            raise TypeError(
-                "as_pre_model_hook: prompt must be the str or SystemMessage given to "
-                f"create_react_agent, got {type(prompt).__name__}; with a callable prompt, "
-                "call trimmer.invoke(messages) inside it instead."
-            )
+        system = system_prompt(prompt)
         changes: dict[str, Any] = {} if tools is None else {"tools": tools}
-        if prompt is not None:
+        if system is not None:
             changes["keep_system"] = True  # LangGraph sends the prompt whatever the hook returns
-        trimmer = self._with(**changes) if changes else self
-
-        def trim_before_model(state: Any) -> dict[str, list[BaseMessage]]:
-            messages = state["messages"] if isinstance(state, Mapping) else state.messages
-            if prompt is None:
-                return {"llm_input_messages": trimmer.invoke(messages)}
-            trimmed = trimmer.invoke([prompt, *messages])
-            return {"llm_input_messages": [m for m in trimmed if m is not prompt]}
-
-        return trim_before_model
+        return pre_model_hook(self._with(**changes) if changes else self, system)
 
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun
     ) -> list[BaseMessage]:
         result = self.trim(input_, context=run_context(run_manager))
-        try:
-            run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
-        except Exception:  # a handler with raise_error=True must not fail the trim
-            logger.debug("Reporting the trim event failed", exc_info=True)
+        report_trim(run_manager, result)
         return result.messages
 
     async def _atrim_in_run(
         self, input_: Any, run_manager: AsyncCallbackManagerForChainRun
     ) -> list[BaseMessage]:
         result = self.trim(input_, context=run_context(run_manager))
-        try:
-            await run_manager.get_child().on_custom_event(
-                TRIM_EVENT, result, run_id=run_manager.run_id
-            )
-        except Exception:  # a handler with raise_error=True must not fail the trim
-            logger.debug("Reporting the trim event failed", exc_info=True)
+        await areport_trim(run_manager, result)
         return result.messages
 
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         messages = coerce_messages(value)
         counts = [self.token_counter.count_message(message) for message in messages]
+        dropped_tools: tuple[str, ...] = ()
+        if self.tool_budget is not None and request.tools:
+            request, dropped_tools = select_tools(
+                request,
+                messages,
+                budget=self.tool_budget,
+                pinned=self.pinned_tools,
+                counter=self._extras_counter,
+                terms=self.term_cache,
+            )
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
         framing = input_framing = self.token_counter.count_framing(messages)
         factor = self.calibration.factor if self.calibration is not None else 1.0
@@ -394,6 +432,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             plan.fits()
         else:
             cap_tool_results(plan, self.max_tool_result_tokens)
+            if self.compact_tool_results:
+                compact_history(plan, units, self)
             drop_by_priority(plan, units, self)
             shorten_must_keep(plan)
         output = plan.output()
@@ -416,7 +456,10 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             response_format_tokens=response_format_tokens,
             framing_tokens=framing,
             must_keep_tokens=sum(plan.must_keep_by_class().values()),
+            tools=request.tools if self.tool_budget is not None else None,
+            dropped_tools=dropped_tools,
             calibration=self.calibration,
+            question_retention=question_retention(plan, self),
             _plan=plan,
         )
 
