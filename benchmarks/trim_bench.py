@@ -35,9 +35,9 @@ from langchain_core.messages import (
     ToolMessage,
     trim_messages,
 )
+from tokenizer_cost import main as tokenizer_costs  # this script's folder is on sys.path
 
-from agent_latency._tokens import TokenCounter
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency import PriorityTrimmer, TokenCounter
 
 BUDGET = 6000
 HISTORY_MESSAGES = 400
@@ -178,8 +178,9 @@ def _timed(run: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 
 
 def _uncached_exact_counter() -> Callable[[list[BaseMessage]], int]:
-    counter = TokenCounter(cache_size=1)  # same rule, effectively no cache
-    return counter.count_messages
+    # The same rule with nothing remembered: a new counter (the vocabulary is loaded once per
+    # process) for every count, as a plain tiktoken counter would.
+    return lambda messages: TokenCounter().count_messages(messages)
 
 
 def measure_speed(history: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -214,6 +215,21 @@ def measure_speed(history: list[BaseMessage]) -> list[dict[str, Any]]:
 
     row("PriorityTrimmer warm", *_timed(warm, 200))
 
+    def warm_with(budget: int = BUDGET, **options: Any) -> Callable[[], list[BaseMessage]]:
+        variant = PriorityTrimmer(budget, token_counter=TokenCounter(), **options)
+        variant.trim(history)
+        return lambda: variant.trim([*history, next(new_messages)]).messages
+
+    row("PriorityTrimmer warm, relevance", *_timed(warm_with(history_selection="relevance"), 200))
+    row("PriorityTrimmer warm, compaction", *_timed(warm_with(compact_tool_results=True), 200))
+    tools = forty_tools()
+    tool_tokens = TokenCounter().count_tools(tools)
+    # The budget grows by the tools' tokens, so the messages get the same 6,000 as above.
+    row(
+        f"PriorityTrimmer warm, 40 tools ({tool_tokens:,} tokens)",
+        *_timed(warm_with(BUDGET + tool_tokens, tools=tools), 200),
+    )
+
     def with_counter(counter: Any) -> Callable[[], Any]:
         return lambda: trim_messages(
             history,
@@ -227,6 +243,28 @@ def measure_speed(history: list[BaseMessage]) -> list[dict[str, Any]]:
     row("trim_messages exact (cached)", *_timed(with_counter(exact.count_messages), 20))
     row("trim_messages approximate", *_timed(with_counter("approximate"), 20))
     return rows
+
+
+def forty_tools() -> list[dict[str, Any]]:
+    """Forty OpenAI tool definitions of about 150 tokens each, as an agent with many tools has."""
+    rng = random.Random(40)
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"{rng.choice(_WORDS)}_{rng.choice(_WORDS)}_{k}",
+                "description": " ".join(_sentence(rng) for _ in range(3)),
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        name: {"type": "string", "description": _sentence(rng)}
+                        for name in rng.sample(_WORDS, 4)
+                    },
+                },
+            },
+        }
+        for k in range(40)
+    ]
 
 
 def measure_one_counting_pass(history: list[BaseMessage]) -> float:
@@ -324,6 +362,8 @@ def main() -> None:
         ("prefix_stable=False", {"prefix_stable": False}),
         (f"prefix_stable, step {step} (default)", {}),
         (f"prefix_stable, step {2 * step}", {"prefix_step_tokens": 2 * step}),
+        ("prefix_stable, relevance", {"history_selection": "relevance"}),
+        ("prefix_stable, compaction", {"compact_tool_results": True}),
     ):
         p = measure_prefix_reuse(history, **options)
         print(
@@ -334,6 +374,9 @@ def main() -> None:
         "prefilled: mean prompt tokens per call not shared with the previous prompt (what a "
         "server with a prefix cache still has to process before the first token)."
     )
+
+    print("\nCold cost of each tokenizer (benchmarks/tokenizer_cost.py):")
+    tokenizer_costs()
 
 
 if __name__ == "__main__":

@@ -195,7 +195,11 @@ class DocSession:
                 self._addresses[documented] = f"127.0.0.1:{sim.port}"
 
         with self._monkeypatch.context() as patch:
-            patch.setattr(agent_latency.sim, "run_simulator", serve)
+            # Wherever the CLI took the name from (a module-level import binds it early).
+            real = agent_latency.sim.run_simulator
+            for module in list(sys.modules.values()):
+                if getattr(module, "run_simulator", None) is real:
+                    patch.setattr(module, "run_simulator", serve)
             self._status = _cli.main(["sim", *options])
         captured = self._capsys.readouterr()
         assert self._status == 0, f"sim {' '.join(options)}: {captured.err}"

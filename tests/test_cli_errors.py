@@ -26,6 +26,7 @@ FILES = {
     "unknown_key.toml": '[llm]\nmodle = "x"\n',
     "list.json": "[]",
     "broken_settings.json": "{",
+    "big.json": "[" + "1" * 5000 + "]",
 }
 
 
@@ -47,6 +48,7 @@ CASES = [
     (["frobnicate"], "No such command 'frobnicate'"),
     (["--verbose"], "No such option: --verbose"),
     (["trim"], "Missing argument"),
+    (["trim", "big.json"], "big.json: a number has more than 4300 digits"),
     (["trim", "ok.json", "--budget", "0"], "--budget"),
     (["trim", "ok.json", "--budget", "many"], "--budget"),
     (["trim", "ok.json", "--colour"], "No such option: --colour"),

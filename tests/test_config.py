@@ -588,7 +588,7 @@ def test_website_base_url_warns(
     assert len(settings.warnings) == 1
     assert "config.toml: llm.base_url" in settings.warnings[0]
     assert "Fix" in settings.warnings[0]
-    logged = [r for r in caplog.records if r.name == "agent_latency"]
+    logged = [r for r in caplog.records if r.name == "agent_latency.config"]
     assert [r.getMessage() for r in logged] == list(settings.warnings)
     assert logged[0].levelno == logging.WARNING
 
@@ -610,7 +610,7 @@ def test_api_root_base_url_does_not_warn(
         settings, _, _ = _load(tmp_path, f'[llm]\nbase_url = "{base_url}"\n')
 
     assert settings.warnings == ()
-    assert [r for r in caplog.records if r.name == "agent_latency"] == []
+    assert [r for r in caplog.records if r.name == "agent_latency.config"] == []
 
 
 # --- command-line overrides (bench, doctor) -----------------------------------------------------

@@ -103,7 +103,7 @@ def test_a_key_with_a_final_newline_is_stripped_and_the_log_says_so_without_it(
 
     assert loaded.llm.api_key is not None
     assert loaded.llm.api_key.get_secret_value() == KEY
-    (record,) = [r for r in caplog.records if r.name == "agent_latency"]
+    (record,) = [r for r in caplog.records if r.name == "agent_latency.config"]
     assert "config.toml: llm.api_key" in record.getMessage()
     assert "whitespace" in record.getMessage()
     assert KEY not in caplog.text

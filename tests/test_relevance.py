@@ -74,7 +74,7 @@ def conversation(rounds: int, needle_round: int) -> list[BaseMessage]:
 
 def test_relevance_keeps_a_relevant_middle_round_that_age_drops() -> None:
     messages = conversation(rounds=14, needle_round=6)
-    budget = COUNTER.count_messages(messages) // 2
+    budget = COUNTER.count_messages(messages) * 3 // 5  # head, tail and one middle round
     by_age = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
     by_relevance = PriorityTrimmer(
         budget, token_counter=COUNTER, history_selection="relevance"
@@ -148,7 +148,7 @@ def test_question_retention_is_the_share_of_question_terms_still_sent() -> None:
     messages = conversation(rounds=14, needle_round=6)
     whole = PriorityTrimmer(10**6, token_counter=COUNTER).trim(messages)
     assert whole.question_retention == 1.0
-    budget = COUNTER.count_messages(messages) // 2
+    budget = COUNTER.count_messages(messages) * 3 // 5
     by_age = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
     by_relevance = PriorityTrimmer(
         budget, token_counter=COUNTER, history_selection="relevance"

@@ -308,3 +308,11 @@ def test_server_stalling_then_resetting_mid_stream_is_on_the_span(
     assert len(stalls) == 1 and stalls[0].attributes[semconv.STALL_AFTER_CHUNKS] == 3
     assert records[0].chunks == 6
     assert handler.open_runs == 0
+
+
+def test_grpc_without_the_grpc_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if agent-latency[grpc] were not installed: the gRPC exporter modules cannot be imported.
+    for module in ("trace_exporter", "metric_exporter"):
+        monkeypatch.setitem(sys.modules, f"opentelemetry.exporter.otlp.proto.grpc.{module}", None)
+    with pytest.raises(ImportError, match=r"pip install 'agent-latency\[grpc\]'"):
+        configure_telemetry(exporter="otlp-grpc", endpoint=closed_port_endpoint(), set_global=False)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from agent_latency._config_sources import ENV_API_KEY, ConfigError
 from agent_latency._redaction import display_url
 
-logger = logging.getLogger("agent_latency")
+logger = logging.getLogger("agent_latency.config")
 
 
 def checked_key(key: str, place: str) -> str:

@@ -17,7 +17,6 @@ from typing import Any, Final, Literal, get_args
 from pydantic import SecretStr
 
 from agent_latency._channel_checks import base_url_warnings, check_base_url, checked_key
-from agent_latency._channel_checks import is_http_url as is_http_url  # telemetry imports it here
 from agent_latency._config_sources import (
     JSON_SCHEMA,
     TOML_SCHEMA,
@@ -32,7 +31,7 @@ from agent_latency._config_sources import (
 from agent_latency._config_sources import ConfigError as ConfigError
 from agent_latency._redaction import display_url
 
-logger = logging.getLogger("agent_latency")
+logger = logging.getLogger("agent_latency.config")
 
 PriorityClass = Literal["system", "latest_user", "tool_result", "history"]
 """The message classes ``prompt.priority_order`` ranks (docs/trimming.md)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -159,7 +160,14 @@ def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
         ) from None
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to read.") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
+    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise ValueError(
+            f"{path}: a number has more than {sys.get_int_max_str_digits()} digits. "
+            "Fix: shorten it to a real value."
+        ) from None
+    except OSError as exc:
         raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
 
 

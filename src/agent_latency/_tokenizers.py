@@ -139,7 +139,7 @@ class HuggingFaceVocabulary:
         except ImportError:
             raise ValueError(
                 f"tokenizer {path!r}: reading a tokenizer.json needs the 'tokenizers' package. "
-                "Fix: pip install tokenizers (or agent-latency[hf])."
+                "Fix: pip install tokenizers (or 'agent-latency[tokenizers]')."
             ) from None
         try:
             self._tokenizer = Tokenizer.from_file(path)

@@ -1,15 +1,18 @@
 """``bench --plot``: the bench results as a PNG, drawn with matplotlib (an optional dependency).
 
-Left: TTFT and total p50 per mode, with whiskers up to the p95. Right: TTFT against prompt tokens
-over a sweep of budgets, with the fitted prefill line. matplotlib is imported only here, and only
-through its object-oriented API (no pyplot, no global backend switch).
+Left: TTFT and total p50 per mode, with whiskers up to the p95. Then TTFT against prompt tokens
+over a sweep of budgets, with the fitted prefill line; and with ``--quality``, retention against
+predicted TTFT per strategy and budget: the latency/quality trade-off. matplotlib is imported
+only here, and only through its object-oriented API (no pyplot, no global backend switch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+from agent_latency.bench._quality import QualityRow
 from agent_latency.bench._results import BenchReport
 
 _INSTALL_HINT: Final = "pip install 'agent-latency[plot]'"
@@ -28,8 +31,10 @@ def require_matplotlib() -> None:
         raise ValueError(f"--plot needs matplotlib; install it with {_INSTALL_HINT}.") from None
 
 
-def write_plot(report: BenchReport, path: str | Path) -> None:
-    """Draws ``report`` into a PNG file at ``path``.
+def write_plot(
+    report: BenchReport, path: str | Path, *, quality: Sequence[QualityRow] | None = None
+) -> None:
+    """Draws ``report`` (and the ``quality`` rows, when given) into a PNG file at ``path``.
 
     Raises:
         ValueError: When matplotlib is missing.
@@ -39,7 +44,7 @@ def write_plot(report: BenchReport, path: str | Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = 2 if report.sweep else 1
+    panels = 1 + bool(report.sweep) + bool(quality)
     figure = Figure(figsize=(6.5 * panels, 4.8), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, panels, squeeze=False)[0]
@@ -89,4 +94,26 @@ def write_plot(report: BenchReport, path: str | Path) -> None:
         sweep_axes.set_ylim(bottom=0)
         sweep_axes.legend()
 
+    if quality:
+        _quality_panel(axes[-1], quality)
+
     figure.savefig(Path(path), dpi=110)
+
+
+def _quality_panel(axes: Any, rows: Sequence[QualityRow]) -> None:
+    """Retention against predicted TTFT: one line per strategy through its budgets."""
+    for strategy in dict.fromkeys(row.strategy for row in rows):
+        points = sorted((r for r in rows if r.strategy == strategy), key=lambda r: r.budget)
+        axes.plot(
+            [r.model_ttft_ms for r in points],
+            [100 * r.retention for r in points],
+            marker="o",
+            label=strategy,
+        )
+        for r in points:
+            axes.annotate(f"{r.budget:,}", (r.model_ttft_ms, 100 * r.retention), fontsize=7)
+    axes.set_xlabel("predicted TTFT ms (budget at each point)")
+    axes.set_ylabel("needed facts kept, %")
+    axes.set_title("Latency against answer quality")
+    axes.set_ylim(0, 105)
+    axes.legend(fontsize=8)

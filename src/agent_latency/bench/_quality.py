@@ -222,7 +222,7 @@ class QualityRow:
     """Retention of one strategy at one budget.
 
     Attributes:
-        strategy: ``age``, ``relevance`` or ``trim_messages_last``.
+        strategy: ``age``, ``relevance`` (each also ``+compaction``) or ``trim_messages_last``.
         budget: The prompt token budget.
         retention: Share of cases whose fact survived (0 to 1).
         by_place: Retention per place of the fact.
@@ -237,11 +237,33 @@ class QualityRow:
     mean_tokens: float
     model_ttft_ms: float
 
+    def to_json(self) -> dict[str, object]:
+        """The row as ``bench --json`` writes it under ``"quality"``."""
+        return {
+            "strategy": self.strategy,
+            "budget": self.budget,
+            "retention": round(self.retention, 4),
+            "by_place": {place: round(share, 4) for place, share in self.by_place.items()},
+            "mean_tokens": round(self.mean_tokens, 1),
+            "model_ttft_ms": round(self.model_ttft_ms, 1),
+        }
+
 
 def strategies(budget: int, counter: TokenCounter) -> dict[str, Trim]:
-    """The trims compared: ours by age and by relevance, and LangChain's ``trim_messages``."""
-    by_age = PriorityTrimmer(budget, token_counter=counter)
-    by_relevance = PriorityTrimmer(budget, token_counter=counter, history_selection="relevance")
+    """The trims compared: ours by age and by relevance, each with and without compaction, and
+    LangChain's ``trim_messages`` keeping the last messages."""
+    ours = {
+        name: PriorityTrimmer(budget, token_counter=counter, **options)
+        for name, options in (
+            ("age", {}),
+            ("age+compaction", {"compact_tool_results": True}),
+            ("relevance", {"history_selection": "relevance"}),
+            (
+                "relevance+compaction",
+                {"history_selection": "relevance", "compact_tool_results": True},
+            ),
+        )
+    }
 
     def last(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         return trim_messages(
@@ -253,11 +275,13 @@ def strategies(budget: int, counter: TokenCounter) -> dict[str, Trim]:
             start_on="human",
         )
 
-    return {
-        "age": lambda m: by_age.trim(m).messages,
-        "relevance": lambda m: by_relevance.trim(m).messages,
-        "trim_messages_last": last,
-    }
+    trims: dict[str, Trim] = {name: _messages_of(trimmer) for name, trimmer in ours.items()}
+    trims["trim_messages_last"] = last
+    return trims
+
+
+def _messages_of(trimmer: PriorityTrimmer) -> Trim:
+    return lambda messages: trimmer.trim(messages).messages
 
 
 def run_quality(

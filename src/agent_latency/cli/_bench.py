@@ -33,13 +33,19 @@ from agent_latency.bench import (
     run_bench,
 )
 from agent_latency.bench._plot import require_matplotlib, write_plot
+from agent_latency.bench._quality import PLACES, QualityRow, run_quality
 from agent_latency.bench._report import saving_breakdown
 from agent_latency.bench._results import BASELINE_MODE, GATED_MODE, ModeResult
 from agent_latency.bench._runner import ProgressCallback
 from agent_latency.bench._scenario import load_scenario
+from agent_latency.bench._workload import run_mixed_workload, workload_table
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 _FAILED: Final = "failed"
+_PLACE_HEADERS: Final = dict(
+    zip(PLACES, ("head", "mid", "tail", "old", "now", "rule"), strict=True)
+)
+"""Short column headers of the retention table, by the place of the fact."""
 # No vertical rules, no padding at the edges, one shared space between columns: the tables fit
 # 80 columns with five-digit milliseconds.
 _NARROW: Final[dict[str, Any]] = {
@@ -98,6 +104,22 @@ def bench(
         Path | None,
         typer.Option(metavar="FILE.json", help="A --json file of an earlier run to compare with."),
     ] = None,
+    quality: Annotated[
+        bool,
+        typer.Option(
+            "--quality",
+            help="Also measure what trimming keeps of the facts a question needs (retention) at "
+            "budgets 6,000 and 3,000, per strategy, next to the TTFT the simulator predicts.",
+        ),
+    ] = False,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="Also run a workload on the embedded simulator: mixed (interleaved "
+            "conversations with idle gaps, every strategy and peer; about 3 minutes).",
+        ),
+    ] = None,
     max_regression: Annotated[
         float | None,
         typer.Option(
@@ -114,6 +136,8 @@ def bench(
     """
     if max_regression is not None and baseline is None:
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
+    if workload not in (None, "mixed"):
+        raise ValueError(f"--workload {workload!r}: the only workload is 'mixed'.")
     settings = with_channel_overrides(
         load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
     )
@@ -131,6 +155,15 @@ def bench(
             endpoint_settings, conversation, plan, simulator=simulator, on_call=advance
         )
 
+    retention = run_quality() if quality else None
+    mixed = (
+        run_mixed_workload(
+            settings=settings, messages=conversation if messages is not None else None
+        )
+        if workload == "mixed"
+        else None
+    )
+
     console = Console()
     console.print(modes_table(report))
     breakdown = saving_breakdown(report)
@@ -145,13 +178,22 @@ def bench(
                 f"Prefill: {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens "
                 f"(+ {fit.intercept_ms:,.0f} ms fixed), fitted over {len(report.sweep)} budgets."
             )
+    if retention is not None:
+        console.print(quality_table(retention))
+    if mixed is not None:
+        console.print(Text(workload_table(mixed)), soft_wrap=True)
     for failure in report.failures():
         console.print(Text(f"Failed: {failure}"), style="bold red", soft_wrap=True)
     if json_file is not None:
-        json_file.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+        document = report.to_json()
+        if retention is not None:
+            document["quality"] = [row.to_json() for row in retention]
+        if mixed is not None:
+            document["workload"] = mixed
+        json_file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         console.print(f"Wrote {json_file}")
     if plot is not None:
-        write_plot(report, plot)
+        write_plot(report, plot, quality=retention)
         console.print(f"Wrote {plot}")
     if baseline_ms is not None:
         limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
@@ -312,4 +354,33 @@ def turns_table(report: BenchReport) -> Table:
         )
     headers = ("mean TTFT", "p95 TTFT", "prompt tokens", "cached", "hit", "prefilled")
     _add_figures(table, headers, [r.strategy.label for r in report.turns], rows)
+    return table
+
+
+def quality_table(rows: Sequence[QualityRow]) -> Table:
+    """Returns the retention table: one row per strategy and budget."""
+    table = Table(
+        **_NARROW,
+        caption_justify="left",
+        title="Retention · facts the latest question needs that survive the trim",
+        caption=(
+            "Generated agent conversations (English and Chinese, 12-48 rounds) whose last "
+            "question needs one fact stated at a known place. All: the share whose fact's "
+            "answer is still in what is sent; then by place: the head, a middle and the tail "
+            "round, an old and the current tool result, and a rule the user stated once. TTFT "
+            "(ms): what the simulator's latency model predicts for the mean prompt sent."
+        ),
+    )
+    table.add_column("strategy", no_wrap=True)
+    headers = ("budget", "all", *_PLACE_HEADERS.values(), "TTFT")
+    figures = [
+        (
+            f"{row.budget:,}",
+            f"{row.retention:.0%}",
+            *(f"{row.by_place[p]:.0%}" for p in _PLACE_HEADERS),
+            _ms(row.model_ttft_ms),
+        )
+        for row in rows
+    ]
+    _add_figures(table, headers, [row.strategy for row in rows], figures)
     return table

@@ -37,7 +37,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 
-from agent_latency._config import Settings, is_http_url
+from agent_latency._channel_checks import is_http_url
+from agent_latency._config import Settings
 from agent_latency._redaction import display_url
 from agent_latency.telemetry._export import (
     ExportHealth,
@@ -337,12 +338,19 @@ def _otlp_exporters(
     """
     configured = endpoint or os.environ.get(_ENDPOINT_ENV)
     if kind == "otlp-grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-            OTLPMetricExporter as GrpcMetricExporter,
-        )
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetricExporter,
+            )
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcSpanExporter,
+            )
+        except ImportError:
+            raise ImportError(
+                "configure_telemetry: OTLP over gRPC (exporter='otlp-grpc' or "
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc) needs the grpc extra. Fix: pip install "
+                "'agent-latency[grpc]', or send OTLP over HTTP (exporter='otlp-http')."
+            ) from None
 
         insecure = None if endpoint is None else urlsplit(endpoint).scheme == "http"
         return (

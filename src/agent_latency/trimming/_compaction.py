@@ -10,9 +10,13 @@ server's prefix cache keeps matching across it.
 
 from __future__ import annotations
 
+import weakref
 from typing import Final
 
 from langchain_core.messages import ToolMessage
+
+from agent_latency._counting import TokenCounting
+from agent_latency._tokens import LRUCache
 
 STUB: Final = "[earlier tool result compacted; it began: {head}]"
 """The text that replaces a compacted tool result."""
@@ -40,3 +44,26 @@ def stub_text(message: ToolMessage) -> str:
 def compacted(message: ToolMessage) -> ToolMessage:
     """Returns a copy of ``message`` whose content is its stub; ids and name are kept."""
     return message.model_copy(update={"content": stub_text(message)})
+
+
+class Compactor:
+    """Makes and counts stubs, remembering them while the original message is alive and unchanged.
+
+    Args:
+        counter: Counts the stubs' tokens.
+        cache_size: How many stubs are remembered.
+    """
+
+    def __init__(self, counter: TokenCounting, *, cache_size: int = 4096) -> None:
+        self._counter = counter
+        self._cache = LRUCache(cache_size)
+
+    def compact(self, message: ToolMessage) -> tuple[ToolMessage, int]:
+        """Returns the stub of ``message`` and its tokens, framing included."""
+        entry = self._cache.get(id(message))
+        if entry is not None and entry[0]() is message and entry[1] is message.content:
+            return entry[2], entry[3]
+        stub = compacted(message)
+        size = self._counter.count_message(stub)
+        self._cache.put(id(message), (weakref.ref(message), message.content, stub, size))
+        return stub, size

@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "TrimmingMiddleware needs langchain's agents: pip install 'agent-latency[agents]'."
     ) from exc
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agent_latency.trimming")
 
 ModelCallResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 

@@ -20,8 +20,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 
 from agent_latency._config import PRIORITY_CLASSES, PriorityClass
 from agent_latency._tokens import role_of
-from agent_latency.trimming._compaction import compacted
-from agent_latency.trimming._relevance import bm25_scores, term_coverage
+from agent_latency.trimming._relevance import bm25_scores, term_coverage, text_of
 from agent_latency.trimming._result import Action, MessageDecision, Rule
 from agent_latency.trimming._rounds import Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
@@ -225,27 +224,29 @@ def cap_tool_results(plan: Plan, cap: int) -> None:
             plan.shorten(index, cap, "tool_result_cap")
 
 
-def compact_history(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
-    """Replaces history tool results with stubs, in drop order, until the rest fits.
+def compact_history(plan: Plan, trimmer: PriorityTrimmer) -> None:
+    """Replaces history tool results with stubs, oldest first, until the rest fits.
 
-    Whole rounds go in the same order as :func:`drop_by_priority` would drop them, and the
-    saving is rounded up to the step likewise, so the compacted part of the history moves as
-    seldom as a cut does.
+    Oldest first, and the saving rounded up to the step like a cut: the compacted part grows
+    from the start of the conversation in steps, and every stub is the same on every call, so
+    the prompt up to the newest stub stays identical for the server's prefix cache.
     """
     excess = plan.tokens - plan.budget
     if excess <= 0:
         return
     goal = _rounded_up(excess, trimmer)
     saved = 0
-    for block in _drop_order(plan, units, trimmer):
-        if saved >= goal or block.priority_class != "history":
+    for index, message in enumerate(plan.messages):
+        if saved >= goal:
             break
-        for index in block.indices:
-            message = plan.messages[index]
-            if isinstance(message, ToolMessage):
-                stub = compacted(message)
-                size = trimmer.token_counter.count_message(stub)
-                saved += plan.substitute(index, stub, size, "compacted")
+        if (
+            isinstance(message, ToolMessage)
+            and plan.classes[index] == "history"
+            and not plan.dropped[index]
+            and not plan.must_keep[index]
+        ):
+            stub, size = trimmer.compactor.compact(message)
+            saved += plan.substitute(index, stub, size, "compacted")
 
 
 def drop_by_priority(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
@@ -301,8 +302,9 @@ def _history_drop_order(
 ) -> list[list[Unit]]:
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
-    With ``history_selection="relevance"`` the rounds go least relevant to the latest user
-    message first (BM25), in that order among equally relevant ones.
+    With ``history_selection="relevance"`` the middle rounds go least relevant to the latest
+    user message first (BM25; oldest first among equally relevant ones); the head and tail
+    rules stay.
     """
     rounds: dict[int, list[Unit]] = {}
     for unit in units:
@@ -312,16 +314,13 @@ def _history_drop_order(
     tail_start = max(len(ordered) - trimmer.history_keep_tail, 0)
     head_end = min(trimmer.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
-    order = middle + head[::-1] + tail  # the history erodes outwards from its middle
-    if trimmer.history_selection == "relevance" and len(order) > 1:
-        question = next(
-            (plan.messages[i].text for i, c in enumerate(plan.classes) if c == "latest_user"), ""
-        )
-        texts = [[plan.messages[i].text for u in r for i in u.indices] for r in order]
+    if trimmer.history_selection == "relevance" and len(middle) > 1:
+        pairs = zip(plan.messages, plan.classes, strict=True)
+        question = next((text_of(m) for m, c in pairs if c == "latest_user"), "")
+        texts = [[text_of(plan.messages[i]) for u in r for i in u.indices] for r in middle]
         scores = bm25_scores(question, texts, trimmer.term_cache)
-        ranked = sorted(range(len(order)), key=lambda k: scores[k])  # stable: ties keep age
-        order = [order[k] for k in ranked]
-    return order
+        middle = [middle[k] for k in sorted(range(len(middle)), key=lambda k: scores[k])]
+    return middle + head[::-1] + tail  # the history erodes outwards from its middle
 
 
 def shorten_must_keep(plan: Plan) -> None:
@@ -355,13 +354,13 @@ def question_retention(plan: Plan, trimmer: PriorityTrimmer) -> float | None:
     )
     if question is None:
         return None
-    text = plan.messages[question].text
+    text = text_of(plan.messages[question])
     if not plan.shortened and not any(plan.dropped):
         return 1.0 if trimmer.term_cache.counts(text) else None
-    others = [m.text for i, m in enumerate(plan.messages) if i != question]
+    others = [text_of(m) for i, m in enumerate(plan.messages) if i != question]
     available = term_coverage(text, others, trimmer.term_cache)
     if not available:
         return None
-    sent = [m.text for m in plan.output() if m is not plan.messages[question]]
+    sent = [text_of(m) for m in plan.output() if m is not plan.messages[question]]
     kept = term_coverage(text, sent, trimmer.term_cache) or 0.0
     return round(min(kept / available, 1.0), 4)

@@ -15,11 +15,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from langchain_core.messages import BaseMessage
+
 from agent_latency._tokens import LRUCache
 
 _K1: Final = 1.2
 _B: Final = 0.75
 _CACHE_ENTRIES: Final = 16_384
+_SCORE_ENTRIES: Final = 16
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
@@ -97,14 +100,31 @@ class TermCache:
 
     def __init__(self, max_entries: int = _CACHE_ENTRIES) -> None:
         self._cache = LRUCache(max_entries)
+        # Scores and coverages by (query, texts): an agent's tool steps ask the same question of
+        # the same history, so only a new question or a changed history is scored again.
+        self.scores = LRUCache(_SCORE_ENTRIES)
 
     def counts(self, text: str) -> Counter[str]:
-        """Returns how often each term occurs in ``text``."""
-        found: Counter[str] | None = self._cache.get(text)
+        """Returns how often each term occurs in ``text`` (shared: do not modify it)."""
+        return self._entry(text)[0]
+
+    def length(self, text: str) -> int:
+        """Returns how many terms ``text`` has."""
+        return self._entry(text)[1]
+
+    def _entry(self, text: str) -> tuple[Counter[str], int]:
+        found: tuple[Counter[str], int] | None = self._cache.get(text)
         if found is None:
-            found = Counter(terms(text))
+            bag = Counter(terms(text))
+            found = (bag, sum(bag.values()))
             self._cache.put(text, found)
         return found
+
+
+def text_of(message: BaseMessage) -> str:
+    """The text of a message: its content when that is a string (no copy), else its text parts."""
+    content = message.content
+    return content if isinstance(content, str) else message.text
 
 
 def terms(text: str) -> list[str]:
@@ -121,6 +141,9 @@ def terms(text: str) -> list[str]:
 def bm25_scores(query: str, documents: Sequence[Iterable[str]], cache: TermCache) -> list[float]:
     """Scores each document (a round: the texts of its messages) against ``query``.
 
+    Only the query's terms are looked up in each text's cached counts, so a warm call costs a
+    few dictionary look-ups per message, whatever the messages' length.
+
     Args:
         query: The latest user message's text.
         documents: Per document, the texts it is made of.
@@ -129,29 +152,49 @@ def bm25_scores(query: str, documents: Sequence[Iterable[str]], cache: TermCache
     Returns:
         One BM25 score per document; 0.0 for all when the query has no terms.
     """
-    query_terms = set(cache.counts(query))
-    bags: list[Counter[str]] = []
+    key = (query, tuple(map(tuple, documents)))
+    remembered: list[float] | None = cache.scores.get(key)
+    if remembered is not None:
+        return list(remembered)
+    scores = _scores(query, key[1], cache)
+    cache.scores.put(key, scores)
+    return list(scores)
+
+
+def _scores(query: str, documents: Sequence[Sequence[str]], cache: TermCache) -> list[float]:
+    query_terms = tuple(cache.counts(query))
+    frequencies: list[list[int]] = []
+    lengths: list[int] = []
     for texts in documents:
-        bag: Counter[str] = Counter()
+        found = [0] * len(query_terms)
+        length = 0
         for text in texts:
-            bag.update(cache.counts(text))
-        bags.append(bag)
-    if not query_terms or not bags:
-        return [0.0] * len(bags)
-    lengths = [sum(bag.values()) for bag in bags]
+            bag = cache.counts(text)
+            length += cache.length(text)
+            for k, term in enumerate(query_terms):
+                found[k] += bag.get(term, 0)
+        frequencies.append(found)
+        lengths.append(length)
+    if not query_terms or not frequencies:
+        return [0.0] * len(frequencies)
     average = (sum(lengths) / len(lengths)) or 1.0
-    frequency = {t: sum(1 for bag in bags if t in bag) for t in query_terms}
-    idf = {t: math.log(1 + (len(bags) - n + 0.5) / (n + 0.5)) for t, n in frequency.items() if n}
+    idf = []
+    for k in range(len(query_terms)):
+        n = sum(1 for found in frequencies if found[k])
+        idf.append(math.log(1 + (len(frequencies) - n + 0.5) / (n + 0.5)) if n else 0.0)
     scores = []
-    for bag, length in zip(bags, lengths, strict=True):
+    for found, length in zip(frequencies, lengths, strict=True):
         norm = _K1 * (1 - _B + _B * length / average)
         scores.append(
-            sum((w * bag[t] * (_K1 + 1) / (bag[t] + norm) for t, w in idf.items() if t in bag), 0.0)
+            sum(
+                (w * tf * (_K1 + 1) / (tf + norm) for w, tf in zip(idf, found, strict=True) if tf),
+                0.0,
+            )
         )
     return scores
 
 
-def term_coverage(query: str, kept: Iterable[str], cache: TermCache) -> float | None:
+def term_coverage(query: str, kept: Sequence[str], cache: TermCache) -> float | None:
     """Returns the share of the query's terms that still occur in the kept context.
 
     A proxy for what a trim cost the answer: 1.0 when every salient word of the question is
@@ -165,12 +208,18 @@ def term_coverage(query: str, kept: Iterable[str], cache: TermCache) -> float | 
     Returns:
         A share from 0.0 to 1.0, or ``None`` when the question has no terms.
     """
+    key = ("coverage", query, tuple(kept))
+    remembered: tuple[float | None] | None = cache.scores.get(key)
+    if remembered is not None:
+        return remembered[0]
     wanted = set(cache.counts(query))
-    if not wanted:
-        return None
-    present: set[str] = set()
-    for text in kept:
-        present.update(wanted.intersection(cache.counts(text)))
-        if len(present) == len(wanted):
-            break
-    return len(present) / len(wanted)
+    share: float | None = None
+    if wanted:
+        present: set[str] = set()
+        for text in kept:
+            present.update(wanted.intersection(cache.counts(text)))
+            if len(present) == len(wanted):
+                break
+        share = len(present) / len(wanted)
+    cache.scores.put(key, (share,))
+    return share

@@ -17,7 +17,7 @@ from dataclasses import replace
 from langchain_core.messages import AIMessage, BaseMessage
 
 from agent_latency._tokens import role_of
-from agent_latency.trimming._relevance import TermCache, bm25_scores
+from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras
 
 
@@ -50,7 +50,7 @@ def select_tools(
     keep = {i for i, (name, _, _) in enumerate(described) if name in called or name in pinned}
     used = sum(described[i][2] for i in keep)
     others = [i for i in range(len(described)) if i not in keep]
-    question = next((m.text for m in reversed(messages) if role_of(m) == "user"), "")
+    question = next((text_of(m) for m in reversed(messages) if role_of(m) == "user"), "")
     scores = bm25_scores(question, [[described[i][1]] for i in others], terms)
     for _, i in sorted(zip((-score for score in scores), others, strict=True)):
         if used + described[i][2] <= budget:

@@ -38,6 +38,7 @@ from agent_latency._config import (
 )
 from agent_latency._messages import coerce_messages
 from agent_latency._tokens import TokenCounter, TokenCounting
+from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import pre_model_hook, system_prompt
 from agent_latency.trimming._options import validated_bool, validated_int, validated_order
 from agent_latency.trimming._plan import (
@@ -79,7 +80,7 @@ __all__ = [
     "TrimResult",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agent_latency.trimming")
 
 DEFAULT_BUDGET_FRACTION = 4
 """``max_tool_result_tokens`` and ``prefix_step_tokens`` default to a quarter of the budget."""
@@ -208,6 +209,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self.calibration = calibration
         self.token_counter: TokenCounting = token_counter or TokenCounter()
         self._shortener = MessageShortener(self.token_counter)
+        self.compactor = Compactor(self.token_counter)
         self._extras_counter = ExtrasCounter(self.token_counter)
         self._extras = extras(tools, response_format)
         self.tool_budget = (
@@ -433,7 +435,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         else:
             cap_tool_results(plan, self.max_tool_result_tokens)
             if self.compact_tool_results:
-                compact_history(plan, units, self)
+                compact_history(plan, self)
             drop_by_priority(plan, units, self)
             shorten_must_keep(plan)
         output = plan.output()

@@ -1,0 +1,56 @@
+"""``agent-latency bench --quality``: retention next to TTFT in the table, the JSON and the plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_latency import cli
+from agent_latency.bench._quality import PLACES
+from agent_latency.sim import SimulatorConfig, running_simulator
+
+FAST = SimulatorConfig(overhead_ms=5, prefill_ms_per_token=0.01, decode_tokens_per_s=2000)
+
+
+def test_quality_prints_retention_and_writes_it_to_json_and_the_plot(
+    tmp_path: Path, capsys: object
+) -> None:
+    with running_simulator(FAST) as sim:
+        status = cli.main(
+            [
+                "bench",
+                "--base-url",
+                sim.base_url,
+                "--runs",
+                "1",
+                "--quality",
+                "--json",
+                str(tmp_path / "bench.json"),
+                "--plot",
+                str(tmp_path / "bench.png"),
+            ]
+        )
+    output = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert status == 0
+    assert "Retention" in output and "relevance+compaction" in output
+    rows = json.loads((tmp_path / "bench.json").read_text("utf-8"))["quality"]
+    strategies = {row["strategy"] for row in rows}
+    assert strategies == {
+        "age",
+        "age+compaction",
+        "relevance",
+        "relevance+compaction",
+        "trim_messages_last",
+    }
+    assert {row["budget"] for row in rows} == {6000, 3000}
+    by = {(row["strategy"], row["budget"]): row for row in rows}
+    assert by["relevance", 6000]["retention"] >= 0.9
+    assert set(by["age", 3000]["by_place"]) == set(PLACES)
+    assert by["age", 3000]["model_ttft_ms"] < by["age", 6000]["model_ttft_ms"]
+    assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_unknown_workload_is_refused_before_any_call(capsys: object) -> None:
+    assert cli.main(["bench", "--workload", "busy"]) == 2
+    error = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert error.strip() == "agent-latency: error: --workload 'busy': the only workload is 'mixed'."
