@@ -69,7 +69,8 @@ def write_plot(
         )
     modes_axes.set_xticks(list(positions), [r.mode.label.replace(" + ", "\n") for r in measured])
     modes_axes.set_ylabel("ms (whisker: p95)")
-    modes_axes.set_title(f"{report.runs} runs per mode, budget {report.budget} tokens")
+    runs = f"{report.runs} run{'' if report.runs == 1 else 's'}"
+    modes_axes.set_title(f"{runs} per mode, budget {report.budget} tokens")
     modes_axes.legend()
 
     if report.sweep:
