@@ -202,10 +202,14 @@ def test_over_budget_only_when_the_must_keep_messages_alone_do_not_fit(
     if outcome.over_budget:
         rules = layout(messages, trimmer)
         assert kept(outcome) == rules.must_keep
+        # A message whose text is too short to cut (an image with a line of text) is kept whole:
+        # shortening it would only make it grow.
         shortenable = [
             d
             for d in outcome.decisions
-            if d.index in rules.must_keep and d.role in ("tool", "user")
+            if d.index in rules.must_keep
+            and d.role in ("tool", "user")
+            and COUNTER.count_text(messages[d.index].text) > MIN_SHORTENED_TOKENS
         ]
         # Every tool result and the latest user message were shortened as far as they go.
         assert all(d.action == "shortened" or d.tokens <= MIN_SHORTENED_TOKENS for d in shortenable)
