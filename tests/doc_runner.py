@@ -222,9 +222,13 @@ class DocSession:
 
     def _local(self, text: str) -> str:
         """``text`` with every documented address replaced by the one really serving it."""
-        for documented, real in self._addresses.items():
-            text = text.replace(documented, real)
-        return text
+        if not self._addresses:
+            return text
+        # One pass, longest first, never inside a longer port: a real address is not rewritten
+        # again (127.0.0.1:43189 holds the documented 127.0.0.1:4318).
+        documented = sorted(self._addresses, key=len, reverse=True)
+        pattern = re.compile(f"(?:{'|'.join(map(re.escape, documented))})(?!\\d)")
+        return pattern.sub(lambda found: self._addresses[found.group(0)], text)
 
     def _check_output(self, command: str, output: str, expected: list[str]) -> None:
         """Each expected line ("…" matching anything) must match an output line, in order."""
