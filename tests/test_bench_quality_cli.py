@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agent_latency import cli
 from agent_latency.bench._quality import PLACES
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -47,6 +49,11 @@ def test_quality_prints_retention_and_writes_it_to_json_and_the_plot(
     assert by["relevance", 6000]["retention"] >= 0.9
     assert set(by["age", 3000]["by_place"]) == set(PLACES)
     assert by["age", 3000]["model_ttft_ms"] < by["age", 6000]["model_ttft_ms"]
+    # The TTFT column is the simulator's default latency model for the mean prompt sent.
+    default = SimulatorConfig()
+    for row in rows:
+        predicted = default.ttft_ms(row["mean_tokens"], row["mean_tokens"])
+        assert row["model_ttft_ms"] == pytest.approx(predicted, abs=0.2)
     assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 import itertools
 import logging
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from source_imports import imported_top_level_modules
 
 from agent_latency import _trace_link
 from agent_latency._tokens import TokenCounter
@@ -225,16 +224,5 @@ def test_the_trimmer_modules_do_not_import_the_optional_agent_frameworks() -> No
     # own modules statically, without the seconds a fresh interpreter costs.
     modules = (_trimmer, _plan, _result, _request, _tools, _hook, _tracing, _options, _rounds)
     for module in (*modules, _shortening, _trace_link):
-        tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
-        imported = {
-            name.split(".")[0]
-            for node in ast.walk(tree)
-            for name in (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
-        }
+        imported = imported_top_level_modules(module.__file__ or "")
         assert imported.isdisjoint({"langchain", "langgraph"}), module.__name__

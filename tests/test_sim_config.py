@@ -13,9 +13,7 @@ from agent_latency.sim._answer import example_value
 def test_defaults_give_an_agent_prompt_about_three_and_a_half_seconds_to_first_token() -> None:
     config = SimulatorConfig()
 
-    ttft_ms = config.overhead_ms + config.prefill_ms(8200, 8200)
-
-    assert 3300 <= ttft_ms <= 3700
+    assert 3300 <= config.ttft_ms(8200, 8200) <= 3700
     assert config.decode_tokens_per_s == 50
     assert config.models == (DEFAULT_MODEL,)
 
@@ -29,6 +27,16 @@ def test_prefill_per_token_grows_with_the_context_as_measured_on_llama_cpp() -> 
 
     assert long_context / short_context == pytest.approx(272 / 174, rel=0.02)
     assert config.prefill_ms(100, 4000) == pytest.approx(100 * (0.16 + 0.03 * 4))
+
+
+def test_time_to_first_token_is_the_overhead_then_the_uncached_tokens_prefill() -> None:
+    config = SimulatorConfig(
+        overhead_ms=120, prefill_ms_per_token=0.5, attention_ms_per_1k_context=0.1
+    )
+
+    # 1,000 uncached tokens of a 4,000-token prompt, each attending over all 4,000.
+    assert config.ttft_ms(1000, 4000) == pytest.approx(120 + 1000 * (0.5 + 0.1 * 4))
+    assert config.ttft_ms(0, 4000) == pytest.approx(120)  # a fully cached prompt pays the overhead
 
 
 def test_the_context_term_can_be_switched_off() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from agent_latency.sim import DEFAULT_MODEL, RunningSimulator, SimulatorConfig, running_simulator
 
@@ -78,6 +79,7 @@ def test_first_token_follows_overhead_plus_prefill_then_the_decode_rate() -> Non
     assert prompt_tokens > 1000 and cached == 0
     # Each of the prompt tokens attends over the whole prompt: 0.05 ms more per 1,000 tokens.
     ttft = 100 + prompt_tokens * (0.1 + 0.05 * prompt_tokens / 1000)
+    assert config.ttft_ms(prompt_tokens, prompt_tokens) == pytest.approx(ttft)
     assert len(arrivals) == 3
     for index, arrival in enumerate(arrivals):
         assert_near(arrival, ttft + index * 200)

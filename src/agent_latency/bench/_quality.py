@@ -314,8 +314,7 @@ def run_quality(
                     retention=sum(total) / len(total),
                     by_place={p: sum(v) / len(v) for p, v in hits.items()},
                     mean_tokens=mean_tokens,
-                    model_ttft_ms=latency.overhead_ms
-                    + latency.prefill_ms(mean_tokens, mean_tokens),
+                    model_ttft_ms=latency.ttft_ms(mean_tokens, mean_tokens),
                 )
             )
     return rows

@@ -76,7 +76,7 @@ def saving_breakdown(report: BenchReport) -> SavingBreakdown | None:
     answer = [s.output_tokens for s in baseline.samples if s.output_tokens is not None]
     if simulator is not None and answer:
         untrimmed, trimmed = baseline.input_tokens, gated.input_tokens
-        model_prefill = simulator.prefill_ms(untrimmed, untrimmed) - simulator.prefill_ms(
+        model_prefill = simulator.ttft_ms(untrimmed, untrimmed) - simulator.ttft_ms(
             trimmed, trimmed
         )
         # The first token comes with the prefill; the rest at the decode rate.

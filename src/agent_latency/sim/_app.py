@@ -217,7 +217,7 @@ class Simulator:
         prompt_tokens = token_count(prompt)
         check_context_window(prompt_tokens, chat.max_tokens, self.config.context_window)
         cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
-        prefill_ms = self.config.prefill_ms(prompt_tokens - cached, prompt_tokens)
+        ttft_ms = self.config.ttft_ms(prompt_tokens - cached, prompt_tokens)
         return _Plan(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -225,7 +225,7 @@ class Simulator:
             prompt=prompt,
             cached_tokens=cached,
             answer=compose_answer(chat, prompt, answer_tokens=self.config.answer_tokens),
-            first_token_at=arrival + (self.config.overhead_ms + prefill_ms) / 1000,
+            first_token_at=arrival + ttft_ms / 1000,
         )
 
     def _caches(self, chat: ChatRequest) -> bool:

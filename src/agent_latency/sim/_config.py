@@ -160,6 +160,15 @@ class SimulatorConfig:
         per_token += self.attention_ms_per_1k_context * prompt_tokens / 1000
         return per_token * uncached_tokens
 
+    def ttft_ms(self, uncached_tokens: float, prompt_tokens: float) -> float:
+        """Returns the time to first token of a prompt, in ms: the overhead, then its prefill.
+
+        Args:
+            uncached_tokens: Prompt tokens the prefix cache does not hold.
+            prompt_tokens: The whole prompt: the context each of them attends over.
+        """
+        return self.overhead_ms + self.prefill_ms(uncached_tokens, prompt_tokens)
+
     @property
     def models(self) -> tuple[str, ...]:
         """The names of the models served."""
