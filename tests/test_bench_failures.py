@@ -3,16 +3,15 @@ point, the rest is measured, and every message is whole. Against the real simula
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import typer
+from benchmark_scripts import benchmark_script
 from rich.console import Console
 from test_bench import INSTANT, agent_conversation
 from typer.testing import CliRunner, Result
@@ -184,17 +183,8 @@ def test_progress_goes_to_stderr_one_plain_line_per_call_without_a_terminal(
 
 
 @pytest.mark.parametrize("target", [5000, 2500])
-def test_make_scenario_writes_the_size_asked_for(
-    monkeypatch: pytest.MonkeyPatch, target: int
-) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "make_scenario", ROOT / "benchmarks/make_scenario.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-
-    tokens = module.count_tokens(module.make_scenario(target), TokenCounter())
+def test_make_scenario_writes_the_size_asked_for(target: int) -> None:
+    with benchmark_script("make_scenario") as module:
+        tokens = module.count_tokens(module.make_scenario(target), TokenCounter())
 
     assert target * 0.95 <= tokens <= target

@@ -8,13 +8,11 @@ the injected server error or our cancellation; no span is left open; no run stat
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_scripts import benchmark_script
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from agent_latency._tokens import TokenCounter
@@ -22,20 +20,11 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def soak() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("soak", ROOT / "benchmarks/soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("soak") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.mark.slow
