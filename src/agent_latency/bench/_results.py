@@ -80,8 +80,9 @@ class Sample:
     Attributes:
         ttft_ms: Time to the first content chunk (the total for a blocking call), trim included.
         total_ms: Time to the end of the answer, trim included.
-        input_tokens: Prompt tokens by the local TokenCounter: one unit for every mode and
-            every server, whether or not it reports usage (llama.cpp does not when streaming).
+        input_tokens: Prompt tokens by the trimmer's token counter: one unit for every mode
+            and every server, whether or not it reports usage (llama.cpp does not when
+            streaming).
         cached_tokens: Prompt tokens the server took from its prefix cache, if it said.
         output_tokens: Answer tokens the server reported, if it did.
         server_input_tokens: Prompt tokens the server reported, if it did.
@@ -93,6 +94,36 @@ class Sample:
     cached_tokens: int | None
     output_tokens: int | None = None
     server_input_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CallCount:
+    """One model call's prompt size, by our count and by the server's, in the order sent.
+
+    Attributes:
+        step: What the call was (``"warm-up"``, ``"run 1/3: trimmed + blocking"``...).
+        budget: The trimmer's budget; ``None`` for an untrimmed prompt.
+        over_budget: The trim said the prompt could not fit (its fixed part alone exceeds the
+            budget).
+        input_tokens: Our count of the prompt sent (the trimmer's token counter).
+        server_input_tokens: The server's ``usage.prompt_tokens``, if it reported one.
+    """
+
+    step: str
+    budget: int | None
+    over_budget: bool
+    input_tokens: int
+    server_input_tokens: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The call's entry in the ``--json`` document."""
+        return {
+            "step": self.step,
+            "budget": self.budget,
+            "over_budget": self.over_budget,
+            "input_tokens": self.input_tokens,
+            "server_input_tokens": self.server_input_tokens,
+        }
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -293,6 +324,8 @@ class BenchReport:
         modes: One result per mode, in :data:`MODES` order.
         turns: The multi-turn results, one per strategy, when asked for.
         sweep: The prefill sweep, when asked for.
+        calls: Every model call made (the warm-up included), in order: our count of its prompt
+            and the server's.
     """
 
     endpoint: str
@@ -303,6 +336,7 @@ class BenchReport:
     modes: tuple[ModeResult, ...]
     turns: tuple[StrategyResult, ...] = ()
     sweep: tuple[SweepPoint, ...] = ()
+    calls: tuple[CallCount, ...] = ()
 
     @property
     def simulated(self) -> bool:
@@ -331,7 +365,7 @@ class BenchReport:
         return failed
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document: endpoint, model, runs, modes (and turns, sweep if run)."""
+        """The ``--json`` document: endpoint, model, runs, modes, calls (turns, sweep if run)."""
         document: dict[str, Any] = {
             "endpoint": self.endpoint,
             "model": self.model,
@@ -360,6 +394,8 @@ class BenchReport:
                 "ms_per_1k_tokens": round(fit.ms_per_1k_tokens, 1) if fit else None,
                 "intercept_ms": round(fit.intercept_ms, 1) if fit else None,
             }
+        if self.calls:
+            document["calls"] = [call.to_json() for call in self.calls]
         return document
 
 

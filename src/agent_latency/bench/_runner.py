@@ -43,6 +43,7 @@ from agent_latency.bench._results import (
     STRATEGIES,
     SWEEP_FRACTIONS,
     BenchReport,
+    CallCount,
     Mode,
     ModeResult,
     Sample,
@@ -112,6 +113,8 @@ class RequestRefused(EndpointError):
 class _Prepared:
     messages: list[BaseMessage]
     trim_ms: float
+    budget: int | None = None  # None: untrimmed
+    over_budget: bool = False
 
 
 class Bench:
@@ -142,6 +145,7 @@ class Bench:
         self.budget = settings.prompt.token_budget
         self._on_call = on_call
         self._records: list[LatencyRecord] = []
+        self.calls: list[CallCount] = []
         handler = LatencyCallbackHandler(
             ttft_warn_ms=_NO_THRESHOLD_MS,
             ttft_error_ms=_NO_THRESHOLD_MS,
@@ -261,7 +265,7 @@ class Bench:
                     token_counter=self._counter,
                 )
                 result = trimmer.trim(prompt)
-                prepared = _Prepared(result.messages, result.elapsed_ms)
+                prepared = _Prepared(result.messages, result.elapsed_ms, budget, result.over_budget)
             shown = "untrimmed" if budget is None else f"budget {budget}"
             step = f"prefill sweep: {shown}"
             try:
@@ -283,7 +287,7 @@ class Bench:
         if prefix_stable is None:
             return _Prepared(messages, 0.0)
         result = self._trimmers[prefix_stable].trim(messages)
-        return _Prepared(result.messages, result.elapsed_ms)
+        return _Prepared(result.messages, result.elapsed_ms, self.budget, result.over_budget)
 
     def _skipped(self, step: str) -> None:
         if self._on_call is not None:
@@ -323,7 +327,12 @@ class Bench:
         record = self._records[0]
         if record.ttft_ms is None:
             raise RuntimeError(f"Bench: the call ended without an answer ({record.outcome}).")
-        tokens = record.estimated_input_tokens or self._counter.count_messages(prepared.messages)
+        # The trimmer's count (the handler's own estimate is cl100k: the bench's trims are not
+        # linked to its calls).
+        tokens = self._counter.count_messages(prepared.messages)
+        self.calls.append(
+            CallCount(step, prepared.budget, prepared.over_budget, tokens, record.input_tokens)
+        )
         if self._on_call is not None:
             self._on_call(step)
         return Sample(
@@ -386,15 +395,17 @@ def open_endpoint(settings: Settings) -> Iterator[tuple[Settings, SimulatorConfi
     """Yields settings pointing at an endpoint, and the simulator's configuration if it is one.
 
     With ``llm.base_url`` set the settings come back as they are. Without, the simulator (with
-    its default latency model, serving ``llm.model``) runs in-process on a free loopback port
-    for the length of the block, and no API key is sent to it.
+    its default latency model, serving ``llm.model`` and counting in that model's tokens, as
+    the real server would) runs in-process on a free loopback port for the length of the
+    block, and no API key is sent to it.
     """
     if settings.llm.base_url is not None:
         yield settings, None
         return
     from agent_latency.sim import SimulatorConfig, running_simulator
 
-    with running_simulator(SimulatorConfig(model=settings.llm.model)) as simulator:
+    config = SimulatorConfig(model=settings.llm.model, tokenizer=settings.llm.model)
+    with running_simulator(config) as simulator:
         llm = replace(settings.llm, base_url=simulator.base_url, api_key=None)
         yield replace(settings, llm=llm), simulator.config
 
@@ -438,4 +449,5 @@ def run_bench(
         modes=modes,
         turns=turns,
         sweep=sweep,
+        calls=tuple(bench.calls),
     )
