@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,7 +50,17 @@ def coerce_messages(value: object) -> list[BaseMessage]:
             "Expected a list of messages (LangChain messages or OpenAI-format dicts), a "
             f"PromptValue, or a dict with a 'messages' key; got {type(value).__name__}."
         )
-    return [_coerce_item(item, index) for index, item in enumerate(value)]
+    messages = list(value)
+    # Most items are messages with text content: nothing to check or convert, found in C (an
+    # agent passes hundreds of them on every model call).
+    if all(map(isinstance, messages, repeat(BaseMessage))) and all(
+        map(isinstance, map(_CONTENT, messages), repeat(str))
+    ):
+        return messages
+    return [_coerce_item(item, index) for index, item in enumerate(messages)]
+
+
+_CONTENT = operator.attrgetter("content")
 
 
 def _check_content(content: object, index: int, role: object) -> None:

@@ -14,11 +14,13 @@ model by its name.
 from __future__ import annotations
 
 import copy
+import functools
+import operator
 import threading
 import weakref
 import zlib
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage
@@ -151,7 +153,8 @@ class TokenCounter:
         self.encoding_name = self._vocab.name
         self.exact = exact
         self.name = f"{self._vocab.name} + {self._framing.name} framing"
-        # id -> (weak reference, content, name, deep snapshot or None, count)
+        # id -> (weak reference, content, name, tool_call_id, getter of the compared fields or
+        # None, their deep copy, count)
         self._by_identity: dict[int, tuple[Any, ...]] = {}
         self._by_content = LRUCache(cache_size, _CONTENT_CACHE_BYTES)
         self._tool_counts = LRUCache(256)
@@ -226,14 +229,16 @@ class TokenCounter:
     def count_message(self, message: BaseMessage) -> int:
         """Returns the tokens one message adds to a prompt, framing included."""
         entry = self._by_identity.get(id(message))
-        if entry is not None and entry[0]() is message:
+        if entry is not None:
             fields = message.__dict__
             if (
-                entry[1] is fields["content"]
+                entry[0]() is message
+                and entry[1] is fields["content"]
                 and entry[2] is fields.get("name")
-                and (entry[3] is None or entry[3] == _fields(message))
+                and entry[3] is fields.get("tool_call_id")
+                and (entry[4] is None or entry[4](fields) == entry[5])
             ):
-                return int(entry[4])
+                return entry[6]  # type: ignore[no-any-return]
         key = content_key(message)
         count = self._by_content.get(key)
         if count is None:
@@ -329,14 +334,10 @@ class TokenCounter:
 
     def _remember(self, message: BaseMessage, count: int) -> None:
         fields = message.__dict__
-        snapshot = None  # str content and no tool calls: identity checks suffice
-        if not isinstance(fields["content"], str) or any(
-            fields.get(name) for name in _EDITABLE_FIELDS
-        ):
-            try:
-                snapshot = copy.deepcopy(_fields(message))
-            except Exception:  # content that cannot be copied is only cached by content
-                return
+        try:
+            getter, snapshot = edit_check(message)
+        except Exception:  # content that cannot be copied is only cached by content
+            return
         key = id(message)
         by_identity = self._by_identity
 
@@ -345,8 +346,15 @@ class TokenCounter:
             if by_identity.get(key, (None,))[0] is ref:
                 by_identity.pop(key, None)
 
-        entry = (weakref.ref(message, forget), fields["content"], fields.get("name"), snapshot)
-        by_identity[key] = (*entry, count)
+        by_identity[key] = (
+            weakref.ref(message, forget),
+            fields["content"],
+            fields.get("name"),
+            fields.get("tool_call_id"),
+            getter,
+            snapshot,
+            count,
+        )
 
 
 def _vocabulary(encoding: object) -> Vocabulary:
@@ -364,21 +372,41 @@ def _synthetic_id(special: str) -> int:
     return _SYNTHETIC_IDS + zlib.crc32(special.encode()) % (1 << 24)
 
 
-# Fields whose in-place edits identity checks miss (parts changed, or a ChatMessage role).
-_EDITABLE_FIELDS: Final = ("tool_calls", "invalid_tool_calls", "role")
-_COUNTED_FIELDS: Final = (
-    "content",
-    "name",
-    "role",
-    "tool_call_id",
-    "tool_calls",
-    "invalid_tool_calls",
-)
+# What a message's count depends on: fields checked by identity while they are strings (or
+# None), and fields compared with a deep copy (a ChatMessage's role, tool calls).
+IDENTITY_FIELDS: Final = ("content", "name", "tool_call_id")
+_COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
 
 
-def _fields(message: BaseMessage) -> tuple[object, ...]:
-    """Returns everything of a message that its count depends on (fast: no pydantic look-ups)."""
-    return tuple(map(message.__dict__.get, _COUNTED_FIELDS))
+def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
+    """Returns what finds in-place edits of a message that identity checks miss.
+
+    Identity checks of :data:`IDENTITY_FIELDS` (strings, which cannot change in place) catch
+    a field set anew; the other fields a count depends on (list content, tool calls, a
+    ``ChatMessage``'s role) can change inside. The message is unchanged while
+    ``getter(message.__dict__) == snapshot``.
+
+    Returns:
+        A getter of those fields from the message's ``__dict__`` (the same object for every
+        message with the same fields) and a deep copy of their values, or ``(None, None)`` when
+        identity checks suffice.
+
+    Raises:
+        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
+    """
+    fields = message.__dict__
+    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), str | None)]
+    compared += [name for name in _COMPARED_FIELDS if name in fields]
+    if not compared:
+        return None, None
+    getter = _getter(tuple(compared))
+    return getter, copy.deepcopy(getter(fields))
+
+
+@functools.cache
+def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
+    # One getter per set of fields, so that callers can group messages by it.
+    return operator.itemgetter(*names)
 
 
 def _snapshot(value: Any) -> Any:

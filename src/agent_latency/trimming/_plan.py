@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -39,6 +41,7 @@ class Plan:
     Attributes:
         messages: The input messages.
         counts: Their tokens as given.
+        texts: Their texts (shared with later trims: not to be modified, like ``counts``).
         sizes: Their tokens as they will be sent (shortened copies' own counts).
         budget: The most tokens the request may have.
         tokens: Tokens of the request as planned: the kept messages plus ``overhead``.
@@ -56,6 +59,7 @@ class Plan:
         "shortened",
         "shortener",
         "sizes",
+        "texts",
         "tokens",
     )
 
@@ -63,6 +67,7 @@ class Plan:
         self,
         messages: list[BaseMessage],
         counts: list[int],
+        texts: list[str],
         *,
         overhead: int,
         budget: int,
@@ -70,6 +75,7 @@ class Plan:
     ) -> None:
         self.messages = messages
         self.counts = counts
+        self.texts = texts
         self.sizes = list(counts)
         self.budget = budget
         self.tokens = sum(counts) + overhead
@@ -81,9 +87,10 @@ class Plan:
         self.shortened: dict[int, BaseMessage] = {}
 
     def keep(self, indices: Sequence[int], rule: Rule) -> None:
+        must_keep = rule in _MUST_KEEP_RULES
         for index in indices:
             self.rules[index] = rule
-            self.must_keep[index] = rule in _MUST_KEEP_RULES
+            self.must_keep[index] = must_keep
 
     def fits(self) -> None:
         """Records that the request fits: every message not dropped is kept as it is."""
@@ -93,11 +100,12 @@ class Plan:
         ]
 
     def drop(self, indices: Sequence[int], rule: Rule) -> None:
+        dropped, rules, sizes = self.dropped, self.rules, self.sizes
         for index in indices:
-            if not self.dropped[index]:
-                self.dropped[index] = True
-                self.tokens -= self.sizes[index]
-            self.rules[index] = rule
+            if not dropped[index]:
+                dropped[index] = True
+                self.tokens -= sizes[index]
+            rules[index] = rule
 
     def shorten(self, index: int, target: int, rule: Rule) -> int:
         """Plans the message at ``index`` shortened toward ``target``; returns the tokens saved.
@@ -124,18 +132,18 @@ class Plan:
 
     def output(self) -> list[BaseMessage]:
         """The messages to send: the kept ones as given, shortened ones as their copies."""
-        shortened, dropped = self.shortened, self.dropped
-        return [
-            shortened.get(index, message)
-            for index, message in enumerate(self.messages)
-            if not dropped[index]
-        ]
+        # compress() walks the list in C: an agent's history runs to hundreds of messages.
+        if not self.shortened:
+            return list(compress(self.messages, map(operator.not_, self.dropped)))
+        shortened, messages = self.shortened, self.messages
+        kept = compress(range(len(messages)), map(operator.not_, self.dropped))
+        return [shortened.get(index, messages[index]) for index in kept]
 
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
         totals: dict[PriorityClass, int] = dict.fromkeys(PRIORITY_CLASSES, 0)
-        for index, keep in enumerate(self.must_keep):
-            if keep and not self.dropped[index]:
+        for index in compress(range(len(self.must_keep)), self.must_keep):
+            if not self.dropped[index]:
                 totals[self.classes[index]] += self.sizes[index]
         return totals
 
@@ -172,7 +180,9 @@ class _Block:
 
 def classify(plan: Plan, units: list[Unit]) -> None:
     """Assigns every message its class, and drops orphan tool results with a warning."""
-    latest_user = max((u.indices[0] for u in units if u.kind == "user"), default=-1)
+    # Units are in order: the last user unit is the latest user message.
+    latest_user = next((u.indices[0] for u in reversed(units) if u.kind == "user"), -1)
+    classes = plan.classes  # "history" unless set here
     for unit in units:
         first = unit.indices[0]
         priority_class: PriorityClass
@@ -183,9 +193,9 @@ def classify(plan: Plan, units: list[Unit]) -> None:
         elif first > latest_user:
             priority_class = "tool_result"
         else:
-            priority_class = "history"
+            continue
         for index in unit.indices:
-            plan.classes[index] = priority_class
+            classes[index] = priority_class
     orphans = [u.indices[0] for u in units if u.kind == "orphan"]
     if orphans:
         # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
@@ -201,26 +211,33 @@ def classify(plan: Plan, units: list[Unit]) -> None:
 def mark_kept(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
     """Marks the must-keep units, and every other surviving unit as kept within budget."""
     latest_tool_call: Unit | None = None
+    must_keep: list[int] = []
+    within_budget: list[int] = []
+    classes, dropped = plan.classes, plan.dropped
     for unit in units:
-        priority_class = plan.classes[unit.indices[0]]
-        if plan.dropped[unit.indices[0]]:
+        first = unit.indices[0]
+        if dropped[first]:
             continue
+        priority_class = classes[first]
         if (priority_class == "system" and trimmer.keep_system) or (
             priority_class == "latest_user" and trimmer.keep_latest_user
         ):
-            plan.keep(unit.indices, "must_keep")
+            must_keep += unit.indices
         else:
-            plan.keep(unit.indices, "within_budget")
+            within_budget += unit.indices
             if priority_class == "tool_result" and unit.kind == "tool_call":
                 latest_tool_call = unit
+    plan.keep(must_keep, "must_keep")
+    plan.keep(within_budget, "within_budget")
     if latest_tool_call is not None:
         plan.keep(latest_tool_call.indices, "latest_tool_call")
 
 
 def cap_tool_results(plan: Plan, cap: int) -> None:
     """Shortens every kept tool result above ``cap`` tokens toward it."""
-    for index, message in enumerate(plan.messages):
-        if isinstance(message, ToolMessage) and not plan.dropped[index] and plan.sizes[index] > cap:
+    large = [index for index, size in enumerate(plan.sizes) if size > cap]  # few, found fast
+    for index in large:
+        if isinstance(plan.messages[index], ToolMessage) and not plan.dropped[index]:
             plan.shorten(index, cap, "tool_result_cap")
 
 
@@ -281,7 +298,7 @@ def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list
 
     def block(priority_class: PriorityClass, members: list[Unit]) -> _Block:
         indices = [index for unit in members for index in unit.indices]
-        return _Block(priority_class, indices, sum(plan.sizes[i] for i in indices))
+        return _Block(priority_class, indices, sum(map(plan.sizes.__getitem__, indices)))
 
     order: list[_Block] = []
     for priority_class in reversed(trimmer.priority_order):
@@ -315,9 +332,9 @@ def _history_drop_order(
     head_end = min(trimmer.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
     if trimmer.history_selection == "relevance" and len(middle) > 1:
-        pairs = zip(plan.messages, plan.classes, strict=True)
-        question = next((text_of(m) for m, c in pairs if c == "latest_user"), "")
-        texts = [[text_of(plan.messages[i]) for u in r for i in u.indices] for r in middle]
+        pairs = zip(plan.texts, plan.classes, strict=True)
+        question = next((text for text, c in pairs if c == "latest_user"), "")
+        texts = [[plan.texts[i] for u in r for i in u.indices] for r in middle]
         scores = bm25_scores(question, texts, trimmer.term_cache)
         middle = [middle[k] for k in sorted(range(len(middle)), key=lambda k: scores[k])]
     return middle + head[::-1] + tail  # the history erodes outwards from its middle
@@ -342,25 +359,34 @@ def shorten_must_keep(plan: Plan) -> None:
             return
 
 
-def question_retention(plan: Plan, trimmer: PriorityTrimmer) -> float | None:
+def question_retention(
+    plan: Plan, trimmer: PriorityTrimmer, output: list[BaseMessage]
+) -> float | None:
     """Of the latest user message's terms found elsewhere in the input, the share still sent.
 
     1.0 when nothing was dropped or shortened; ``None`` when the question has no terms, or
     shares none with the rest of the input.
+
+    Args:
+        plan: The decided plan.
+        trimmer: The trimmer, for its term cache.
+        output: ``plan.output()``.
     """
-    question = next(
-        (i for i, c in enumerate(plan.classes) if c == "latest_user" and not plan.dropped[i]),
-        None,
-    )
-    if question is None:
+    # The latest user message is a unit of its own: its class marks exactly one message.
+    if "latest_user" not in plan.classes:
         return None
-    text = text_of(plan.messages[question])
+    question = plan.classes.index("latest_user")
+    if plan.dropped[question]:
+        return None
+    message, text = plan.messages[question], plan.texts[question]
     if not plan.shortened and not any(plan.dropped):
         return 1.0 if trimmer.term_cache.counts(text) else None
-    others = [text_of(m) for i, m in enumerate(plan.messages) if i != question]
-    available = term_coverage(text, others, trimmer.term_cache)
+    # Both lists mostly grow by the newest messages from call to call: the cache reads only
+    # what is new (slot names each list).
+    others = plan.texts[:question] + plan.texts[question + 1 :]
+    available = term_coverage(text, others, trimmer.term_cache, "input")
     if not available:
         return None
-    sent = [text_of(m) for m in plan.output() if m is not plan.messages[question]]
-    kept = term_coverage(text, sent, trimmer.term_cache) or 0.0
+    sent = [text_of(m) for m in output if m is not message]
+    kept = term_coverage(text, sent, trimmer.term_cache, "sent") or 0.0
     return round(min(kept / available, 1.0), 4)

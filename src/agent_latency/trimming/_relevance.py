@@ -10,9 +10,11 @@ words. Term counts are cached by text, so a growing conversation analyses each m
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import compress, count
 from typing import Final
 
 from langchain_core.messages import BaseMessage
@@ -100,9 +102,12 @@ class TermCache:
 
     def __init__(self, max_entries: int = _CACHE_ENTRIES) -> None:
         self._cache = LRUCache(max_entries)
-        # Scores and coverages by (query, texts): an agent's tool steps ask the same question of
-        # the same history, so only a new question or a changed history is scored again.
+        # Scores by (query, texts): an agent's tool steps ask the same question of the same
+        # history, so only a new question or a changed history is scored again.
         self.scores = LRUCache(_SCORE_ENTRIES)
+        # Per (query, slot): the texts last searched and the query terms found in them. An
+        # agent's next call searches the same texts and a few new ones: only those are read.
+        self._found = LRUCache(_SCORE_ENTRIES)
 
     def counts(self, text: str) -> Counter[str]:
         """Returns how often each term occurs in ``text`` (shared: do not modify it)."""
@@ -111,6 +116,41 @@ class TermCache:
     def length(self, text: str) -> int:
         """Returns how many terms ``text`` has."""
         return self._entry(text)[1]
+
+    def found(self, query: str, texts: Sequence[str], slot: str = "") -> set[str]:
+        """Returns the terms of ``query`` that occur in at least one of ``texts``.
+
+        Args:
+            query: The text whose terms are looked for.
+            texts: Where they are looked for.
+            slot: Names the list ``texts`` stands for (e.g. ``"sent"``): a later call for the
+                same query and slot reads only the texts after those it shares with this one.
+        """
+        texts = list(texts)
+        wanted = self.counts(query).keys()
+        # Where each term was first found, and how far the texts were read (not to the end
+        # when every term was found before).
+        first: dict[str, int] = {}
+        read = 0
+        remembered: tuple[list[str], dict[str, int], int] | None = self._found.get((query, slot))
+        if remembered is not None:
+            seen, seen_first, seen_read = remembered
+            shared = next(compress(count(), map(operator.ne, texts, seen)), None)
+            shared = min(len(texts), len(seen)) if shared is None else shared
+            first = {term: index for term, index in seen_first.items() if index < shared}
+            read = min(shared, seen_read)
+        missing = wanted - first.keys()
+        for index in range(read, len(texts)) if missing else ():
+            for term in missing.intersection(self.counts(texts[index])):
+                first[term] = index
+            missing = wanted - first.keys()
+            if not missing:
+                read = index + 1
+                break
+        else:
+            read = len(texts)
+        self._found.put((query, slot), (texts, first, read))
+        return set(first)
 
     def _entry(self, text: str) -> tuple[Counter[str], int]:
         found: tuple[Counter[str], int] | None = self._cache.get(text)
@@ -194,7 +234,9 @@ def _scores(query: str, documents: Sequence[Sequence[str]], cache: TermCache) ->
     return scores
 
 
-def term_coverage(query: str, kept: Sequence[str], cache: TermCache) -> float | None:
+def term_coverage(
+    query: str, kept: Sequence[str], cache: TermCache, slot: str = ""
+) -> float | None:
     """Returns the share of the query's terms that still occur in the kept context.
 
     A proxy for what a trim cost the answer: 1.0 when every salient word of the question is
@@ -204,22 +246,12 @@ def term_coverage(query: str, kept: Sequence[str], cache: TermCache) -> float | 
         query: The latest user message's text.
         kept: The texts of the other messages that are sent.
         cache: Where term counts are remembered between calls.
+        slot: As for :meth:`TermCache.found`.
 
     Returns:
         A share from 0.0 to 1.0, or ``None`` when the question has no terms.
     """
-    key = ("coverage", query, tuple(kept))
-    remembered: tuple[float | None] | None = cache.scores.get(key)
-    if remembered is not None:
-        return remembered[0]
-    wanted = set(cache.counts(query))
-    share: float | None = None
-    if wanted:
-        present: set[str] = set()
-        for text in kept:
-            present.update(wanted.intersection(cache.counts(text)))
-            if len(present) == len(wanted):
-                break
-        share = len(present) / len(wanted)
-    cache.scores.put(key, (share,))
-    return share
+    wanted = cache.counts(query)
+    if not wanted:
+        return None
+    return len(cache.found(query, kept, slot)) / len(wanted)

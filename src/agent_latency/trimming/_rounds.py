@@ -1,4 +1,4 @@
-"""Grouping a conversation into the units a trimmer keeps or drops whole.
+"""Grouping a conversation into the units a trimmer keeps or drops whole, and remembering it.
 
 A *unit* is the smallest group of messages that can be dropped without leaving the rest invalid
 for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together with every
@@ -7,18 +7,32 @@ message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON):
 those too. A *round* is a user message and everything up to the next user message; messages
 before the first user message form round 0. Messages are classified by the OpenAI role they are
 sent with, so a ``ChatMessage(role="user")`` is a user message.
+
+An agent trims its whole conversation before every model call: the same message objects and a
+few new ones. :class:`ConversationCache` remembers, per conversation, each message's tokens, text
+and unit, and works out only the messages after the remembered ones. Whether those are unchanged
+is checked on every call, for every message, in bulk: the same object, the same content, name and
+tool-call id objects, and the fields that can change in place (tool calls, list content, a role)
+equal to a copy taken when the message was first seen. An edit in place is never missed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, NamedTuple
+import bisect
+import operator
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import compress, count, repeat
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent_latency._tokens import role_of
+from agent_latency._tokens import IDENTITY_FIELDS, LRUCache, TokenCounting, edit_check, role_of
+from agent_latency.trimming._relevance import text_of
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+_CONVERSATIONS = 16
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -52,45 +66,239 @@ def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
     Returns:
         Every message belongs to exactly one unit.
     """
-    kinds: list[UnitKind] = []
-    members: list[list[int]] = []
-    rounds: list[int] = []
-    unit_of_call: dict[str, int] = {}
-    current_round = 0
+    units: list[Unit] = []
+    _group(messages, 0, units, [], {}, 0)
+    return units
 
-    def open_unit(kind: UnitKind, index: int) -> int:
-        kinds.append(kind)
-        members.append([index])
-        rounds.append(current_round)
-        return len(kinds) - 1
 
-    for index, message in enumerate(messages):
+def _group(
+    messages: Sequence[BaseMessage],
+    start: int,
+    units: list[Unit],
+    issued: list[tuple[str, ...]],
+    unit_of_call: dict[str, int],
+    current_round: int,
+) -> int:
+    """Groups ``messages[start:]`` into ``units``, which hold the units of the messages before.
+
+    Args:
+        messages: The conversation.
+        start: The first message to group.
+        units: The units so far; extended, and a unit a result joins is replaced.
+        issued: The tool-call ids each unit issued; extended.
+        unit_of_call: The latest unit that issued each tool-call id so far; updated.
+        current_round: The round of ``messages[start - 1]``.
+
+    Returns:
+        The round of the last message.
+    """
+    for index in range(start, len(messages)):
+        message = messages[index]
+        kind: UnitKind
+        ids: tuple[str, ...] = ()
         if isinstance(message, ToolMessage):
             owner = unit_of_call.get(message.tool_call_id)
-            if owner is None:
-                open_unit("orphan", index)
-            else:
-                members[owner].append(index)
+            if owner is not None:
+                unit = units[owner]
+                units[owner] = _unit(unit.kind, (*unit.indices, index), unit.round)
+                continue
+            kind = "orphan"
         elif isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
-            owner = open_unit("tool_call", index)
-            for call in (*message.tool_calls, *message.invalid_tool_calls):
-                if call["id"] is not None:
-                    unit_of_call[call["id"]] = owner
-        else:
+            kind = "tool_call"
+            calls = (*message.tool_calls, *message.invalid_tool_calls)
+            ids = tuple(call["id"] for call in calls if call["id"] is not None)
+            unit_of_call.update(dict.fromkeys(ids, len(units)))
+        elif isinstance(message, HumanMessage):
             # The common types first: role_of looks at ChatMessage roles and their aliases.
-            role = (
-                "user"
-                if isinstance(message, HumanMessage)
-                else "system"
-                if isinstance(message, SystemMessage)
-                else role_of(message)
-            )
+            current_round += 1
+            kind = "user"
+        elif isinstance(message, SystemMessage):
+            kind = "system"
+        else:
+            role = role_of(message)
             if role == "user":
                 current_round += 1
-                open_unit("user", index)
+                kind = "user"
             else:
-                open_unit("system" if role in _SYSTEM_ROLES else "message", index)
-    return [
-        Unit(kind, tuple(indices), round_)
-        for kind, indices, round_ in zip(kinds, members, rounds, strict=True)
+                kind = "system" if role in _SYSTEM_ROLES else "message"
+        units.append(_unit(kind, (index,), current_round))
+        issued.append(ids)
+    return current_round
+
+
+def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
+    # A NamedTuple's own constructor is Python code; tuple.__new__ makes the same tuple in C.
+    return tuple.__new__(Unit, (kind, indices, round_))
+
+
+class Conversation(NamedTuple):
+    """What a trim needs to know of each message (shared between calls: do not modify).
+
+    Attributes:
+        counts: Each message's tokens, framing included.
+        texts: Each message's text (see :func:`~agent_latency.trimming._relevance.text_of`).
+        units: The units, as :func:`group_units` returns them.
+    """
+
+    counts: list[int]
+    texts: list[str]
+    units: list[Unit]
+
+
+@dataclass(frozen=True, slots=True)
+class _Memo:
+    """A conversation as last seen, and what tells its messages unchanged on the next call."""
+
+    refs: list[weakref.ref[BaseMessage]]
+    fields: list[list[object]]  # content, name and tool_call_id objects, per field
+    # Per getter of fields to compare (see edit_check): message indices, ascending, and copies.
+    compared: list[tuple[Callable[[dict[str, Any]], Any], list[int], list[Any]]]
+    conversation: Conversation
+    issued: list[tuple[str, ...]]
+    unit_of_call: dict[str, int]
+    round: int
+
+
+class ConversationCache:
+    """Counts, texts and units of conversations, worked out once per message while it is unchanged.
+
+    Remembers the last state of a few conversations (told apart by their first two messages);
+    a call reuses what it remembers for the longest unchanged first part of the messages. Safe to
+    share between threads.
+
+    Args:
+        counter: Counts the messages' tokens.
+    """
+
+    def __init__(self, counter: TokenCounting) -> None:
+        self._counter = counter
+        self._memos = LRUCache(_CONVERSATIONS)
+
+    def analyse(self, messages: list[BaseMessage]) -> Conversation:
+        """Returns the counts, texts and units of ``messages``."""
+        key = tuple(map(id, messages[:2]))
+        memo: _Memo = self._memos.get(key) or _EMPTY
+        unchanged = _unchanged(messages, memo)
+        if unchanged == len(memo.refs) == len(messages):
+            return memo.conversation
+        try:
+            memo = self._extended(_truncated(memo, unchanged), messages)
+        except _Uncopyable:  # edits in place could not be told later: nothing is remembered
+            counts = list(map(self._counter.count_message, messages))
+            return Conversation(counts, list(map(text_of, messages)), group_units(messages))
+        self._memos.put(key, memo)
+        return memo.conversation
+
+    def _extended(self, memo: _Memo, messages: list[BaseMessage]) -> _Memo:
+        """``memo`` (which ``messages`` begin with) with the messages after it added."""
+        start = len(memo.refs)
+        new = messages[start:]
+        groups = {getter: (indices, snapshots) for getter, indices, snapshots in memo.compared}
+        for index, message in enumerate(new, start):
+            try:
+                getter, snapshot = edit_check(message)
+            except Exception:
+                raise _Uncopyable from None
+            if getter is not None:
+                indices, snapshots = groups.get(getter, ((), ()))
+                groups[getter] = ([*indices, index], [*snapshots, snapshot])
+        compared = [(getter, *group) for getter, group in groups.items()]
+        units = list(memo.conversation.units)
+        issued = list(memo.issued)
+        unit_of_call = dict(memo.unit_of_call)
+        round_ = _group(messages, start, units, issued, unit_of_call, memo.round)
+        conversation = Conversation(
+            memo.conversation.counts + list(map(self._counter.count_message, new)),
+            memo.conversation.texts + list(map(text_of, new)),
+            units,
+        )
+        fields = [
+            old + new_fields for old, new_fields in zip(memo.fields, _fields(new), strict=True)
+        ]
+        refs = memo.refs + list(map(weakref.ref, new))
+        return _Memo(refs, fields, compared, conversation, issued, unit_of_call, round_)
+
+
+class _Uncopyable(Exception):
+    """A message's fields cannot be copied to find edits in place later."""
+
+
+_EMPTY = _Memo([], [[], [], []], [], Conversation([], [], []), [], {}, 0)
+
+
+def _fields(messages: Sequence[BaseMessage]) -> list[list[object]]:
+    """The content, name and tool_call_id objects of each message, per field (in C)."""
+    dicts = list(map(_DICT, messages))
+    return [list(map(dict.get, dicts, repeat(name))) for name in IDENTITY_FIELDS]
+
+
+_DICT = operator.attrgetter("__dict__")
+
+
+def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
+    """How many first messages are the memo's, each unchanged since it was seen.
+
+    The checks run in C over the whole conversation; only the deep comparisons concern just the
+    messages with tool calls, list content or a role.
+    """
+    length = min(len(messages), len(memo.refs))
+    prefix = messages[:length]
+    dicts = list(map(_DICT, prefix))
+    checks: list[tuple[list[Any], list[Any]]] = [
+        (list(map(operator.call, memo.refs[:length])), prefix)
     ]
+    checks += (
+        (list(map(dict.get, dicts, repeat(name))), then[:length])
+        for name, then in zip(IDENTITY_FIELDS, memo.fields, strict=True)
+    )
+    for now, then in checks:
+        # Equal lists are compared in C (items that are the same object, quickly); a string
+        # field equal to the one seen is as good as the same object. Past the first item that
+        # is not the same object nothing is reused (a message's __eq__ would be slow).
+        if now != then:
+            length = min(length, next(compress(count(), map(operator.is_not, now, then))))
+    for getter, indices, snapshots in memo.compared:
+        end = bisect.bisect_left(indices, length)
+        values = list(map(getter, map(dicts.__getitem__, indices[:end])))
+        if values != snapshots[:end]:
+            pairs = zip(indices, values, snapshots, strict=False)  # values stop at the cut
+            length = next(index for index, value, then in pairs if value != then)
+    return length
+
+
+def _truncated(memo: _Memo, length: int) -> _Memo:
+    """The memo of its first ``length`` messages."""
+    if length == len(memo.refs):
+        return memo
+    units_before = bisect.bisect_left(memo.conversation.units, length, key=_first)
+    # A tool call's unit keeps only the results before the cut.
+    units = [
+        unit if unit.indices[-1] < length else _unit(unit.kind, _before(unit, length), unit.round)
+        for unit in memo.conversation.units[:units_before]
+    ]
+    issued = memo.issued[:units_before]
+    unit_of_call = memo.unit_of_call  # as it was, unless a unit after the cut issued calls
+    if any(memo.issued[units_before:]):
+        unit_of_call = {id_: unit for unit, ids in enumerate(issued) for id_ in ids}
+    counts, texts = memo.conversation.counts[:length], memo.conversation.texts[:length]
+    compared = []
+    for getter, indices, snapshots in memo.compared:
+        end = bisect.bisect_left(indices, length)
+        compared.append((getter, indices[:end], snapshots[:end]))
+    return _Memo(
+        memo.refs[:length],
+        [field[:length] for field in memo.fields],
+        compared,
+        Conversation(counts, texts, units),
+        issued,
+        unit_of_call,
+        units[-1].round if units else 0,
+    )
+
+
+def _first(unit: Unit) -> int:
+    return unit.indices[0]
+
+
+def _before(unit: Unit, length: int) -> tuple[int, ...]:
+    return tuple(index for index in unit.indices if index < length)

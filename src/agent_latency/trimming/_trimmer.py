@@ -60,7 +60,7 @@ from agent_latency.trimming._result import (
     Rule,
     TrimResult,
 )
-from agent_latency.trimming._rounds import group_units
+from agent_latency.trimming._rounds import ConversationCache
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 from agent_latency.trimming._tools import select_tools
 from agent_latency.trimming._tracing import (
@@ -209,6 +209,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self.calibration = calibration
         self.token_counter: TokenCounting = token_counter or TokenCounter()
         self._shortener = MessageShortener(self.token_counter)
+        self._conversations = ConversationCache(self.token_counter)
         self.compactor = Compactor(self.token_counter)
         self._extras_counter = ExtrasCounter(self.token_counter)
         self._extras = extras(tools, response_format)
@@ -406,7 +407,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         messages = coerce_messages(value)
-        counts = [self.token_counter.count_message(message) for message in messages]
+        counts, texts, units = self._conversations.analyse(messages)
         dropped_tools: tuple[str, ...] = ()
         if self.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
@@ -423,11 +424,11 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         plan = Plan(
             messages,
             counts,
+            texts,
             overhead=tool_tokens + response_format_tokens + framing,
             budget=math.floor(self.budget / factor),
             shortener=self._shortener,
         )
-        units = group_units(messages)
         classify(plan, units)
         mark_kept(plan, units, self)
         if plan.tokens <= plan.budget:
@@ -461,7 +462,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             tools=request.tools if self.tool_budget is not None else None,
             dropped_tools=dropped_tools,
             calibration=self.calibration,
-            question_retention=question_retention(plan, self),
+            question_retention=question_retention(plan, self, output),
             _plan=plan,
         )
 
