@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import quicktok
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from pydantic import SecretStr
 
+from agent_latency import PriorityTrimmer
+from agent_latency._config import Settings
 from agent_latency._tokens import TokenCounter
 
 KEY = "sk-canary-0123456789abcdef"
@@ -53,7 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except BrokenPipeError:  # the client timed out and left (the timeout test)
+            pass
 
     def log_message(self, *args: object) -> None:
         pass
@@ -163,3 +171,29 @@ def test_an_unreachable_server_is_named_without_its_credentials() -> None:
 def test_server_tokenizer_needs_the_base_url() -> None:
     with pytest.raises(ValueError, match=r"base_url.*Fix"):
         TokenCounter.for_model("qwen-7b-chat", tokenizer="server")
+
+
+def test_the_tokenize_route_waits_as_long_as_the_endpoints_own_timeout(serve: Any) -> None:
+    # llama-cpp-python serves one request at a time: a count made while it is answering gets
+    # its reply only after that completion, so the trimmer waits as long as a model call would.
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(1.0)
+        return _llama_cpp_tokenize(body)
+
+    url = _base_url(serve({"/tokenize": slow}))
+    patient = TokenCounter.for_model(
+        "qwen-7b-chat", tokenizer="server", base_url=url, api_key=KEY, timeout_s=30.0
+    )
+    assert patient.count_text("你好 hello") == len(QWEN.encode("你好 hello"))
+
+    llm = replace(
+        Settings().llm,
+        model="qwen-7b-chat",
+        tokenizer="server",
+        base_url=url,
+        api_key=SecretStr(KEY),
+        timeout_seconds=0.2,
+    )
+    trimmer = PriorityTrimmer.from_settings(replace(Settings(), llm=llm))
+    with pytest.raises(ValueError, match=r"ReadTimeout"):
+        trimmer.token_counter.count_text("hi")

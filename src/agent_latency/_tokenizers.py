@@ -250,7 +250,12 @@ _DEFAULT_FRAMING: Final = {
 
 
 def tokenizer_vocabulary(
-    tokenizer: str, *, model: str, base_url: str | None, api_key: str | None
+    tokenizer: str,
+    *,
+    model: str,
+    base_url: str | None,
+    api_key: str | None,
+    timeout_s: float = 10.0,
 ) -> tuple[Vocabulary, str, bool]:
     """Returns the vocabulary a ``tokenizer=`` value names, its usual framing, and exactness.
 
@@ -270,7 +275,8 @@ def tokenizer_vocabulary(
                 "TokenCounter.for_model: tokenizer='server' needs base_url (the endpoint). "
                 "Fix: pass base_url=settings.llm.base_url."
             )
-        return ServerVocabulary(base_url, api_key=api_key, model=model), "openai", True
+        vocabulary = ServerVocabulary(base_url, api_key=api_key, model=model, timeout_s=timeout_s)
+        return vocabulary, "openai", True
     name = canonical_vocabulary_name(tokenizer)
     if name is not None:
         return load_vocabulary(name), _DEFAULT_FRAMING[name], False

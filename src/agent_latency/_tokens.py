@@ -170,6 +170,7 @@ class TokenCounter:
         tokenizer: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        timeout_s: float = 10.0,
         cache_size: int = 65_536,
     ) -> TokenCounter:
         """Returns the counter that counts like ``model``'s server, offline.
@@ -187,6 +188,10 @@ class TokenCounter:
                 for the endpoint's own tokenize route (needs ``base_url``).
             base_url: The endpoint, for ``tokenizer="server"``.
             api_key: Its key, for ``tokenizer="server"``; never logged or shown.
+            timeout_s: Per-request timeout of the tokenize route, for ``tokenizer="server"``.
+                A server that runs one request at a time (llama-cpp-python) answers only
+                after the completion it is serving, so ``from_settings`` passes the
+                endpoint's own ``llm.timeout_seconds``.
             cache_size: As for the constructor.
 
         Raises:
@@ -202,7 +207,7 @@ class TokenCounter:
             vocabulary, framing, exact = family or ("cl100k_base", "openai", False)
             return cls(vocabulary, cache_size=cache_size, framing=framing, exact=exact)
         vocab, default_framing, exact = tokenizer_vocabulary(
-            tokenizer, model=model, base_url=base_url, api_key=api_key
+            tokenizer, model=model, base_url=base_url, api_key=api_key, timeout_s=timeout_s
         )
         framing = family[1] if family else default_framing
         if family and not exact:

@@ -260,6 +260,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
                 tokenizer=getattr(llm, "tokenizer", None),
                 base_url=llm.base_url,
                 api_key=llm.api_key.get_secret_value() if llm.api_key is not None else None,
+                timeout_s=llm.timeout_seconds,
             )
         return cls(**{**from_settings, **options})
 
