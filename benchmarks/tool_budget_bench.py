@@ -1,23 +1,26 @@
 """What a tool budget does to the first token: 40 tool definitions sent, or the ~8 that matter.
 
 An agent with 40 tools (``create_agent`` + ``TrimmingMiddleware`` over the real ``ChatOpenAI``,
-streaming) holds a few multi-turn conversations; each user turn names one tool, the model calls
-it, then answers. Side by side in one run, with the same trimmer budget (the message budget plus
-every tool definition, so no message is trimmed and both modes send the same messages):
+streaming) holds a few multi-turn conversations; the user turns alternate a new subject and a
+follow-up on it, each naming one tool; the model calls it, then answers. Side by side in one
+run, with the same trimmer budget (the message budget plus every tool definition, so no message
+is trimmed and both modes send the same messages):
 
 - ``all 40 tools``: every definition on every call;
-- ``tool_budget N``: ``PriorityTrimmer(tool_budget=N)`` keeps the tools the conversation called,
-  then the most relevant to the latest user message while they fit.
+- ``tool_budget N``: ``PriorityTrimmer(tool_budget=N)`` keeps the tools it chose before while
+  they serve the new question (a follow-up), else adds the best matches and evicts the least
+  recently called or needed (see ``agent_latency.trimming._tools``).
 
 For each it prints the mean and median TTFT (the callback handler's time to the first streamed
 chunk), the mean TTFT of a turn's first call (where the question, and so the kept tools, change),
 the server's prompt tokens, the share of each prompt's tokens that start the previous call's
 prompt too (what a prefix cache can reuse; tool definitions come first in the template), the
-server's cached tokens, and how often the tool list changed inside a turn (it must not). Then the
+server's cached tokens, and how often the tool list changed: inside a turn (it must not), at a
+new subject's first call, at a follow-up's (it should not: the tools kept serve it). Then the
 ratios. On the embedded simulator (default latency model) it runs twice: with its prefix cache
 (the default) and without (a server that caches nothing, or every conversation's first call).
 
-Run: ``python benchmarks/tool_budget_bench.py`` (about two and a half minutes on 2 cores), or
+Run: ``python benchmarks/tool_budget_bench.py`` (about two and a quarter minutes on 2 cores), or
 against another endpoint: ``--base-url http://host:8000/v1 --model NAME`` (key:
 ``OPENAI_API_KEY``); it must report ``usage`` on streamed calls.
 """
@@ -66,18 +69,49 @@ CATALOGUE: list[dict[str, Any]] = json.loads(
 )
 """Forty function definitions (name, description, JSON schema) as an agent platform has them."""
 
-# Each question names one tool by a word of its name only (the simulated model calls the tools
-# a user message names).
-QUESTIONS = (
-    "Will it rain in Lisbon on Saturday? Check the weather before we plan the offsite.",
-    "Checkout got slow at noon: pull the p95 metrics for the last six hours.",
-    "Where is parcel CT-44821-PT right now? Please track it.",
-    "Anything in the runbooks about a card processor timeout? Look in the knowledge pages.",
-    "We are low on espresso cups: what inventory does each warehouse hold?",
-    "The nightly job failed twice: show me the latest container logs of worker-7.",
-    "Card charge ch_5521 went through twice; refund the duplicate one.",
-    "Page the on-call engineers, this looks like a sev2 incident in checkout.",
+# Each subject: a question, then a follow-up the user asks next; both name the same tool by a
+# word of its name only (the simulated model calls the tools a user message names).
+SUBJECTS = (
+    (
+        "Will it rain in Lisbon on Saturday? Check the weather before we plan the offsite.",
+        "And on Sunday? If the forecast says rain, we move it indoors.",
+    ),
+    (
+        "Checkout got slow at noon: pull the p95 metrics for the last six hours.",
+        "Now the error-rate metrics for the same window, please.",
+    ),
+    (
+        "Where is parcel CT-44821-PT right now? Please track it.",
+        "Has it moved since this morning? Track it once more.",
+    ),
+    (
+        "Anything in the runbooks about a card processor timeout? Look in the knowledge pages.",
+        "Nothing there? Look in the knowledge base for a gateway timeout instead.",
+    ),
+    (
+        "We are low on espresso cups: what inventory does each warehouse hold?",
+        "And the inventory of saucers, in the same warehouses?",
+    ),
+    (
+        "The nightly job failed twice: show me the latest container logs of worker-7.",
+        "Now the logs of worker-8 for the same hour.",
+    ),
+    (
+        "Card charge ch_5521 went through twice; refund the duplicate one.",
+        "There is a third charge, ch_5530: refund it too.",
+    ),
+    (
+        "Page the on-call engineers, this looks like a sev2 incident in checkout.",
+        "Still failing after ten minutes: escalate it to sev1.",
+    ),
 )
+CONVERSATION_OFFSET = 3  # conversation k starts at subject 3k: the conversations differ
+
+
+def question(conversation: int, turn: int) -> str:
+    """A conversation's turns alternate a new subject and a follow-up on it."""
+    subject = SUBJECTS[(CONVERSATION_OFFSET * conversation + turn // 2) % len(SUBJECTS)]
+    return subject[turn % 2]
 
 
 def agent_tools() -> list[BaseTool]:
@@ -176,10 +210,10 @@ def run_mode(
         for conversation in range(conversations):
             messages: list[BaseMessage] = []
             for turn in range(turns):
-                question = QUESTIONS[(conversation + turn) % len(QUESTIONS)]
                 sent = len(bodies)
                 state = agent.invoke(
-                    {"messages": [*messages, HumanMessage(question)]}, {"callbacks": [handler]}
+                    {"messages": [*messages, HumanMessage(question(conversation, turn))]},
+                    {"callbacks": [handler]},
                 )
                 answers = [
                     m for m in state["messages"][len(messages) :] if isinstance(m, AIMessage)
@@ -236,6 +270,8 @@ class Summary:
             that begins the previous call's prompt too.
         changes_within_turn: Calls whose tool list differs from the previous call of the same turn.
         changes_at_new_turn: Turns whose first call's tool list differs from the previous call.
+        changes_at_follow_up: Of those, the turns that follow up on the previous turn's subject.
+        new_turns: Turns but a conversation's first.
         called_tools_kept: Every tool a call's answer called is sent with every later call of the
             conversation.
     """
@@ -253,6 +289,8 @@ class Summary:
     prefix_reuse: float
     changes_within_turn: int
     changes_at_new_turn: int
+    changes_at_follow_up: int
+    new_turns: int
     called_tools_kept: bool
     called: tuple[tuple[str, ...], ...]
 
@@ -290,6 +328,10 @@ def summarize(mode: str, calls: Sequence[Call]) -> Summary:
         prefix_reuse=reused / sum(len(b.prompt_ids) for _, b in pairs) if pairs else 0.0,
         changes_within_turn=sum(a.tools != b.tools for a, b in pairs if not b.first_of_turn),
         changes_at_new_turn=sum(a.tools != b.tools for a, b in pairs if b.first_of_turn),
+        changes_at_follow_up=sum(
+            a.tools != b.tools for a, b in pairs if b.first_of_turn and b.turn % 2
+        ),
+        new_turns=sum(b.first_of_turn for _, b in pairs),
         called_tools_kept=kept,
         called=tuple(c.called for c in calls),
     )
@@ -300,14 +342,15 @@ def print_table(title: str, rows: Sequence[Summary]) -> None:
     print(
         f"{'mode':18} {'calls':>5} {'tools':>6} {'tool tok':>9} {'msg tok':>8} {'server tok':>10} "
         f"{'TTFT mean':>10} {'median':>8} {'new turn':>9} {'prefix':>7} {'cached':>7} "
-        f"{'changes':>8}"
+        f"{'changes':>12}"
     )
     for r in rows:
         print(
             f"{r.mode:18} {r.calls:5} {r.tools_sent:6.1f} {r.tool_tokens:9,.0f} "
             f"{r.message_tokens:8,.0f} {r.prompt_tokens:10,.0f} {r.ttft_mean_ms:8,.0f}ms "
             f"{r.ttft_median_ms:6,.0f}ms {r.ttft_new_turn_ms:7,.0f}ms {r.prefix_reuse:7.1%} "
-            f"{r.server_cached_share:7.1%} {r.changes_within_turn:3}/{r.changes_at_new_turn:<4}"
+            f"{r.server_cached_share:7.1%} {r.changes_within_turn:3}/{r.changes_at_new_turn}"
+            f"({r.changes_at_follow_up})/{r.new_turns}"
         )
     full, trimmed = rows
     print(
@@ -363,8 +406,8 @@ def main(
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint instead of the simulator")
     parser.add_argument("--model", help="the model to ask (default: the simulator's)")
-    parser.add_argument("--conversations", type=_positive, default=3)
-    parser.add_argument("--turns", type=_positive, default=4)
+    parser.add_argument("--conversations", type=_positive, default=2)
+    parser.add_argument("--turns", type=_positive, default=6)
     parser.add_argument("--tool-budget", type=_positive, default=TOOL_BUDGET, help="tokens")
     args = parser.parse_args(argv)
     config = simulator or SimulatorConfig()
@@ -394,7 +437,8 @@ def main(
         "\ntools: tools sent per call; tool tok / msg tok: our count of the definitions and of "
         "the rest; server tok: usage.prompt_tokens; new turn: TTFT of a turn's first call; "
         "prefix: share of a prompt that starts the previous call's prompt too; cached: the "
-        "server's cached tokens; changes: tool list changes within a turn / at a new turn."
+        "server's cached tokens; changes: tool list changes within a turn / at a new turn (of "
+        "which at a follow-up) / new turns."
     )
     return setups
 

@@ -2,8 +2,8 @@
 
 The TTFT figures are the bench's (printed, never asserted here); this checks the structural
 facts behind them on a zero-latency simulator: the tool budget sends fewer prompt tokens, the
-kept tool list does not change inside a turn, the tools called stay kept, and both modes hold
-the same conversation.
+kept tool list changes neither inside a turn nor at a follow-up question, the tools called stay
+kept, and both modes hold the same conversation.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def test_a_tool_budget_sends_fewer_tokens_and_keeps_its_tool_list_within_a_turn(
             assert rendered == pytest.approx(summary.prompt_tokens)
         assert (full.changes_within_turn, full.changes_at_new_turn) == (0, 0)
         assert trimmed.changes_within_turn == 0
+        # Each conversation's second turn follows up on its first: the kept tools serve it.
+        assert trimmed.new_turns == 2 and trimmed.changes_at_follow_up == 0
         assert trimmed.called_tools_kept
         # Each turn's question names one tool, and both modes called the same ones.
         assert [len(called) for called in full.called[::2]] == [1] * 4
