@@ -16,6 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import SecretStr
 
+from agent_latency import CostAwareTrimmer
 from agent_latency._config import Settings
 from agent_latency._messages import coerce_messages
 from agent_latency._tokens import TokenCounter
@@ -163,7 +164,7 @@ def test_saving_breakdown_splits_prefill_and_decode() -> None:
 
 def test_bench_plan_validates_and_counts_calls() -> None:
     assert BenchPlan(runs=5).calls() == 1 + 5 * 4
-    assert BenchPlan(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 3 + 6
+    assert BenchPlan(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 5 + 6
     for options in ({"runs": 0}, {"turns": 0}, {"budget": -1}, {"runs": True}):
         with pytest.raises(ValueError, match=f"--{next(iter(options))}"):
             BenchPlan(**options)  # type: ignore[arg-type]
@@ -340,6 +341,11 @@ def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSim
     stable_prefilled = stable.prompt_tokens - stable.cached_tokens  # type: ignore[operator]
     moving_prefilled = moving.prompt_tokens - moving.cached_tokens  # type: ignore[operator]
     assert stable_prefilled < moving_prefilled
+    # The hard-limit-only replay sends more than a budget-trimmed one; cost-aware never goes
+    # past the hard limit.
+    assert results["hard_limit"].prompt_tokens > moving.prompt_tokens
+    hard_limit = CostAwareTrimmer.from_settings(settings_for(instant_sim)).hard_limit
+    assert all(s.input_tokens <= hard_limit for s in results["cost_aware"].samples)
     turns = report.to_json()["turns"]
     assert turns["calls"] == 16
     assert [s["strategy"] for s in turns["strategies"]] == [s.key for s in STRATEGIES]
@@ -353,6 +359,7 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
         report = run_bench(
             settings_for(running), coerce_messages(agent_conversation(rounds=8)), plan
         )
+        hard_limit = CostAwareTrimmer.from_settings(settings_for(running)).hard_limit
     calls = report.calls
     assert len(calls) == plan.calls()
     assert calls[0].step == "warm-up" and calls[0].budget == 600
@@ -362,7 +369,17 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
         assert {c.budget for c in listed} == {600 if mode.mode.trimmed else None}
     replay = [c for c in calls if ": call " in c.step]
     assert len(replay) == 3 * len(STRATEGIES)
-    assert {c.budget for c in replay[3:]} == {600} and {c.budget for c in replay[:3]} == {None}
+    budgets = {
+        s.label: {c.budget for c in replay if c.step.startswith(s.label)} for s in STRATEGIES
+    }
+    assert budgets == {
+        "no trimming": {None},
+        "hard limit only": {hard_limit},
+        "trimming, moving cut": {600},
+        "prefix-stable trimming": {600},
+    } | {"cost-aware trimming": budgets["cost-aware trimming"]}
+    # Cost-aware cuts to the budget, or deep to half of it (each call reports the one it kept).
+    assert budgets["cost-aware trimming"] and budgets["cost-aware trimming"] <= {600, 300}
     swept = {c.budget for c in calls if c.step.startswith("prefill sweep")}
     assert swept == {p.budget for p in report.sweep}
     for call in calls:

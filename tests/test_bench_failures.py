@@ -175,7 +175,7 @@ def test_progress_goes_to_stderr_one_plain_line_per_call_without_a_terminal(
     total = BenchPlan(runs=1, turns=2).calls()
     assert len(lines) == total
     assert lines[0].startswith(f"bench: 1/{total} warm-up (")
-    assert lines[-1].startswith(f"bench: {total}/{total} prefix-stable trimming: call 2/2 (")
+    assert lines[-1].startswith(f"bench: {total}/{total} cost-aware trimming: call 2/2 (")
     assert "bench:" not in result.stdout
 
 

@@ -197,20 +197,24 @@ class Strategy:
     """How a multi-turn replay prepares each call's prompt.
 
     Attributes:
-        key: The name in the JSON document.
+        key: The name in the JSON document; also says how the prompt is prepared:
+            ``untrimmed`` sends the whole conversation, ``hard_limit`` trims only to the
+            context window less the answer's room, ``moving_cut`` and ``prefix_stable`` trim
+            to the budget with exact or prefix-stable cuts, ``cost_aware`` is
+            :class:`~agent_latency.CostAwareTrimmer`.
         label: The name in the table.
-        prefix_stable: The trimmer's ``prefix_stable``; ``None`` sends the whole conversation.
     """
 
     key: str
     label: str
-    prefix_stable: bool | None
 
 
 STRATEGIES: Final = (
-    Strategy("untrimmed", "no trimming", None),
-    Strategy("moving_cut", "trimming, moving cut", False),
-    Strategy("prefix_stable", "prefix-stable trimming", True),
+    Strategy("untrimmed", "no trimming"),
+    Strategy("hard_limit", "hard limit only"),
+    Strategy("moving_cut", "trimming, moving cut"),
+    Strategy("prefix_stable", "prefix-stable trimming"),
+    Strategy("cost_aware", "cost-aware trimming"),
 )
 
 

@@ -47,12 +47,14 @@ from agent_latency.bench._results import (
     Mode,
     ModeResult,
     Sample,
+    Strategy,
     StrategyResult,
     SweepPoint,
     sweep_budgets,
 )
 from agent_latency.bench._scenario import call_points, new_request_id, with_request_id
 from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
+from agent_latency.trimming._cost_aware import CostAwareTrimmer
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 if TYPE_CHECKING:
@@ -168,6 +170,21 @@ class Bench:
                 settings, prefix_stable=False, token_counter=self._counter
             ),
         }
+        # The replay's hard-limit and cost-aware strategies need room for the budget in the
+        # context window; without it they fail alone (their error names the numbers).
+        self._cost_aware: CostAwareTrimmer | str
+        self._at_hard_limit: PriorityTrimmer | str
+        try:
+            self._cost_aware = CostAwareTrimmer.from_settings(settings, token_counter=self._counter)
+        except ValueError as exc:
+            self._cost_aware = self._at_hard_limit = str(exc)
+        else:
+            at_hard_limit = replace(
+                settings, prompt=replace(settings.prompt, token_budget=self._cost_aware.hard_limit)
+            )
+            self._at_hard_limit = PriorityTrimmer.from_settings(
+                at_hard_limit, prefix_stable=False, token_counter=self._counter
+            )
 
     @property
     def endpoint(self) -> str:
@@ -215,14 +232,14 @@ class Bench:
         for strategy in STRATEGIES:
             request_id = new_request_id()  # one session: the id stays for all its calls
             samples: list[Sample] = []
-            error = None
+            error = self._unavailable(strategy)
             for turn, end in enumerate(prefixes, start=1):
                 step = f"{strategy.label}: call {turn}/{turns}"
                 if error is not None:
                     self._skipped(step)
                     continue
                 conversation = with_request_id(self.messages[:end], request_id)
-                prepared = self._prepare(conversation, strategy.prefix_stable)
+                prepared = self._replay_prompt(strategy, conversation, request_id)
                 try:
                     samples.append(self._measure(prepared, streaming=True, step=step))
                 except RequestRefused as refused:
@@ -288,6 +305,28 @@ class Bench:
             return _Prepared(messages, 0.0)
         result = self._trimmers[prefix_stable].trim(messages)
         return _Prepared(result.messages, result.elapsed_ms, self.budget, result.over_budget)
+
+    def _unavailable(self, strategy: Strategy) -> str | None:
+        """Why ``strategy`` cannot replay with these settings, or ``None``."""
+        trimmer = {"hard_limit": self._at_hard_limit, "cost_aware": self._cost_aware}.get(
+            strategy.key
+        )
+        return trimmer if isinstance(trimmer, str) else None
+
+    def _replay_prompt(
+        self, strategy: Strategy, messages: list[BaseMessage], session: str
+    ) -> _Prepared:
+        """Prepares one replayed call's prompt as ``strategy`` does (``session``: its key)."""
+        if strategy.key == "hard_limit" and isinstance(self._at_hard_limit, PriorityTrimmer):
+            result = self._at_hard_limit.trim(messages)
+            return _Prepared(
+                result.messages, result.elapsed_ms, self._at_hard_limit.budget, result.over_budget
+            )
+        if strategy.key == "cost_aware" and isinstance(self._cost_aware, CostAwareTrimmer):
+            result = self._cost_aware.trim(messages, key=session)
+            return _Prepared(result.messages, result.elapsed_ms, result.budget, result.over_budget)
+        stable = {"untrimmed": None, "moving_cut": False, "prefix_stable": True}[strategy.key]
+        return self._prepare(messages, stable)
 
     def _skipped(self, step: str) -> None:
         if self._on_call is not None:
