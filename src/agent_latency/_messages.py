@@ -8,10 +8,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from langchain_core.exceptions import OutputParserException
-from langchain_core.messages import BaseMessage, InvalidToolCall, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, convert_to_messages
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.prompt_values import PromptValue
 
@@ -83,6 +83,40 @@ def _check_content(content: object, index: int, role: object) -> None:
                 '{"type": "text", "text": "..."} or {"type": "image_url", "image_url": '
                 '{"url": "..."}}.'
             )
+
+
+# The keys every call must have: ChatOpenAI sends them, a ToolMessage answers a call by its id.
+_CALL_KEYS: Final = (("tool_calls", ("name", "args", "id")), ("invalid_tool_calls", ("id",)))
+
+
+def tool_calls_of(message: AIMessage, index: int) -> tuple[Mapping[str, Any], ...]:
+    """Returns the calls of ``message``, valid then invalid, as ChatOpenAI sends them.
+
+    LangChain checks them when the message is built, not when they are set in place afterwards;
+    a trim reads them once per message it has not seen (the fast path of
+    :func:`coerce_messages` does not look inside messages).
+
+    Raises:
+        ValueError: Naming the message (at ``index``) and the fix, when ``tool_calls`` or
+            ``invalid_tool_calls`` is not a list of dicts with those keys.
+    """
+    found: list[Mapping[str, Any]] = []
+    for field, keys in _CALL_KEYS:
+        calls = getattr(message, field)
+        if not isinstance(calls, list):
+            raise ValueError(
+                f"Message {index} (ai): {field} must be a list of calls, got "
+                f"{type(calls).__name__}. Fix: set it to a list ([] for no calls)."
+            )
+        for number, call in enumerate(calls):
+            if not isinstance(call, Mapping) or not all(key in call for key in keys):
+                raise ValueError(
+                    f"Message {index} (ai), {field} item {number}: a call needs the keys "
+                    f"{', '.join(map(repr, keys))}. Fix: keep each call as the model returned it "
+                    "(a ToolMessage answers a call by its id)."
+                )
+        found += calls
+    return tuple(found)
 
 
 def _part_problem(part: object) -> str | None:

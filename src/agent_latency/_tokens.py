@@ -19,7 +19,7 @@ import operator
 import threading
 import weakref
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
@@ -75,23 +75,49 @@ def role_of(message: BaseMessage) -> str:
     return _ROLE_ALIASES.get(role, role)
 
 
+# Entries whose object died, as (cache, key): appended by weakref callbacks, which the garbage
+# collector can run while a thread holds a cache's lock, so they only note it; let go at the next
+# get or put of any cache (a trimmer's every call uses one), outside every lock.
+_GONE: deque[tuple[weakref.ref[LRUCache], Hashable]] = deque()
+
+
 class LRUCache:
     """A bounded least-recently-used map, safe to share between threads.
+
+    An entry about an object can end with it: a weak reference to the object made with
+    :meth:`on_death` as its callback lets go of the entry (or of its dead part, see ``on_death``)
+    once the object is gone, at the next ``get`` or ``put`` of any cache.
 
     Args:
         max_entries: How many entries it holds at most.
         max_weight: The most total weight (e.g. bytes) it holds; ``None``: no limit.
+        on_death: What is left of an entry once an object it is about died (``None``: nothing);
+            ``None``: the entry is removed.
     """
 
-    def __init__(self, max_entries: int, max_weight: int | None = None) -> None:
+    def __init__(
+        self,
+        max_entries: int,
+        max_weight: int | None = None,
+        *,
+        on_death: Callable[[Any], Any] | None = None,
+    ) -> None:
         self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._max_entries = max_entries
         self._max_weight = max_weight
         self._weight = 0
+        self._left = on_death
         # Without it, another thread can evict a key between get() and move_to_end().
         self._lock = threading.Lock()
 
+    def on_death(self, key: Hashable) -> Callable[[weakref.ref[Any]], None]:
+        """Returns a weakref callback that lets go of the entry at ``key`` (see the class)."""
+        noted = (weakref.ref(self), key)
+        return lambda _: _GONE.append(noted)
+
     def get(self, key: Hashable) -> Any:
+        if _GONE:
+            _let_go()
         with self._lock:
             found = self._data.get(key)
             if found is None:
@@ -100,6 +126,8 @@ class LRUCache:
             return found[0]
 
     def put(self, key: Hashable, value: Any, weight: int = 1) -> None:
+        if _GONE:
+            _let_go()
         with self._lock:
             old = self._data.pop(key, None)
             self._weight += weight - (old[1] if old else 0)
@@ -111,6 +139,31 @@ class LRUCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+    def _expire(self, key: Hashable) -> None:
+        # Another thread may have put an entry about a newer object at the key since: at worst
+        # it is cut or lost, never wrong (every user checks that an entry's objects are alive).
+        with self._lock:
+            found = self._data.get(key)
+            if found is None:
+                return
+            left = self._left(found[0]) if self._left is not None else None
+            if left is None:
+                del self._data[key]
+                self._weight -= found[1]
+            else:
+                self._data[key] = (left, found[1])
+
+
+def _let_go() -> None:
+    while _GONE:
+        try:
+            cache, key = _GONE.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        found = cache()
+        if found is not None:
+            found._expire(key)
 
 
 class TokenCounter:
@@ -153,8 +206,7 @@ class TokenCounter:
         self.encoding_name = self._vocab.name
         self.exact = exact
         self.name = f"{self._vocab.name} + {self._framing.name} framing"
-        # id -> (weak reference, content, name, tool_call_id, getter of the compared fields or
-        # None, their deep copy, count)
+        # id -> (weak reference, stamp, count)
         self._by_identity: dict[int, tuple[Any, ...]] = {}
         self._by_content = LRUCache(cache_size, _CONTENT_CACHE_BYTES)
         self._tool_counts = LRUCache(256)
@@ -234,16 +286,8 @@ class TokenCounter:
     def count_message(self, message: BaseMessage) -> int:
         """Returns the tokens one message adds to a prompt, framing included."""
         entry = self._by_identity.get(id(message))
-        if entry is not None:
-            fields = message.__dict__
-            if (
-                entry[0]() is message
-                and entry[1] is fields["content"]
-                and entry[2] is fields.get("name")
-                and entry[3] is fields.get("tool_call_id")
-                and (entry[4] is None or entry[4](fields) == entry[5])
-            ):
-                return entry[6]  # type: ignore[no-any-return]
+        if entry is not None and entry[0]() is message and unchanged(message, entry[1]):
+            return entry[2]  # type: ignore[no-any-return]
         key = content_key(message)
         count = self._by_content.get(key)
         if count is None:
@@ -338,9 +382,8 @@ class TokenCounter:
         return ids
 
     def _remember(self, message: BaseMessage, count: int) -> None:
-        fields = message.__dict__
         try:
-            getter, snapshot = edit_check(message)
+            seen = stamp(message)
         except Exception:  # content that cannot be copied is only cached by content
             return
         key = id(message)
@@ -351,15 +394,7 @@ class TokenCounter:
             if by_identity.get(key, (None,))[0] is ref:
                 by_identity.pop(key, None)
 
-        by_identity[key] = (
-            weakref.ref(message, forget),
-            fields["content"],
-            fields.get("name"),
-            fields.get("tool_call_id"),
-            getter,
-            snapshot,
-            count,
-        )
+        by_identity[key] = (weakref.ref(message, forget), seen, count)
 
 
 def _vocabulary(encoding: object) -> Vocabulary:
@@ -406,6 +441,39 @@ def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | 
         return None, None
     getter = _getter(tuple(compared))
     return getter, copy.deepcopy(getter(fields))
+
+
+Stamp = tuple[Any, ...]
+"""What :func:`stamp` returns: a message's fields as seen, to tell in-place edits later."""
+
+
+def stamp(message: BaseMessage) -> Stamp:
+    """Returns what tells later whether ``message`` was edited in place (see :func:`unchanged`).
+
+    The one rule for every cache of what a message yields (its count, a shortened copy, a
+    stub): the same content, name and tool-call id objects, and the other fields that can
+    change inside equal to a copy taken now (:func:`edit_check`). Known limit: an edit to an
+    equal value of another type (a tool-call argument ``1`` set to ``1.0``, ``0`` to ``False``)
+    is not seen, though its JSON differs by a token or two; a new message object is counted
+    anew.
+
+    Raises:
+        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
+    """
+    fields = message.__dict__
+    getter, snapshot = edit_check(message)
+    return (fields["content"], fields.get("name"), fields.get("tool_call_id"), getter, snapshot)
+
+
+def unchanged(message: BaseMessage, seen: Stamp) -> bool:
+    """Whether ``message`` is as it was when ``seen`` was stamped (see :func:`stamp`)."""
+    fields = message.__dict__
+    return (
+        seen[0] is fields["content"]
+        and seen[1] is fields.get("name")
+        and seen[2] is fields.get("tool_call_id")
+        and (seen[3] is None or seen[3](fields) == seen[4])
+    )
 
 
 @functools.cache

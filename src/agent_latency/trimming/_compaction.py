@@ -16,7 +16,7 @@ from typing import Final
 from langchain_core.messages import ToolMessage
 
 from agent_latency._counting import TokenCounting
-from agent_latency._tokens import LRUCache
+from agent_latency._tokens import LRUCache, stamp, unchanged
 
 STUB: Final = "[earlier tool result compacted; it began: {head}]"
 """The text that replaces a compacted tool result."""
@@ -27,8 +27,8 @@ HEAD_CHARS: Final = 120
 def stub_text(message: ToolMessage) -> str:
     """Returns the stub that stands for ``message``'s result: its first line, cut short."""
     content = message.content
-    if isinstance(content, str):
-        text = content
+    if isinstance(content, str) or content is None:  # null content is accepted as empty
+        text = content or ""
     else:
         text = "\n".join(
             part if isinstance(part, str) else str(part.get("text", ""))
@@ -49,6 +49,9 @@ def compacted(message: ToolMessage) -> ToolMessage:
 class Compactor:
     """Makes and counts stubs, remembering them while the original message is alive and unchanged.
 
+    Unchanged as :func:`~agent_latency._tokens.stamp` tells it: an edit in place of the content,
+    name or tool-call id makes a new stub.
+
     Args:
         counter: Counts the stubs' tokens.
         cache_size: How many stubs are remembered.
@@ -60,10 +63,15 @@ class Compactor:
 
     def compact(self, message: ToolMessage) -> tuple[ToolMessage, int]:
         """Returns the stub of ``message`` and its tokens, framing included."""
-        entry = self._cache.get(id(message))
-        if entry is not None and entry[0]() is message and entry[1] is message.content:
+        key = id(message)
+        entry = self._cache.get(key)
+        if entry is not None and entry[0]() is message and unchanged(message, entry[1]):
             return entry[2], entry[3]
         stub = compacted(message)
         size = self._counter.count_message(stub)
-        self._cache.put(id(message), (weakref.ref(message), message.content, stub, size))
+        try:
+            seen = stamp(message)
+        except Exception:  # content that cannot be copied: edits could not be told later
+            return stub, size
+        self._cache.put(key, (weakref.ref(message, self._cache.on_death(key)), seen, stub, size))
         return stub, size

@@ -162,9 +162,14 @@ class TermCache:
 
 
 def text_of(message: BaseMessage) -> str:
-    """The text of a message: its content when that is a string (no copy), else its text parts."""
+    """The text of a message: its content when that is a string (no copy), else its text parts.
+
+    Null content (accepted, as ChatOpenAI sends it) has no text.
+    """
     content = message.content
-    return content if isinstance(content, str) else message.text
+    if isinstance(content, str):
+        return content
+    return "" if content is None else message.text
 
 
 def terms(text: str) -> list[str]:

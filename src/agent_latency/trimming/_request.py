@@ -8,12 +8,14 @@ in its bindings; :func:`extras_of_model` reads them from there.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.runnables import Runnable
 from langchain_core.runnables.base import RunnableBindingBase
+from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent_latency._tokens import LRUCache, TokenCounting
@@ -86,7 +88,9 @@ class ExtrasCounter:
     """Counts the tool definitions and response format of requests, remembering recent ones.
 
     An agent sends the same tool objects on every call: they are converted once, then looked up
-    by identity; the counter counts them as its chat template renders them.
+    by identity and compared with a snapshot taken then (a deep copy of a tool dict or a dict
+    ``response_format``, a ``BaseTool``'s name, description and ``args_schema``), so an edit in
+    place is counted anew; the counter counts them as its chat template renders them.
 
     Args:
         counter: The token counter.
@@ -108,29 +112,35 @@ class ExtrasCounter:
         key += tuple(map(id, request.output_tools))
         entry = self._cache.get(key)
         # The entry holds the objects themselves, so their ids are not reused while it lives.
-        if entry is not None and _same(entry[0], request):
-            return cast(tuple[int, int], entry[1])
+        if entry is not None and _same(entry[0], request) and _unedited(entry[1], request):
+            return cast(tuple[int, int], entry[2])
+        seen = _snapshot(request)
         tools = wire_tools([*request.tools, *request.output_tools], strict=request.strict)
         counts = (
             self._counter.count_tools(tools) if tools else 0,
             self._count_response_format(request.response_format),
         )
-        self._cache.put(key, (request, counts))
+        self._cache.put(key, (request, seen, counts))
         return counts
 
     def describe(self, request: RequestExtras) -> list[tuple[str, str, int]]:
         """Returns each of ``request.tools`` as (name, name and description, tokens alone)."""
         key = ("describe", *map(id, request.tools), request.strict)
         entry = self._cache.get(key)
-        if entry is not None and _same(entry[0], request, response_format=False):
-            return cast(list[tuple[str, str, int]], entry[1])
+        if (
+            entry is not None
+            and _same(entry[0], request, response_format=False)
+            and _unedited(entry[1], request)
+        ):
+            return cast(list[tuple[str, str, int]], entry[2])
+        seen = _snapshot(request)
         described = []
         for tool in wire_tools(request.tools, strict=request.strict):
             function = tool.get("function") or {}
             name = str(function.get("name") or tool.get("type") or "")
             text = f"{name.replace('_', ' ')} {function.get('description') or ''}"
             described.append((name, text, self._counter.count_tools([tool])))
-        self._cache.put(key, (request, described))
+        self._cache.put(key, (request, seen, described))
         return described
 
     def _count_response_format(self, value: object) -> int:
@@ -153,6 +163,30 @@ def _same(cached: RequestExtras, request: RequestExtras, *, response_format: boo
 
 def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _view(value: object) -> object:
+    """What of a tool or response format can be edited in place and change what is sent."""
+    if isinstance(value, BaseTool):
+        return (value.name, value.description, value.args_schema)
+    return value  # a dict as it is now; a function or a class by identity
+
+
+def _views(request: RequestExtras) -> list[object]:
+    return [*map(_view, request.tools), *map(_view, request.output_tools), request.response_format]
+
+
+def _snapshot(request: RequestExtras) -> list[object]:
+    """A copy of the views of ``request``: a later :func:`_unedited` compares it with them."""
+    return [
+        copy.deepcopy(view) if isinstance(view, Mapping | tuple) else view
+        for view in _views(request)
+    ]
+
+
+def _unedited(snapshot: list[object], request: RequestExtras) -> bool:
+    # Equal lists compare in C; a dict against its copy, a function or class by identity.
+    return _views(request) == snapshot
 
 
 def wire_tools(tools: Sequence[object], *, strict: bool | None = None) -> list[dict[str, Any]]:

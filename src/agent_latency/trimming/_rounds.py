@@ -13,7 +13,9 @@ few new ones. :class:`ConversationCache` remembers, per conversation, each messa
 and unit, and works out only the messages after the remembered ones. Whether those are unchanged
 is checked on every call, for every message, in bulk: the same object, the same content, name and
 tool-call id objects, and the fields that can change in place (tool calls, list content, a role)
-equal to a copy taken when the message was first seen. An edit in place is never missed.
+equal to a copy taken when the message was first seen (:func:`~agent_latency._tokens.stamp`,
+the rule every per-message cache follows; its one known limit is an edit to an equal value of
+another type, such as a tool-call argument ``1`` set to ``1.0``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from agent_latency._messages import tool_calls_of
 from agent_latency._tokens import IDENTITY_FIELDS, LRUCache, TokenCounting, edit_check, role_of
 from agent_latency.trimming._relevance import text_of
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _CONVERSATIONS = 16
+_KEY_MESSAGES = 2  # a conversation is told apart by its first messages
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -65,6 +69,9 @@ def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
 
     Returns:
         Every message belongs to exactly one unit.
+
+    Raises:
+        ValueError: Naming the message, when an ``AIMessage``'s tool calls are malformed.
     """
     units: list[Unit] = []
     _group(messages, 0, units, [], {}, 0)
@@ -103,9 +110,8 @@ def _group(
                 units[owner] = _unit(unit.kind, (*unit.indices, index), unit.round)
                 continue
             kind = "orphan"
-        elif isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+        elif isinstance(message, AIMessage) and (calls := tool_calls_of(message, index)):
             kind = "tool_call"
-            calls = (*message.tool_calls, *message.invalid_tool_calls)
             ids = tuple(call["id"] for call in calls if call["id"] is not None)
             unit_of_call.update(dict.fromkeys(ids, len(units)))
         elif isinstance(message, HumanMessage):
@@ -163,8 +169,9 @@ class ConversationCache:
     """Counts, texts and units of conversations, worked out once per message while it is unchanged.
 
     Remembers the last state of a few conversations (told apart by their first two messages);
-    a call reuses what it remembers for the longest unchanged first part of the messages. Safe to
-    share between threads.
+    a call reuses what it remembers for the longest unchanged first part of the messages. Holds
+    no message alive, and what it holds of a message that died (content, copies of list content,
+    text) is let go at the next call. Safe to share between threads.
 
     Args:
         counter: Counts the messages' tokens.
@@ -172,25 +179,32 @@ class ConversationCache:
 
     def __init__(self, counter: TokenCounting) -> None:
         self._counter = counter
-        self._memos = LRUCache(_CONVERSATIONS)
+        # A memo is cut before its first message that died (whose content, copies of list
+        # content and text it would otherwise hold), at the next call.
+        self._memos = LRUCache(_CONVERSATIONS, on_death=_alive_part)
 
     def analyse(self, messages: list[BaseMessage]) -> Conversation:
-        """Returns the counts, texts and units of ``messages``."""
-        key = tuple(map(id, messages[:2]))
+        """Returns the counts, texts and units of ``messages``.
+
+        Raises:
+            ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
+                malformed in place (see :func:`~agent_latency._messages.tool_calls_of`).
+        """
+        key = tuple(map(id, messages[:_KEY_MESSAGES]))
         memo: _Memo = self._memos.get(key) or _EMPTY
         unchanged = _unchanged(messages, memo)
         if unchanged == len(memo.refs) == len(messages):
             return memo.conversation
         try:
-            memo = self._extended(_truncated(memo, unchanged), messages)
+            memo = self._extended(_truncated(memo, unchanged), messages, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
             counts = list(map(self._counter.count_message, messages))
             return Conversation(counts, list(map(text_of, messages)), group_units(messages))
         self._memos.put(key, memo)
         return memo.conversation
 
-    def _extended(self, memo: _Memo, messages: list[BaseMessage]) -> _Memo:
-        """``memo`` (which ``messages`` begin with) with the messages after it added."""
+    def _extended(self, memo: _Memo, messages: list[BaseMessage], key: tuple[int, ...]) -> _Memo:
+        """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``."""
         start = len(memo.refs)
         new = messages[start:]
         groups = {getter: (indices, snapshots) for getter, indices, snapshots in memo.compared}
@@ -215,7 +229,7 @@ class ConversationCache:
         fields = [
             old + new_fields for old, new_fields in zip(memo.fields, _fields(new), strict=True)
         ]
-        refs = memo.refs + list(map(weakref.ref, new))
+        refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
         return _Memo(refs, fields, compared, conversation, issued, unit_of_call, round_)
 
 
@@ -294,6 +308,15 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         unit_of_call,
         units[-1].round if units else 0,
     )
+
+
+def _alive_part(memo: _Memo) -> _Memo | None:
+    """The memo cut before its first dead message; ``None`` when that is one its key names."""
+    alive = map(operator.call, memo.refs)
+    dead = next(compress(count(), map(operator.is_, alive, repeat(None))), None)
+    if dead is None:  # the memo at the key is now another conversation's
+        return memo
+    return None if dead < _KEY_MESSAGES else _truncated(memo, dead)
 
 
 def _first(unit: Unit) -> int:

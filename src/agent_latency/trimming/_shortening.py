@@ -13,7 +13,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._tokens import IMAGE_PART_TYPES, LRUCache, TokenCounting
+from agent_latency._tokens import IMAGE_PART_TYPES, LRUCache, TokenCounting, stamp, unchanged
 
 MARKER = "\n[... {removed} tokens removed ...]\n"
 """Put where the middle of a shortened text was."""
@@ -31,7 +31,8 @@ class MessageShortener:
 
     A conversation is trimmed again on every model call with mostly the same message objects, so
     each (message, target) pair is shortened once and then looked up, as long as the message is
-    alive and its content unchanged.
+    alive and unchanged (:func:`~agent_latency._tokens.stamp`: an edit in place of its
+    content, name or tool-call id makes a new copy).
 
     Args:
         counter: Counts the tokens of the shortened copies.
@@ -58,10 +59,15 @@ class MessageShortener:
         """
         key = (id(message), target)
         entry = self._cache.get(key)
-        if entry is not None and entry[0]() is message and entry[1] is message.content:
+        if entry is not None and entry[0]() is message and unchanged(message, entry[1]):
             return entry[2], entry[3]
+        try:
+            seen = stamp(message)
+        except Exception:  # content that cannot be copied: edits could not be told later
+            return self._shorten_uncached(message, target)
         shortened, count = self._shorten_uncached(message, target)
-        self._cache.put(key, (weakref.ref(message), message.content, shortened, count))
+        ref = weakref.ref(message, self._cache.on_death(key))  # the entry ends with the message
+        self._cache.put(key, (ref, seen, shortened, count))
         return shortened, count
 
     def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
@@ -128,10 +134,12 @@ def _with_text(message: BaseMessage, text: str, others: list[Any]) -> BaseMessag
     return message.model_copy(update={"content": content})
 
 
-def _split_content(content: str | list[str | dict[str, Any]]) -> tuple[list[str], list[Any]]:
+def _split_content(
+    content: str | list[str | dict[str, Any]] | None,
+) -> tuple[list[str], list[Any]]:
     """Returns the texts of a message's content and its other parts (images), in order."""
-    if isinstance(content, str):
-        return [content], []
+    if isinstance(content, str) or content is None:  # null content is accepted as no text
+        return [content or ""], []
     texts: list[str] = []
     others: list[Any] = []
     for part in content:
