@@ -9,7 +9,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent_latency import semconv
 from agent_latency.bench._scenario import call_points, load_scenario
-from agent_latency.trimming import PriorityTrimmer
+from agent_latency.trimming import PriorityTrimmer, TrimResult
+from agent_latency.trimming._conversations import CacheState, Conversation, cache_state
 from agent_latency.trimming._cost_aware import CostAwareTrimmer
 
 SCENARIO = load_scenario()
@@ -162,3 +163,96 @@ def test_inside_a_run_the_key_is_the_runs_thread_id(clock: Clock) -> None:
     result = step.invoke(SCENARIO[: POINTS[13]], config={"configurable": {"thread_id": 7}})
     assert trimmer.choose(SCENARIO[: POINTS[14]], key="7").cache_state == "warm"
     assert len(result.decisions) == POINTS[13]
+
+
+# --- the server's reported cached tokens ------------------------------------------------------
+
+
+def test_a_warm_call_the_server_did_not_cache_makes_the_next_assume_nothing_cached(
+    clock: Clock,
+) -> None:
+    trimmer = cost_aware(clock)
+    _, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
+    assert second.option == "append"
+    assert second.result.on_usage is not None
+    second.result.on_usage(second.result.tokens_after, 0)  # the server: nothing was reused
+    (third,) = replay(trimmer, clock, [POINTS[14]])
+    assert third.cache_state == "evicted"
+    # Nothing is assumed cached: appending prefills the whole, larger, prompt and loses.
+    assert third.option != "append"
+    assert third.predicted_ms[third.option] < third.predicted_ms["append"]
+
+
+def test_reported_cache_hits_keep_the_cache_warm_and_no_report_judges_by_time(
+    clock: Clock,
+) -> None:
+    reported, silent = cost_aware(clock), cost_aware(clock)
+    for trimmer in (reported, silent):
+        _, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
+        if trimmer is reported:
+            assert second.result.on_usage is not None
+            second.result.on_usage(second.result.tokens_after, second.result.tokens_after - 50)
+    assert next(replay(reported, clock, [POINTS[14]])).cache_state == "warm"
+    assert next(replay(silent, clock, [POINTS[14]])).cache_state == "warm"
+
+
+@pytest.mark.parametrize(
+    ("state", "shared", "reported", "missed_before", "missed"),
+    [
+        ("warm", 2000, 0, False, True),  # expected 2,000 cached, none reported
+        ("warm", 2000, 1900, True, False),  # the cache holds it again
+        ("warm", 500, 0, False, False),  # too short to tell (OpenAI caches from 1,024 tokens)
+        ("expired", 2000, 0, False, False),  # nothing was expected cached
+        ("warm", 2000, None, True, True),  # no report: as before
+        ("evicted", 2000, 1900, True, False),
+    ],
+)
+def test_the_evidence_of_one_report(
+    state: CacheState, shared: int, reported: int | None, missed_before: bool, missed: bool
+) -> None:
+    record = Conversation((), 0, (), 0, (), 0.0, 0.0, state, shared, missed_before)
+    record.report_usage(shared + 100, reported)
+    assert record.server_missed() is missed
+    assert cache_state(record, 10.0, 300.0) == ("evicted" if missed else "warm")
+    assert cache_state(record, 301.0, 300.0) == "expired"
+    assert cache_state(None, 0.0, 300.0) == "cold"
+
+
+def test_the_callback_handler_reports_the_servers_cached_tokens_to_the_conversation(
+    clock: Clock,
+) -> None:
+    # A server without a prefix cache: the warm append it gets reports 0 cached tokens.
+    from agent_latency import LatencyCallbackHandler, LLMSettings, Settings, build_chat_model
+    from agent_latency.sim import SimulatorConfig, running_simulator
+
+    trimmer = cost_aware(clock)
+    handler = LatencyCallbackHandler(tracer_provider=TracerProvider(), log_every_request=False)
+    fast = SimulatorConfig(
+        overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=5000, prefix_cache=False
+    )
+    with running_simulator(fast) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        chain = trimmer | build_chat_model(settings, max_tokens=2)
+        config = {"callbacks": [handler], "configurable": {"thread_id": "t"}}
+        for end in (POINTS[12], POINTS[13]):
+            clock.now += 5
+            list(chain.stream(SCENARIO[:end], config=config))  # type: ignore[arg-type]
+    assert trimmer.choose(SCENARIO[: POINTS[14]], key="t").cache_state == "evicted"
+
+
+def test_a_result_from_decisions_takes_its_counts_from_them() -> None:
+    from dataclasses import replace
+
+    base = PriorityTrimmer(3000).trim(SCENARIO[: POINTS[14]])
+    kept_all = tuple(
+        replace(d, action="kept", rule="fits", tokens_after=d.tokens) for d in base.decisions
+    )
+    everything = TrimResult.from_decisions(
+        base, kept_all, messages=SCENARIO[: POINTS[14]], tokens_after=base.tokens_before
+    )
+    assert everything.decisions == kept_all
+    assert (everything.dropped_messages, everything.shortened_messages) == (0, 0)
+    assert everything.sent_message_tokens == base.message_tokens
+    assert everything.budget == base.budget and everything.tool_tokens == base.tool_tokens
+    assert base.dropped_messages > 0  # the base is untouched
+    assert sum(base.sent_message_tokens) + base.framing_tokens == base.tokens_after

@@ -96,9 +96,10 @@ def test_healthy_simulator_passes_every_check(healthy: str) -> None:
         "prefill",
         "tokenizer",
         "prefix cache",
+        "latency model",
     ]
     assert "asked for 2 tokens via max_tokens, got 2" in result.output
-    assert "14 passed, 0 warnings, 0 failed" in result.output
+    assert "15 passed, 0 warnings, 0 failed" in result.output
 
 
 def test_buffered_stream_fails_with_the_buffering_fix() -> None:

@@ -115,3 +115,23 @@ def test_documented_cache_lifetimes() -> None:
     assert default_cache_lifetime("https://api.deepseek.com/v1") == 3600.0
     assert default_cache_lifetime("http://127.0.0.1:8080/v1") == 3600.0
     assert default_cache_lifetime("https://example.org/v1") == 300.0
+
+
+def test_no_coefficient_goes_negative_so_a_longer_prompt_is_never_predicted_faster() -> None:
+    # One cold call cannot tell the per-token terms apart; an unconstrained fit made the
+    # context term negative and predicted a cached long prompt faster than a short one.
+    model = LatencyModel()
+    model.observe(250.0, 1375, 0)
+    fitted = model.coefficients
+    assert min(fitted.fixed_ms, fitted.ms_per_token, fitted.ms_per_token_per_ktoken) >= 0
+    assert fitted.ms_per_context_token >= 0
+    assert model.predict(1849, 1849) > model.predict(1365, 1365)
+    assert model.predict(100, 4000) >= model.predict(100, 1000)
+    assert model.predict(1375, 1375) == pytest.approx(250.0, rel=0.1)
+
+
+def test_registry_keys_a_base_url_as_the_handler_keys_the_server() -> None:
+    registry = LatencyModels()
+    by_url = registry.model_for_base_url("http://127.0.0.1:8000/v1", "m")
+    assert by_url is registry.model_for(("127.0.0.1", 8000), "m")
+    assert registry.model_for_base_url(None, "m") is registry.model_for(None, "m")

@@ -6,6 +6,7 @@ The servers here speak llama.cpp's ``POST /tokenize`` and llama-cpp-python's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -58,10 +59,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        try:
+        with contextlib.suppress(BrokenPipeError):  # the client timed out and left
             self.wfile.write(data)
-        except BrokenPipeError:  # the client timed out and left (the timeout test)
-            pass
 
     def log_message(self, *args: object) -> None:
         pass

@@ -69,3 +69,52 @@ def test_schedule_interleaves_conversations_and_marks_idle_turns() -> None:
 def test_bad_workloads_name_the_option(options: dict[str, object], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         MixedWorkload(**options)  # type: ignore[arg-type]
+
+
+def test_on_an_endpoint_it_says_where_it_ran_and_what_the_server_reported() -> None:
+    from agent_latency import LLMSettings, Settings
+    from agent_latency.sim import SimulatorConfig, running_simulator
+
+    fast = SimulatorConfig(overhead_ms=2, prefill_ms_per_token=0.01, decode_tokens_per_s=5000)
+    with running_simulator(fast) as sim:
+        settings = Settings(llm=LLMSettings(model=sim.config.models[0]))
+        report = run_mixed_workload(
+            MixedWorkload(conversations=1, calls=3, idle_every=2),
+            settings=settings,
+            base_url=sim.base_url,
+            only=["prefix_stable", "cost_aware"],
+        )
+        base_url = sim.base_url
+    assert "simulator" not in report
+    assert report["endpoint"]["server"] == base_url
+    assert report["endpoint"]["latency_probes"] == 4  # doctor's probes seeded the cost model
+    assert [entry["name"] for entry in report["strategies"]] == ["prefix_stable", "cost_aware"]
+    for entry in report["strategies"]:
+        assert entry["calls"] == 3
+        assert entry["prompt_tokens_counted"] == 0  # the simulator reports usage when streaming
+    assert f"at {base_url}" in workload_table(report)
+
+
+def test_a_stream_without_usage_reports_no_counts() -> None:
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    from agent_latency.bench._workload import _stream
+    from agent_latency.sim import SimulatorConfig, running_simulator
+
+    with running_simulator(SimulatorConfig(overhead_ms=1, decode_tokens_per_s=5000)) as sim:
+        model = ChatOpenAI(
+            model=sim.config.models[0], base_url=sim.base_url, api_key="none", max_tokens=2
+        )
+        ttft, prompt, cached = _stream(model, [HumanMessage("hello")])
+        assert ttft > 0 and prompt is None and cached is None
+        with_usage = model.model_copy(update={"stream_usage": True})
+        _, prompt, cached = _stream(with_usage, [HumanMessage("hello")])
+        assert prompt and cached == 0
+
+
+def test_bad_endpoint_options_are_refused() -> None:
+    from agent_latency.sim import SimulatorConfig
+
+    with pytest.raises(ValueError, match="not both"):
+        run_mixed_workload(simulator=SimulatorConfig(), base_url="http://127.0.0.1:1/v1")

@@ -10,11 +10,13 @@ cost (network, queueing, scheduling), ``b`` the prefill cost per token, ``c`` ho
 with the context (attention is quadratic: llama.cpp shows it) and ``d`` what every prompt token
 costs even when cached (converting, sending and tokenizing the request, matching the cache).
 
-The coefficients are fitted online by ridge-regularised least squares toward priors: the fit
-keeps only 4×4 sufficient statistics, discounted by a forgetting factor on every call, so its
-memory is constant and it follows an endpoint whose speed changes. With no calls observed it
-predicts from the priors (the embedded simulator's defaults); each call pulls it toward what the
-endpoint really does. Safe to share between threads.
+The coefficients are fitted online by ridge-regularised least squares toward priors, none
+below 0 (a few cold calls alone cannot tell the per-token terms apart, and an unconstrained fit
+then trades one for a negative other). The fit keeps only 4×4 sufficient statistics, discounted
+by a forgetting factor on every call, so its memory is constant and it follows an endpoint whose
+speed changes. With no calls observed it predicts from the priors (the embedded simulator's
+defaults); each call, and each of doctor's prefill probes, pulls it toward what the endpoint
+really does. Safe to share between threads.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from agent_latency._redaction import host_and_port
 from agent_latency._tokens import LRUCache
 
 _KILO: Final = 1000.0
@@ -101,19 +104,45 @@ _N: Final = 4  # coefficients
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     """Solves a small symmetric positive definite system by Gaussian elimination."""
-    rows = [[*matrix[i], vector[i]] for i in range(_N)]
-    for col in range(_N):
-        pivot = max(range(col, _N), key=lambda r: abs(rows[r][col]))
+    n = len(vector)
+    rows = [[*matrix[i], vector[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
         rows[col], rows[pivot] = rows[pivot], rows[col]
-        for r in range(col + 1, _N):
+        for r in range(col + 1, n):
             factor = rows[r][col] / rows[col][col]
-            for k in range(col, _N + 1):
+            for k in range(col, n + 1):
                 rows[r][k] -= factor * rows[col][k]
-    solution = [0.0] * _N
-    for r in reversed(range(_N)):
-        known = sum(rows[r][k] * solution[k] for k in range(r + 1, _N))
-        solution[r] = (rows[r][_N] - known) / rows[r][r]
+    solution = [0.0] * n
+    for r in reversed(range(n)):
+        known = sum(rows[r][k] * solution[k] for k in range(r + 1, n))
+        solution[r] = (rows[r][n] - known) / rows[r][r]
     return solution
+
+
+def _solve_non_negative(matrix: list[list[float]], vector: list[float]) -> list[float]:
+    """Minimises ``θᵀ·matrix·θ − 2·θᵀ·vector`` over ``θ ≥ 0`` (``matrix`` positive definite).
+
+    No coefficient of the latency model can be negative: a fit that makes, say, context cheaper
+    the longer it is would tell the trimmer to keep more of it. When the unconstrained solution
+    has a negative coefficient, every set of coefficients pinned at 0 is tried (16 for 4) and
+    the feasible solution of least cost taken: the exact constrained optimum.
+    """
+    free = _solve(matrix, vector)
+    if min(free) >= 0:
+        return free
+    best, best_cost = [0.0] * _N, 0.0  # all pinned at 0 is feasible, of cost 0
+    for mask in range(1, 1 << _N):
+        kept = [i for i in range(_N) if mask >> i & 1]
+        part = _solve([[matrix[i][j] for j in kept] for i in kept], [vector[i] for i in kept])
+        if min(part) < 0:
+            continue
+        cost = -sum(v * vector[i] for v, i in zip(part, kept, strict=True))
+        if cost < best_cost:
+            best, best_cost = [0.0] * _N, cost
+            for v, i in zip(part, kept, strict=True):
+                best[i] = v
+    return best
 
 
 class LatencyModel:
@@ -214,7 +243,7 @@ class LatencyModel:
                 for i in range(_N)
             ]
             target = [self._moment[i] + self.prior_weight * self._prior[i] for i in range(_N)]
-            self._coefficients = _solve(ridge, target)
+            self._coefficients = _solve_non_negative(ridge, target)
 
     def predict(self, uncached: float, context: float) -> float:
         """Returns the predicted time to first token in ms (never below 0).
@@ -275,6 +304,11 @@ class LatencyModels:
                 found = LatencyModel(self._priors)
                 self._models.put(key, found)
         return found  # type: ignore[no-any-return]
+
+    def model_for_base_url(self, base_url: str | None, model: str | None) -> LatencyModel:
+        """Returns the latency model of ``model`` at ``base_url`` (``llm.base_url``; ``None``:
+        OpenAI's default endpoint), keyed as the callback handler keys the calls it observes."""
+        return self.model_for(host_and_port(base_url) if base_url else None, model)
 
 
 LATENCY_MODELS: Final = LatencyModels()

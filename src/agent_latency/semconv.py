@@ -146,7 +146,9 @@ TOKEN_TYPE_CACHE_CREATION: Final = "cache_creation"
 # Trim: the cost-aware mode.
 TRIM_CACHE_STATE: Final = "agent_latency.trim.cache_state"
 """The server cache state the cost-aware trimmer assumed: ``cold`` (first call of the
-conversation), ``warm`` (previous call within the cache lifetime) or ``expired`` (idle longer)."""
+conversation), ``warm`` (previous call within the cache lifetime), ``expired`` (idle longer) or
+``evicted`` (within the lifetime, but the server reported fewer cached tokens than it should
+have held: other traffic pushed the conversation out)."""
 TRIM_OPTION: Final = "agent_latency.trim.option"
 """The prompt the cost-aware trimmer sent: ``append`` (the previous prompt plus the new
 messages), ``cut`` (trimmed to the budget) or ``deep_cut`` (trimmed below it)."""

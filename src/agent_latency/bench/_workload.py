@@ -5,7 +5,7 @@ Each conversation replays the scenario call by call as it grew (see
 prompt. The conversations' calls are interleaved by a virtual clock: turns of one conversation
 come ``turn_gap_s`` apart, and every ``idle_every``-th turn comes ``idle_gap_s`` later, longer
 than ``cache_lifetime_s``. Every strategy replays the same schedule on the embedded simulator
-through the real ``ChatOpenAI``, streaming.
+(or an endpoint: ``base_url``) through the real ``ChatOpenAI``, streaming.
 
 The idle gap is emulated, not waited for: from a turn after an idle gap on, the prompt sent
 starts with a new *epoch* marker, so the simulator's prefix cache holds nothing of it, exactly as
@@ -24,31 +24,28 @@ the prompt (a trim; for ``SummarizationMiddleware`` its summary call to the same
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, cast
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ToolMessage,
-    trim_messages,
-)
-from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_openai import ChatOpenAI
-from opentelemetry import trace
 
 from agent_latency._chat_model import build_chat_model
 from agent_latency._config import Settings
 from agent_latency._latency_model import LatencyModel
+from agent_latency._redaction import display_url
 from agent_latency._tokens import TokenCounter
+from agent_latency.bench._contenders import STRATEGIES, contenders
 from agent_latency.bench._results import percentile
 from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
+from agent_latency.doctor._latency import seed_latency_model
+from agent_latency.doctor._probes import Endpoint
 from agent_latency.sim import SimulatorConfig, running_simulator
-from agent_latency.trimming._cost_aware import CostAwareTrimmer
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming._result import TrimResult
 
 CLOCK_SCALE: Final = 0.5
 """The simulator runs this many times its default overhead and prefill costs."""
@@ -136,15 +133,12 @@ def schedule(workload: MixedWorkload, points: Sequence[int]) -> list[_Turn]:
     return sorted(turns, key=lambda turn: (turn.at, turn.conversation))
 
 
-Prepare = Callable[[int, list[BaseMessage], float], list[BaseMessage]]
-"""(conversation, its messages so far, virtual time) -> the messages to send."""
-
-
 @dataclass
 class _Tally:
     waits: list[float] = field(default_factory=list)
     ttfts: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
+    counted: int = 0  # calls whose usage was not reported: prompt counted here
     prefilled_tokens: int = 0
     violations: int = 0
     invalid: int = 0
@@ -159,6 +153,7 @@ class _Tally:
             "invalid_requests": self.invalid,
             "calls": len(self.waits),
             "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_counted": self.counted,
             "mean_model_ttft_ms": round(statistics.fmean(self.ttfts), 1),
             "p95_model_ttft_ms": round(percentile(self.ttfts, 0.95), 1),
         }
@@ -180,119 +175,34 @@ def _invalid(messages: Sequence[BaseMessage]) -> bool:
     return bool(open_calls)
 
 
-def _stream(model: ChatOpenAI, messages: list[BaseMessage]) -> tuple[float, int, int]:
-    """Streams one call: (ms to the first content chunk, prompt tokens, cached tokens)."""
+def _stream(model: ChatOpenAI, messages: list[BaseMessage]) -> tuple[float, int | None, int | None]:
+    """Streams one call: (ms to the first content chunk, prompt tokens, cached tokens), each
+    count ``None`` when the server did not report it."""
     started = time.perf_counter()
     ttft: float | None = None
-    prompt = cached = 0
+    prompt = cached = None
     for chunk in model.stream(messages):
         if ttft is None and chunk.content:
             ttft = (time.perf_counter() - started) * 1000
         usage = chunk.usage_metadata
         if usage:
             prompt = usage["input_tokens"]
-            cached = (usage.get("input_token_details") or {}).get("cache_read") or 0
+            cached = (usage.get("input_token_details") or {}).get("cache_read")
     return (ttft if ttft is not None else (time.perf_counter() - started) * 1000), prompt, cached
 
 
-def _strategies(
-    workload: MixedWorkload,
-    summary_model: ChatOpenAI,
-    clock: Callable[[], float],
-    latency_model: LatencyModel,
-) -> dict[str, Prepare]:
-    """The contenders, each as a function preparing one call's prompt.
-
-    ``none`` sends everything; ``hard_limit`` trims only to the hard limit (moving cut);
-    ``moving_cut`` and ``prefix_stable`` trim to the budget; ``cost_aware`` is
-    :class:`CostAwareTrimmer` (prefix-stable cuts, deep cuts to half the budget). The peers:
-    ``trim_messages`` as LangChain's docs configure it for chat models (``strategy="last"``,
-    ``start_on="human"``, ``end_on=("human", "tool")``, ``include_system=True``) with the
-    approximate counter and with an exact one (ours, the simulator's tokenizer);
-    ``ContextEditingMiddleware``'s default edit (``ClearToolUsesEdit()``: 100,000-token trigger,
-    approximate counter) and the same edit triggered at the budget with the exact counter;
-    ``SummarizationMiddleware`` triggered at the budget, keeping 20 messages, its summary made by
-    the same simulator.
-    """
-    from langchain.agents.middleware import ClearToolUsesEdit, SummarizationMiddleware
-
-    counter = TokenCounter()
-    quiet = trace.NoOpTracerProvider()
-
-    def trimmer(budget: int, stable: bool) -> PriorityTrimmer:
-        return PriorityTrimmer(
-            budget, prefix_stable=stable, token_counter=counter, tracer_provider=quiet
-        )
-
-    def by(trim: PriorityTrimmer) -> Prepare:
-        return lambda _conversation, messages, _at: trim.trim(messages).messages
-
-    cost_aware = CostAwareTrimmer(
-        trimmer(workload.budget, True),
-        context_window=workload.context_window,
-        reserve_for_output=workload.reserve_for_output,
-        cache_lifetime_s=workload.cache_lifetime_s,
-        latency_model=latency_model,
-        deep_trimmer=trimmer(workload.budget // 2, True),
-        clock=clock,
-        tracer_provider=quiet,
-    )
-
-    def trimmed_by_peer(exact: bool) -> Prepare:
-        count: Callable[[list[BaseMessage]], int] = (
-            counter.count_messages if exact else count_tokens_approximately
-        )
-        # As LangChain's docs show it for chat models: the last messages, from a user turn on.
-        return lambda _conversation, messages, _at: trim_messages(
-            messages,
-            max_tokens=workload.budget,
-            token_counter=count,
-            strategy="last",
-            start_on="human",
-            end_on=("human", "tool"),
-            include_system=True,
-        )
-
-    def edited(edit: ClearToolUsesEdit, exact: bool) -> Prepare:
-        count = counter.count_messages if exact else count_tokens_approximately
-
-        def prepare(_conversation: int, messages: list[BaseMessage], _at: float) -> list[Any]:
-            edited_messages: list[Any] = list(messages)
-            edit.apply(edited_messages, count_tokens=count)
-            return edited_messages
-
-        return prepare
-
-    summarizer = SummarizationMiddleware(
-        summary_model, trigger=("tokens", workload.budget), keep=("messages", 20)
-    )
-    states: dict[int, tuple[int, list[BaseMessage]]] = {}
-
-    def summarized(conversation: int, messages: list[BaseMessage], _at: float) -> list[Any]:
-        # The agent's state without its system prompt, persisted between calls as the
-        # middleware leaves it; the summary call happens in before_model.
-        seen, state = states.get(conversation, (1, []))
-        state = state + [m.model_copy() for m in messages[seen:]]
-        update = summarizer.before_model(cast(Any, {"messages": state}), cast(Any, None))
-        if update is not None:
-            state = list(update["messages"][1:])  # after RemoveMessage(REMOVE_ALL_MESSAGES)
-        states[conversation] = (len(messages), state)
-        return [messages[0], *state]
-
-    return {
-        "none": lambda _conversation, messages, _at: messages,
-        "hard_limit": by(trimmer(workload.hard_limit, False)),
-        "moving_cut": by(trimmer(workload.budget, False)),
-        "prefix_stable": by(trimmer(workload.budget, True)),
-        "cost_aware": lambda conversation, messages, _at: (
-            cost_aware.trim(messages, key=str(conversation)).messages
-        ),
-        "trim_messages_approximate": trimmed_by_peer(exact=False),
-        "trim_messages_exact": trimmed_by_peer(exact=True),
-        "context_editing_default": edited(ClearToolUsesEdit(), exact=False),
-        "context_editing_exact": edited(ClearToolUsesEdit(trigger=workload.budget), exact=True),
-        "summarization": summarized,
-    }
+@contextlib.contextmanager
+def _endpoint(
+    settings: Settings, simulator: SimulatorConfig | None, base_url: str | None
+) -> Iterator[tuple[Settings, SimulatorConfig | None]]:
+    """Yields the settings of the endpoint to run on, and the simulator's configuration."""
+    if base_url is not None:
+        yield replace(settings, llm=replace(settings.llm, base_url=base_url)), None
+        return
+    simulator = simulator or workload_simulator()
+    with running_simulator(replace(simulator, model=settings.llm.model)) as server:
+        llm = replace(settings.llm, base_url=server.base_url, api_key=None)
+        yield replace(settings, llm=llm), simulator
 
 
 def run_mixed_workload(
@@ -301,30 +211,49 @@ def run_mixed_workload(
     settings: Settings | None = None,
     messages: Sequence[BaseMessage] | None = None,
     simulator: SimulatorConfig | None = None,
+    base_url: str | None = None,
     only: Sequence[str] | None = None,
     on_call: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Runs the mixed workload on the embedded simulator, once per strategy.
+    """Runs the mixed workload once per strategy, on the embedded simulator or an endpoint.
+
+    On an endpoint (``base_url``), ``settings.llm`` says the model, key and tokenizer; the
+    trimmers count with that tokenizer, and doctor's prefill probes first teach the cost-aware
+    trimmer's latency model the endpoint's speed (``latency_probes`` in the report). A call
+    whose stream reports no usage (llama-cpp-python reports none when streaming) is counted with
+    it too: ``prompt_tokens_counted`` says how many, and their prefilled tokens are taken as the
+    whole prompt (nothing known cached).
 
     Args:
         workload: Its shape. Default: :class:`MixedWorkload`.
-        settings: Generation options (the channel is the simulator's). Default: the defaults.
+        settings: The model, generation options and, with ``base_url``, the channel. Default:
+            the defaults.
         messages: The conversation each one replays. Default: the shipped scenario.
-        simulator: The simulator. Default: :func:`workload_simulator`.
+        simulator: The simulator. Default: :func:`workload_simulator`. Not with ``base_url``.
+        base_url: Run against this OpenAI-compatible endpoint instead of the simulator.
         only: Run only these strategies (by name). Default: all.
         on_call: Called after each model call with a short description of it.
 
     Returns:
         ``{"name": "mixed", "strategies": [...], ...}``: per strategy its ``mean_ttft_ms`` and
         ``p95_ttft_ms`` (the user's wait), ``prefilled_tokens``, ``hard_limit_violations``,
-        ``invalid_requests`` and more; then the workload and the simulator.
+        ``invalid_requests`` and more; then the workload and the simulator or endpoint.
+
+    Raises:
+        ValueError: For an unknown strategy, or both ``simulator`` and ``base_url``.
     """
+    if simulator is not None and base_url is not None:
+        raise ValueError("run_mixed_workload: pass simulator or base_url, not both.")
+    unknown = sorted(set(only or ()) - set(STRATEGIES))
+    if unknown:
+        raise ValueError(
+            f"run_mixed_workload: unknown strategies {unknown}; choose from {list(STRATEGIES)}."
+        )
     workload = workload or MixedWorkload()
     settings = settings or Settings()
     scenario = list(messages) if messages is not None else load_scenario()
     points = call_points(scenario)[-workload.calls :] if workload.calls else call_points(scenario)
     turns = schedule(workload, points)
-    simulator = simulator or workload_simulator()
     conversations = [
         with_request_id(scenario, f"conversation {index}")
         for index in range(workload.conversations)
@@ -332,17 +261,26 @@ def run_mixed_workload(
     now = [0.0]
     latency_model = LatencyModel()
     results = []
-    with running_simulator(replace(simulator, model=settings.llm.model)) as server:
-        llm = replace(settings.llm, base_url=server.base_url, api_key=None)
-        model = build_chat_model(
-            replace(settings, llm=llm), streaming=True, max_retries=0, max_tokens=4
-        )
-        prepares = _strategies(workload, model, lambda: now[0], latency_model)
-        unknown = sorted(set(only or ()) - set(prepares))
-        if unknown:
-            raise ValueError(
-                f"run_mixed_workload: unknown strategies {unknown}; choose from {list(prepares)}."
+    with _endpoint(settings, simulator, base_url) as (channel, simulated):
+        llm = channel.llm
+        # The simulator counts with cl100k; an endpoint as its settings say.
+        counter = (
+            TokenCounter()
+            if simulated is not None
+            else TokenCounter.for_model(
+                llm.model,
+                tokenizer=llm.tokenizer,
+                base_url=llm.base_url,
+                api_key=llm.api_key.get_secret_value() if llm.api_key is not None else None,
             )
+        )
+        model = build_chat_model(channel, streaming=True, max_retries=0, max_tokens=4)
+        probes = 0
+        if simulated is None:  # the cost-aware trimmer starts from the endpoint's own speed
+            with Endpoint(channel, timeout_s=llm.timeout_seconds) as endpoint:
+                probed = seed_latency_model(channel, endpoint=endpoint, model=latency_model)
+            probes = len(probed) if isinstance(probed, list) else 0
+        prepares = contenders(workload, model, lambda: now[0], latency_model, counter)
         for name, prepare in prepares.items():
             if only is not None and name not in only:
                 continue
@@ -351,29 +289,38 @@ def run_mixed_workload(
                 now[0] = turn.at
                 epochs[turn.conversation] += turn.idle
                 started = time.perf_counter()
-                prompt = prepare(
+                prepared = prepare(
                     turn.conversation, conversations[turn.conversation][: turn.end], turn.at
                 )
                 prepare_ms = (time.perf_counter() - started) * 1000
+                trim = prepared if isinstance(prepared, TrimResult) else None
+                prompt = trim.messages if trim is not None else cast(list[BaseMessage], prepared)
                 marker = f"{name} {turn.conversation} epoch {epochs[turn.conversation]}"
                 if _invalid(prompt):
                     tally.invalid += 1
-                ttft, tokens, cached = _stream(model, with_request_id(prompt, marker))
-                if name == "cost_aware":
+                sent = with_request_id(prompt, marker)
+                ttft, reported, cached = _stream(model, sent)
+                tokens = reported if reported is not None else counter.count_messages(sent)
+                tally.counted += reported is None
+                if trim is not None and trim.on_usage is not None and reported is not None:
+                    trim.on_usage(reported, cached)  # as the callback handler does
+                if name == "cost_aware" and (cached is not None or simulated is not None):
                     latency_model.observe(ttft, tokens, cached)
                 tally.waits.append(ttft + prepare_ms)
                 tally.ttfts.append(ttft)
                 tally.prompt_tokens += tokens
-                tally.prefilled_tokens += tokens - cached
+                tally.prefilled_tokens += tokens - (cached or 0)
                 tally.violations += tokens > workload.hard_limit
                 if on_call is not None:
                     on_call(
                         f"{name}: conversation {turn.conversation}, {turn.end} messages"
                         f"{' after an idle gap' if turn.idle else ''}: wait "
-                        f"{ttft + prepare_ms:.0f} ms, {tokens} tokens, {cached} cached"
+                        f"{ttft + prepare_ms:.0f} ms, {tokens} tokens"
+                        f"{'' if reported is not None else ' (counted here)'}, "
+                        f"{'?' if cached is None else cached} cached"
                     )
             results.append(tally.to_json(name))
-    return {
+    report: dict[str, Any] = {
         "name": "mixed",
         "strategies": results,
         "workload": {
@@ -381,13 +328,21 @@ def run_mixed_workload(
             "hard_limit": workload.hard_limit,
             "calls_per_conversation": len(points),
         },
-        "simulator": {
-            "overhead_ms": simulator.overhead_ms,
-            "prefill_ms_per_token": simulator.prefill_ms_per_token,
-            "attention_ms_per_1k_context": simulator.attention_ms_per_1k_context,
-            "clock_scale": CLOCK_SCALE,
-        },
     }
+    if simulated is not None:
+        report["simulator"] = {
+            "overhead_ms": simulated.overhead_ms,
+            "prefill_ms_per_token": simulated.prefill_ms_per_token,
+            "attention_ms_per_1k_context": simulated.attention_ms_per_1k_context,
+            "clock_scale": CLOCK_SCALE,
+        }
+    else:
+        report["endpoint"] = {
+            "server": display_url(base_url or ""),
+            "model": llm.model,
+            "latency_probes": probes,  # 0: a probe failed, the cost-aware model kept its priors
+        }
+    return report
 
 
 def workload_table(report: dict[str, Any]) -> str:
@@ -403,11 +358,22 @@ def workload_table(report: dict[str, Any]) -> str:
             f"{entry['invalid_requests']:>8}"
         )
     shape = report["workload"]
+    where = (
+        f"on the simulator at {report['simulator']['clock_scale']:g}× its default latency"
+        if "simulator" in report
+        else f"on {report['endpoint']['model']} at {report['endpoint']['server']}"
+    )
+    counted = sum(entry.get("prompt_tokens_counted", 0) for entry in report["strategies"])
     rows.append(
         f"Mixed workload: {shape['conversations']} conversations × "
         f"{shape['calls_per_conversation']} calls, budget {shape['budget']:,}, hard limit "
         f"{shape['hard_limit']:,}, every {shape['idle_every']}th turn after an idle gap; "
-        f"times in ms on the simulator at {report['simulator']['clock_scale']:g}× its default "
-        "latency; wait = time to first token + trim (+ summary call)."
+        f"times in ms {where}; wait = time to first token + trim (+ summary call)."
+        + (
+            f" The server reported no usage for {counted} calls: their prompt tokens are our "
+            "count, and all of them count as prefilled."
+            if counted
+            else ""
+        )
     )
     return "\n".join(rows)

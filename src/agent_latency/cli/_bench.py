@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -32,13 +33,18 @@ from agent_latency.bench import (
     open_endpoint,
     run_bench,
 )
+from agent_latency.bench._contenders import STRATEGIES
 from agent_latency.bench._plot import require_matplotlib, write_plot
 from agent_latency.bench._quality import PLACES, QualityRow, run_quality
 from agent_latency.bench._report import saving_breakdown
 from agent_latency.bench._results import BASELINE_MODE, GATED_MODE, ModeResult
 from agent_latency.bench._runner import ProgressCallback
 from agent_latency.bench._scenario import load_scenario
-from agent_latency.bench._workload import run_mixed_workload, workload_table
+from agent_latency.bench._workload import (
+    MixedWorkload,
+    run_mixed_workload,
+    workload_table,
+)
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 _FAILED: Final = "failed"
@@ -120,6 +126,31 @@ def bench(
             "conversations with idle gaps, every strategy and peer; about 3 minutes).",
         ),
     ] = None,
+    workload_endpoint: Annotated[
+        bool,
+        typer.Option(
+            "--workload-endpoint",
+            help="Run the workload against the bench's endpoint (--base-url or llm.base_url) "
+            "instead of the simulator; its budget is --budget (default 3,000), its context "
+            "window llm.context_window (default 8,192).",
+        ),
+    ] = False,
+    workload_strategies: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAMES",
+            help="Comma-separated strategies of the workload to run (default: all), e.g. "
+            "none,prefix_stable,cost_aware.",
+        ),
+    ] = None,
+    workload_calls: Annotated[
+        int | None,
+        typer.Option(min=1, help="Calls per conversation of the workload (default 16)."),
+    ] = None,
+    workload_conversations: Annotated[
+        int | None,
+        typer.Option(min=1, help="Interleaved conversations of the workload (default 3)."),
+    ] = None,
     max_regression: Annotated[
         float | None,
         typer.Option(
@@ -138,6 +169,14 @@ def bench(
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
     if workload not in (None, "mixed"):
         raise ValueError(f"--workload {workload!r}: the only workload is 'mixed'.")
+    shape = workload_shape(
+        workload,
+        endpoint=workload_endpoint,
+        budget=budget,
+        calls=workload_calls,
+        conversations=workload_conversations,
+        strategies=workload_strategies,
+    )
     settings = with_channel_overrides(
         load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
     )
@@ -156,13 +195,19 @@ def bench(
         )
 
     retention = run_quality() if quality else None
-    mixed = (
-        run_mixed_workload(
-            settings=settings, messages=conversation if messages is not None else None
+    mixed = None
+    if shape is not None:
+        mixed_workload, only = shape
+        if workload_endpoint and settings.llm.context_window:
+            mixed_workload = replace(mixed_workload, context_window=settings.llm.context_window)
+        mixed = run_mixed_workload(
+            mixed_workload,
+            settings=settings,
+            messages=conversation if messages is not None else None,
+            base_url=settings.llm.base_url if workload_endpoint else None,
+            only=only,
+            on_call=lambda call: print(f"workload: {call}", file=sys.stderr, flush=True),
         )
-        if workload == "mixed"
-        else None
-    )
 
     console = Console()
     console.print(modes_table(report))
@@ -201,6 +246,56 @@ def bench(
         console.print(verdict.describe())
         if not verdict.passed:
             raise typer.Exit(code=1)
+
+
+def workload_shape(
+    workload: str | None,
+    *,
+    endpoint: bool,
+    budget: int | None,
+    calls: int | None,
+    conversations: int | None,
+    strategies: str | None,
+) -> tuple[MixedWorkload, list[str] | None] | None:
+    """The workload the ``--workload*`` options ask for, checked before any call.
+
+    Returns:
+        The workload and the strategies to run (``None``: all), or ``None`` without
+        ``--workload``.
+
+    Raises:
+        ValueError: When a ``--workload-*`` option comes without ``--workload``, or names an
+            unknown strategy.
+    """
+    given = {
+        "--workload-endpoint": endpoint or None,
+        "--workload-calls": calls,
+        "--workload-conversations": conversations,
+        "--workload-strategies": strategies,
+    }
+    if workload is None:
+        stray = [option for option, value in given.items() if value is not None]
+        if stray:
+            raise ValueError(f"{stray[0]} needs --workload mixed.")
+        return None
+    only = None
+    if strategies is not None:
+        only = [name.strip() for name in strategies.split(",") if name.strip()]
+        unknown = sorted(set(only) - set(STRATEGIES))
+        if unknown or not only:
+            raise ValueError(
+                f"--workload-strategies {strategies!r}: unknown {unknown or 'none given'}; "
+                f"choose from {', '.join(STRATEGIES)}."
+            )
+    shape = MixedWorkload()
+    changes: dict[str, int] = {}
+    if calls is not None:
+        changes["calls"] = calls
+    if conversations is not None:
+        changes["conversations"] = conversations
+    if budget is not None and endpoint:
+        changes["budget"] = budget
+    return replace(shape, **changes), only
 
 
 def check_output_file(option: str, path: Path) -> None:

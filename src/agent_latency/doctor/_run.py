@@ -24,6 +24,7 @@ from agent_latency.doctor._checks import (
     check_tokenizer,
     http_failure,
 )
+from agent_latency.doctor._latency import check_latency_model, endpoint_latency_model
 from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
 from agent_latency.doctor._result import CheckResult, CheckStatus
 from agent_latency.doctor._settings_checks import (
@@ -110,8 +111,10 @@ def _endpoint_checks(endpoint: Endpoint, settings: Settings) -> Iterator[CheckRe
     again = endpoint.time_prompt(samples[-1].prompt)
     if isinstance(again, PrefillSample):
         yield check_prefix_cache(samples[-1], again)
+        samples = [*samples, again]
     else:
         yield http_failure("prefix cache", again)
+    yield check_latency_model(samples, settings, endpoint_latency_model(settings))
 
 
 def _tokenizer_check(samples: list[PrefillSample], settings: Settings) -> CheckResult:

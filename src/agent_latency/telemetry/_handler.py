@@ -438,14 +438,21 @@ class LatencyCallbackHandler(RunTracer):
                 self.failures.report("on_record", exc)
 
     def _calibrate(self, state: ModelRunState, usage: Response) -> None:
-        """Tells the trim's calibration the server's count of the request the trim prepared."""
+        """Tells the trim that prepared the request the server's usage of it: its calibration
+        the prompt tokens, its ``on_usage`` those and the cached ones."""
         trim = state.trim
-        if trim is None or trim.calibration is None or usage.input_tokens is None:
+        if trim is None or usage.input_tokens is None:
             return
-        try:
-            trim.calibration.observe(trim.tokens_after, usage.input_tokens)
-        except Exception as exc:
-            self.failures.report("calibration", exc)
+        if trim.calibration is not None:
+            try:
+                trim.calibration.observe(trim.tokens_after, usage.input_tokens)
+            except Exception as exc:
+                self.failures.report("calibration", exc)
+        if trim.on_usage is not None:
+            try:
+                trim.on_usage(usage.input_tokens, usage.cache_read_tokens)
+            except Exception as exc:
+                self.failures.report("trim usage", exc)
 
     def _learn_latency(self, state: ModelRunState, timing: CallTiming, usage: Response) -> None:
         """Feeds the endpoint's latency model the call's TTFT and prompt tokens."""

@@ -48,12 +48,16 @@ class PendingTrim:
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
+        on_usage: Takes the server's prompt and cached prompt tokens (``None`` when not
+            reported) of that request, or ``None``; the cost-aware trimmer learns its
+            conversations' cache state from it.
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
     tokens_after: int
     calibration: Calibration | None = None
+    on_usage: Callable[[int, int | None], object] | None = None
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:
@@ -85,7 +89,10 @@ class PendingTrim:
         calibration = getattr(data, "calibration", None)
         if not callable(getattr(calibration, "observe", None)):
             calibration = None
-        return cls(attributes, budget, tokens_after, calibration)
+        on_usage = getattr(data, "on_usage", None)
+        return cls(
+            attributes, budget, tokens_after, calibration, on_usage if callable(on_usage) else None
+        )
 
 
 def _is_count(value: object) -> TypeGuard[int]:

@@ -3,27 +3,30 @@
 A server with a prefix cache prefills only what follows the longest prefix it has seen. While a
 conversation's cache is warm, sending the previous prompt *as sent* plus the new messages
 (``append``) prefills only the new messages; every cut prefills everything from the cut point.
-When the cache is cold (the conversation's first call) or has expired (idle longer than the cache
-lifetime), everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the budget,
-or a ``deep_cut`` below it that also leaves room for later calls to append again.
+When the cache is cold (the conversation's first call), has expired (idle longer than the cache
+lifetime) or was evicted (the server reported fewer cached tokens than it should have held),
+everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the budget, or a
+``deep_cut`` below it that also leaves room for later calls to append again.
 
 :class:`CostAwareTrimmer` keeps, per conversation (LangGraph's ``thread_id`` or a key you pass),
-the previous call's prompt and time, and for each call predicts the mean time to first token over
-the next ``horizon_calls`` calls of every option with a :class:`~agent_latency._latency_model.
-LatencyModel`, assuming the conversation keeps growing as it has and the calls after this one
-find the cache warm; it sends the option predicted fastest. Two limits apply: the budget (a cut's
-target) and the hard limit (``context_window − reserve_for_output``), which no prompt exceeds.
-Two rules keep context: a deep cut is considered only when the input does not fit the budget,
-and on a warm cache a cut replaces ``append`` only when predicted at least 10% faster. Without a
-key it is the plain :class:`PriorityTrimmer` it wraps.
+the previous call's prompt, its time and the server's reported cached tokens (the callback
+handler passes them on through the trim result's ``on_usage``; see
+:mod:`~agent_latency.trimming._conversations`). For each call it predicts the mean time to first
+token over the next ``horizon_calls`` calls of every option with a
+:class:`~agent_latency._latency_model.LatencyModel`, assuming the conversation keeps growing as
+it has and the calls after this one find the cache warm; it sends the option predicted fastest.
+Two limits apply: the budget (a cut's target) and the hard limit (``context_window −
+reserve_for_output``), which no prompt exceeds. Two rules keep context: a deep cut is considered
+only when the input does not fit the budget, and on a warm cache a cut replaces ``append`` only
+when predicted at least 10% faster. Without a key it is the plain :class:`PriorityTrimmer` it
+wraps.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -48,8 +51,15 @@ from agent_latency._latency_model import (
     default_cache_lifetime,
 )
 from agent_latency._messages import coerce_messages
-from agent_latency._redaction import host_and_port
-from agent_latency._tokens import LRUCache, role_of
+from agent_latency._tokens import LRUCache
+from agent_latency.trimming._conversations import (
+    CacheState,
+    Conversation,
+    appended,
+    cache_state,
+    extends,
+    shared_tokens,
+)
 from agent_latency.trimming._tracing import (
     areport_trim,
     end_span,
@@ -57,12 +67,10 @@ from agent_latency.trimming._tracing import (
     run_context,
     start_span,
 )
-from agent_latency.trimming._trimmer import MessageDecision, PriorityTrimmer, TrimResult
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 logger = logging.getLogger("agent_latency.trimming")
 
-CacheState = Literal["cold", "warm", "expired"]
-"""What the trimmer assumes the server still caches of a conversation's previous prompt."""
 Option = Literal["append", "cut", "deep_cut"]
 """Which prompt it sends: previous prompt + new messages, a cut to the budget, or a deeper cut."""
 
@@ -75,26 +83,14 @@ _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-ca
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
 
 
-@dataclass(frozen=True, slots=True)
-class _Conversation:
-    """What is remembered of a conversation's previous call."""
-
-    inputs: tuple[BaseMessage, ...]
-    input_tokens: int
-    sent: tuple[BaseMessage, ...]
-    sent_tokens: int  # tokens of the messages sent, no request framing
-    decisions: tuple[MessageDecision, ...]
-    at: float
-    growth: float  # tokens added per call, smoothed
-
-
 @dataclass(frozen=True)
 class CostAwareChoice:
     """One cost-aware decision.
 
     Attributes:
         result: The trim sent. For ``append`` its ``tokens_after`` may exceed the budget (never
-            the hard limit) and ``over_budget`` is ``False``.
+            the hard limit) and ``over_budget`` is ``False``. Its ``on_usage`` takes the
+            server's usage of the request (the callback handler calls it).
         cache_state: The cache state assumed.
         option: The option taken.
         predicted_ms: Each option considered, with its predicted mean TTFT over the next calls.
@@ -256,9 +252,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             if lifetime is not None
             else default_cache_lifetime(llm.base_url),
             latency_model=latency_model
-            or LATENCY_MODELS.model_for(
-                host_and_port(llm.base_url) if llm.base_url else None, llm.model
-            ),
+            or LATENCY_MODELS.model_for_base_url(llm.base_url, llm.model),
             deep_trimmer=deep,
             **mine,
         )
@@ -323,25 +317,24 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         now = self._clock()
         inputs = coerce_messages(messages)
         cut = self.trimmer.trim(inputs, **request)
-        counts = [decision.tokens for decision in cut.decisions]
+        counts = cut.message_tokens
         framing = cut.tokens_before - sum(counts)  # tools, response format, reply priming
         # The hard limit is in the server's tokens; the trims count in ours.
         hard_limit = int(self.hard_limit / cut.calibration_factor)
-        previous: _Conversation | None = self._conversations.get(key)
-        state: CacheState = "cold"
+        previous: Conversation | None = self._conversations.get(key)
+        state = cache_state(previous, now, self.cache_lifetime_s)
         growth = float(self.trimmer.budget // _PRIOR_GROWTH_FRACTION)
         if previous is not None:
-            state = "warm" if now - previous.at <= self.cache_lifetime_s else "expired"
             added = abs(sum(counts) - previous.input_tokens)
             growth = _GROWTH_SMOOTHING * added + (1 - _GROWTH_SMOOTHING) * previous.growth
         cached = previous.sent if previous is not None and state == "warm" else ()
         candidates: dict[Option, tuple[TrimResult, int]] = {}  # option -> (result, prefilled)
-        if previous is not None and _extends(previous.inputs, inputs):
-            appended = self._append(previous, inputs, counts, cut, framing)
-            if appended.tokens_after <= hard_limit:
+        if previous is not None and extends(previous.inputs, inputs):
+            append = appended(previous, inputs, cut)
+            if append.tokens_after <= hard_limit:
                 reused = previous.sent_tokens if state == "warm" else 0
-                candidates["append"] = (appended, appended.tokens_after - reused)
-        candidates["cut"] = (cut, cut.tokens_after - _shared_tokens(cut, cached))
+                candidates["append"] = (append, append.tokens_after - reused)
+        candidates["cut"] = (cut, cut.tokens_after - shared_tokens(cut, cached))
         # A deep cut is not worked out when appending on a warm cache has room for the whole
         # horizon: then it could win only by a smaller context, rarely by the switch margin.
         room_ahead = (
@@ -355,7 +348,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         if self.deep_trimmer is not None and cut.changed and not room_ahead:
             deep = self.deep_trimmer.trim(inputs, **request)
             if deep.tokens_after < cut.tokens_after:
-                candidates["deep_cut"] = (deep, deep.tokens_after - _shared_tokens(deep, cached))
+                candidates["deep_cut"] = (deep, deep.tokens_after - shared_tokens(deep, cached))
         # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
         reset = min(
             (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
@@ -368,17 +361,28 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         warm_append = predicted.get("append") if state == "warm" else None
         if warm_append is not None and predicted[option] > warm_append * _SWITCH_MARGIN:
             option = "append"  # on a warm cache a cut loses context: it must be clearly faster
-        result = candidates[option][0]
-        remembered = _Conversation(
+        chosen = candidates[option][0]
+        shared = 0  # what a warm cache would hold of it: the evidence its usage report gives
+        if previous is not None:
+            shared = (
+                previous.sent_tokens if option == "append" else shared_tokens(chosen, previous.sent)
+            )
+        remembered = Conversation(
             inputs=tuple(inputs),
             input_tokens=sum(counts),
-            sent=tuple(result.messages),
-            sent_tokens=result.tokens_after - framing,
-            decisions=result.decisions,
+            sent=tuple(chosen.messages),
+            sent_tokens=chosen.tokens_after - framing,
+            decisions=chosen.decisions,
             at=now,
             growth=growth,
+            state=state,
+            shared=shared,
+            missed=previous.server_missed() if previous is not None else False,
         )
         self._conversations.put(key, remembered)
+        result = TrimResult.from_decisions(
+            chosen, remembered.decisions, on_usage=remembered.report_usage
+        )
         return CostAwareChoice(result, state, option, predicted, self.hard_limit)
 
     def invoke(
@@ -407,39 +411,6 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             total += self.latency_model.predict(fresh, context)
         return total / self.horizon_calls
 
-    def _append(
-        self,
-        previous: _Conversation,
-        inputs: list[BaseMessage],
-        counts: list[int],
-        cut: TrimResult,
-        framing: int,
-    ) -> TrimResult:
-        """The previous prompt as sent plus the new messages, as a trim of ``inputs``."""
-        start = len(previous.inputs)
-        messages = [*previous.sent, *inputs[start:]]
-        tokens = framing + previous.sent_tokens + sum(counts[start:])
-        now_classes = [d.priority_class for d in cut.decisions]
-        decisions = tuple(
-            dataclasses.replace(d, priority_class=now_classes[d.index]) for d in previous.decisions
-        ) + tuple(
-            MessageDecision(i, role_of(m), now_classes[i], "kept", "within_budget", c, c)
-            for i, (m, c) in enumerate(zip(inputs, counts, strict=True))
-            if i >= start
-        )
-        result = dataclasses.replace(
-            cut,
-            messages=messages,
-            tokens_after=tokens,
-            dropped_messages=sum(d.action == "dropped" for d in decisions),
-            shortened_messages=sum(d.action == "shortened" for d in decisions),
-            over_budget=False,
-        )
-        # A TrimResult works its decisions out from its plan on first access; the append-only
-        # prompt has no plan of its own (it is the previous plan extended), so they are set here.
-        vars(result)["decisions"] = decisions
-        return result
-
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> list[BaseMessage]:
@@ -458,21 +429,3 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
 def _thread_id(config: RunnableConfig) -> str | None:
     thread_id = (config.get("configurable") or {}).get("thread_id")
     return None if thread_id is None else str(thread_id)
-
-
-def _extends(before: Sequence[BaseMessage], now: Sequence[BaseMessage]) -> bool:
-    """Whether ``now`` is ``before`` with messages appended."""
-    return len(now) >= len(before) and all(
-        a is b or a == b for a, b in zip(before, now, strict=False)
-    )
-
-
-def _shared_tokens(result: TrimResult, cached: Sequence[BaseMessage]) -> int:
-    """Tokens of the leading messages ``result`` sends that the cached prompt began with."""
-    sent_counts = (d.tokens_after for d in result.decisions if d.action != "dropped")
-    shared = 0
-    for a, b, tokens in zip(result.messages, cached, sent_counts, strict=False):
-        if not (a is b or a == b):
-            break
-        shared += tokens
-    return shared

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Final, Literal
@@ -167,6 +168,9 @@ class TrimResult:
         question_retention: A proxy for what the trim cost the answer: of the latest user
             message's terms that occur elsewhere in the input, the share still in what is
             sent (1.0 when nothing was left out); ``None`` without such terms.
+        on_usage: Takes the server's ``prompt_tokens`` and cached prompt tokens (``None``
+            when not reported) of the request sent; the callback handler calls it when the
+            model call ends. ``CostAwareTrimmer`` learns its conversations' cache state so.
     """
 
     messages: list[BaseMessage] = field(repr=False)
@@ -187,7 +191,49 @@ class TrimResult:
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
     dropped_tools: tuple[str, ...] = ()
     question_retention: float | None = None
+    on_usage: Callable[[int, int | None], object] | None = field(
+        default=None, repr=False, compare=False
+    )
     _plan: Plan = field(repr=False, compare=False)
+    _decided: tuple[MessageDecision, ...] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_decisions(
+        cls,
+        base: TrimResult,
+        decisions: Iterable[MessageDecision],
+        *,
+        messages: Iterable[BaseMessage] | None = None,
+        tokens_after: int | None = None,
+        over_budget: bool | None = None,
+        on_usage: Callable[[int, int | None], object] | None = None,
+    ) -> TrimResult:
+        """A result of ``base``'s input that sends what ``decisions`` say.
+
+        For a prompt not worked out by a trim of its own, such as ``CostAwareTrimmer``'s
+        append-only prompt (the previous prompt as sent plus the new messages): the request's
+        other figures (tools, framing, budget, calibration) are ``base``'s, and the dropped and
+        shortened counts are those of ``decisions``.
+
+        Args:
+            base: A trim of the same input messages.
+            decisions: One decision per input message, in input order.
+            messages: The messages sent. Default: ``base``'s.
+            tokens_after: Tokens of the request sent. Default: ``base``'s.
+            over_budget: Whether it exceeds the budget. Default: ``base``'s.
+            on_usage: See the attribute. Default: ``base``'s.
+        """
+        decided = tuple(decisions)
+        return dataclasses.replace(
+            base,
+            messages=list(base.messages if messages is None else messages),
+            tokens_after=base.tokens_after if tokens_after is None else tokens_after,
+            dropped_messages=sum(d.action == "dropped" for d in decided),
+            shortened_messages=sum(d.action == "shortened" for d in decided),
+            over_budget=base.over_budget if over_budget is None else over_budget,
+            on_usage=base.on_usage if on_usage is None else on_usage,
+            _decided=decided,
+        )
 
     @property
     def changed(self) -> bool:
@@ -245,7 +291,25 @@ class TrimResult:
     @cached_property
     def decisions(self) -> tuple[MessageDecision, ...]:
         """One decision per input message, in input order."""
-        return self._plan.decisions()
+        return self._decided if self._decided is not None else self._plan.decisions()
+
+    @property
+    def message_tokens(self) -> tuple[int, ...]:
+        """Each input message's tokens (its framing included), in input order."""
+        return tuple(self._plan.counts)
+
+    @property
+    def priority_classes(self) -> tuple[PriorityClass, ...]:
+        """The class each input message was ranked in, in input order."""
+        return tuple(self._plan.classes)
+
+    @property
+    def sent_message_tokens(self) -> tuple[int, ...]:
+        """Each sent message's tokens as sent, in the order of ``messages``."""
+        if self._decided is not None:
+            return tuple(d.tokens_after for d in self._decided if d.action != "dropped")
+        plan = self._plan
+        return tuple(size for size, gone in zip(plan.sizes, plan.dropped, strict=True) if not gone)
 
     @cached_property
     def by_class(self) -> Mapping[PriorityClass, ClassFigures]:

@@ -1,0 +1,55 @@
+"""Doctor's prefill probes feed the endpoint's latency model (real probes on the simulator)."""
+
+from agent_latency import LLMSettings, Settings
+from agent_latency._latency_model import LatencyModel
+from agent_latency.doctor._latency import (
+    check_latency_model,
+    endpoint_latency_model,
+    learn_from_probes,
+    seed_latency_model,
+)
+from agent_latency.doctor._probes import PrefillSample
+from agent_latency.doctor._result import CheckStatus
+from agent_latency.sim import SimulatorConfig, running_simulator
+
+SIM = SimulatorConfig(
+    overhead_ms=20,
+    prefill_ms_per_token=0.1,
+    attention_ms_per_1k_context=0,
+    decode_tokens_per_s=5000,
+)
+
+
+def test_probes_teach_the_endpoint_model_its_prefill_cost() -> None:
+    with running_simulator(SIM) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        model = endpoint_latency_model(settings)
+        before = model.observations
+        samples = seed_latency_model(settings)
+    assert isinstance(samples, list)
+    assert len(samples) == 4  # three sizes, then the largest again
+    assert samples[-1].cached_tokens  # the simulator caches the repeat and says so
+    assert model.observations > before + 3.5
+    # The simulator answers a 2,000-token prompt in about 20 + 2,000 × 0.1 = 220 ms; the
+    # priors (the simulator's defaults) said 640.
+    assert 150 < model.predict(2000, 2000) < 400
+
+
+def test_an_unreported_repeat_is_not_taken_for_a_free_prefill() -> None:
+    cold = PrefillSample(prompt_tokens=2000, ttft_ms=400.0, prompt="p", cached_tokens=None)
+    repeat = PrefillSample(prompt_tokens=2000, ttft_ms=50.0, prompt="p", cached_tokens=None)
+    model = LatencyModel()
+    assert learn_from_probes(model, [cold, repeat]) == 1
+    assert model.predict(2000, 2000) > 300
+
+
+def test_the_check_says_what_a_budget_size_prompt_costs_cold_and_warm() -> None:
+    samples = [
+        PrefillSample(prompt_tokens=size, ttft_ms=50 + size * 0.2, prompt=str(size))
+        for size in (200, 1000, 2000)
+    ]
+    result = check_latency_model(samples, Settings(), LatencyModel())
+    assert result.status is CheckStatus.PASS
+    assert "after 3 probes" in result.message
+    assert "with nothing cached" in result.message
+    assert check_latency_model([], Settings(), LatencyModel()).status is CheckStatus.WARN
