@@ -256,3 +256,25 @@ def test_a_result_from_decisions_takes_its_counts_from_them() -> None:
     assert everything.budget == base.budget and everything.tool_tokens == base.tool_tokens
     assert base.dropped_messages > 0  # the base is untouched
     assert sum(base.sent_message_tokens) + base.framing_tokens == base.tokens_after
+
+
+def test_no_deep_cut_when_its_budget_cannot_hold_what_no_trim_removes(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cut = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO[: POINTS[12]])
+    # A deep budget just below the system prompt, the question and the framing.
+    shallow = cost_aware(clock)
+    too_small = CostAwareTrimmer(
+        PriorityTrimmer(3000, prefix_stable=True),
+        context_window=8192,
+        reserve_for_output=2048,
+        deep_trimmer=PriorityTrimmer(cut.fixed_tokens - 1, prefix_stable=True),
+        clock=clock,
+    )
+    with caplog.at_level("WARNING", logger="agent_latency"):
+        (choice,) = replay(too_small, clock, [POINTS[12]])
+    assert choice.option == "cut" and "deep_cut" not in choice.predicted_ms
+    assert not choice.result.over_budget
+    assert not [r for r in caplog.records if "over budget" in r.getMessage()]
+    (deep,) = replay(shallow, clock, [POINTS[12]])  # a deep budget that fits is still tried
+    assert "deep_cut" in deep.predicted_ms

@@ -345,8 +345,11 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 <= hard_limit
             )
         )
-        if self.deep_trimmer is not None and cut.changed and not room_ahead:
-            deep = self.deep_trimmer.trim(inputs, **request)
+        # Nor when what no trim removes would not fit its budget: it would only repeat the cut,
+        # flagged (and logged) as over a budget that the request does not exceed.
+        deep_trimmer = self.deep_trimmer
+        if deep_trimmer is not None and _fits(cut, deep_trimmer) and cut.changed and not room_ahead:
+            deep = deep_trimmer.trim(inputs, **request)
             if deep.tokens_after < cut.tokens_after:
                 candidates["deep_cut"] = (deep, deep.tokens_after - shared_tokens(deep, cached))
         # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
@@ -429,3 +432,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
 def _thread_id(config: RunnableConfig) -> str | None:
     thread_id = (config.get("configurable") or {}).get("thread_id")
     return None if thread_id is None else str(thread_id)
+
+
+def _fits(cut: TrimResult, trimmer: PriorityTrimmer) -> bool:
+    """Whether ``trimmer``'s budget holds the fixed part of the request ``cut`` prepared."""
+    # The fixed part is in our tokens, the budgets in the server's (calibration).
+    return cut.fixed_tokens <= trimmer.budget * cut.effective_budget / cut.budget
