@@ -25,6 +25,7 @@ report records why, and the bench goes on with the others.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
@@ -323,8 +324,13 @@ class Bench:
                 result.messages, result.elapsed_ms, self._at_hard_limit.budget, result.over_budget
             )
         if strategy.key == "cost_aware" and isinstance(self._cost_aware, CostAwareTrimmer):
-            result = self._cost_aware.trim(messages, key=session)
-            return _Prepared(result.messages, result.elapsed_ms, result.budget, result.over_budget)
+            started = time.perf_counter()
+            choice = self._cost_aware.choose(messages, key=session)
+            decided_ms = (time.perf_counter() - started) * 1000  # every candidate trim
+            result = choice.result
+            # Appending may pass the budget (a cut aims at it): the hard limit is its bound.
+            limit = self._cost_aware.hard_limit if choice.option == "append" else result.budget
+            return _Prepared(result.messages, decided_ms, limit, result.over_budget)
         stable = {"untrimmed": None, "moving_cut": False, "prefix_stable": True}[strategy.key]
         return self._prepare(messages, stable)
 
