@@ -10,13 +10,12 @@ server's prefix cache keeps matching across it.
 
 from __future__ import annotations
 
-import weakref
 from typing import Final
 
 from langchain_core.messages import ToolMessage
 
 from agent_latency._counting import TokenCounting
-from agent_latency._tokens import LRUCache, stamp, unchanged
+from agent_latency._message_cache import MessageCache
 
 STUB: Final = "[earlier tool result compacted; it began: {head}]"
 """The text that replaces a compacted tool result."""
@@ -59,19 +58,13 @@ class Compactor:
 
     def __init__(self, counter: TokenCounting, *, cache_size: int = 4096) -> None:
         self._counter = counter
-        self._cache = LRUCache(cache_size)
+        self._cache = MessageCache(cache_size)
 
     def compact(self, message: ToolMessage) -> tuple[ToolMessage, int]:
         """Returns the stub of ``message`` and its tokens, framing included."""
-        key = id(message)
-        entry = self._cache.get(key)
-        if entry is not None and entry[0]() is message and unchanged(message, entry[1]):
-            return entry[2], entry[3]
-        stub = compacted(message)
-        size = self._counter.count_message(stub)
-        try:
-            seen = stamp(message)
-        except Exception:  # content that cannot be copied: edits could not be told later
-            return stub, size
-        self._cache.put(key, (weakref.ref(message, self._cache.on_death(key)), seen, stub, size))
-        return stub, size
+        found: tuple[ToolMessage, int] | None = self._cache.get(message, id(message))
+        if found is None:
+            stub = compacted(message)
+            found = (stub, self._counter.count_message(stub))
+            self._cache.put(message, id(message), found)
+        return found

@@ -8,12 +8,12 @@ id, name, tool-call id and non-text parts (images), so it still answers the same
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._tokens import IMAGE_PART_TYPES, LRUCache, TokenCounting, stamp, unchanged
+from agent_latency._message_cache import MessageCache
+from agent_latency._tokens import IMAGE_PART_TYPES, TokenCounting
 
 MARKER = "\n[... {removed} tokens removed ...]\n"
 """Put where the middle of a shortened text was."""
@@ -41,7 +41,7 @@ class MessageShortener:
 
     def __init__(self, counter: TokenCounting, *, cache_size: int = 256) -> None:
         self._counter = counter
-        self._cache = LRUCache(cache_size)  # thread-safe on its own
+        self._cache = MessageCache(cache_size)  # thread-safe on its own
 
     def shorten(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
@@ -58,17 +58,11 @@ class MessageShortener:
             target: The most tokens the copy may count, framing included.
         """
         key = (id(message), target)
-        entry = self._cache.get(key)
-        if entry is not None and entry[0]() is message and unchanged(message, entry[1]):
-            return entry[2], entry[3]
-        try:
-            seen = stamp(message)
-        except Exception:  # content that cannot be copied: edits could not be told later
-            return self._shorten_uncached(message, target)
-        shortened, count = self._shorten_uncached(message, target)
-        ref = weakref.ref(message, self._cache.on_death(key))  # the entry ends with the message
-        self._cache.put(key, (ref, seen, shortened, count))
-        return shortened, count
+        found: tuple[BaseMessage, int] | None = self._cache.get(message, key)
+        if found is None:
+            found = self._shorten_uncached(message, target)
+            self._cache.put(message, key, found)
+        return found
 
     def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         count = self._counter.count_message(message)
