@@ -8,10 +8,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_latency import semconv
+from agent_latency._latency_model import LatencyModel
 from agent_latency.bench._scenario import call_points, load_scenario
 from agent_latency.trimming import PriorityTrimmer, TrimResult
 from agent_latency.trimming._conversations import CacheState, Conversation, cache_state
-from agent_latency.trimming._cost_aware import CostAwareTrimmer
+from agent_latency.trimming._cost_aware import MIN_OBSERVATIONS, CostAwareTrimmer
 
 SCENARIO = load_scenario()
 POINTS = call_points(SCENARIO)
@@ -30,6 +31,16 @@ def clock() -> Clock:
     return Clock()
 
 
+def learned(model: LatencyModel | None = None) -> LatencyModel:
+    """A latency model that has seen enough calls to choose, each exactly as its priors predict
+    (so its fit stays at the priors)."""
+    model = model or LatencyModel()
+    for prompt, cached in ((500, 0), (2500, 0), (3000, 2800)):
+        model.observe(model.predict(prompt - cached, prompt), prompt, cached)
+    assert model.observations >= MIN_OBSERVATIONS
+    return model
+
+
 def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
     return CostAwareTrimmer(
         PriorityTrimmer(3000, prefix_stable=True),
@@ -38,7 +49,7 @@ def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
         cache_lifetime_s=300.0,
         deep_trimmer=PriorityTrimmer(1500, prefix_stable=True),
         clock=clock,
-        **options,  # type: ignore[arg-type]
+        **{"latency_model": learned(), **options},  # type: ignore[arg-type]
     )
 
 
@@ -55,6 +66,24 @@ def test_without_a_key_it_is_the_plain_trimmer(clock: Clock) -> None:
     plain = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO)
     assert trimmer.trim(SCENARIO).messages == plain.messages
     assert trimmer.trim(SCENARIO).messages == plain.messages  # nothing remembered
+
+
+def test_before_enough_evidence_it_sends_the_plain_cut_and_predicts_nothing(clock: Clock) -> None:
+    fresh = LatencyModel()
+    trimmer = cost_aware(clock, latency_model=fresh)
+    plain = PriorityTrimmer(3000, prefix_stable=True)
+    choices = list(replay(trimmer, clock, POINTS[8:14]))
+    assert [c.option for c in choices] == ["cut"] * 6
+    assert all(c.predicted_ms == {} for c in choices)
+    assert [c.result.messages for c in choices] == [
+        plain.trim(SCENARIO[:end]).messages for end in POINTS[8:14]
+    ]
+    assert {c.cache_state for c in choices[1:]} == {"warm"}  # the states are still tracked
+    # Once the model has seen the endpoint, the same conversation appends on its warm cache.
+    learned(fresh)
+    (next_call,) = replay(trimmer, clock, [POINTS[14]])
+    assert (next_call.option, next_call.cache_state) == ("append", "warm")
+    assert set(next_call.predicted_ms) >= {"append", "cut"}
 
 
 def test_first_call_is_cold_and_a_warm_call_appends_to_the_prompt_as_sent(clock: Clock) -> None:
@@ -270,6 +299,7 @@ def test_no_deep_cut_when_its_budget_cannot_hold_what_no_trim_removes(
         reserve_for_output=2048,
         deep_trimmer=PriorityTrimmer(cut.fixed_tokens - 1, prefix_stable=True),
         clock=clock,
+        latency_model=learned(),
     )
     with caplog.at_level("WARNING", logger="agent_latency"):
         (choice,) = replay(too_small, clock, [POINTS[12]])

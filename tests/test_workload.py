@@ -44,6 +44,10 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer() -> None:
     for name in ("hard_limit", "moving_cut", "prefix_stable", "cost_aware", "summarization"):
         assert by_name[name]["hard_limit_violations"] == 0
     assert report["workload"]["hard_limit"] == 8192 - 2048
+    # Doctor's probes taught the cost-aware trimmer the simulator's speed: from its first (cold)
+    # calls it predicts, and cuts deeper than the plain trimmer.
+    assert report["simulator"]["latency_probes"] == 4
+    assert by_name["cost_aware"]["prompt_tokens"] < by_name["prefix_stable"]["prompt_tokens"]
     table = workload_table(report).splitlines()
     assert [row.split()[0] for row in table[1:-1]] == STRATEGIES
 

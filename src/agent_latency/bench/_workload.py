@@ -218,8 +218,8 @@ def run_mixed_workload(
     """Runs the mixed workload once per strategy, on the embedded simulator or an endpoint.
 
     On an endpoint (``base_url``), ``settings.llm`` says the model, key and tokenizer; the
-    trimmers count with that tokenizer, and doctor's prefill probes first teach the cost-aware
-    trimmer's latency model the endpoint's speed (``latency_probes`` in the report). A call
+    trimmers count with that tokenizer. On either, doctor's prefill probes first teach the
+    cost-aware trimmer's latency model the endpoint's speed (``latency_probes``). A call
     whose stream reports no usage (llama-cpp-python reports none when streaming) is counted with
     it too: ``prompt_tokens_counted`` says how many, and their prefilled tokens are taken as the
     whole prompt (nothing known cached).
@@ -275,11 +275,10 @@ def run_mixed_workload(
             )
         )
         model = build_chat_model(channel, streaming=True, max_retries=0, max_tokens=4)
-        probes = 0
-        if simulated is None:  # the cost-aware trimmer starts from the endpoint's own speed
-            with Endpoint(channel, timeout_s=llm.timeout_seconds) as endpoint:
-                probed = seed_latency_model(channel, endpoint=endpoint, model=latency_model)
-            probes = len(probed) if isinstance(probed, list) else 0
+        # The cost-aware trimmer starts from the endpoint's own speed, as after doctor's probes.
+        with Endpoint(channel, timeout_s=llm.timeout_seconds) as endpoint:
+            probed = seed_latency_model(channel, endpoint=endpoint, model=latency_model)
+        probes = len(probed) if isinstance(probed, list) else 0
         prepares = contenders(workload, model, lambda: now[0], latency_model, counter)
         for name, prepare in prepares.items():
             if only is not None and name not in only:
@@ -335,12 +334,13 @@ def run_mixed_workload(
             "prefill_ms_per_token": simulated.prefill_ms_per_token,
             "attention_ms_per_1k_context": simulated.attention_ms_per_1k_context,
             "clock_scale": CLOCK_SCALE,
+            "latency_probes": probes,
         }
     else:
         report["endpoint"] = {
             "server": display_url(base_url or ""),
             "model": llm.model,
-            "latency_probes": probes,  # 0: a probe failed, the cost-aware model kept its priors
+            "latency_probes": probes,  # 0: a probe failed, the cost-aware model learned nothing
         }
     return report
 

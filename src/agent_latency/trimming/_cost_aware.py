@@ -18,8 +18,11 @@ it has and the calls after this one find the cache warm; it sends the option pre
 Two limits apply: the budget (a cut's target) and the hard limit (``context_window −
 reserve_for_output``), which no prompt exceeds. Two rules keep context: a deep cut is considered
 only when the input does not fit the budget, and on a warm cache a cut replaces ``append`` only
-when predicted at least 10% faster. Without a key it is the plain :class:`PriorityTrimmer` it
-wraps.
+when predicted at least 10% faster. Until the latency model has seen
+:data:`MIN_OBSERVATIONS` calls or probes of the endpoint, it trusts no prediction and sends the
+cut (the plain trimmer's prompt): priors fitted to one server mislead on another, and a server
+that reports no usage when streaming (llama-cpp-python) teaches it nothing but doctor's probes.
+Without a key it is the plain :class:`PriorityTrimmer` it wraps.
 """
 
 from __future__ import annotations
@@ -78,6 +81,10 @@ DEFAULT_CONTEXT_WINDOW: Final = 8192
 """The context window assumed when ``llm.context_window`` is not set: the smallest in common use."""
 DEEP_CUT_FRACTION: Final = 0.5
 """A deep cut's budget, as a fraction of the budget, in :meth:`CostAwareTrimmer.from_settings`."""
+MIN_OBSERVATIONS: Final = 2.5
+"""The evidence (:attr:`LatencyModel.observations`, older calls discounted) before the latency
+model's predictions choose, with less the cut is sent: three calls, or doctor's three prefill
+probes."""
 _SWITCH_MARGIN: Final = 0.9  # on a warm cache a cut replaces append if predicted 10% faster
 _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
@@ -93,7 +100,8 @@ class CostAwareChoice:
             server's usage of the request (the callback handler calls it).
         cache_state: The cache state assumed.
         option: The option taken.
-        predicted_ms: Each option considered, with its predicted mean TTFT over the next calls.
+        predicted_ms: Each option considered, with its predicted mean TTFT over the next calls;
+            empty (no prediction: the cut is sent) before :data:`MIN_OBSERVATIONS`.
         hard_limit: The prompt tokens never exceeded.
     """
 
@@ -327,44 +335,19 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         if previous is not None:
             added = abs(sum(counts) - previous.input_tokens)
             growth = _GROWTH_SMOOTHING * added + (1 - _GROWTH_SMOOTHING) * previous.growth
-        cached = previous.sent if previous is not None and state == "warm" else ()
-        candidates: dict[Option, tuple[TrimResult, int]] = {}  # option -> (result, prefilled)
-        if previous is not None and extends(previous.inputs, inputs):
-            append = appended(previous, inputs, cut)
-            if append.tokens_after <= hard_limit:
-                reused = previous.sent_tokens if state == "warm" else 0
-                candidates["append"] = (append, append.tokens_after - reused)
-        candidates["cut"] = (cut, cut.tokens_after - shared_tokens(cut, cached))
-        # A deep cut is not worked out when appending on a warm cache has room for the whole
-        # horizon: then it could win only by a smaller context, rarely by the switch margin.
-        room_ahead = (
-            state == "warm"
-            and "append" in candidates
-            and (
-                candidates["append"][0].tokens_after + growth * (self.horizon_calls - 1)
-                <= hard_limit
+        if self.latency_model.observations < MIN_OBSERVATIONS:
+            option: Option = "cut"  # nothing learned of this endpoint: the plain trimmer's choice
+            candidates: dict[Option, TrimResult] = {"cut": cut}
+            predicted: dict[Option, float] = {}
+        else:
+            candidates, predicted = self._predict(
+                inputs, request, cut, previous, state, growth, hard_limit
             )
-        )
-        # Nor when what no trim removes would not fit its budget: it would only repeat the cut,
-        # flagged (and logged) as over a budget that the request does not exceed.
-        deep_trimmer = self.deep_trimmer
-        if deep_trimmer is not None and _fits(cut, deep_trimmer) and cut.changed and not room_ahead:
-            deep = deep_trimmer.trim(inputs, **request)
-            if deep.tokens_after < cut.tokens_after:
-                candidates["deep_cut"] = (deep, deep.tokens_after - shared_tokens(deep, cached))
-        # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
-        reset = min(
-            (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
-        )
-        predicted = {
-            option: self._horizon_ms(result.tokens_after, prefilled, growth, reset, hard_limit)
-            for option, (result, prefilled) in candidates.items()
-        }
-        option = min(predicted, key=predicted.__getitem__)
-        warm_append = predicted.get("append") if state == "warm" else None
-        if warm_append is not None and predicted[option] > warm_append * _SWITCH_MARGIN:
-            option = "append"  # on a warm cache a cut loses context: it must be clearly faster
-        chosen = candidates[option][0]
+            option = min(predicted, key=predicted.__getitem__)
+            warm_append = predicted.get("append") if state == "warm" else None
+            if warm_append is not None and predicted[option] > warm_append * _SWITCH_MARGIN:
+                option = "append"  # on a warm cache a cut loses context: it must be clearly faster
+        chosen = candidates[option]
         shared = 0  # what a warm cache would hold of it: the evidence its usage report gives
         if previous is not None:
             shared = (
@@ -399,6 +382,52 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
     ) -> list[BaseMessage]:
         """Returns the trimmed messages of ``input`` for the run's ``thread_id``."""
         return await self._acall_with_config(self._atrim_in_run, input, config)
+
+    def _predict(
+        self,
+        inputs: list[BaseMessage],
+        request: Mapping[str, Any],
+        cut: TrimResult,
+        previous: Conversation | None,
+        state: CacheState,
+        growth: float,
+        hard_limit: int,
+    ) -> tuple[dict[Option, TrimResult], dict[Option, float]]:
+        """The options open to this call, each with its predicted mean TTFT over the horizon."""
+        cached = previous.sent if previous is not None and state == "warm" else ()
+        candidates: dict[Option, tuple[TrimResult, int]] = {}  # option -> (result, prefilled)
+        if previous is not None and extends(previous.inputs, inputs):
+            append = appended(previous, inputs, cut)
+            if append.tokens_after <= hard_limit:
+                reused = previous.sent_tokens if state == "warm" else 0
+                candidates["append"] = (append, append.tokens_after - reused)
+        candidates["cut"] = (cut, cut.tokens_after - shared_tokens(cut, cached))
+        # A deep cut is not worked out when appending on a warm cache has room for the whole
+        # horizon: then it could win only by a smaller context, rarely by the switch margin.
+        room_ahead = (
+            state == "warm"
+            and "append" in candidates
+            and (
+                candidates["append"][0].tokens_after + growth * (self.horizon_calls - 1)
+                <= hard_limit
+            )
+        )
+        # Nor when what no trim removes would not fit its budget: it would only repeat the cut,
+        # flagged (and logged) as over a budget that the request does not exceed.
+        deep_trimmer = self.deep_trimmer
+        if deep_trimmer is not None and _fits(cut, deep_trimmer) and cut.changed and not room_ahead:
+            deep = deep_trimmer.trim(inputs, **request)
+            if deep.tokens_after < cut.tokens_after:
+                candidates["deep_cut"] = (deep, deep.tokens_after - shared_tokens(deep, cached))
+        # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
+        reset = min(
+            (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
+        )
+        predicted = {
+            option: self._horizon_ms(result.tokens_after, prefilled, growth, reset, hard_limit)
+            for option, (result, prefilled) in candidates.items()
+        }
+        return {option: result for option, (result, _) in candidates.items()}, predicted
 
     def _horizon_ms(
         self, size: int, prefilled: int, growth: float, reset: tuple[int, int], hard_limit: int
