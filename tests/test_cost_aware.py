@@ -1,6 +1,7 @@
 """The cost-aware trimmer: cache-state decisions, conversation state, span attributes."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -204,7 +205,7 @@ def test_a_warm_call_the_server_did_not_cache_makes_the_next_assume_nothing_cach
     _, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
     assert second.option == "append"
     assert second.result.on_usage is not None
-    second.result.on_usage(second.result.tokens_after, 0)  # the server: nothing was reused
+    second.result.on_usage(second.result.tokens_after, 0, None)  # the server: none reused
     (third,) = replay(trimmer, clock, [POINTS[14]])
     assert third.cache_state == "evicted"
     # Nothing is assumed cached: appending prefills the whole, larger, prompt and loses.
@@ -220,7 +221,9 @@ def test_reported_cache_hits_keep_the_cache_warm_and_no_report_judges_by_time(
         _, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
         if trimmer is reported:
             assert second.result.on_usage is not None
-            second.result.on_usage(second.result.tokens_after, second.result.tokens_after - 50)
+            second.result.on_usage(
+                second.result.tokens_after, second.result.tokens_after - 50, None
+            )
     assert next(replay(reported, clock, [POINTS[14]])).cache_state == "warm"
     assert next(replay(silent, clock, [POINTS[14]])).cache_state == "warm"
 
@@ -240,7 +243,7 @@ def test_the_evidence_of_one_report(
     state: CacheState, shared: int, reported: int | None, missed_before: bool, missed: bool
 ) -> None:
     record = Conversation((), 0, (), 0, (), 0.0, 0.0, state, shared, missed_before)
-    record.report_usage(shared + 100, reported)
+    record.report_usage(shared + 100, reported, None)
     assert record.server_missed() is missed
     assert cache_state(record, 10.0, 300.0) == ("evicted" if missed else "warm")
     assert cache_state(record, 301.0, 300.0) == "expired"
@@ -267,6 +270,119 @@ def test_the_callback_handler_reports_the_servers_cached_tokens_to_the_conversat
             clock.now += 5
             list(chain.stream(SCENARIO[:end], config=config))  # type: ignore[arg-type]
     assert trimmer.choose(SCENARIO[: POINTS[14]], key="t").cache_state == "evicted"
+
+
+@pytest.mark.parametrize(
+    ("state", "reported", "ttft_ms", "missed_before", "missed"),
+    [
+        ("warm", None, 800.0, False, True),  # the first token came as late as a full prefill
+        ("warm", None, 200.0, True, False),  # as early as a cache hit: it holds the prompt again
+        ("evicted", None, 200.0, True, False),
+        ("warm", 1900, 800.0, False, False),  # a report outweighs the clock
+        ("warm", None, None, True, True),  # a blocking call: no time, as before
+        ("expired", None, 800.0, False, False),  # nothing was expected cached
+    ],
+)
+def test_without_a_report_the_time_to_first_token_is_the_evidence(
+    state: CacheState,
+    reported: int | None,
+    ttft_ms: float | None,
+    missed_before: bool,
+    missed: bool,
+) -> None:
+    record = Conversation((), 0, (), 0, (), 0.0, 0.0, state, 2000, missed_before, 400.0)
+    record.report_usage(None if reported is None else 2100, reported, ttft_ms)
+    assert record.server_missed() is missed
+    too_close = Conversation((), 0, (), 0, (), 0.0, 0.0, state, 2000, missed_before, None)
+    too_close.report_usage(None, None, 800.0)  # predictions too close to tell: no evidence
+    assert too_close.server_missed() is missed_before
+
+
+def test_the_threshold_lies_between_the_predicted_hit_and_miss(clock: Clock) -> None:
+    trimmer = cost_aware(clock)
+    first, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
+    assert second.option == "append"
+    record = trimmer._conversations.get("c")
+    model, size = trimmer.latency_model, second.result.tokens_after
+    shared = record.shared
+    assert shared == sum(first.result.sent_message_tokens)
+    hit, miss = model.predict(size - shared, size), model.predict(size, size)
+    assert record.miss_after_ms is not None and hit < record.miss_after_ms < miss
+    # No prediction without evidence, so no threshold either.
+    blind = cost_aware(clock, latency_model=LatencyModel())
+    list(replay(blind, clock, [POINTS[12], POINTS[13]], gap=1.0))
+    assert blind._conversations.get("c").miss_after_ms is None
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_a_server_silent_about_its_cache_is_judged_by_the_first_tokens_time(
+    clock: Clock, prefix_cache: bool
+) -> None:
+    # As llama-cpp-python streams: no usage. The real ChatOpenAI, the real callback handler.
+    from langchain_openai import ChatOpenAI
+
+    from agent_latency import LatencyCallbackHandler
+    from agent_latency._latency_model import LatencyCoefficients
+    from agent_latency.sim import SimulatorConfig, running_simulator
+
+    speed = LatencyCoefficients(fixed_ms=50.0, ms_per_token=0.5, ms_per_token_per_ktoken=0.0)
+    sim_config = SimulatorConfig(
+        overhead_ms=speed.fixed_ms,
+        prefill_ms_per_token=speed.ms_per_token,
+        attention_ms_per_1k_context=0.0,
+        decode_tokens_per_s=5000,
+        prefix_cache=prefix_cache,
+    )
+    trimmer = cost_aware(clock, latency_model=learned(LatencyModel(speed)))
+    handler = LatencyCallbackHandler(tracer_provider=TracerProvider(), log_every_request=False)
+    with running_simulator(sim_config) as sim:
+        model = ChatOpenAI(
+            base_url=sim.base_url,
+            api_key="sk-test",  # type: ignore[arg-type]
+            model=sim.config.models[0],
+            max_tokens=2,  # type: ignore[call-arg]
+            stream_usage=False,
+        )
+        chain = trimmer | model
+        config = {"callbacks": [handler], "configurable": {"thread_id": "t"}}
+        for end in (POINTS[12], POINTS[13]):
+            clock.now += 5
+            chunks = list(chain.stream(SCENARIO[:end], config=config))  # type: ignore[arg-type]
+            assert not any(c.usage_metadata for c in chunks)  # the server said nothing
+    record = trimmer._conversations.get("t")
+    assert record.reported_cached is None and record.timed_miss is (not prefix_cache)
+    expected = "warm" if prefix_cache else "evicted"
+    assert trimmer.choose(SCENARIO[: POINTS[14]], key="t").cache_state == expected
+
+
+def test_the_handler_passes_a_blocking_call_no_time_to_first_token(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A blocking call's first text waits for the whole answer: timed, it would read as a miss.
+    from agent_latency import LatencyCallbackHandler, LLMSettings, Settings, build_chat_model
+    from agent_latency.sim import SimulatorConfig, running_simulator
+
+    received: list[tuple[int | None, int | None, float | None]] = []
+    report = Conversation.report_usage
+
+    def spy(self: Conversation, *args: Any) -> None:
+        received.append(args)
+        report(self, *args)
+
+    monkeypatch.setattr(Conversation, "report_usage", spy)
+    trimmer = cost_aware(clock)
+    handler = LatencyCallbackHandler(tracer_provider=TracerProvider(), log_every_request=False)
+    fast = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=5000)
+    with running_simulator(fast) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        config: Any = {"callbacks": [handler], "configurable": {"thread_id": "t"}}
+        for streaming in (False, True):
+            clock.now += 5
+            chain = trimmer | build_chat_model(settings, streaming=streaming, max_tokens=2)
+            list(chain.stream(SCENARIO[: POINTS[12]], config=config))
+    (blocking, streamed) = received
+    assert blocking[0] is not None and blocking[2] is None
+    assert streamed[0] is not None and streamed[2] is not None and streamed[2] > 0
 
 
 def test_a_result_from_decisions_takes_its_counts_from_them() -> None:

@@ -301,8 +301,8 @@ def run_mixed_workload(
                 ttft, reported, cached = _stream(model, sent)
                 tokens = reported if reported is not None else counter.count_messages(sent)
                 tally.counted += reported is None
-                if trim is not None and trim.on_usage is not None and reported is not None:
-                    trim.on_usage(reported, cached)  # as the callback handler does
+                if trim is not None and trim.on_usage is not None:
+                    trim.on_usage(reported, cached, ttft)  # as the callback handler does
                 if name == "cost_aware" and (cached is not None or simulated is not None):
                     latency_model.observe(ttft, tokens, cached)
                 tally.waits.append(ttft + prepare_ms)

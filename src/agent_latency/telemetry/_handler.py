@@ -406,7 +406,7 @@ class LatencyCallbackHandler(RunTracer):
                 state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
             ),
         )
-        self._calibrate(state, usage)
+        self._calibrate(state, timing, usage)
         self._learn_latency(state, timing, usage)
         record = LatencyRecord(
             run_id=state.run_id,
@@ -437,20 +437,22 @@ class LatencyCallbackHandler(RunTracer):
             except Exception as exc:
                 self.failures.report("on_record", exc)
 
-    def _calibrate(self, state: ModelRunState, usage: Response) -> None:
-        """Tells the trim that prepared the request the server's usage of it: its calibration
-        the prompt tokens, its ``on_usage`` those and the cached ones."""
+    def _calibrate(self, state: ModelRunState, timing: CallTiming, usage: Response) -> None:
+        """Tells the trim that prepared the request how it went: its calibration the server's
+        prompt tokens, its ``on_usage`` those, the cached ones and the time to first token."""
         trim = state.trim
-        if trim is None or usage.input_tokens is None:
+        if trim is None:
             return
-        if trim.calibration is not None:
+        if trim.calibration is not None and usage.input_tokens is not None:
             try:
                 trim.calibration.observe(trim.tokens_after, usage.input_tokens)
             except Exception as exc:
                 self.failures.report("calibration", exc)
         if trim.on_usage is not None:
+            # A blocking call's first text waits for the whole answer: no time to first token.
+            ttft_ms = timing.ttft_ms if state.streamed else None
             try:
-                trim.on_usage(usage.input_tokens, usage.cache_read_tokens)
+                trim.on_usage(usage.input_tokens, usage.cache_read_tokens, ttft_ms)
             except Exception as exc:
                 self.failures.report("trim usage", exc)
 

@@ -48,16 +48,16 @@ class PendingTrim:
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
-        on_usage: Takes the server's prompt and cached prompt tokens (``None`` when not
-            reported) of that request, or ``None``; the cost-aware trimmer learns its
-            conversations' cache state from it.
+        on_usage: Takes the server's prompt and cached prompt tokens and the time to first
+            token in ms (each ``None`` when not reported or not streamed) of that request, or
+            ``None``; the cost-aware trimmer learns its conversations' cache state from it.
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
     tokens_after: int
     calibration: Calibration | None = None
-    on_usage: Callable[[int, int | None], object] | None = None
+    on_usage: Callable[[int | None, int | None, float | None], object] | None = None
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:

@@ -11,10 +11,14 @@ what the server still holds (:func:`cache_state`):
   (evicted by other traffic, or no prefix cache at all), until a call shows it does again;
 - ``warm``: otherwise, the previous prompt as sent is cached.
 
-Only a call sent assuming a cache (``warm`` or ``evicted``) whose prompt began with at least
-:data:`MIN_EVIDENCE_TOKENS` of the previous one says anything: it missed when the server
-reported less than half of those cached. With no reports (no handler, or a server that reports
-no cached tokens) the state is judged by time alone.
+Only a call sent assuming a cache (``warm`` or ``evicted``) says anything. Its report is the
+evidence when the server reports cached tokens and the prompt began with at least
+:data:`MIN_EVIDENCE_TOKENS` of the previous one: it missed when the server reported less than
+half of those cached. A server that reports no cached tokens (llama-cpp-python when streaming)
+is judged by the call's time to first token instead, when the latency model predicts the cached
+and the uncached prefill far enough apart (:data:`TIMING_EVIDENCE_RATIO`): it missed when the
+first token came later than the geometric mean of the two predictions. With neither (no
+handler, a blocking call) the state is judged by the clock alone.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ CacheState = Literal["cold", "warm", "expired", "evicted"]
 MIN_EVIDENCE_TOKENS: Final = 1024
 """A shorter shared prefix says nothing about the cache: OpenAI caches only prompts of 1,024
 tokens or more."""
+TIMING_EVIDENCE_RATIO: Final = 1.5
+"""A call's time to first token tells a cache hit from a miss only when the miss is predicted to
+take at least this many times as long: closer predictions drown in the endpoint's noise."""
 
 
 @dataclass(slots=True, eq=False)
@@ -51,7 +58,10 @@ class Conversation:
         state: The cache state the call was sent assuming.
         shared: Tokens of the messages sent that the previous call's prompt began with.
         missed: Whether, as of the call before, the server did not hold what it had been sent.
+        miss_after_ms: A first token later than this says the server did not hold the shared
+            prefix; ``None`` when the predictions are too close to tell.
         reported_cached: The server's cached prompt tokens of the call, once reported.
+        timed_miss: Whether the call's first token came after ``miss_after_ms``, once reported.
     """
 
     inputs: tuple[BaseMessage, ...]
@@ -64,28 +74,39 @@ class Conversation:
     state: CacheState
     shared: int
     missed: bool
+    miss_after_ms: float | None = None
     reported_cached: int | None = None
+    timed_miss: bool | None = None
 
-    def report_usage(self, prompt_tokens: int, cached_tokens: int | None) -> None:
-        """Takes the server's usage of the call (``on_usage`` of the trim result).
+    def report_usage(
+        self, prompt_tokens: int | None, cached_tokens: int | None, ttft_ms: float | None
+    ) -> None:
+        """Takes the server's usage and the time to first token of the call (``on_usage`` of
+        the trim result).
 
         Args:
             prompt_tokens: The server's ``prompt_tokens`` (unused: the shared prefix is ours).
             cached_tokens: The prompt tokens it reported cached; ``None``: not reported.
+            ttft_ms: The call's time to first token; ``None``: not streamed, or no token.
         """
+        # One write each: safe across threads.
         if isinstance(cached_tokens, int) and not isinstance(cached_tokens, bool):
-            self.reported_cached = max(cached_tokens, 0)  # one write: safe across threads
+            self.reported_cached = max(cached_tokens, 0)
+        elif (
+            self.miss_after_ms is not None
+            and isinstance(ttft_ms, int | float)
+            and not isinstance(ttft_ms, bool)
+        ):
+            self.timed_miss = ttft_ms > self.miss_after_ms
 
     def server_missed(self) -> bool:
         """Whether, as of this call's report, the server does not hold what it was sent."""
+        if self.state not in ("warm", "evicted"):
+            return self.missed  # nothing was expected cached: no new evidence
         reported = self.reported_cached
-        if (
-            reported is None
-            or self.state not in ("warm", "evicted")
-            or self.shared < MIN_EVIDENCE_TOKENS
-        ):
-            return self.missed  # no new evidence
-        return reported < self.shared / 2
+        if reported is not None:
+            return reported < self.shared / 2 if self.shared >= MIN_EVIDENCE_TOKENS else self.missed
+        return self.missed if self.timed_miss is None else self.timed_miss
 
 
 def cache_state(previous: Conversation | None, now: float, lifetime_s: float) -> CacheState:

@@ -9,8 +9,9 @@ everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the bu
 ``deep_cut`` below it that also leaves room for later calls to append again.
 
 :class:`CostAwareTrimmer` keeps, per conversation (LangGraph's ``thread_id`` or a key you pass),
-the previous call's prompt, its time and the server's reported cached tokens (the callback
-handler passes them on through the trim result's ``on_usage``; see
+the previous call's prompt, its time and the server's reported cached tokens or, where it
+reports none, the call's time to first token (the callback handler passes them on through the
+trim result's ``on_usage``; see
 :mod:`~agent_latency.trimming._conversations`). For each call it predicts the mean time to first
 token over the next ``horizon_calls`` calls of every option with a
 :class:`~agent_latency._latency_model.LatencyModel`, assuming the conversation keeps growing as
@@ -28,6 +29,7 @@ Without a key it is the plain :class:`PriorityTrimmer` it wraps.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ from agent_latency._latency_model import (
 from agent_latency._messages import coerce_messages
 from agent_latency._tokens import LRUCache
 from agent_latency.trimming._conversations import (
+    TIMING_EVIDENCE_RATIO,
     CacheState,
     Conversation,
     appended,
@@ -97,7 +100,8 @@ class CostAwareChoice:
     Attributes:
         result: The trim sent. For ``append`` its ``tokens_after`` may exceed the budget (never
             the hard limit) and ``over_budget`` is ``False``. Its ``on_usage`` takes the
-            server's usage of the request (the callback handler calls it).
+            server's usage of the request and its time to first token (the callback handler
+            calls it).
         cache_state: The cache state assumed.
         option: The option taken.
         predicted_ms: Each option considered, with its predicted mean TTFT over the next calls;
@@ -353,6 +357,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             shared = (
                 previous.sent_tokens if option == "append" else shared_tokens(chosen, previous.sent)
             )
+        miss_after_ms = None
+        if predicted and state in ("warm", "evicted") and shared > 0:
+            miss_after_ms = self._miss_after_ms(chosen.tokens_after, shared)
         remembered = Conversation(
             inputs=tuple(inputs),
             input_tokens=sum(counts),
@@ -364,6 +371,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             state=state,
             shared=shared,
             missed=previous.server_missed() if previous is not None else False,
+            miss_after_ms=miss_after_ms,
         )
         self._conversations.put(key, remembered)
         result = TrimResult.from_decisions(
@@ -428,6 +436,15 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             for option, (result, prefilled) in candidates.items()
         }
         return {option: result for option, (result, _) in candidates.items()}, predicted
+
+    def _miss_after_ms(self, size: int, shared: int) -> float | None:
+        """The time to first token past which a prompt of ``size`` tokens, the first ``shared``
+        of them expected cached, was not served from the cache; ``None``: too close to tell."""
+        hit = self.latency_model.predict(size - shared, size)
+        miss = self.latency_model.predict(size, size)
+        if miss < hit * TIMING_EVIDENCE_RATIO:
+            return None
+        return math.sqrt(hit * miss)
 
     def _horizon_ms(
         self, size: int, prefilled: int, growth: float, reset: tuple[int, int], hard_limit: int

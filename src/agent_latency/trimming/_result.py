@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
     from agent_latency.trimming._plan import Plan
 
+UsageReceiver = Callable[[int | None, int | None, float | None], object]
+"""Takes a model call's prompt tokens, cached prompt tokens (as the server reported them) and
+time to first token in ms, each ``None`` when unknown."""
+
 Action = Literal["kept", "dropped", "shortened"]
 """What happened to one input message."""
 
@@ -168,9 +172,10 @@ class TrimResult:
         question_retention: A proxy for what the trim cost the answer: of the latest user
             message's terms that occur elsewhere in the input, the share still in what is
             sent (1.0 when nothing was left out); ``None`` without such terms.
-        on_usage: Takes the server's ``prompt_tokens`` and cached prompt tokens (``None``
-            when not reported) of the request sent; the callback handler calls it when the
-            model call ends. ``CostAwareTrimmer`` learns its conversations' cache state so.
+        on_usage: Takes the server's ``prompt_tokens`` and cached prompt tokens and the time
+            to first token in ms (each ``None`` when not reported or not streamed) of the
+            request sent; the callback handler calls it when the model call ends.
+            ``CostAwareTrimmer`` learns its conversations' cache state so.
     """
 
     messages: list[BaseMessage] = field(repr=False)
@@ -191,9 +196,7 @@ class TrimResult:
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
     dropped_tools: tuple[str, ...] = ()
     question_retention: float | None = None
-    on_usage: Callable[[int, int | None], object] | None = field(
-        default=None, repr=False, compare=False
-    )
+    on_usage: UsageReceiver | None = field(default=None, repr=False, compare=False)
     _plan: Plan = field(repr=False, compare=False)
     _decided: tuple[MessageDecision, ...] | None = field(default=None, repr=False, compare=False)
 
@@ -206,7 +209,7 @@ class TrimResult:
         messages: Iterable[BaseMessage] | None = None,
         tokens_after: int | None = None,
         over_budget: bool | None = None,
-        on_usage: Callable[[int, int | None], object] | None = None,
+        on_usage: UsageReceiver | None = None,
     ) -> TrimResult:
         """A result of ``base``'s input that sends what ``decisions`` say.
 
