@@ -22,7 +22,8 @@ Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``
 from typing import TYPE_CHECKING, Any
 
 from agent_latency._config import PriorityClass
-from agent_latency.trimming._cost_aware import CostAwareChoice, CostAwareTrimmer
+from agent_latency.trimming._cost_aware import CostAwareTrimmer
+from agent_latency.trimming._forecast import CostAwareChoice
 from agent_latency.trimming._trimmer import (
     Action,
     ClassFigures,

@@ -29,11 +29,9 @@ Without a key it is the plain :class:`PriorityTrimmer` it wraps.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from langchain_core.callbacks.manager import (
     AsyncCallbackManagerForChainRun,
@@ -45,9 +43,7 @@ from langchain_core.runnables.config import ensure_config
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
-from opentelemetry.util.types import AttributeValue
 
-from agent_latency import semconv
 from agent_latency._config import Settings
 from agent_latency._latency_model import (
     DEFAULT_CACHE_LIFETIME_S,
@@ -58,7 +54,6 @@ from agent_latency._latency_model import (
 from agent_latency._messages import coerce_messages
 from agent_latency._tokens import LRUCache
 from agent_latency.trimming._conversations import (
-    TIMING_EVIDENCE_RATIO,
     CacheState,
     Conversation,
     appended,
@@ -66,6 +61,7 @@ from agent_latency.trimming._conversations import (
     extends,
     shared_tokens,
 )
+from agent_latency.trimming._forecast import CostAwareChoice, Forecast, Option
 from agent_latency.trimming._tracing import (
     areport_trim,
     end_span,
@@ -76,9 +72,6 @@ from agent_latency.trimming._tracing import (
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 logger = logging.getLogger("agent_latency.trimming")
-
-Option = Literal["append", "cut", "deep_cut"]
-"""Which prompt it sends: previous prompt + new messages, a cut to the budget, or a deeper cut."""
 
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 """The context window assumed when ``llm.context_window`` is not set: the smallest in common use."""
@@ -91,40 +84,6 @@ probes."""
 _SWITCH_MARGIN: Final = 0.9  # on a warm cache a cut replaces append if predicted 10% faster
 _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
-
-
-@dataclass(frozen=True)
-class CostAwareChoice:
-    """One cost-aware decision.
-
-    Attributes:
-        result: The trim sent. For ``append`` its ``tokens_after`` may exceed the budget (never
-            the hard limit) and ``over_budget`` is ``False``. Its ``on_usage`` takes the
-            server's usage of the request and its time to first token (the callback handler
-            calls it).
-        cache_state: The cache state assumed.
-        option: The option taken.
-        predicted_ms: Each option considered, with its predicted mean TTFT over the next calls;
-            empty (no prediction: the cut is sent) before :data:`MIN_OBSERVATIONS`.
-        hard_limit: The prompt tokens never exceeded.
-    """
-
-    result: TrimResult
-    cache_state: CacheState
-    option: Option
-    predicted_ms: Mapping[Option, float]
-    hard_limit: int
-
-    def span_attributes(self) -> dict[str, AttributeValue]:
-        """Returns the cost-aware attributes of the trim span."""
-        attributes: dict[str, AttributeValue] = {
-            semconv.TRIM_CACHE_STATE: self.cache_state,
-            semconv.TRIM_OPTION: self.option,
-            semconv.TRIM_HARD_LIMIT: self.hard_limit,
-        }
-        for option, ms in self.predicted_ms.items():
-            attributes[semconv.TRIM_PREDICTED_TTFT_PREFIX + option] = round(ms, 1)
-        return attributes
 
 
 def _positive(name: str, value: object, *, integer: bool = True) -> Any:
@@ -203,6 +162,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             )
         self.latency_model = latency_model or LatencyModel()
         self.horizon_calls: int = _positive("horizon_calls", horizon_calls)
+        self._forecast = Forecast(self.latency_model, self.horizon_calls)
         self._conversations = LRUCache(_positive("max_conversations", max_conversations))
         if not callable(clock):
             raise ValueError("CostAwareTrimmer: clock must be a callable returning seconds.")
@@ -359,7 +319,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             )
         miss_after_ms = None
         if predicted and state in ("warm", "evicted") and shared > 0:
-            miss_after_ms = self._miss_after_ms(chosen.tokens_after, shared)
+            miss_after_ms = self._forecast.miss_after_ms(chosen.tokens_after, shared)
         remembered = Conversation(
             inputs=tuple(inputs),
             input_tokens=sum(counts),
@@ -432,33 +392,12 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
         )
         predicted = {
-            option: self._horizon_ms(result.tokens_after, prefilled, growth, reset, hard_limit)
+            option: self._forecast.horizon_ms(
+                result.tokens_after, prefilled, growth, reset, hard_limit
+            )
             for option, (result, prefilled) in candidates.items()
         }
         return {option: result for option, (result, _) in candidates.items()}, predicted
-
-    def _miss_after_ms(self, size: int, shared: int) -> float | None:
-        """The time to first token past which a prompt of ``size`` tokens, the first ``shared``
-        of them expected cached, was not served from the cache; ``None``: too close to tell."""
-        hit = self.latency_model.predict(size - shared, size)
-        miss = self.latency_model.predict(size, size)
-        if miss < hit * TIMING_EVIDENCE_RATIO:
-            return None
-        return math.sqrt(hit * miss)
-
-    def _horizon_ms(
-        self, size: int, prefilled: int, growth: float, reset: tuple[int, int], hard_limit: int
-    ) -> float:
-        """The mean predicted TTFT of this call and the next ones, the cache warm after it."""
-        total = self.latency_model.predict(prefilled, size)
-        context, fresh = float(size), float(prefilled)
-        for _ in range(self.horizon_calls - 1):
-            if context + growth > hard_limit:  # a forced cut: (size, prefilled) of ``reset``
-                context, fresh = float(reset[0]), float(reset[1])
-            else:
-                context, fresh = context + growth, growth
-            total += self.latency_model.predict(fresh, context)
-        return total / self.horizon_calls
 
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun, config: RunnableConfig
