@@ -48,9 +48,12 @@ def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
         context_window=8192,
         reserve_for_output=2048,
         cache_lifetime_s=300.0,
-        deep_trimmer=PriorityTrimmer(1500, prefix_stable=True),
         clock=clock,
-        **{"latency_model": learned(), **options},  # type: ignore[arg-type]
+        **{
+            "latency_model": learned(),
+            "deep_trimmers": [PriorityTrimmer(1500, prefix_stable=True)],
+            **options,
+        },  # type: ignore[arg-type]
     )
 
 
@@ -162,7 +165,9 @@ def test_the_span_says_the_state_the_predictions_and_the_option(clock: Clock) ->
         ({"context_window": 4000}, "below the budget"),
         ({"cache_lifetime_s": 0}, "cache_lifetime_s"),
         ({"horizon_calls": 0}, "horizon_calls"),
-        ({"trimmer": "not a trimmer"}, "trimmer must be a PriorityTrimmer"),
+        ({"trimmer": "not a trimmer"}, "trimmer must hold PriorityTrimmer"),
+        ({"deep_trimmers": PriorityTrimmer(1500)}, "deep_trimmers must be a sequence"),
+        ({"deep_trimmers": [PriorityTrimmer(1500), 900]}, "deep_trimmers must hold"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, object], named: str) -> None:
@@ -175,6 +180,41 @@ def test_bad_options_name_the_option(options: dict[str, object], named: str) -> 
     trimmer = arguments.pop("trimmer")
     with pytest.raises(ValueError, match=named):
         CostAwareTrimmer(trimmer, **arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fractions", [0.5, (0.4, 1.0), (True,), ("0.5",)])
+def test_bad_deep_cut_fractions_are_named(fractions: object) -> None:
+    from agent_latency import Settings
+
+    with pytest.raises(ValueError, match="deep_cut_fractions must be a sequence"):
+        CostAwareTrimmer.from_settings(Settings(), deep_cut_fractions=fractions)  # type: ignore[arg-type]
+
+
+def test_from_settings_builds_one_deep_trimmer_per_fraction_sharing_the_counter() -> None:
+    from agent_latency import Settings
+
+    trimmer = CostAwareTrimmer.from_settings(Settings(), deep_cut_fractions=(0.5, 0.25))
+    budget = trimmer.trimmer.budget
+    assert [deep.budget for deep in trimmer.deep_trimmers] == [budget // 4, budget // 2]
+    assert all(d.token_counter is trimmer.trimmer.token_counter for d in trimmer.deep_trimmers)
+    assert "deep_cuts=[" in repr(trimmer)
+    assert CostAwareTrimmer.from_settings(Settings(), deep_cut_fractions=()).deep_trimmers == ()
+
+
+def test_the_deep_cut_is_the_smallest_budget_that_holds_what_no_trim_removes(
+    clock: Clock,
+) -> None:
+    fixed = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO[: POINTS[12]]).fixed_tokens
+    too_small = PriorityTrimmer(fixed - 1, prefix_stable=True)
+    holds = PriorityTrimmer(fixed + 300, prefix_stable=True)
+    trimmer = cost_aware(clock, deep_trimmers=[PriorityTrimmer(1500, prefix_stable=True), holds])
+    both = cost_aware(clock, deep_trimmers=[too_small, PriorityTrimmer(1500, prefix_stable=True)])
+    (deepest,) = replay(trimmer, clock, [POINTS[12]])
+    (fallback,) = replay(both, clock, [POINTS[12]])
+    assert deepest.option == fallback.option == "deep_cut"
+    assert deepest.result.budget == holds.budget  # the smaller budget, in any order given
+    assert fallback.result.budget == 1500  # the smallest cannot hold the fixed part: the next
+    assert not fallback.result.over_budget
 
 
 def test_choose_needs_a_key(clock: Clock) -> None:
@@ -413,7 +453,7 @@ def test_no_deep_cut_when_its_budget_cannot_hold_what_no_trim_removes(
         PriorityTrimmer(3000, prefix_stable=True),
         context_window=8192,
         reserve_for_output=2048,
-        deep_trimmer=PriorityTrimmer(cut.fixed_tokens - 1, prefix_stable=True),
+        deep_trimmers=[PriorityTrimmer(cut.fixed_tokens - 1, prefix_stable=True)],
         clock=clock,
         latency_model=learned(),
     )

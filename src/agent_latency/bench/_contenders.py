@@ -17,7 +17,7 @@ from opentelemetry import trace
 
 from agent_latency._latency_model import LatencyModel
 from agent_latency._tokens import TokenCounter
-from agent_latency.trimming._cost_aware import DEEP_CUT_FRACTION, CostAwareTrimmer
+from agent_latency.trimming._cost_aware import DEEP_CUT_FRACTIONS, CostAwareTrimmer
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
@@ -54,7 +54,7 @@ def contenders(
 
     ``none`` sends everything; ``hard_limit`` trims only to the hard limit (moving cut);
     ``moving_cut`` and ``prefix_stable`` trim to the budget; ``cost_aware`` is
-    :class:`CostAwareTrimmer` (prefix-stable cuts, deep cuts to ``DEEP_CUT_FRACTION`` of the
+    :class:`CostAwareTrimmer` (prefix-stable cuts, deep cuts to ``DEEP_CUT_FRACTIONS`` of the
     budget, as :meth:`CostAwareTrimmer.from_settings` makes them). The peers:
     ``trim_messages`` as LangChain's docs configure it for chat models (``strategy="last"``,
     ``start_on="human"``, ``end_on=("human", "tool")``, ``include_system=True``) with the
@@ -82,7 +82,7 @@ def contenders(
         reserve_for_output=workload.reserve_for_output,
         cache_lifetime_s=workload.cache_lifetime_s,
         latency_model=latency_model,
-        deep_trimmer=trimmer(int(workload.budget * DEEP_CUT_FRACTION), True),
+        deep_trimmers=[trimmer(int(workload.budget * f), True) for f in DEEP_CUT_FRACTIONS],
         clock=clock,
         tracer_provider=quiet,
     )

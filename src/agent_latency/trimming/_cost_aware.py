@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.callbacks.manager import (
@@ -75,8 +75,9 @@ logger = logging.getLogger("agent_latency.trimming")
 
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 """The context window assumed when ``llm.context_window`` is not set: the smallest in common use."""
-DEEP_CUT_FRACTION: Final = 0.5
-"""A deep cut's budget, as a fraction of the budget, in :meth:`CostAwareTrimmer.from_settings`."""
+DEEP_CUT_FRACTIONS: Final = (0.4, 0.5)
+"""The deep cuts' budgets, as fractions of the budget, in :meth:`CostAwareTrimmer.from_settings`:
+the deepest that holds what no trim removes makes the deep cut."""
 MIN_OBSERVATIONS: Final = 2.5
 """The evidence (:attr:`LatencyModel.observations`, older calls discounted) before the latency
 model's predictions choose, with less the cut is sent: three calls, or doctor's three prefill
@@ -108,7 +109,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             hard limit, which must not be below ``trimmer.budget``.
         cache_lifetime_s: How long the server keeps an idle prefix cached.
         latency_model: Predicts each option's TTFT. Default: a new model with the priors.
-        deep_trimmer: The trimmer of a ``deep_cut`` (a smaller budget); ``None``: no deep cuts.
+        deep_trimmers: The trimmers of a ``deep_cut`` (budgets below the trimmer's): the one of
+            smallest budget that holds what no trim removes (the system prompt, the latest
+            user message, the current tool call and results) makes it. Empty: no deep cuts.
         horizon_calls: Over how many calls (this one included) options are compared.
         max_conversations: How many conversations to remember, least recently used forgotten.
         clock: Seconds, monotonic. Default: ``time.monotonic``.
@@ -126,20 +129,25 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         reserve_for_output: int,
         cache_lifetime_s: float = DEFAULT_CACHE_LIFETIME_S,
         latency_model: LatencyModel | None = None,
-        deep_trimmer: PriorityTrimmer | None = None,
+        deep_trimmers: Sequence[PriorityTrimmer] = (),
         horizon_calls: int = 8,
         max_conversations: int = 1024,
         clock: Callable[[], float] = time.monotonic,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        for name, value in (("trimmer", trimmer), ("deep_trimmer", deep_trimmer)):
-            if not isinstance(value, PriorityTrimmer) and (name == "trimmer" or value is not None):
+        if isinstance(deep_trimmers, PriorityTrimmer) or not isinstance(deep_trimmers, Sequence):
+            raise ValueError(
+                "CostAwareTrimmer: deep_trimmers must be a sequence of PriorityTrimmer, got "
+                f"{type(deep_trimmers).__name__}; e.g. [PriorityTrimmer(3000)]."
+            )
+        for name, value in (("trimmer", trimmer), *(("deep_trimmers", d) for d in deep_trimmers)):
+            if not isinstance(value, PriorityTrimmer):
                 raise ValueError(
-                    f"CostAwareTrimmer: {name} must be a PriorityTrimmer, got "
+                    f"CostAwareTrimmer: {name} must hold PriorityTrimmer, got "
                     f"{type(value).__name__}; e.g. PriorityTrimmer(6000)."
                 )
         self.trimmer = trimmer
-        self.deep_trimmer = deep_trimmer
+        self.deep_trimmers = tuple(sorted(deep_trimmers, key=lambda deep: deep.budget))
         window = _positive("context_window", context_window)
         if isinstance(reserve_for_output, bool) or not isinstance(reserve_for_output, int):
             raise ValueError(
@@ -175,7 +183,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         settings: Settings,
         *,
         latency_model: LatencyModel | None = None,
-        deep_cut_fraction: float | None = DEEP_CUT_FRACTION,
+        deep_cut_fractions: Sequence[float] = DEEP_CUT_FRACTIONS,
         **options: Any,
     ) -> CostAwareTrimmer:
         """Builds a cost-aware trimmer from ``settings``.
@@ -188,8 +196,8 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         Args:
             settings: Loaded settings.
             latency_model: Overrides the shared latency model.
-            deep_cut_fraction: A deep cut's budget as a fraction of the budget; ``None``: no
-                deep cuts.
+            deep_cut_fractions: The deep cuts' budgets as fractions of the budget (each between 0
+                and 1); empty: no deep cuts.
             **options: Keyword options of :class:`CostAwareTrimmer` (``horizon_calls``,
                 ``max_conversations``, ``clock``, ``tracer_provider``) and of
                 :meth:`PriorityTrimmer.from_settings` (the rest).
@@ -200,17 +208,25 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         rest = {name: value for name, value in options.items() if name not in own}
         rest["tracer_provider"] = trace.NoOpTracerProvider()
         trimmer = PriorityTrimmer.from_settings(settings, **rest)
-        deep = None
-        if deep_cut_fraction is not None:
-            if not 0 < deep_cut_fraction < 1:
-                raise ValueError(
-                    f"CostAwareTrimmer: deep_cut_fraction must be between 0 and 1 (exclusive) "
-                    f"or None, got {deep_cut_fraction!r}."
-                )
-            deep_budget = max(int(trimmer.budget * deep_cut_fraction), 1)
-            deep = PriorityTrimmer.from_settings(
-                settings, **{**rest, "budget": deep_budget, "token_counter": trimmer.token_counter}
+        if not isinstance(deep_cut_fractions, Sequence) or not all(
+            isinstance(f, int | float) and not isinstance(f, bool) and 0 < f < 1
+            for f in deep_cut_fractions
+        ):
+            raise ValueError(
+                "CostAwareTrimmer: deep_cut_fractions must be a sequence of numbers between 0 "
+                f"and 1 (exclusive), got {deep_cut_fractions!r}; e.g. (0.4, 0.5), or () for none."
             )
+        deep = [
+            PriorityTrimmer.from_settings(
+                settings,
+                **{
+                    **rest,
+                    "budget": max(int(trimmer.budget * fraction), 1),
+                    "token_counter": trimmer.token_counter,
+                },
+            )
+            for fraction in deep_cut_fractions
+        ]
         llm = settings.llm
         lifetime = getattr(llm, "cache_lifetime_seconds", None)
         window = llm.context_window or max(
@@ -225,15 +241,15 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             else default_cache_lifetime(llm.base_url),
             latency_model=latency_model
             or LATENCY_MODELS.model_for_base_url(llm.base_url, llm.model),
-            deep_trimmer=deep,
+            deep_trimmers=deep,
             **mine,
         )
 
     def __repr__(self) -> str:
         return (
             f"CostAwareTrimmer({self.trimmer!r}, hard_limit={self.hard_limit}, "
-            f"cache_lifetime_s={self.cache_lifetime_s}, deep_cut="
-            f"{self.deep_trimmer.budget if self.deep_trimmer else None}, "
+            f"cache_lifetime_s={self.cache_lifetime_s}, deep_cuts="
+            f"{[deep.budget for deep in self.deep_trimmers]}, "
             f"horizon_calls={self.horizon_calls})"
         )
 
@@ -382,8 +398,8 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         )
         # Nor when what no trim removes would not fit its budget: it would only repeat the cut,
         # flagged (and logged) as over a budget that the request does not exceed.
-        deep_trimmer = self.deep_trimmer
-        if deep_trimmer is not None and _fits(cut, deep_trimmer) and cut.changed and not room_ahead:
+        deep_trimmer = next((deep for deep in self.deep_trimmers if _fits(cut, deep)), None)
+        if deep_trimmer is not None and cut.changed and not room_ahead:
             deep = deep_trimmer.trim(inputs, **request)
             if deep.tokens_after < cut.tokens_after:
                 candidates["deep_cut"] = (deep, deep.tokens_after - shared_tokens(deep, cached))
