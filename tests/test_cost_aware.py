@@ -165,9 +165,9 @@ def test_the_span_says_the_state_the_predictions_and_the_option(clock: Clock) ->
         ({"context_window": 4000}, "below the budget"),
         ({"cache_lifetime_s": 0}, "cache_lifetime_s"),
         ({"horizon_calls": 0}, "horizon_calls"),
-        ({"trimmer": "not a trimmer"}, "trimmer must hold PriorityTrimmer"),
+        ({"trimmer": "not a trimmer"}, "trimmer must be a PriorityTrimmer"),
         ({"deep_trimmers": PriorityTrimmer(1500)}, "deep_trimmers must be a sequence"),
-        ({"deep_trimmers": [PriorityTrimmer(1500), 900]}, "deep_trimmers must hold"),
+        ({"deep_trimmers": [PriorityTrimmer(1500), 900]}, "each of deep_trimmers must be a"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, object], named: str) -> None:

@@ -140,10 +140,11 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 "CostAwareTrimmer: deep_trimmers must be a sequence of PriorityTrimmer, got "
                 f"{type(deep_trimmers).__name__}; e.g. [PriorityTrimmer(3000)]."
             )
-        for name, value in (("trimmer", trimmer), *(("deep_trimmers", d) for d in deep_trimmers)):
+        named = (("trimmer", trimmer), *(("each of deep_trimmers", d) for d in deep_trimmers))
+        for name, value in named:
             if not isinstance(value, PriorityTrimmer):
                 raise ValueError(
-                    f"CostAwareTrimmer: {name} must hold PriorityTrimmer, got "
+                    f"CostAwareTrimmer: {name} must be a PriorityTrimmer, got "
                     f"{type(value).__name__}; e.g. PriorityTrimmer(6000)."
                 )
         self.trimmer = trimmer
