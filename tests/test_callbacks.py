@@ -503,8 +503,12 @@ async def test_cancelled_async_stream_ends_its_span_as_cancelled(
 async def test_cancelled_ainvoke_is_ended_when_its_task_ends(
     handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
 ) -> None:
-    # LangChain reports no error for a cancelled ainvoke: the task watch ends the span.
-    model = ScriptedChat(steps=[(0, text(str(i))) for i in range(50)], pause_s=0.01, streaming=True)
+    # LangChain reports no error for a cancelled ainvoke: the task watch ends the span. The
+    # answer lasts 5 s, so that a loaded machine cannot finish it before it is seen running
+    # (50 steps once did, in the lowest-versions job, and the wait below timed out).
+    model = ScriptedChat(
+        steps=[(0, text(str(i))) for i in range(500)], pause_s=0.01, streaming=True
+    )
     task = asyncio.create_task(model.ainvoke("hi", config=config(handler)))
     async with asyncio.timeout(10):
         while handler.open_runs == 0:
