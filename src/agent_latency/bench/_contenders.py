@@ -17,7 +17,7 @@ from opentelemetry import trace
 
 from agent_latency._latency_model import LatencyModel
 from agent_latency._tokens import TokenCounter
-from agent_latency.trimming._cost_aware import DEEP_CUT_FRACTIONS, CostAwareTrimmer
+from agent_latency.trimming._cost_aware import CostAwareTrimmer, deep_cut_budgets
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
@@ -82,7 +82,7 @@ def contenders(
         reserve_for_output=workload.reserve_for_output,
         cache_lifetime_s=workload.cache_lifetime_s,
         latency_model=latency_model,
-        deep_trimmers=[trimmer(int(workload.budget * f), True) for f in DEEP_CUT_FRACTIONS],
+        deep_trimmers=[trimmer(budget, True) for budget in deep_cut_budgets(workload.budget)],
         clock=clock,
         tracer_provider=quiet,
     )

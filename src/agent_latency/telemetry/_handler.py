@@ -40,7 +40,7 @@ from agent_latency.telemetry._langchain import (
 from agent_latency.telemetry._log import logger
 from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
 from agent_latency.telemetry._run_state import ModelRunState
-from agent_latency.telemetry._timing import CallTiming, call_timing
+from agent_latency.telemetry._timing import call_timing
 from agent_latency.telemetry._tracing import RunTracer, end_span, error_type, guarded, outcome
 
 if TYPE_CHECKING:
@@ -406,8 +406,10 @@ class LatencyCallbackHandler(RunTracer):
                 state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
             ),
         )
-        self._calibrate(state, timing, usage)
-        self._learn_latency(state, timing, usage)
+        # A blocking call's first text waits for the whole answer: it has no time to first token.
+        first_token_ms = timing.ttft_ms if state.streamed else None
+        self._calibrate(state, first_token_ms, usage)
+        self._learn_latency(state, first_token_ms, usage)
         record = LatencyRecord(
             run_id=state.run_id,
             model=state.model or "unknown",
@@ -437,7 +439,9 @@ class LatencyCallbackHandler(RunTracer):
             except Exception as exc:
                 self.failures.report("on_record", exc)
 
-    def _calibrate(self, state: ModelRunState, timing: CallTiming, usage: Response) -> None:
+    def _calibrate(
+        self, state: ModelRunState, first_token_ms: float | None, usage: Response
+    ) -> None:
         """Tells the trim that prepared the request how it went: its calibration the server's
         prompt tokens, its ``on_usage`` those, the cached ones and the time to first token."""
         trim = state.trim
@@ -449,20 +453,20 @@ class LatencyCallbackHandler(RunTracer):
             except Exception as exc:
                 self.failures.report("calibration", exc)
         if trim.on_usage is not None:
-            # A blocking call's first text waits for the whole answer: no time to first token.
-            ttft_ms = timing.ttft_ms if state.streamed else None
             try:
-                trim.on_usage(usage.input_tokens, usage.cache_read_tokens, ttft_ms)
+                trim.on_usage(usage.input_tokens, usage.cache_read_tokens, first_token_ms)
             except Exception as exc:
                 self.failures.report("trim usage", exc)
 
-    def _learn_latency(self, state: ModelRunState, timing: CallTiming, usage: Response) -> None:
+    def _learn_latency(
+        self, state: ModelRunState, first_token_ms: float | None, usage: Response
+    ) -> None:
         """Feeds the endpoint's latency model the call's TTFT and prompt tokens."""
-        if not state.streamed or timing.ttft_ms is None or usage.input_tokens is None:
-            return  # a blocking call's first text waits for the whole answer
+        if first_token_ms is None or usage.input_tokens is None:
+            return
         try:
             LATENCY_MODELS.model_for(state.server, state.model).observe(
-                timing.ttft_ms, usage.input_tokens, usage.cache_read_tokens
+                first_token_ms, usage.input_tokens, usage.cache_read_tokens
             )
         except Exception as exc:
             self.failures.report("latency_model", exc)

@@ -87,6 +87,11 @@ _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-ca
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
 
 
+def deep_cut_budgets(budget: int, fractions: Sequence[float] = DEEP_CUT_FRACTIONS) -> list[int]:
+    """The deep cuts' budgets: ``fractions`` of ``budget``, at least 1 token each."""
+    return [max(int(budget * fraction), 1) for fraction in fractions]
+
+
 def _positive(name: str, value: object, *, integer: bool = True) -> Any:
     kinds = int if integer else int | float
     if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
@@ -135,7 +140,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         clock: Callable[[], float] = time.monotonic,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        if isinstance(deep_trimmers, PriorityTrimmer) or not isinstance(deep_trimmers, Sequence):
+        if not isinstance(deep_trimmers, Sequence):
             raise ValueError(
                 "CostAwareTrimmer: deep_trimmers must be a sequence of PriorityTrimmer, got "
                 f"{type(deep_trimmers).__name__}; e.g. [PriorityTrimmer(3000)]."
@@ -169,9 +174,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 "CostAwareTrimmer: latency_model must be a LatencyModel or None, got "
                 f"{type(latency_model).__name__}."
             )
-        self.latency_model = latency_model or LatencyModel()
-        self.horizon_calls: int = _positive("horizon_calls", horizon_calls)
-        self._forecast = Forecast(self.latency_model, self.horizon_calls)
+        self._forecast = Forecast(
+            latency_model or LatencyModel(), _positive("horizon_calls", horizon_calls)
+        )
         self._conversations = LRUCache(_positive("max_conversations", max_conversations))
         if not callable(clock):
             raise ValueError("CostAwareTrimmer: clock must be a callable returning seconds.")
@@ -219,14 +224,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             )
         deep = [
             PriorityTrimmer.from_settings(
-                settings,
-                **{
-                    **rest,
-                    "budget": max(int(trimmer.budget * fraction), 1),
-                    "token_counter": trimmer.token_counter,
-                },
+                settings, **{**rest, "budget": budget, "token_counter": trimmer.token_counter}
             )
-            for fraction in deep_cut_fractions
+            for budget in deep_cut_budgets(trimmer.budget, deep_cut_fractions)
         ]
         llm = settings.llm
         lifetime = getattr(llm, "cache_lifetime_seconds", None)
@@ -245,6 +245,16 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             deep_trimmers=deep,
             **mine,
         )
+
+    @property
+    def latency_model(self) -> LatencyModel:
+        """The endpoint's latency model the options are predicted with."""
+        return self._forecast.latency_model
+
+    @property
+    def horizon_calls(self) -> int:
+        """Over how many calls (this one included) options are compared."""
+        return self._forecast.horizon_calls
 
     def __repr__(self) -> str:
         return (
