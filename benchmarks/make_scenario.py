@@ -27,8 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter
+from agent_latency._wire import coerce_messages
+from agent_latency.tokens import TokenCounter
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "src/agent_latency/scenarios/agent_8k.json"
 DEFAULT_TOKENS = 8200

@@ -38,8 +38,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from agent_latency import PriorityTrimmer, build_chat_model
-from agent_latency._config import Settings
 from agent_latency.bench._quality import PLACES, NeedleCase, make_case, retained
+from agent_latency.config import Settings
 
 STRATEGIES = ("age", "relevance")
 WEAK_BELOW = 0.5

@@ -4,7 +4,7 @@ The server's built-in ``gemma`` format drops system and ``tool`` messages, and i
 format drops tool messages and tool calls, so an agent transcript shrinks to a fraction of its
 size and trimming it changes little. This launcher registers ``gemma-turns``: Gemma's own turns
 (``<start_of_turn>user|model ... <end_of_turn>``, real special tokens) with every message kept,
-laid out as agent-latency's ``gemma`` framing counts it (``agent_latency._framing.GemmaFraming``):
+laid out as agent-latency's ``gemma`` framing counts it (``GemmaFraming``):
 
 - the system message (and the tool definitions, if the request has any) opens the first user
   turn, followed by a blank line, as in Gemma's template;

@@ -64,9 +64,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
-from agent_latency._chat_model import build_chat_model
-from agent_latency._config import Settings
 from agent_latency.bench._results import percentile
+from agent_latency.config import Settings, build_chat_model
 from agent_latency.sim import DEFAULT_MODEL
 from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
 from agent_latency.telemetry._run_state import RunState

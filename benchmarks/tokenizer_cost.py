@@ -14,7 +14,7 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 
 ROOT = Path(__file__).parents[1]
 MODELS = ("gpt-4", "gpt-4o", "qwen-7b-chat", "qwen3.6-27b", "llama-3.1-8b", "gemma-3-4b")

@@ -17,9 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from pydantic import SecretStr
 
 from agent_latency import CostAwareTrimmer
-from agent_latency._config import Settings
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter
+from agent_latency._wire import coerce_messages
 from agent_latency.bench import (
     BenchPlan,
     BenchReport,
@@ -39,7 +37,9 @@ from agent_latency.bench._results import (
 )
 from agent_latency.bench._runner import EndpointError
 from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
+from agent_latency.config import Settings
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._cost_aware import DEEP_CUT_FRACTIONS
 
 ROOT = Path(__file__).resolve().parents[1]

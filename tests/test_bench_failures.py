@@ -16,14 +16,14 @@ from rich.console import Console
 from test_bench import INSTANT, agent_conversation
 from typer.testing import CliRunner, Result
 
-from agent_latency._config import Settings
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter
+from agent_latency._wire import coerce_messages
 from agent_latency.bench import BenchPlan, BenchReport, check_regression, run_bench
 from agent_latency.bench._report import saving_breakdown
 from agent_latency.bench._results import MODES, STRATEGIES, ModeResult, Sample, StrategyResult
 from agent_latency.cli._bench import bench, modes_table, turns_table
+from agent_latency.config import Settings
 from agent_latency.sim import running_simulator
+from agent_latency.tokens import TokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 

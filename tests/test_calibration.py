@@ -6,13 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from agent_latency._calibration import (
-    MIN_OBSERVATIONS,
-    WINDOW,
-    PromptCalibration,
-    calibration_for,
-)
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import PromptCalibration, TokenCounter, calibration_for
+from agent_latency.tokens._calibration import MIN_OBSERVATIONS, WINDOW
 from agent_latency.trimming import PriorityTrimmer
 
 

@@ -19,8 +19,8 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from agent_latency._chat_model import CompatibleChatOpenAI, build_chat_model, output_limit_param
-from agent_latency._config import LLMSettings, Settings, StreamingSettings
+from agent_latency.config import LLMSettings, Settings, StreamingSettings, build_chat_model
+from agent_latency.config._chat_model import CompatibleChatOpenAI
 from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
 
 SECRET = "sk-test-channel-51c7e0"
@@ -216,7 +216,7 @@ def test_unknown_max_tokens_param_is_refused() -> None:
     ],
 )
 def test_output_limit_param(base_url: str | None, chosen: str, expected: str) -> None:
-    assert output_limit_param(_settings(base_url, max_tokens_param=chosen)) == expected
+    assert _settings(base_url, max_tokens_param=chosen).llm.output_limit_field == expected
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agent_latency._config import (
+from agent_latency.config import (
     ConfigError,
     LLMSettings,
     MetricsSettings,
@@ -23,7 +23,7 @@ from agent_latency._config import (
     load_settings,
     with_channel_overrides,
 )
-from agent_latency._config_sources import JSON_SCHEMA, TOML_SCHEMA
+from agent_latency.config._sources import JSON_SCHEMA, TOML_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "sk-test-8d1f0c2e-do-not-print"

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_latency._config import ConfigError, Settings, load_settings
+from agent_latency.config import ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ("system", "latest_user", "tool_result", "history")

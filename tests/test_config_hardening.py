@@ -16,8 +16,8 @@ import pytest
 from pydantic import SecretStr
 
 from agent_latency import ConfigError, LLMSettings, Settings, build_chat_model, load_settings
-from agent_latency._channel_checks import base_url_warnings
-from agent_latency._config import with_channel_overrides
+from agent_latency.config import with_channel_overrides
+from agent_latency.config._channel import base_url_warnings
 
 KEY = "plainkey4c1d9e7b"  # not sk-shaped: only the exact-secret masking can hide it
 PASSWORD = "hunter2-pw-77a1"

@@ -27,7 +27,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 Messages = list[BaseMessage]
@@ -202,7 +202,7 @@ RETYPED = {
 def test_a_tool_call_argument_retyped_in_place_is_off_by_the_documented_tokens(
     key: str, before: object, after: object
 ) -> None:
-    # A known limit (docs/reliability.md, agent_latency._tokens.stamp): 1 == 1.0 and 0 == False,
+    # A known limit (docs/reliability.md, agent_latency._caches.stamp): 1 == 1.0 and 0 == False,
     # so the deep copy compares equal while the JSON sent differs ("1.0", "false"). Telling them
     # apart (a repr per message with tool calls) costs more than the whole warm trim's margin.
     # The count stays at most two tokens per retyped value off, and a new message object (what

@@ -15,8 +15,8 @@ import typer
 from doc_runner import fenced_blocks
 from typer.testing import CliRunner, Result
 
-from agent_latency._config import ConfigError, LLMSettings, Settings, load_settings
 from agent_latency.cli._doctor import doctor
+from agent_latency.config import ConfigError, LLMSettings, Settings, load_settings
 from agent_latency.doctor import CheckStatus, Endpoint, run_checks
 from agent_latency.doctor._checks import (
     check_api_root,

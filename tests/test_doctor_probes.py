@@ -11,8 +11,8 @@ import typer
 from test_doctor import DropsRequestField
 from typer.testing import CliRunner
 
-from agent_latency._config import LLMSettings, Settings
 from agent_latency.cli._doctor import doctor
+from agent_latency.config import LLMSettings, Settings
 from agent_latency.doctor import CheckResult, CheckStatus, Endpoint, printable, run_checks
 from agent_latency.doctor._checks import (
     check_api_root,

@@ -15,8 +15,8 @@ import pytest
 from benchmark_scripts import benchmark_script
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from agent_latency._tokens import TokenCounter
 from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._trimmer import PriorityTrimmer
 

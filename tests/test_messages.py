@@ -21,7 +21,7 @@ from langchain_core.messages import (
 from langchain_core.prompt_values import StringPromptValue
 from langchain_core.prompts import ChatPromptTemplate
 
-from agent_latency._messages import coerce_messages, load_messages_file
+from agent_latency._wire import coerce_messages, load_messages_file
 
 CONTENT = "private-content-3f9a"  # must never appear in an error message
 

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from source_imports import imported_top_level_modules
 
 from agent_latency import _trace_link
-from agent_latency._tokens import TokenCounter
 from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
 from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import (
     _hook,
     _options,

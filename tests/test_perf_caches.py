@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._relevance import TermCache, terms
 from agent_latency.trimming._rounds import ConversationCache, group_units
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult

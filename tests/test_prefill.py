@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent_latency._prefill import fit_prefill
+from agent_latency._latency_model import fit_prefill
 
 
 def test_fit_recovers_a_line() -> None:

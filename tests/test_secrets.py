@@ -26,8 +26,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from pydantic import SecretStr
 
 from agent_latency import cli as _cli
-from agent_latency._chat_model import build_chat_model
-from agent_latency._config import ConfigError, LLMSettings, Settings, load_settings
+from agent_latency.config import ConfigError, LLMSettings, Settings, build_chat_model, load_settings
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
 from agent_latency.trimming._middleware import TrimmingMiddleware

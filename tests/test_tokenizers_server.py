@@ -21,8 +21,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import SecretStr
 
 from agent_latency import PriorityTrimmer
-from agent_latency._config import Settings
-from agent_latency._tokens import TokenCounter
+from agent_latency.config import Settings
+from agent_latency.tokens import TokenCounter
 
 KEY = "sk-canary-0123456789abcdef"
 QWEN = quicktok.get_encoding("qwen3")

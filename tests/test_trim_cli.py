@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter
+from agent_latency._wire import coerce_messages
 from agent_latency.cli._app import main
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._result import RULE_EXPLANATIONS
 
 SCENARIO = Path(__file__).resolve().parent.parent / "src/agent_latency/scenarios/agent_8k.json"

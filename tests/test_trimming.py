@@ -13,8 +13,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from agent_latency._config import PromptSettings, Settings
-from agent_latency._tokens import TokenCounter
+from agent_latency.config import PromptSettings, Settings
 from agent_latency.semconv import (
     TRIM_BUDGET,
     TRIM_DROPPED_MESSAGES,
@@ -29,6 +28,7 @@ from agent_latency.semconv import (
     TRIM_TOKENS_BEFORE,
     TRIM_TOOL_TOKENS,
 )
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._shortening import MARKER
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 

@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.prompt_values import ChatPromptValue
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._trimmer import PriorityTrimmer
 

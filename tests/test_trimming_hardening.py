@@ -17,7 +17,7 @@ from langchain_core.messages import (
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer
 
 COUNTER = TokenCounter()

@@ -6,7 +6,7 @@ import itertools
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 COUNTER = TokenCounter()

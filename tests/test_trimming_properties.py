@@ -20,8 +20,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from agent_latency._config import PRIORITY_CLASSES
-from agent_latency._tokens import TokenCounter
+from agent_latency.config import PRIORITY_CLASSES
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._rounds import group_units
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult

@@ -17,7 +17,6 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_latency._tokens import TokenCounter
 from agent_latency._trace_link import TRIM_EVENT
 from agent_latency.semconv import (
     TRIM_BUDGET,
@@ -29,6 +28,7 @@ from agent_latency.semconv import (
     TRIM_TOKENS_BEFORE,
 )
 from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()

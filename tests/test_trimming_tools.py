@@ -13,8 +13,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_latency._tokens import TokenCounter
 from agent_latency.semconv import TRIM_DROPPED_TOOLS
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()

@@ -13,11 +13,12 @@ telemetry name to query). The names below are the ones most programs need.
 imported on first use, so everything else works without langchain and langgraph.
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from agent_latency._chat_model import build_chat_model
-from agent_latency._config import (
+from agent_latency._trace_link import RunContextProvider
+from agent_latency.config import (
     ConfigError,
     LLMSettings,
     MetricsSettings,
@@ -27,14 +28,13 @@ from agent_latency._config import (
     StreamingSettings,
     load_settings,
 )
-from agent_latency._tokens import TokenCounter, TokenCounting
-from agent_latency._trace_link import RunContextProvider
 from agent_latency.telemetry import (
     LatencyCallbackHandler,
     LatencyRecord,
     Telemetry,
     configure_telemetry,
 )
+from agent_latency.tokens import TokenCounter, TokenCounting
 from agent_latency.trimming import (
     Action,
     ClassFigures,
@@ -46,6 +46,7 @@ from agent_latency.trimming import (
 )
 
 if TYPE_CHECKING:
+    from agent_latency.config import build_chat_model
     from agent_latency.trimming import TrimmingMiddleware
 
 try:
@@ -82,10 +83,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # TrimmingMiddleware needs the optional `agents` extra (langchain): import it on first use.
-    if name == "TrimmingMiddleware":
-        from agent_latency.trimming import TrimmingMiddleware
+_IMPORTED_ON_FIRST_USE: Final = {
+    # langchain_openai and openai: about half a second, for programs that build their own model.
+    "build_chat_model": "agent_latency.config",
+    # The optional `agents` extra (langchain).
+    "TrimmingMiddleware": "agent_latency.trimming",
+}
 
-        return TrimmingMiddleware
+
+def __getattr__(name: str) -> Any:
+    if name in _IMPORTED_ON_FIRST_USE:
+        return getattr(importlib.import_module(_IMPORTED_ON_FIRST_USE[name]), name)
     raise AttributeError(f"module 'agent_latency' has no attribute {name!r}")

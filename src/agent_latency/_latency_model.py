@@ -1,6 +1,10 @@
-"""A learned latency model of an endpoint: the time to first token a prompt is likely to take.
+"""How long an endpoint takes to its first token: the learned latency model and the prefill line.
 
-The model (issue 12) is::
+:class:`LatencyModel` is what the cost-aware trimmer and the handler share; :func:`fit_prefill`
+is the simple line ``bench`` (a sweep of budgets) and ``doctor`` (two or three probes) fit to
+tell the user the cost of each 1,000 prompt tokens and the budget that keeps TTFT in bounds.
+
+The latency model (issue 12) is::
 
     TTFT ≈ a + b · uncached + c · uncached · context + d · context
 
@@ -22,14 +26,15 @@ really does. Safe to share between threads.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from agent_latency._caches import LRUCache
 from agent_latency._redaction import host_and_port
-from agent_latency._tokens import LRUCache
 
 _KILO: Final = 1000.0
 """Features are in thousands of tokens (and millions of token pairs), to keep the fit well
@@ -313,3 +318,45 @@ class LatencyModels:
 
 LATENCY_MODELS: Final = LatencyModels()
 """The process-wide registry the callback handler feeds and the cost-aware trimmer reads."""
+
+
+# --- The prefill line ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefillFit:
+    """The least-squares line TTFT = ``intercept_ms`` + ``ms_per_1k_tokens`` × tokens / 1000."""
+
+    intercept_ms: float
+    ms_per_1k_tokens: float
+
+    def ttft_ms(self, tokens: float) -> float:
+        """The fitted TTFT for a prompt of ``tokens`` tokens."""
+        return self.intercept_ms + self.ms_per_1k_tokens * tokens / 1000
+
+    def budget_under(self, ttft_ms: float) -> int | None:
+        """Returns the most prompt tokens whose fitted TTFT stays under ``ttft_ms``.
+
+        ``None`` means no limit (TTFT does not grow with the prompt); 0 means even an empty
+        prompt is predicted to take longer.
+        """
+        if self.ms_per_1k_tokens <= 0:
+            return None
+        return max(0, math.floor((ttft_ms - self.intercept_ms) / self.ms_per_1k_tokens * 1000))
+
+
+def fit_prefill(samples: Iterable[tuple[float, float]]) -> PrefillFit | None:
+    """Fits TTFT against prompt tokens by least squares.
+
+    Args:
+        samples: ``(prompt_tokens, ttft_ms)`` pairs.
+
+    Returns:
+        The line, or ``None`` without two distinct prompt sizes.
+    """
+    pairs = list(samples)
+    sizes = [float(tokens) for tokens, _ in pairs]
+    if len(set(sizes)) < 2:
+        return None
+    slope, intercept = statistics.linear_regression(sizes, [ttft for _, ttft in pairs])
+    return PrefillFit(intercept_ms=intercept, ms_per_1k_tokens=slope * 1000)

@@ -1,20 +1,36 @@
-"""Messages and tools as ChatOpenAI puts them on the wire, for counting what is sent."""
+"""OpenAI's chat format, both ways: what users pass in, and what ChatOpenAI puts on the wire.
+
+In: :func:`coerce_messages` turns what users pass (LangChain messages, OpenAI-format dicts, prompt
+values, a state dict) into LangChain messages without copying them, and the ``load_*`` functions
+read such messages from JSON files, with errors that name the file and the item. Out:
+:func:`wire_message`, :func:`wire_tools` and :func:`wire_role` give the fields ChatOpenAI sends,
+which every count is made of; :func:`role_of` is the role a message plays, whatever its type.
+"""
 
 from __future__ import annotations
 
 import json
+import operator
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from itertools import repeat
+from pathlib import Path
+from typing import Any, Final, NamedTuple
 
+from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     ChatMessage,
     FunctionMessage,
     HumanMessage,
+    InvalidToolCall,
     SystemMessage,
     ToolMessage,
+    convert_to_messages,
 )
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
+from langchain_core.prompt_values import PromptValue
 
 _TYPE_ROLES: Final = (
     (HumanMessage, "user"),
@@ -95,3 +111,281 @@ def content_key(message: BaseMessage) -> tuple[Any, ...]:
         getattr(message, "tool_call_id", None),
         tuple(_wire_calls(message)),
     )
+
+
+_ROLE_ALIASES: Final = {"human": "user", "ai": "assistant", "developer": "system"}
+
+
+def role_of(message: BaseMessage) -> str:
+    """Returns the OpenAI role a message plays, whatever its Python type.
+
+    ``ChatMessage(role="user")`` is ``"user"``; ``"developer"`` messages and
+    ``ChatMessage(role="system")`` are ``"system"``; LangChain's ``"human"``/``"ai"`` map to
+    ``"user"``/``"assistant"``.
+    """
+    role = wire_role(message).strip().lower()
+    return _ROLE_ALIASES.get(role, role)
+
+
+# --- In: what users pass, as LangChain messages ----------------------------------------
+_KNOWN_ROLES = frozenset(
+    {"system", "developer", "user", "human", "assistant", "ai", "tool", "function"}
+)
+
+
+def coerce_messages(value: object) -> list[BaseMessage]:
+    """Returns the messages held by ``value`` without copying message objects.
+
+    Args:
+        value: A sequence of LangChain messages and/or OpenAI-format dicts, a ``PromptValue``, or
+            a mapping with a ``"messages"`` key holding such a sequence.
+
+    Returns:
+        A new list; message objects given as such are the same objects.
+
+    Raises:
+        TypeError: When ``value`` or one of its items is of an unsupported type; the message names
+            the item's index.
+        ValueError: When a dict item is malformed (unknown role, missing content, bad tool calls);
+            the message names the item's index. Message content is never quoted.
+    """
+    if isinstance(value, PromptValue):
+        return value.to_messages()
+    if isinstance(value, Mapping):
+        if "messages" not in value:
+            raise TypeError(
+                "Expected a list of messages or a dict with a 'messages' key; got a dict with "
+                f"keys {sorted(map(str, value))[:10]}."
+            )
+        value = value["messages"]
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TypeError(
+            "Expected a list of messages (LangChain messages or OpenAI-format dicts), a "
+            f"PromptValue, or a dict with a 'messages' key; got {type(value).__name__}."
+        )
+    messages = list(value)
+    # Most items are messages with text content: nothing to check or convert, found in C (an
+    # agent passes hundreds of them on every model call).
+    if all(map(isinstance, messages, repeat(BaseMessage))) and all(
+        map(isinstance, map(_CONTENT, messages), repeat(str))
+    ):
+        return messages
+    return [_coerce_item(item, index) for index, item in enumerate(messages)]
+
+
+_CONTENT = operator.attrgetter("content")
+
+
+def _check_content(content: object, index: int, role: object) -> None:
+    """Refuses content that no chat API accepts, naming the item instead of failing later."""
+    valid = content is None or isinstance(content, str)
+    if isinstance(content, list):
+        valid = all(isinstance(part, str | Mapping) for part in content)
+    if not valid:
+        raise ValueError(
+            f"Message {index} ({role}): content must be a string, a list of parts (strings or "
+            f"dicts) or null, got {type(content).__name__}"
+            + (" with other items" if isinstance(content, list) else "")
+            + "."
+        )
+    for number, part in enumerate(content if isinstance(content, list) else ()):
+        problem = _part_problem(part)
+        if problem is not None:
+            raise ValueError(
+                f"Message {index} ({role}), content part {number}: {problem}; write "
+                '{"type": "text", "text": "..."} or {"type": "image_url", "image_url": '
+                '{"url": "..."}}.'
+            )
+
+
+# The keys every call must have: ChatOpenAI sends them, a ToolMessage answers a call by its id.
+_CALL_KEYS: Final = (("tool_calls", ("name", "args", "id")), ("invalid_tool_calls", ("id",)))
+
+
+def tool_calls_of(message: AIMessage, index: int) -> tuple[Mapping[str, Any], ...]:
+    """Returns the calls of ``message``, valid then invalid, as ChatOpenAI sends them.
+
+    LangChain checks them when the message is built, not when they are set in place afterwards;
+    a trim reads them once per message it has not seen (the fast path of
+    :func:`coerce_messages` does not look inside messages).
+
+    Raises:
+        ValueError: Naming the message (at ``index``) and the fix, when ``tool_calls`` or
+            ``invalid_tool_calls`` is not a list of dicts with those keys.
+    """
+    found: list[Mapping[str, Any]] = []
+    for field, keys in _CALL_KEYS:
+        calls = getattr(message, field)
+        if not isinstance(calls, list):
+            raise ValueError(
+                f"Message {index} (ai): {field} must be a list of calls, got "
+                f"{type(calls).__name__}. Fix: set it to a list ([] for no calls)."
+            )
+        for number, call in enumerate(calls):
+            if not isinstance(call, Mapping) or not all(key in call for key in keys):
+                raise ValueError(
+                    f"Message {index} (ai), {field} item {number}: a call needs the keys "
+                    f"{', '.join(map(repr, keys))}. Fix: keep each call as the model returned it "
+                    "(a ToolMessage answers a call by its id)."
+                )
+        found += calls
+    return tuple(found)
+
+
+def _part_problem(part: object) -> str | None:
+    """What is wrong with a content part, or ``None`` (other part types are passed on as is)."""
+    if not isinstance(part, Mapping):
+        return None  # a plain string
+    kind = part.get("type")
+    if not isinstance(kind, str):
+        return "a part needs a string 'type'"
+    if kind == "text" and not isinstance(part.get("text"), str):
+        return "a text part needs a string 'text'"
+    if kind == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else image
+        if not isinstance(url, str) or not url:
+            return "an image_url part needs an 'image_url' with a 'url'"
+    return None
+
+
+def _coerce_item(item: object, index: int) -> BaseMessage:
+    if isinstance(item, BaseMessage):
+        # Messages are not validated when mutated after construction.
+        _check_content(item.content, index, item.type)
+        return item
+    if not isinstance(item, Mapping):
+        raise TypeError(
+            f"Message {index}: expected a LangChain message or an OpenAI-format dict, got "
+            f"{type(item).__name__}."
+        )
+    role = item.get("role", item.get("type"))
+    if not isinstance(role, str) or role not in _KNOWN_ROLES:
+        shown = repr(role) if isinstance(role, str) else f"of type {type(role).__name__}"
+        raise ValueError(
+            f"Message {index}: unknown role {shown}; use one of {sorted(_KNOWN_ROLES)}."
+        )
+    _check_content(item.get("content"), index, role)
+    try:
+        return _with_invalid_calls(item) or convert_to_messages([dict(item)])[0]
+    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
+        # LangChain's own message quotes the whole dict, content included: keep only the kind.
+        raise ValueError(
+            f"Message {index} ({role}): not a valid OpenAI-format message "
+            f"({type(exc).__name__}); check its tool_calls and tool_call_id fields."
+        ) from None
+
+
+def _with_invalid_calls(item: Mapping[str, Any]) -> BaseMessage | None:
+    """An assistant dict whose calls have non-JSON ``arguments``, as ChatOpenAI parses it.
+
+    OpenAI can return such calls; ChatOpenAI keeps them in ``AIMessage.invalid_tool_calls`` (and
+    sends them back as they were), where ``convert_to_messages`` would raise. ``None`` for a
+    dict whose calls all parse (or that has none).
+    """
+    calls = item.get("tool_calls")
+    if item.get("role") not in ("assistant", "ai") or not isinstance(calls, list):
+        return None
+    valid: list[Any] = []
+    invalid: list[InvalidToolCall] = []
+    for call in calls:
+        try:
+            parse_tool_call(call, return_id=True)
+        except OutputParserException as exc:
+            invalid.append(make_invalid_tool_call(call, str(exc)))
+        else:
+            valid.append(call)
+    if not invalid:
+        return None
+    message = convert_to_messages([{**item, "tool_calls": valid}])[0]
+    return message.model_copy(update={"invalid_tool_calls": invalid})
+
+
+def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
+    """Parses a JSON file, turning every way it can fail into a ValueError naming the file.
+
+    Args:
+        path: The file.
+        what: What the file should be, for the fix (e.g. ``"a --json file of an earlier run"``).
+    """
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: file not found; give the path of {what}.") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
+        ) from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read.") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
+    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise ValueError(
+            f"{path}: a number has more than {sys.get_int_max_str_digits()} digits. "
+            "Fix: shorten it to a real value."
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
+
+
+def load_messages_file(path: str | Path) -> list[BaseMessage]:
+    """Reads an OpenAI-format conversation from a JSON file.
+
+    The file holds either a list of messages or an object with a ``"messages"`` list.
+
+    Raises:
+        ValueError: Naming the file when it cannot be read, is not JSON, or holds bad messages.
+    """
+    return load_request_file(path).messages
+
+
+class RequestFile(NamedTuple):
+    """A Chat Completions request read from a file: what a trim counts.
+
+    Attributes:
+        messages: The conversation.
+        tools: The ``tools`` of the request (OpenAI tool dicts), if any.
+        response_format: Its ``response_format``, if any.
+        document: The JSON document as read (a list of messages, or the request object).
+    """
+
+    messages: list[BaseMessage]
+    tools: list[Mapping[str, Any]]
+    response_format: Mapping[str, Any] | None
+    document: Any
+
+
+def load_request_file(path: str | Path) -> RequestFile:
+    """Reads a conversation, or a whole Chat Completions request body, from a JSON file.
+
+    The file holds a list of messages, or an object with a ``"messages"`` list and optionally
+    ``"tools"`` (a list of OpenAI tool dicts) and ``"response_format"`` (an object).
+
+    Raises:
+        ValueError: Naming the file (and the item) when it cannot be read, is not JSON, or holds
+            bad messages, tools or response format.
+    """
+    data = read_json_file(path, "an OpenAI-format conversation")
+    try:
+        messages = coerce_messages(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    request: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
+    tools = request.get("tools") or []
+    if not isinstance(tools, list):
+        raise ValueError(f"{path}: 'tools' must be a list of OpenAI tool objects.")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("type"), str):
+            raise ValueError(
+                f"{path}: tool {index} must be an object with a 'type', e.g. "
+                '{"type": "function", "function": {"name": ..., "parameters": {...}}}.'
+            )
+    response_format = request.get("response_format")
+    if response_format is not None and not isinstance(response_format, Mapping):
+        raise ValueError(
+            f"{path}: 'response_format' must be an object, e.g. "
+            '{"type": "json_schema", "json_schema": {...}}.'
+        )
+    return RequestFile(messages, tools, response_format, data)

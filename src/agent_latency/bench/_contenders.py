@@ -16,7 +16,7 @@ from langchain_openai import ChatOpenAI
 from opentelemetry import trace
 
 from agent_latency._latency_model import LatencyModel
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._cost_aware import CostAwareTrimmer, deep_cut_budgets
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer

@@ -31,7 +31,7 @@ from langchain_core.messages import (
     trim_messages,
 )
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer
 
 Language = Literal["en", "zh"]

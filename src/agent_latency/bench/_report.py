@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_latency._messages import read_json_file
+from agent_latency._wire import read_json_file
 from agent_latency.bench._results import BASELINE_MODE, GATED_MODE, BenchReport, Mode
 
 

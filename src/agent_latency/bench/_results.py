@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from agent_latency._prefill import PrefillFit, fit_prefill
+from agent_latency._latency_model import PrefillFit, fit_prefill
 
 if TYPE_CHECKING:
     from agent_latency.sim import SimulatorConfig

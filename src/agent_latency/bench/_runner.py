@@ -35,8 +35,6 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_openai import ChatOpenAI
 
-from agent_latency._chat_model import build_chat_model
-from agent_latency._config import Settings
 from agent_latency._redaction import display_url, redact
 from agent_latency.bench._results import (
     GATED_MODE,
@@ -54,6 +52,7 @@ from agent_latency.bench._results import (
     sweep_budgets,
 )
 from agent_latency.bench._scenario import call_points, new_request_id, with_request_id
+from agent_latency.config import Settings, build_chat_model
 from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
 from agent_latency.trimming._cost_aware import CostAwareTrimmer
 from agent_latency.trimming._trimmer import PriorityTrimmer

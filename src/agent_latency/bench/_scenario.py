@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from agent_latency._messages import load_messages_file
+from agent_latency._wire import load_messages_file
 
 DEFAULT_SCENARIO: Final = "agent_8k.json"
 """The scenario shipped in ``agent_latency/scenarios``: an ~8,200-token agent request."""

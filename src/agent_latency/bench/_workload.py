@@ -34,17 +34,16 @@ from typing import Any, Final, cast
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
-from agent_latency._chat_model import build_chat_model
-from agent_latency._config import Settings
 from agent_latency._latency_model import LatencyModel
 from agent_latency._redaction import display_url
-from agent_latency._tokens import TokenCounter
 from agent_latency.bench._contenders import STRATEGIES, contenders
 from agent_latency.bench._results import percentile
 from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
+from agent_latency.config import Settings, build_chat_model
 from agent_latency.doctor._latency import seed_latency_model
 from agent_latency.doctor._probes import Endpoint
 from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._result import TrimResult
 
 CLOCK_SCALE: Final = 0.5

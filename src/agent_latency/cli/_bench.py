@@ -24,7 +24,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from agent_latency._config import load_settings, with_channel_overrides
 from agent_latency.bench import (
     BenchPlan,
     BenchReport,
@@ -45,6 +44,7 @@ from agent_latency.bench._workload import (
     run_mixed_workload,
     workload_table,
 )
+from agent_latency.config import load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 _FAILED: Final = "failed"

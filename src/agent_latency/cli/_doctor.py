@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from agent_latency._config import load_settings, with_channel_overrides
 from agent_latency._redaction import display_url
+from agent_latency.config import load_settings, with_channel_overrides
 from agent_latency.doctor import CheckStatus, Endpoint, printable, run_checks
 
 _STYLES: Final = {

@@ -11,8 +11,8 @@ from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from rich.console import Console
 from rich.table import Table
 
-from agent_latency._config import load_settings
-from agent_latency._messages import load_request_file
+from agent_latency._wire import load_request_file
+from agent_latency.config import load_settings
 from agent_latency.trimming._result import RULE_EXPLANATIONS, TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer
 

@@ -12,9 +12,9 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Final
 
-from agent_latency._config import Settings
-from agent_latency._prefill import fit_prefill
+from agent_latency._latency_model import fit_prefill
 from agent_latency._redaction import display_url
+from agent_latency.config import Settings
 from agent_latency.doctor._probes import (
     HttpReply,
     LimitProbe,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_latency._config import Settings
 from agent_latency._latency_model import LATENCY_MODELS, LatencyModel
+from agent_latency.config import Settings
 from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
 from agent_latency.doctor._result import CheckResult, CheckStatus
 

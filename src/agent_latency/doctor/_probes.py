@@ -17,10 +17,9 @@ from urllib.parse import urlsplit
 import httpx
 from langchain_core.messages import HumanMessage
 
-from agent_latency._chat_model import output_limit_param
-from agent_latency._config import Settings
 from agent_latency._redaction import redact
-from agent_latency._tokens import TokenCounter
+from agent_latency.config import Settings
+from agent_latency.tokens import TokenCounter
 
 PROBE_TIMEOUT_S: Final = 10.0
 """The most any probe waits for the server, whatever ``llm.timeout_seconds`` says."""
@@ -138,7 +137,7 @@ class Endpoint:
             raise ValueError(f"Endpoint: timeout_s must be > 0, got {timeout_s!r}.")
         self.settings = settings
         self.base_url = (settings.llm.base_url or OPENAI_API_ROOT).rstrip("/")
-        self.limit_field = output_limit_param(settings)
+        self.limit_field = settings.llm.output_limit_field
         self.timeout_s = min(timeout_s, settings.llm.timeout_seconds)
         key = settings.llm.api_key
         self._secret = key.get_secret_value() if key is not None else None

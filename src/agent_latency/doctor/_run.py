@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from langchain_core.messages import HumanMessage
 
-from agent_latency._config import Settings
+from agent_latency.config import Settings
 from agent_latency.doctor._checks import (
     check_api_key,
     check_api_root,

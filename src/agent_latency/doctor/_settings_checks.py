@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from agent_latency._config import Settings
+from agent_latency.config import Settings
 from agent_latency.doctor._result import CheckResult, CheckStatus
 
 RECOMMENDED_TEMPERATURE: Final = (0.1, 0.3)

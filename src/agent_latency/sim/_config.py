@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from agent_latency._config import LLMSettings
+from agent_latency.config import LLMSettings
 
 DEFAULT_MODEL = LLMSettings().model
 """The model the simulator serves by default: the one the default settings ask for."""

@@ -18,7 +18,7 @@ from array import array
 from functools import lru_cache
 from typing import Any
 
-from agent_latency._tokens import TokenCounter
+from agent_latency.tokens import TokenCounter
 
 from ._protocol import ChatRequest
 

@@ -26,7 +26,6 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
 from agent_latency._latency_model import LATENCY_MODELS
-from agent_latency._tokens import TokenCounter
 from agent_latency.telemetry._content import messages_json, output_json, prompts_json
 from agent_latency.telemetry._instruments import Instruments
 from agent_latency.telemetry._langchain import (
@@ -42,9 +41,10 @@ from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_r
 from agent_latency.telemetry._run_state import ModelRunState
 from agent_latency.telemetry._timing import call_timing
 from agent_latency.telemetry._tracing import RunTracer, end_span, error_type, guarded, outcome
+from agent_latency.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from agent_latency._config import Settings
+    from agent_latency.config import Settings
 
 __all__ = ["LatencyCallbackHandler", "LatencyRecord"]
 

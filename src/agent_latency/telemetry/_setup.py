@@ -37,9 +37,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 
-from agent_latency._channel_checks import is_http_url
-from agent_latency._config import Settings
 from agent_latency._redaction import display_url
+from agent_latency.config import Settings, is_http_url
 from agent_latency.telemetry._export import (
     ExportHealth,
     ReportingMetricExporter,

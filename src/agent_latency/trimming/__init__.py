@@ -21,7 +21,7 @@ Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``
 
 from typing import TYPE_CHECKING, Any
 
-from agent_latency._config import PriorityClass
+from agent_latency.config import PriorityClass
 from agent_latency.trimming._cost_aware import CostAwareTrimmer
 from agent_latency.trimming._forecast import CostAwareChoice
 from agent_latency.trimming._trimmer import (

@@ -14,8 +14,8 @@ from typing import Final
 
 from langchain_core.messages import ToolMessage
 
-from agent_latency._counting import TokenCounting
-from agent_latency._message_cache import MessageCache
+from agent_latency._caches import MessageCache
+from agent_latency.tokens import TokenCounting
 
 STUB: Final = "[earlier tool result compacted; it began: {head}]"
 """The text that replaces a compacted tool result."""
@@ -48,7 +48,7 @@ def compacted(message: ToolMessage) -> ToolMessage:
 class Compactor:
     """Makes and counts stubs, remembering them while the original message is alive and unchanged.
 
-    Unchanged as :func:`~agent_latency._tokens.stamp` tells it: an edit in place of the content,
+    Unchanged as :func:`~agent_latency._caches.stamp` tells it: an edit in place of the content,
     name or tool-call id makes a new stub.
 
     Args:

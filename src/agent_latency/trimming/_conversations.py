@@ -29,7 +29,7 @@ from typing import Final, Literal
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._tokens import role_of
+from agent_latency._wire import role_of
 from agent_latency.trimming._result import MessageDecision, TrimResult
 
 CacheState = Literal["cold", "warm", "expired", "evicted"]

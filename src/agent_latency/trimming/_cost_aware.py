@@ -44,15 +44,15 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
 
-from agent_latency._config import Settings
+from agent_latency._caches import LRUCache
 from agent_latency._latency_model import (
     DEFAULT_CACHE_LIFETIME_S,
     LATENCY_MODELS,
     LatencyModel,
     default_cache_lifetime,
 )
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import LRUCache
+from agent_latency._wire import coerce_messages
+from agent_latency.config import Settings
 from agent_latency.trimming._conversations import (
     CacheState,
     Conversation,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from agent_latency._config import PRIORITY_CLASSES, PriorityClass
+from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 
 
 def validated_int(name: str, value: object, minimum: int, hint: str) -> int:

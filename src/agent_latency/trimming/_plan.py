@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
-from agent_latency._config import PRIORITY_CLASSES, PriorityClass
-from agent_latency._tokens import role_of
+from agent_latency._wire import role_of
+from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.trimming._relevance import bm25_scores, term_coverage, text_of
 from agent_latency.trimming._result import Action, MessageDecision, Rule
 from agent_latency.trimming._rounds import Unit

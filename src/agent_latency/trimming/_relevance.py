@@ -19,7 +19,7 @@ from typing import Final
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._tokens import LRUCache
+from agent_latency._caches import LRUCache
 
 _K1: Final = 1.2
 _B: Final = 0.75

@@ -18,7 +18,8 @@ from langchain_core.runnables.base import RunnableBindingBase
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from agent_latency._tokens import LRUCache, TokenCounting
+from agent_latency._caches import LRUCache
+from agent_latency.tokens import TokenCounting
 
 _CACHE_SIZE = 32
 

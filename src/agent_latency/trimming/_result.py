@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Final, Literal
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
-from agent_latency._calibration import PromptCalibration
-from agent_latency._config import PRIORITY_CLASSES, PriorityClass
 from agent_latency._trace_link import TRIM_FIELDS
+from agent_latency.config import PRIORITY_CLASSES, PriorityClass
+from agent_latency.tokens import PromptCalibration
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage

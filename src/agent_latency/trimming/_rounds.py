@@ -13,7 +13,7 @@ few new ones. :class:`ConversationCache` remembers, per conversation, each messa
 and unit, and works out only the messages after the remembered ones. Whether those are unchanged
 is checked on every call, for every message, in bulk: the same object, the same content, name and
 tool-call id objects, and the fields that can change in place (tool calls, list content, a role)
-equal to a copy taken when the message was first seen (:func:`~agent_latency._tokens.stamp`,
+equal to a copy taken when the message was first seen (:func:`~agent_latency._caches.stamp`,
 the rule every per-message cache follows; its one known limit is an edit to an equal value of
 another type, such as a tool-call argument ``1`` set to ``1.0``).
 """
@@ -30,8 +30,9 @@ from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent_latency._messages import tool_calls_of
-from agent_latency._tokens import IDENTITY_FIELDS, LRUCache, TokenCounting, edit_check, role_of
+from agent_latency._caches import IDENTITY_FIELDS, LRUCache, edit_check
+from agent_latency._wire import role_of, tool_calls_of
+from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -188,7 +189,7 @@ class ConversationCache:
 
         Raises:
             ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
-                malformed in place (see :func:`~agent_latency._messages.tool_calls_of`).
+                malformed in place (see :func:`~agent_latency._wire.tool_calls_of`).
         """
         key = tuple(map(id, messages[:_KEY_MESSAGES]))
         memo: _Memo = self._memos.get(key) or _EMPTY

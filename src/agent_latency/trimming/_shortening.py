@@ -12,8 +12,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._message_cache import MessageCache
-from agent_latency._tokens import IMAGE_PART_TYPES, TokenCounting
+from agent_latency._caches import MessageCache
+from agent_latency.tokens import IMAGE_PART_TYPES, TokenCounting
 
 MARKER = "\n[... {removed} tokens removed ...]\n"
 """Put where the middle of a shortened text was."""
@@ -31,7 +31,7 @@ class MessageShortener:
 
     A conversation is trimmed again on every model call with mostly the same message objects, so
     each (message, target) pair is shortened once and then looked up, as long as the message is
-    alive and unchanged (:func:`~agent_latency._tokens.stamp`: an edit in place of its
+    alive and unchanged (:func:`~agent_latency._caches.stamp`: an edit in place of its
     content, name or tool-call id makes a new copy).
 
     Args:

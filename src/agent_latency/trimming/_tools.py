@@ -31,7 +31,8 @@ from typing import Final
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from agent_latency._tokens import LRUCache, role_of
+from agent_latency._caches import LRUCache
+from agent_latency._wire import role_of
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras
 

@@ -29,15 +29,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
 
-from agent_latency._calibration import PromptCalibration, calibration_for
-from agent_latency._config import (
-    HISTORY_SELECTIONS,
-    PRIORITY_CLASSES,
-    HistorySelection,
-    Settings,
-)
-from agent_latency._messages import coerce_messages
-from agent_latency._tokens import TokenCounter, TokenCounting
+from agent_latency._wire import coerce_messages
+from agent_latency.config import HISTORY_SELECTIONS, PRIORITY_CLASSES, HistorySelection, Settings
+from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import pre_model_hook, system_prompt
 from agent_latency.trimming._options import validated_bool, validated_int, validated_order

@@ -1,8 +1,8 @@
 """Token counting in the model's own tokens and chat template, offline, with per-message caches.
 
-:class:`~agent_latency._counting.TokenCounting` is the protocol the trimmer, the shortener and
-the simulator count with; :class:`TokenCounter` implements it over a vocabulary
-(:mod:`agent_latency._tokenizers`) and a chat-template framing (:mod:`agent_latency._framing`).
+:class:`TokenCounting` is the protocol the trimmer, the shortener and the simulator count with;
+:class:`TokenCounter` implements it over a vocabulary (``_vocabularies``) and a chat-template
+framing (``_framing``).
 ``TokenCounter()`` counts the way OpenAI publishes for chat models ("How to count tokens with
 tiktoken", cl100k_base): every message costs 3 tokens of framing plus the tokens of its fields
 (role, content, name, tool_call_id), a ``name`` one more, and every reply is primed with 3
@@ -13,47 +13,30 @@ model by its name.
 
 from __future__ import annotations
 
-import copy
-import functools
-import operator
-import threading
 import weakref
 import zlib
-from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
-from ._counting import TokenCounting
-from ._framing import (
-    IMAGE_PART_TYPES,
-    TOKENS_PER_IMAGE,
+from agent_latency._caches import LRUCache, snapshot, stamp, unchanged
+from agent_latency._wire import content_key, wire_message, wire_role, wire_tools
+from agent_latency.tokens._framing import (
     Piece,
     Special,
     framing_named,
     model_family,
 )
-from ._tokenizers import (
+from agent_latency.tokens._vocabularies import (
     TOKENIZER_CHOICES,
     Vocabulary,
     canonical_vocabulary_name,
     load_vocabulary,
     tokenizer_vocabulary,
 )
-from ._wire import content_key, wire_message, wire_role, wire_tools
 
-__all__ = [
-    "IMAGE_PART_TYPES",
-    "TOKENIZER_CHOICES",
-    "TOKENS_PER_IMAGE",
-    "LRUCache",
-    "TokenCounter",
-    "TokenCounting",
-    "role_of",
-    "wire_role",
-    "wire_tools",
-]
+__all__ = ["TokenCounter", "TokenCounting"]
 
 _CONTENT_CACHE_BYTES = 64 * 1024 * 1024
 _SYNTHETIC_IDS = 1 << 30  # ids of framing tokens a vocabulary lacks: past every real vocabulary
@@ -61,109 +44,52 @@ _OPAQUE_ID = _SYNTHETIC_IDS - 1
 _KEY_BYTES = 200  # what a content-cache entry costs besides its text
 
 
-_ROLE_ALIASES: Final = {"human": "user", "ai": "assistant", "developer": "system"}
+@runtime_checkable
+class TokenCounting(Protocol):
+    """Counts prompt tokens the way one model's server does: its vocabulary and chat template.
 
+    Every ``count_*`` result is a number of prompt tokens; together,
+    ``count_request(messages, tools, response_format)`` is what the server prefills.
 
-def role_of(message: BaseMessage) -> str:
-    """Returns the OpenAI role a message plays, whatever its Python type.
-
-    ``ChatMessage(role="user")`` is ``"user"``; ``"developer"`` messages and
-    ``ChatMessage(role="system")`` are ``"system"``; LangChain's ``"human"``/``"ai"`` map to
-    ``"user"``/``"assistant"``.
-    """
-    role = wire_role(message).strip().lower()
-    return _ROLE_ALIASES.get(role, role)
-
-
-# Entries whose object died, as (cache, key): appended by weakref callbacks, which the garbage
-# collector can run while a thread holds a cache's lock, so they only note it; let go at the next
-# get or put of any cache (a trimmer's every call uses one), outside every lock.
-_GONE: deque[tuple[weakref.ref[LRUCache], Hashable]] = deque()
-
-
-class LRUCache:
-    """A bounded least-recently-used map, safe to share between threads.
-
-    An entry about an object can end with it: a weak reference to the object made with
-    :meth:`on_death` as its callback lets go of the entry (or of its dead part, see ``on_death``)
-    once the object is gone, at the next ``get`` or ``put`` of any cache.
-
-    Args:
-        max_entries: How many entries it holds at most.
-        max_weight: The most total weight (e.g. bytes) it holds; ``None``: no limit.
-        on_death: What is left of an entry once an object it is about died (``None``: nothing);
-            ``None``: the entry is removed.
+    Attributes:
+        name: The tokenizer, for diagnostics (e.g. ``"qwen + qwen framing"``).
+        exact: Whether the vocabulary is the model's own (``False``: a cl100k estimate).
     """
 
-    def __init__(
+    name: str
+    exact: bool
+
+    def encode(self, text: str) -> list[int]:
+        """Returns the token ids of ``text``."""
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Returns the text of ``tokens``."""
+
+    def count_text(self, text: str) -> int:
+        """Returns the number of tokens of ``text``, without framing."""
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Returns the tokens one message adds to a prompt, its framing included."""
+
+    def count_framing(self, messages: Sequence[BaseMessage]) -> int:
+        """Returns what a request adds to its messages: BOS, default system prompt, priming."""
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Returns the messages' tokens plus :meth:`count_framing`."""
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """Returns the tokens of tool definitions as the template renders them."""
+
+    def count_response_format(self, response_format: Mapping[str, Any]) -> int:
+        """Returns the prompt tokens of a ``response_format`` (0 where it is not in the prompt)."""
+
+    def count_request(
         self,
-        max_entries: int,
-        max_weight: int | None = None,
-        *,
-        on_death: Callable[[Any], Any] | None = None,
-    ) -> None:
-        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._max_entries = max_entries
-        self._max_weight = max_weight
-        self._weight = 0
-        self._left = on_death
-        # Without it, another thread can evict a key between get() and move_to_end().
-        self._lock = threading.Lock()
-
-    def on_death(self, key: Hashable) -> Callable[[weakref.ref[Any]], None]:
-        """Returns a weakref callback that lets go of the entry at ``key`` (see the class)."""
-        noted = (weakref.ref(self), key)
-        return lambda _: _GONE.append(noted)
-
-    def get(self, key: Hashable) -> Any:
-        if _GONE:
-            _let_go()
-        with self._lock:
-            found = self._data.get(key)
-            if found is None:
-                return None
-            self._data.move_to_end(key)
-            return found[0]
-
-    def put(self, key: Hashable, value: Any, weight: int = 1) -> None:
-        if _GONE:
-            _let_go()
-        with self._lock:
-            old = self._data.pop(key, None)
-            self._weight += weight - (old[1] if old else 0)
-            self._data[key] = (value, weight)
-            while len(self._data) > self._max_entries or (
-                self._max_weight is not None and self._weight > self._max_weight
-            ):
-                self._weight -= self._data.popitem(last=False)[1][1]
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def _expire(self, key: Hashable) -> None:
-        # Another thread may have put an entry about a newer object at the key since: at worst
-        # it is cut or lost, never wrong (every user checks that an entry's objects are alive).
-        with self._lock:
-            found = self._data.get(key)
-            if found is None:
-                return
-            left = self._left(found[0]) if self._left is not None else None
-            if left is None:
-                del self._data[key]
-                self._weight -= found[1]
-            else:
-                self._data[key] = (left, found[1])
-
-
-def _let_go() -> None:
-    while _GONE:
-        try:
-            cache, key = _GONE.popleft()
-        except IndexError:  # another thread took the last one
-            return
-        found = cache()
-        if found is not None:
-            found._expire(key)
+        messages: Sequence[BaseMessage],
+        tools: Sequence[Any] = (),
+        response_format: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Returns the prompt tokens of a whole request."""
 
 
 class TokenCounter:
@@ -178,7 +104,7 @@ class TokenCounter:
     Args:
         encoding: A vocabulary name (``cl100k_base``, ``o200k_base``, ``qwen``, ``qwen3.6``,
             ``llama3``), a ``tokenizer.json`` path, another tiktoken encoding cached locally, or
-            a :class:`~agent_latency._tokenizers.Vocabulary` object.
+            a :class:`~agent_latency.tokens.Vocabulary` object.
         cache_size: How many distinct message contents the content cache remembers.
         framing: The chat template's framing (``openai``, ``qwen``, ``qwen2.5``, ``qwen3``,
             ``chatml``, ``llama3``, ``llama3.1``, ``gemma``).
@@ -325,7 +251,7 @@ class TokenCounter:
         if entry is not None and entry[0] == tools:  # a snapshot: catches edits in place
             return int(entry[1])
         count = self._count_pieces(self._framing.tools(wire_tools(tools)))
-        self._tool_counts.put(key, ([_snapshot(t) for t in tools], count))
+        self._tool_counts.put(key, ([snapshot(t) for t in tools], count))
         return count
 
     def count_response_format(self, response_format: Mapping[str, Any]) -> int:
@@ -410,77 +336,3 @@ def _vocabulary(encoding: object) -> Vocabulary:
 
 def _synthetic_id(special: str) -> int:
     return _SYNTHETIC_IDS + zlib.crc32(special.encode()) % (1 << 24)
-
-
-# What a message's count depends on: fields checked by identity while they are strings (or
-# None), and fields compared with a deep copy (a ChatMessage's role, tool calls).
-IDENTITY_FIELDS: Final = ("content", "name", "tool_call_id")
-_COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
-
-
-def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
-    """Returns what finds in-place edits of a message that identity checks miss.
-
-    Identity checks of :data:`IDENTITY_FIELDS` (strings, which cannot change in place) catch
-    a field set anew; the other fields a count depends on (list content, tool calls, a
-    ``ChatMessage``'s role) can change inside. The message is unchanged while
-    ``getter(message.__dict__) == snapshot``.
-
-    Returns:
-        A getter of those fields from the message's ``__dict__`` (the same object for every
-        message with the same fields) and a deep copy of their values, or ``(None, None)`` when
-        identity checks suffice.
-
-    Raises:
-        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
-    """
-    fields = message.__dict__
-    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), str | None)]
-    compared += [name for name in _COMPARED_FIELDS if name in fields]
-    if not compared:
-        return None, None
-    getter = _getter(tuple(compared))
-    return getter, copy.deepcopy(getter(fields))
-
-
-Stamp = tuple[Any, ...]
-"""What :func:`stamp` returns: a message's fields as seen, to tell in-place edits later."""
-
-
-def stamp(message: BaseMessage) -> Stamp:
-    """Returns what tells later whether ``message`` was edited in place (see :func:`unchanged`).
-
-    The one rule for every cache of what a message yields (its count, a shortened copy, a
-    stub): the same content, name and tool-call id objects, and the other fields that can
-    change inside equal to a copy taken now (:func:`edit_check`). Known limit: an edit to an
-    equal value of another type (a tool-call argument ``1`` set to ``1.0``, ``0`` to ``False``)
-    is not seen, though its JSON differs by a token or two; a new message object is counted
-    anew.
-
-    Raises:
-        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
-    """
-    fields = message.__dict__
-    getter, snapshot = edit_check(message)
-    return (fields["content"], fields.get("name"), fields.get("tool_call_id"), getter, snapshot)
-
-
-def unchanged(message: BaseMessage, seen: Stamp) -> bool:
-    """Whether ``message`` is as it was when ``seen`` was stamped (see :func:`stamp`)."""
-    fields = message.__dict__
-    return (
-        seen[0] is fields["content"]
-        and seen[1] is fields.get("name")
-        and seen[2] is fields.get("tool_call_id")
-        and (seen[3] is None or seen[3](fields) == seen[4])
-    )
-
-
-@functools.cache
-def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
-    # One getter per set of fields, so that callers can group messages by it.
-    return operator.itemgetter(*names)
-
-
-def _snapshot(value: Any) -> Any:
-    return copy.deepcopy(value) if isinstance(value, Mapping) else value

@@ -268,7 +268,7 @@ def tokenizer_vocabulary(
             f"got {tokenizer!r}."
         )
     if tokenizer.strip().lower() == "server":
-        from ._server_tokens import ServerVocabulary
+        from agent_latency.tokens._server import ServerVocabulary
 
         if not base_url:
             raise ValueError(

@@ -1,37 +1,21 @@
-"""The unified channel: one OpenAI-compatible endpoint and key, many models."""
+"""The channel as a LangChain chat model: one OpenAI-compatible endpoint and key, many models.
+
+Imported on first use (``agent_latency.build_chat_model``): it loads langchain_openai and openai.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from langchain_core.language_models import LanguageModelInput
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from agent_latency._channel_checks import check_base_url
-from agent_latency._config import MAX_TOKENS_PARAMS, Settings
+from agent_latency.config._channel import check_base_url, output_limit_field
+from agent_latency.config._settings import MAX_TOKENS_PARAMS, Settings
 
-_OPENAI_HOST = "api.openai.com"
 _NO_KEY = "EMPTY"
-
-
-def output_limit_param(settings: Settings) -> str:
-    """Returns the request field that carries the output limit for this endpoint.
-
-    OpenAI takes ``max_completion_tokens`` (and rejects ``max_tokens`` for reasoning models);
-    other OpenAI-compatible servers take ``max_tokens``, and some (llama-cpp-python's server)
-    silently ignore ``max_completion_tokens``, so an unbounded answer blocks the server.
-    """
-    return _output_limit_param(settings.llm.max_tokens_param, settings.llm.base_url)
-
-
-def _output_limit_param(chosen: str, base_url: str | None) -> str:
-    if chosen != "auto":
-        return chosen
-    is_openai = base_url is None or urlsplit(base_url).hostname == _OPENAI_HOST
-    return "max_completion_tokens" if is_openai else "max_tokens"
 
 
 def build_chat_model(settings: Settings | None = None, **overrides: Any) -> ChatOpenAI:
@@ -88,7 +72,7 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
         fields["api_key"] = SecretStr(key.get_secret_value().strip())
     elif isinstance(key, str):
         fields["api_key"] = key.strip()
-    fields["output_limit_field"] = _output_limit_param(llm.max_tokens_param, base_url)
+    fields["output_limit_field"] = output_limit_field(llm.max_tokens_param, base_url)
     return CompatibleChatOpenAI(**fields)
 
 

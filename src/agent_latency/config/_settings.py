@@ -16,8 +16,14 @@ from typing import Any, Final, Literal, get_args
 
 from pydantic import SecretStr
 
-from agent_latency._channel_checks import base_url_warnings, check_base_url, checked_key
-from agent_latency._config_sources import (
+from agent_latency._redaction import display_url
+from agent_latency.config._channel import (
+    base_url_warnings,
+    check_base_url,
+    checked_key,
+    output_limit_field,
+)
+from agent_latency.config._sources import (
     JSON_SCHEMA,
     TOML_SCHEMA,
     Found,
@@ -28,8 +34,7 @@ from agent_latency._config_sources import (
     parse_toml,
     resolve,
 )
-from agent_latency._config_sources import ConfigError as ConfigError
-from agent_latency._redaction import display_url
+from agent_latency.config._sources import ConfigError as ConfigError
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -76,6 +81,12 @@ class LLMSettings:
     max_tokens_param: str = "auto"
     tokenizer: str | None = None
     cache_lifetime_seconds: float | None = None
+
+    @property
+    def output_limit_field(self) -> str:
+        """The request field that carries the output limit at this endpoint (see
+        ``max_tokens_param``): ``"max_completion_tokens"`` for OpenAI, ``"max_tokens"`` else."""
+        return output_limit_field(self.max_tokens_param, self.base_url)
 
     def __repr__(self) -> str:
         # The URL without user info or query: credentials there must not reach logs.

@@ -12,8 +12,8 @@ import logging
 from typing import Final
 from urllib.parse import urlsplit
 
-from agent_latency._config_sources import ENV_API_KEY, ConfigError
 from agent_latency._redaction import display_url
+from agent_latency.config._sources import ENV_API_KEY, ConfigError
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -101,3 +101,23 @@ def base_url_warnings(base_url: str | None, place: str) -> list[str]:
         "or an HTML page. Fix: use the API base URL from the provider's docs, e.g. "
         "https://host/v1."
     ]
+
+
+_OPENAI_HOST: Final = "api.openai.com"
+
+
+def output_limit_field(chosen: str, base_url: str | None) -> str:
+    """Returns the request field that carries the output limit for this endpoint.
+
+    OpenAI takes ``max_completion_tokens`` (and rejects ``max_tokens`` for reasoning models);
+    other OpenAI-compatible servers take ``max_tokens``, and some (llama-cpp-python's server)
+    silently ignore ``max_completion_tokens``, so an unbounded answer blocks the server.
+
+    Args:
+        chosen: ``llm.max_tokens_param``: a field name, or ``"auto"`` to choose by the host.
+        base_url: The endpoint; ``None`` is OpenAI's.
+    """
+    if chosen != "auto":
+        return chosen
+    is_openai = base_url is None or urlsplit(base_url).hostname == _OPENAI_HOST
+    return "max_completion_tokens" if is_openai else "max_tokens"

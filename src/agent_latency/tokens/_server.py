@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from ._redaction import display_url
+from agent_latency._redaction import display_url
 
 _TEXT_CACHE_SIZE = 65_536
 _MISSING = (404, 405, 501)

@@ -1,0 +1,219 @@
+"""What is remembered while it stays true: bounded caches, and what tells a message was edited.
+
+:class:`LRUCache` is the one bounded map every cache of the package is built on (entries, and a
+total weight such as bytes); an entry about an object can end with the object. :func:`stamp` and
+:func:`unchanged` are the one rule for telling that a message was edited in place, so that a
+count, a shortened copy or a stub is served only for the message it was made from, unchanged.
+:class:`MessageCache` joins the two: a value per (message, key), served while the message lives
+and is unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import operator
+import threading
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Final
+
+from langchain_core.messages import BaseMessage
+
+# Entries whose object died, as (cache, key): appended by weakref callbacks, which the garbage
+# collector can run while a thread holds a cache's lock, so they only note it; let go at the next
+# get or put of any cache (a trimmer's every call uses one), outside every lock.
+_GONE: deque[tuple[weakref.ref[LRUCache], Hashable]] = deque()
+
+
+class LRUCache:
+    """A bounded least-recently-used map, safe to share between threads.
+
+    An entry about an object can end with it: a weak reference to the object made with
+    :meth:`on_death` as its callback lets go of the entry (or of its dead part, see ``on_death``)
+    once the object is gone, at the next ``get`` or ``put`` of any cache.
+
+    Args:
+        max_entries: How many entries it holds at most.
+        max_weight: The most total weight (e.g. bytes) it holds; ``None``: no limit.
+        on_death: What is left of an entry once an object it is about died (``None``: nothing);
+            ``None``: the entry is removed.
+    """
+
+    def __init__(
+        self,
+        max_entries: int,
+        max_weight: int | None = None,
+        *,
+        on_death: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_weight = max_weight
+        self._weight = 0
+        self._left = on_death
+        # Without it, another thread can evict a key between get() and move_to_end().
+        self._lock = threading.Lock()
+
+    def on_death(self, key: Hashable) -> Callable[[weakref.ref[Any]], None]:
+        """Returns a weakref callback that lets go of the entry at ``key`` (see the class)."""
+        noted = (weakref.ref(self), key)
+        return lambda _: _GONE.append(noted)
+
+    def get(self, key: Hashable) -> Any:
+        if _GONE:
+            _let_go()
+        with self._lock:
+            found = self._data.get(key)
+            if found is None:
+                return None
+            self._data.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Hashable, value: Any, weight: int = 1) -> None:
+        if _GONE:
+            _let_go()
+        with self._lock:
+            old = self._data.pop(key, None)
+            self._weight += weight - (old[1] if old else 0)
+            self._data[key] = (value, weight)
+            while len(self._data) > self._max_entries or (
+                self._max_weight is not None and self._weight > self._max_weight
+            ):
+                self._weight -= self._data.popitem(last=False)[1][1]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def _expire(self, key: Hashable) -> None:
+        # Another thread may have put an entry about a newer object at the key since: at worst
+        # it is cut or lost, never wrong (every user checks that an entry's objects are alive).
+        with self._lock:
+            found = self._data.get(key)
+            if found is None:
+                return
+            left = self._left(found[0]) if self._left is not None else None
+            if left is None:
+                del self._data[key]
+                self._weight -= found[1]
+            else:
+                self._data[key] = (left, found[1])
+
+
+def _let_go() -> None:
+    while _GONE:
+        try:
+            cache, key = _GONE.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        found = cache()
+        if found is not None:
+            found._expire(key)
+
+
+# What a message's count depends on: fields checked by identity while they are strings (or
+# None), and fields compared with a deep copy (a ChatMessage's role, tool calls).
+IDENTITY_FIELDS: Final = ("content", "name", "tool_call_id")
+_COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
+
+
+def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
+    """Returns what finds in-place edits of a message that identity checks miss.
+
+    Identity checks of :data:`IDENTITY_FIELDS` (strings, which cannot change in place) catch
+    a field set anew; the other fields a count depends on (list content, tool calls, a
+    ``ChatMessage``'s role) can change inside. The message is unchanged while
+    ``getter(message.__dict__) == snapshot``.
+
+    Returns:
+        A getter of those fields from the message's ``__dict__`` (the same object for every
+        message with the same fields) and a deep copy of their values, or ``(None, None)`` when
+        identity checks suffice.
+
+    Raises:
+        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
+    """
+    fields = message.__dict__
+    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), str | None)]
+    compared += [name for name in _COMPARED_FIELDS if name in fields]
+    if not compared:
+        return None, None
+    getter = _getter(tuple(compared))
+    return getter, copy.deepcopy(getter(fields))
+
+
+Stamp = tuple[Any, ...]
+"""What :func:`stamp` returns: a message's fields as seen, to tell in-place edits later."""
+
+
+def stamp(message: BaseMessage) -> Stamp:
+    """Returns what tells later whether ``message`` was edited in place (see :func:`unchanged`).
+
+    The one rule for every cache of what a message yields (its count, a shortened copy, a
+    stub): the same content, name and tool-call id objects, and the other fields that can
+    change inside equal to a copy taken now (:func:`edit_check`). Known limit: an edit to an
+    equal value of another type (a tool-call argument ``1`` set to ``1.0``, ``0`` to ``False``)
+    is not seen, though its JSON differs by a token or two; a new message object is counted
+    anew.
+
+    Raises:
+        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
+    """
+    fields = message.__dict__
+    getter, snapshot = edit_check(message)
+    return (fields["content"], fields.get("name"), fields.get("tool_call_id"), getter, snapshot)
+
+
+def unchanged(message: BaseMessage, seen: Stamp) -> bool:
+    """Whether ``message`` is as it was when ``seen`` was stamped (see :func:`stamp`)."""
+    fields = message.__dict__
+    return (
+        seen[0] is fields["content"]
+        and seen[1] is fields.get("name")
+        and seen[2] is fields.get("tool_call_id")
+        and (seen[3] is None or seen[3](fields) == seen[4])
+    )
+
+
+@functools.cache
+def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
+    # One getter per set of fields, so that callers can group messages by it.
+    return operator.itemgetter(*names)
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of ``value`` to compare later: deep for mappings, the value itself otherwise."""
+    return copy.deepcopy(value) if isinstance(value, Mapping) else value
+
+
+class MessageCache:
+    """A bounded, thread-safe map from (a message, a key about it) to what it yields.
+
+    Args:
+        max_entries: How many entries it holds at most.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self._cache = LRUCache(max_entries)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def get(self, message: BaseMessage, key: Hashable) -> Any:
+        """Returns what was put for ``message`` at ``key``, or ``None`` (gone, edited, never)."""
+        entry = self._cache.get(key)
+        if entry is not None and entry[0]() is message and unchanged(message, entry[1]):
+            return entry[2]
+        return None
+
+    def put(self, message: BaseMessage, key: Hashable, value: Any) -> None:
+        """Remembers ``value`` for ``message`` at ``key`` (include ``id(message)`` in the key).
+
+        Content that cannot be copied is not remembered: its edits could not be told later.
+        """
+        try:
+            seen = stamp(message)
+        except Exception:
+            return
+        self._cache.put(key, (weakref.ref(message, self._cache.on_death(key)), seen, value))

@@ -1,0 +1,68 @@
+"""Settings from the files users already keep, and the channel they describe.
+
+:func:`load_settings` reads ``config.toml`` (the channel, streaming switches, the prompt budget),
+``settings.json`` (trimmer, streaming and metrics options in camelCase) and the environment into
+one frozen :class:`Settings`; every bad value is a :class:`ConfigError` that names the file, the
+key and the fix. The channel is one OpenAI-compatible endpoint and key for many models: its URL
+and key are checked where they are loaded (:func:`check_base_url`), and
+:func:`build_chat_model` turns it into a LangChain ``ChatOpenAI`` (imported on first use: it
+loads langchain_openai and openai).
+
+The parts: the settings and their checks, the sources (files, schemas, environment), the
+channel's URL and key, and the chat model.
+
+Exports: ``ConfigError``, ``HISTORY_SELECTIONS``, ``HistorySelection``, ``LLMSettings``,
+``MAX_TOKENS_PARAMS``, ``MetricsSettings``, ``PRIORITY_CLASSES``, ``PriorityClass``,
+``PromptSettings``, ``Settings``, ``StreamingSettings``, ``build_chat_model``,
+``check_base_url``, ``is_http_url``, ``load_settings``, ``with_channel_overrides``.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from agent_latency.config._channel import check_base_url, is_http_url
+from agent_latency.config._settings import (
+    HISTORY_SELECTIONS,
+    MAX_TOKENS_PARAMS,
+    PRIORITY_CLASSES,
+    HistorySelection,
+    LLMSettings,
+    MetricsSettings,
+    PriorityClass,
+    PromptSettings,
+    Settings,
+    StreamingSettings,
+    load_settings,
+    with_channel_overrides,
+)
+from agent_latency.config._sources import ConfigError
+
+if TYPE_CHECKING:
+    from agent_latency.config._chat_model import build_chat_model
+
+__all__ = [
+    "HISTORY_SELECTIONS",
+    "MAX_TOKENS_PARAMS",
+    "PRIORITY_CLASSES",
+    "ConfigError",
+    "HistorySelection",
+    "LLMSettings",
+    "MetricsSettings",
+    "PriorityClass",
+    "PromptSettings",
+    "Settings",
+    "StreamingSettings",
+    "build_chat_model",
+    "check_base_url",
+    "is_http_url",
+    "load_settings",
+    "with_channel_overrides",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # build_chat_model loads langchain_openai and openai (about 0.5 s): only when it is used.
+    if name == "build_chat_model":
+        from agent_latency.config._chat_model import build_chat_model
+
+        return build_chat_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
