@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples benchmarks
-	$(VENV)/bin/ruff format --check src tests examples benchmarks
+	$(VENV)/bin/ruff check src tests examples scripts
+	$(VENV)/bin/ruff format --check src tests examples scripts
 	$(VENV)/bin/mypy src
 
 test: lint
@@ -32,7 +32,7 @@ demo: $(STAMP)
 
 # The bench against a real small model served by llama.cpp (builds llama-cpp-python: ~12 min).
 bench-real: $(STAMP)
-	bash benchmarks/bench_real.sh
+	bash scripts/bench_real.sh
 
 clean:
 	rm -rf $(VENV)

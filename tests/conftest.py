@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from otlp_receiver import OTLPReceiver
+from support.otlp_receiver import OTLPReceiver
 
 CHANNEL_VARIABLES = (
     "AGENT_LATENCY_BASE_URL",

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from doc_runner import REPO, doc_session, fenced_blocks
+from support.doc_runner import REPO, doc_session, fenced_blocks
 
 DOCS = sorted((REPO / "docs").glob("*.md"))
 README = REPO / "README.md"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doc_runner import ISOLATED_PREFIXES, REPO
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
-from otlp_receiver import OTLPReceiver
+from support.doc_runner import ISOLATED_PREFIXES, REPO
+from support.otlp_receiver import OTLPReceiver
 
 EXAMPLES = (
     "chain_with_trimmer",

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
-from otlp_receiver import OTLPReceiver
+from support.otlp_receiver import OTLPReceiver
 
 from agent_latency import (
     LatencyCallbackHandler,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fleet_export import (
+from support.fleet_export import (
     UNKNOWN_MODEL,
     FleetRun,
     Series,
@@ -547,7 +547,7 @@ def test_scaling_doc_figures_match_a_measurement() -> None:
     match = re.search(r"model alone, streamed \| ([\d.]+) \| ([\d,]+) \|", text)
     assert match, "the measured table of docs/scaling.md"
     documented_spans, documented_bytes = float(match.group(1)), int(match.group(2).replace(",", ""))
-    from fleet_export import FleetScenario
+    from support.fleet_export import FleetScenario
 
     run = record_fleet_run(
         FleetScenario(trimmed_calls=0, over_budget_calls=0, bare_calls=20, failed_calls=0)

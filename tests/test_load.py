@@ -1,4 +1,4 @@
-"""Load: the short form of ``benchmarks/soak.py`` (1,000 concurrent agent runs), and bounded caches.
+"""Load: the short form of ``scripts/soak.py`` (1,000 concurrent agent runs), and bounded caches.
 
 The long form (10,000 sequential calls, RSS before and after, added latency) is the benchmark;
 its figures are in ``docs/reliability.md``. Here the same code runs briefly against an
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from benchmark_scripts import benchmark_script
 from langchain_core.messages import HumanMessage, ToolMessage
+from support.scripts import benchmark_script
 
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from agent_latency._caches import LRUCache
 from agent_latency._redaction import host_and_port
+from agent_latency._validation import checked_number
 
 _KILO: Final = 1000.0
 """Features are in thousands of tokens (and millions of token pairs), to keep the fit well
@@ -90,18 +91,7 @@ def default_cache_lifetime(base_url: str | None) -> float:
 
 
 def _check(name: str, value: object, minimum: float, *, above: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < minimum
-        or (above and value == minimum)
-    ):
-        relation = ">" if above else ">="
-        raise ValueError(
-            f"LatencyModel: {name} must be a finite number {relation} {minimum}, got {value!r}."
-        )
-    return float(value)
+    return checked_number("LatencyModel", name, value, minimum=minimum, above=above)
 
 
 _N: Final = 4  # coefficients

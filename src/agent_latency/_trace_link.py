@@ -15,6 +15,7 @@ from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
 
 from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
 
 from agent_latency import semconv
 
@@ -49,6 +50,27 @@ class RunContextProvider(Protocol):
     def otel_context_for_run(self, run_id: UUID) -> Context | None:
         """Returns the context whose current span is the span of ``run_id``, if traced."""
         ...
+
+
+@runtime_checkable
+class TrimTracerProvider(Protocol):
+    """A callback handler whose tracer should record the trims run under it.
+
+    A trim inside a run traced by such a handler records its span with this tracer, so the
+    span lands in the handler's tracer provider beside its parent, not in the global one.
+    """
+
+    def tracer_for_trims(self) -> Tracer:
+        """Returns the tracer the trim span is started with."""
+        ...
+
+
+def find_trim_tracer(handlers: Iterable[object]) -> Tracer | None:
+    """The tracer of the first handler among ``handlers`` that offers one, if any."""
+    for handler in handlers:
+        if isinstance(handler, TrimTracerProvider):
+            return handler.tracer_for_trims()
+    return None
 
 
 def find_run_context(handlers: Iterable[object], run_id: UUID | None) -> Context | None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from agent_latency._validation import is_integer
+
 ENV_BASE_URL: Final = "AGENT_LATENCY_BASE_URL"
 ENV_API_KEY: Final = "AGENT_LATENCY_API_KEY"
 ENV_MODEL: Final = "AGENT_LATENCY_MODEL"
@@ -227,11 +229,10 @@ def _type_name(value: Any) -> str:
 
 
 def _checked(value: Any, spec: _Key, place: str) -> Any:
-    is_bool = isinstance(value, bool)
     ok = {
-        "int": isinstance(value, int) and not is_bool,
-        "number": isinstance(value, int | float) and not is_bool,
-        "bool": is_bool,
+        "int": is_integer(value),
+        "number": is_integer(value) or isinstance(value, float),  # inf and nan: below
+        "bool": isinstance(value, bool),
         "str": isinstance(value, str),
         "list": isinstance(value, list),
     }[spec.kind]

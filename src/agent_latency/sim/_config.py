@@ -2,39 +2,32 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
+from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency.config import LLMSettings
 
 DEFAULT_MODEL = LLMSettings().model
 """The model the simulator serves by default: the one the default settings ask for."""
 
 
+_OWNER = "SimulatorConfig"
+
+
 def _fail(option: str, value: object, rule: str) -> ValueError:
-    return ValueError(f"SimulatorConfig: {option} {rule}, got {value!r}.")
+    return ValueError(f"{_OWNER}: {option} {rule}, got {value!r}.")
 
 
 def _check_number(option: str, value: object, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _fail(option, value, "must be a finite number")
-    if positive and value <= 0:
-        raise _fail(option, value, "must be > 0")
-    if value < 0:
-        raise _fail(option, value, "must be >= 0")
-    return value
+    return checked_number(_OWNER, option, value, minimum=0, above=positive)
 
 
 def _check_int(option: str, value: object, *, minimum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(option, value, "must be an integer")
-    if minimum is not None and value < minimum:
-        raise _fail(option, value, f"must be >= {minimum}")
+    checked_int(_OWNER, option, value, minimum=minimum)
 
 
 def _check_rate(option: str, value: object) -> None:
-    if _check_number(option, value) > 1:
-        raise _fail(option, value, "must be a probability between 0 and 1")
+    checked_number(_OWNER, option, value, minimum=0, maximum=1, hint="a probability")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,8 +127,7 @@ class SimulatorConfig:
             if getattr(self, option) is not None:
                 _check_int(option, getattr(self, option), minimum=1)
         for option in ("prefix_cache", "buffered"):
-            if not isinstance(getattr(self, option), bool):
-                raise _fail(option, getattr(self, option), "must be True or False")
+            checked_bool(_OWNER, option, getattr(self, option))
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             # Never echo a key-like value back, even a malformed one.
             raise ValueError("SimulatorConfig: api_key must be a non-empty string or None.")

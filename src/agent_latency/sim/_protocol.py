@@ -13,6 +13,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from agent_latency._validation import is_integer
+
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 TOOL_CHOICES = frozenset({"none", "auto", "required"})
 
@@ -313,7 +315,7 @@ def _parse_max_tokens(body: Mapping[str, Any]) -> int | None:
         value = body.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_integer(value):
             raise _wrong_type(name, "an integer", value)
         if value < 1:
             raise _invalid(

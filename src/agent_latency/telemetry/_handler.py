@@ -10,7 +10,6 @@ so a web request span becomes the parent of the agent run.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -26,6 +25,7 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
 from agent_latency._latency_model import LATENCY_MODELS
+from agent_latency._validation import checked_number
 from agent_latency.telemetry._content import messages_json, output_json, prompts_json
 from agent_latency.telemetry._instruments import Instruments
 from agent_latency.telemetry._langchain import (
@@ -56,13 +56,9 @@ _TEXT_COMPLETION: Final = gen_ai.GenAiOperationNameValues.TEXT_COMPLETION.value
 
 
 def _check_ms(option: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(
-            f"LatencyCallbackHandler: {option} must be a number of milliseconds, got {value!r}."
-        )
-    if value <= 0:
-        raise ValueError(f"LatencyCallbackHandler: {option} must be > 0, got {value!r}.")
-    return float(value)
+    return checked_number(
+        "LatencyCallbackHandler", option, value, minimum=0, above=True, hint="milliseconds"
+    )
 
 
 class LatencyCallbackHandler(RunTracer):

@@ -15,6 +15,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
 from agent_latency._redaction import host_and_port
+from agent_latency._validation import is_integer
 
 # LangChain's ``ls_provider`` values mapped to ``gen_ai.provider.name`` where they differ.
 _PROVIDERS: Final = {
@@ -44,10 +45,7 @@ def first_str(*values: object) -> str | None:
 
 def first_int(*values: object) -> int | None:
     """The first of ``values`` that is an integer (not a bool)."""
-    for value in values:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+    return next((value for value in values if is_integer(value)), None)
 
 
 def requested_model(metadata: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:

@@ -13,7 +13,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeGuard
+from typing import Protocol
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage
@@ -22,6 +22,7 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency._trace_link import TRIM_FIELDS
+from agent_latency._validation import is_integer
 from agent_latency.telemetry._log import logger
 
 _PRUNE_CHILDREN_EVERY = 256
@@ -69,7 +70,7 @@ class PendingTrim:
         """
         tokens_after, budget = getattr(data, "tokens_after", None), getattr(data, "budget", None)
         over_budget = getattr(data, "over_budget", None)
-        if not (_is_count(tokens_after) and _is_count(budget) and isinstance(over_budget, bool)):
+        if not (is_integer(tokens_after) and is_integer(budget) and isinstance(over_budget, bool)):
             return None
         span_attributes = getattr(data, "span_attributes", None)
         reported = (
@@ -93,10 +94,6 @@ class PendingTrim:
         return cls(
             attributes, budget, tokens_after, calibration, on_usage if callable(on_usage) else None
         )
-
-
-def _is_count(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_attribute_value(value: object) -> bool:

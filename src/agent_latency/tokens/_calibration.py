@@ -19,6 +19,8 @@ import threading
 from collections import deque
 from typing import Final
 
+from agent_latency._validation import is_integer
+
 MIN_OBSERVATIONS: Final = 3
 """Observations needed before :attr:`PromptCalibration.factor` departs from 1.0."""
 
@@ -83,7 +85,7 @@ class PromptCalibration:
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return is_integer(value) and value > 0
 
 
 def _factor(ratios: list[float]) -> float:

@@ -51,6 +51,7 @@ from agent_latency._latency_model import (
     LatencyModel,
     default_cache_lifetime,
 )
+from agent_latency._validation import checked_int, checked_number
 from agent_latency._wire import coerce_messages
 from agent_latency.config import Settings
 from agent_latency.trimming._conversations import (
@@ -93,11 +94,9 @@ def deep_cut_budgets(budget: int, fractions: Sequence[float] = DEEP_CUT_FRACTION
 
 
 def _positive(name: str, value: object, *, integer: bool = True) -> Any:
-    kinds = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
-        what = "an integer" if integer else "a number"
-        raise ValueError(f"CostAwareTrimmer: {name} must be {what} > 0, got {value!r}.")
-    return value
+    if integer:
+        return checked_int("CostAwareTrimmer", name, value, minimum=1)
+    return checked_number("CostAwareTrimmer", name, value, minimum=0, above=True)
 
 
 class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):

@@ -1,4 +1,4 @@
-"""Checks of the trimmer's options: each bad value gets an error naming the option and the fix."""
+"""Checks of the trimmer's options that numbers alone do not cover (see ``_validation``)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,6 @@ from collections.abc import Sequence
 from typing import cast
 
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
-
-
-def validated_int(name: str, value: object, minimum: int, hint: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(
-            f"PriorityTrimmer: {name} must be an integer >= {minimum} ({hint}), got {value!r}."
-        )
-    return value
-
-
-def validated_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"PriorityTrimmer: {name} must be True or False, got {value!r}.")
-    return value
 
 
 def validated_order(value: object) -> tuple[PriorityClass, ...]:

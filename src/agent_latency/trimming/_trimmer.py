@@ -29,12 +29,13 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import TracerProvider
 
+from agent_latency._validation import checked_bool, checked_int
 from agent_latency._wire import coerce_messages
 from agent_latency.config import HISTORY_SELECTIONS, PRIORITY_CLASSES, HistorySelection, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import pre_model_hook, system_prompt
-from agent_latency.trimming._options import validated_bool, validated_int, validated_order
+from agent_latency.trimming._options import validated_order
 from agent_latency.trimming._plan import (
     Plan,
     cap_tool_results,
@@ -78,6 +79,8 @@ logger = logging.getLogger("agent_latency.trimming")
 
 DEFAULT_BUDGET_FRACTION = 4
 """``max_tool_result_tokens`` and ``prefix_step_tokens`` default to a quarter of the budget."""
+
+_OWNER = "PriorityTrimmer"
 
 _UNSET: Any = object()
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
@@ -153,15 +156,17 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self._options: dict[str, Any] = {
             name: value for name, value in locals().items() if name not in ("self", "__class__")
         }
-        self.budget = validated_int("budget", budget, 1, "prompt tokens per model call")
-        self.priority_order = validated_order(priority_order)
-        self.keep_system = validated_bool("keep_system", keep_system)
-        self.keep_latest_user = validated_bool("keep_latest_user", keep_latest_user)
-        self.history_keep_head = validated_int(
-            "history_keep_head", history_keep_head, 0, "rounds; e.g. 2"
+        self.budget = checked_int(
+            _OWNER, "budget", budget, minimum=1, hint="prompt tokens per model call"
         )
-        self.history_keep_tail = validated_int(
-            "history_keep_tail", history_keep_tail, 0, "rounds; e.g. 4"
+        self.priority_order = validated_order(priority_order)
+        self.keep_system = checked_bool(_OWNER, "keep_system", keep_system)
+        self.keep_latest_user = checked_bool(_OWNER, "keep_latest_user", keep_latest_user)
+        self.history_keep_head = checked_int(
+            _OWNER, "history_keep_head", history_keep_head, minimum=0, hint="rounds; e.g. 2"
+        )
+        self.history_keep_tail = checked_int(
+            _OWNER, "history_keep_tail", history_keep_tail, minimum=0, hint="rounds; e.g. 4"
         )
         if history_selection not in HISTORY_SELECTIONS:
             raise ValueError(
@@ -169,21 +174,24 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
                 f"{', '.join(HISTORY_SELECTIONS)}, got {history_selection!r}."
             )
         self.history_selection: HistorySelection = history_selection
-        self.compact_tool_results = validated_bool("compact_tool_results", compact_tool_results)
+        self.compact_tool_results = checked_bool(
+            _OWNER, "compact_tool_results", compact_tool_results
+        )
         self.term_cache = TermCache()
         default_share = self.budget // DEFAULT_BUDGET_FRACTION
-        self.max_tool_result_tokens = validated_int(
+        self.max_tool_result_tokens = checked_int(
+            _OWNER,
             "max_tool_result_tokens",
             max(default_share, MIN_SHORTENED_TOKENS)
             if max_tool_result_tokens is None
             else max_tool_result_tokens,
-            MIN_SHORTENED_TOKENS,
-            "a shortened result keeps framing, a marker and some text; or None for budget/4",
+            minimum=MIN_SHORTENED_TOKENS,
+            hint="a shortened result keeps framing, a marker and some text; or None for budget/4",
         )
-        self.prefix_stable = validated_bool("prefix_stable", prefix_stable)
+        self.prefix_stable = checked_bool(_OWNER, "prefix_stable", prefix_stable)
         step = max(default_share, 1) if prefix_step_tokens is None else prefix_step_tokens
-        self.prefix_step_tokens = validated_int(
-            "prefix_step_tokens", step, 1, "or None for budget/4"
+        self.prefix_step_tokens = checked_int(
+            _OWNER, "prefix_step_tokens", step, minimum=1, hint="or None for budget/4"
         )
         if self.prefix_step_tokens > self.budget:
             raise ValueError(
@@ -210,7 +218,9 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self.tool_budget = (
             None
             if tool_budget is None
-            else validated_int("tool_budget", tool_budget, 1, "tokens of tool definitions")
+            else checked_int(
+                _OWNER, "tool_budget", tool_budget, minimum=1, hint="tokens of tool definitions"
+            )
         )
         if isinstance(pinned_tools, str) or not all(isinstance(n, str) for n in pinned_tools):
             raise ValueError(

@@ -1,0 +1,109 @@
+"""Checking the numbers users and servers give: one rule for what counts as a number.
+
+A whole number is an ``int`` that is not a ``bool`` (``True`` is an ``int`` in Python, and no
+option means it as 1); a number is a whole number or a finite ``float``. Every option of the
+package is checked with :func:`checked_int`, :func:`checked_number` or :func:`checked_bool`, so
+every bad value gets the same kind of error: the owner, the option, what it must be, and the
+value given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeGuard
+
+
+def is_integer(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a whole number (an ``int``, not a ``bool``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` is a whole number or a finite ``float``."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return is_integer(value)
+
+
+def checked_int(
+    owner: str, name: str, value: object, *, minimum: int | None = None, hint: str | None = None
+) -> int:
+    """Returns ``value`` if it is a whole number of at least ``minimum``.
+
+    Args:
+        owner: What the option belongs to, e.g. ``"PriorityTrimmer"``.
+        name: The option.
+        value: What was given.
+        minimum: The smallest value accepted.
+        hint: What the number is, or a value to use, shown in brackets.
+
+    Raises:
+        ValueError: ``"{owner}: {name} must be an integer >= {minimum} ({hint}), got {value!r}."``
+    """
+    if not is_integer(value) or (minimum is not None and value < minimum):
+        raise _error(owner, name, value, "an integer", _bound(minimum, above=False), hint)
+    return value
+
+
+def checked_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    above: bool = False,
+    maximum: float | None = None,
+    hint: str | None = None,
+) -> float:
+    """Returns ``value`` as a float if it is a number within the bounds.
+
+    Args:
+        owner: What the option belongs to.
+        name: The option.
+        value: What was given.
+        minimum: The lower bound.
+        above: Whether ``value`` must be strictly above ``minimum``.
+        maximum: The upper bound, included.
+        hint: What the number is, shown in brackets.
+
+    Raises:
+        ValueError: ``"{owner}: {name} must be a finite number > {minimum}, got {value!r}."``
+    """
+    if (
+        not is_number(value)
+        or (minimum is not None and (value < minimum or (above and value == minimum)))
+        or (maximum is not None and value > maximum)
+    ):
+        bound = _bound(minimum, above=above)
+        if maximum is not None:
+            bound += f" and <= {_shown(maximum)}" if bound else f" <= {_shown(maximum)}"
+        raise _error(owner, name, value, "a finite number", bound, hint)
+    return float(value)
+
+
+def checked_bool(owner: str, name: str, value: object) -> bool:
+    """Returns ``value`` if it is ``True`` or ``False`` (not 0, 1 or a string).
+
+    Raises:
+        ValueError: ``"{owner}: {name} must be True or False, got {value!r}."``
+    """
+    if not isinstance(value, bool):
+        raise _error(owner, name, value, "True or False", "", None)
+    return value
+
+
+def _bound(minimum: float | None, *, above: bool) -> str:
+    if minimum is None:
+        return ""
+    return f" {'>' if above else '>='} {_shown(minimum)}"
+
+
+def _shown(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+def _error(
+    owner: str, name: str, value: object, what: str, bound: str, hint: str | None
+) -> ValueError:
+    shown = f" ({hint})" if hint else ""
+    return ValueError(f"{owner}: {name} must be {what}{bound}{shown}, got {value!r}.")

@@ -1,0 +1,147 @@
+"""``agent-latency trim``: one row per message with what happened and why; the output file."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from agent_latency._wire import coerce_messages
+from agent_latency.cli._app import main
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming._result import RULE_EXPLANATIONS
+
+SCENARIO = Path(__file__).resolve().parents[2] / "src/agent_latency/scenarios/agent_8k.json"
+
+
+def _conversation(tmp_path: Path) -> Path:
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        *[
+            item
+            for n in range(12)
+            for item in (
+                {"role": "user", "content": f"question {n} " + "words " * 80},
+                {"role": "assistant", "content": f"answer {n} " + "words " * 80},
+            )
+        ],
+        {"role": "user", "content": "The question that matters now."},
+    ]
+    path = tmp_path / "conversation.json"
+    path.write_text(json.dumps(messages), encoding="utf-8")
+    return path
+
+
+def test_prints_a_row_per_message_with_action_and_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.chdir(tmp_path)  # no config.toml / settings.json of the developer's
+    path = _conversation(tmp_path)
+
+    assert main(["trim", str(path), "--budget", "600"]) == 0
+
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(rows) == 26  # one per input message
+    assert "always kept" in rows[0] and "system" in rows[0]
+    assert "always kept" in rows[-1] and "latest_user" in rows[-1]
+    reason = RULE_EXPLANATIONS["dropped_for_budget"][0]
+    assert any("dropped" in row and reason in row for row in rows)
+    assert "Trim to 600 tokens" in out
+    assert "dropped" in out.split("total")[-1]
+
+
+def test_output_file_holds_the_trimmed_conversation_in_openai_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "trimmed.json"
+
+    assert main(["trim", str(SCENARIO), "--budget", "2500", "--output", str(output)]) == 0
+
+    original = json.loads(SCENARIO.read_text(encoding="utf-8"))
+    trimmed = json.loads(output.read_text(encoding="utf-8"))
+    assert 1 < len(trimmed) < len(original)
+    assert trimmed[0] == original[0]  # the system prompt, unchanged
+    assert trimmed[-1] == original[-1]  # the latest user message, unchanged
+    assert {m["role"] for m in trimmed} <= {"system", "user", "assistant", "tool"}
+    # Counted as the command counts: the default model's tokenizer (Qwen's).
+    counter = TokenCounter.for_model("qwen-7b-chat")
+    assert counter.count_messages(coerce_messages(trimmed)) <= 2500
+
+
+def test_budget_comes_from_the_settings_file_when_not_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"promptTrimmer": {"defaultBudget": 700}}), encoding="utf-8")
+
+    assert main(["trim", str(_conversation(tmp_path)), "--settings", str(settings)]) == 0
+
+    assert "Trim to 700 tokens" in capsys.readouterr().out
+
+
+def test_a_request_body_counts_its_tools_and_the_caption_shows_the_fixed_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    monkeypatch.chdir(tmp_path)
+    messages = json.loads(_conversation(tmp_path).read_text(encoding="utf-8"))
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Searches the catalogue. " * 40,
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+    body = {"model": "m", "messages": messages, "tools": [tool], "temperature": 0}
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    output = tmp_path / "trimmed.json"
+
+    assert main(["trim", str(path), "--budget", "600", "--output", str(output)]) == 0
+
+    out = capsys.readouterr().out
+    tool_tokens = TokenCounter.for_model("qwen-7b-chat").count_tools([tool])
+    assert f"tool definitions {tool_tokens:,}" in out and "fixed part" in out
+    assert "qwen" in out  # the tokenizer the counts are in
+    written = json.loads(output.read_text(encoding="utf-8"))
+    assert written["tools"] == [tool] and written["temperature"] == 0
+    assert len(written["messages"]) < len(messages)
+
+    assert main(["trim", str(path), "--budget", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "OVER BUDGET: tool definitions" in out and "send fewer tools" in out
+
+
+@pytest.mark.parametrize(
+    ("document", "pattern"),
+    [
+        ({"messages": [], "tools": {"type": "function"}}, "'tools' must be a list"),
+        ({"messages": [], "tools": [7]}, "tool 0 must be an object"),
+        ({"messages": [], "response_format": "json"}, "'response_format' must be an object"),
+        (
+            [{"role": "user", "content": [{"type": "image_url"}]}],
+            r"Message 0 \(user\), content part 0",
+        ),
+    ],
+)
+def test_a_bad_request_body_exits_2_with_one_line_naming_the_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    document: object,
+    pattern: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    assert main(["trim", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err
+    assert re.search(pattern, err)

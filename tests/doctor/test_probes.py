@@ -1,0 +1,183 @@
+"""``doctor``'s newer probes: stream pattern, streamed usage, tokenizer error, prefix cache,
+and output made safe to print. Against the real simulator where the server matters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import typer
+from support.fakes import DropsRequestField
+from typer.testing import CliRunner
+
+from agent_latency.cli._doctor import doctor
+from agent_latency.config import LLMSettings, Settings
+from agent_latency.doctor import CheckResult, CheckStatus, Endpoint, printable, run_checks
+from agent_latency.doctor._checks import (
+    check_api_root,
+    check_prefix_cache,
+    check_streaming,
+    check_tokenizer,
+    stream_bursts,
+)
+from agent_latency.doctor._probes import STREAM_PROBE_PROMPT, HttpReply, PrefillSample, StreamProbe
+from agent_latency.sim import SimulatorConfig, running_simulator
+
+FAST = {"overhead_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_tokens_per_s": 100.0}
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
+
+
+def _stream(*chunk_ms: float, text: str = "") -> StreamProbe:
+    return StreamProbe(HttpReply("u", 200), chunk_ms, True, text)
+
+
+def _by_name(settings: Settings, transport: httpx.BaseTransport | None = None) -> dict[str, str]:
+    with Endpoint(settings, transport=transport) as endpoint:
+        return {
+            r.name: f"{r.status.value}: {r.message}"
+            for r in run_checks(settings, endpoint=endpoint)
+        }
+
+
+# --- streaming: judged by the arrival pattern -----------------------------------------------
+
+
+def test_a_fast_decoder_streams_though_its_chunks_span_only_31_ms() -> None:
+    # As reported: first chunk after 208 ms, last after 239 ms, 32 chunks, one per millisecond.
+    fast = _stream(*(208.0 + i for i in range(32)))
+
+    result = check_streaming(fast)
+
+    assert result.status is CheckStatus.PASS, result.message
+    assert result.message == "first of 32 chunks after 208 ms, last after 239 ms, each on its own"
+
+
+def test_chunks_released_together_are_one_burst_however_late() -> None:
+    # A buffer releases everything within microseconds of the last token being decoded.
+    buffered = _stream(*(900.0 + i * 0.01 for i in range(32)))
+    # A proxy flushing 8 kB blocks: two bursts, still buffered.
+    blocks = _stream(*[400.0 + i * 0.01 for i in range(16)], *[800.0 + i * 0.01 for i in range(16)])
+
+    assert stream_bursts(buffered.chunk_ms) == 1
+    assert stream_bursts(blocks.chunk_ms) == 2
+    for probe in (buffered, blocks):
+        result = check_streaming(probe)
+        assert result.status is CheckStatus.FAIL
+        assert "buffers the stream" in result.message
+
+
+def test_an_empty_answer_is_named_as_such_not_as_a_streaming_fault() -> None:
+    result = check_streaming(_stream())
+
+    assert result.status is CheckStatus.WARN
+    assert result.message.startswith("the model answered nothing to the streaming probe")
+    assert "0 content chunks" not in result.message
+
+
+def test_the_streaming_probe_asks_for_an_answer_any_model_gives() -> None:
+    assert "Count from 1 to 30" in STREAM_PROBE_PROMPT
+
+
+# --- streamed usage ---------------------------------------------------------------------------
+
+
+def test_a_server_sending_no_usage_when_streaming_is_reported() -> None:
+    with running_simulator(SimulatorConfig(**FAST)) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192))
+        healthy = _by_name(settings)
+        silent = _by_name(settings, DropsRequestField("stream_options"))
+
+    assert healthy["streamed usage"].startswith("pass: ")
+    assert silent["streamed usage"].startswith("warn: the server sends no usage when streaming")
+    assert silent["streaming"].startswith("pass: ")
+
+
+# --- the tokenizer's error against the server's count ---------------------------------------
+
+
+def _sample(server_tokens: int, *, reported: bool = True) -> PrefillSample:
+    return PrefillSample(server_tokens, 100.0, prompt="p" * server_tokens, reported=reported)
+
+
+def test_a_tokenizer_counting_under_the_server_warns_with_the_budget_it_needs() -> None:
+    # Gemma on llama.cpp: 3,587 server tokens for 2,972 of ours.
+    result = check_tokenizer([_sample(3587)], "cl100k_base", lambda _: 2972, Settings())
+
+    assert result.status is CheckStatus.WARN
+    assert result.message.startswith(
+        "cl100k_base counts 2,972 tokens where the server counts 3,587 (-17.1%)"
+    )
+    assert "is about 7,242 tokens to the server" in result.message
+    assert "set llm.tokenizer" in result.fix and "lower token_budget to about 4,971" in result.fix
+
+
+def test_tokenizer_error_within_tolerance_passes_and_overcounting_warns() -> None:
+    close = check_tokenizer([_sample(1000), _sample(2000)], "t", lambda _: 2010, Settings())
+    assert close.status is CheckStatus.PASS
+    assert close.message == "t counts 2,010 tokens where the server counts 2,000 (+0.5%)"
+
+    over = check_tokenizer([_sample(2000)], "t", lambda _: 2400, Settings())
+    assert over.status is CheckStatus.WARN and "trimmed further" in over.message
+
+    unknown = check_tokenizer([_sample(2000, reported=False)], "t", lambda _: 1, Settings())
+    assert unknown.status is CheckStatus.WARN and "reports no usage.prompt_tokens" in (
+        unknown.message
+    )
+
+
+# --- the prefix cache -----------------------------------------------------------------------
+
+
+def test_the_prefix_cache_is_found_or_its_absence_reported() -> None:
+    with running_simulator(SimulatorConfig(**FAST)) as sim:
+        caching = _by_name(Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192)))
+    with running_simulator(SimulatorConfig(**FAST, prefix_cache=False)) as sim:
+        cold = _by_name(Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192)))
+
+    assert caching["prefix cache"].startswith("pass: the same ")
+    assert "tokens reported cached the second time" in caching["prefix cache"]
+    assert cold["prefix cache"].startswith("warn: the same ")
+    assert "0 tokens reported cached" in cold["prefix cache"]
+
+
+def test_a_cache_shown_only_by_time_counts_and_noise_does_not() -> None:
+    first = PrefillSample(2000, 900.0, cached_tokens=None)
+
+    by_time = check_prefix_cache(first, PrefillSample(2000, 60.0, cached_tokens=None))
+    noise = check_prefix_cache(
+        PrefillSample(2000, 30.0), PrefillSample(2000, 14.0, cached_tokens=None)
+    )
+
+    assert by_time.status is CheckStatus.PASS and "reports no cached tokens" in by_time.message
+    assert noise.status is CheckStatus.WARN
+
+
+# --- output safe to print ---------------------------------------------------------------------
+
+
+def test_printable_escapes_control_and_format_characters() -> None:
+    assert printable("gpt-4o") == "gpt-4o"
+    assert printable("a\x1b[31mb\nc\u202ed\x7f") == "a\\x1b[31mb\\nc\\u202ed\\x7f"
+    assert printable("non\u00a0breaking, ünïcode 中文") == "non breaking, ünïcode 中文"
+    result = CheckResult("x", CheckStatus.WARN, "m\x1b[2J", "f\r\nFAIL")
+    assert (result.message, result.fix) == ("m\\x1b[2J", "f\\r\\nFAIL")
+
+
+def test_a_server_message_with_escape_codes_is_shown_escaped() -> None:
+    reply = HttpReply("http://h/v1/models", 500, body={"error": {"message": "disk\x1b[2J full"}})
+
+    assert check_api_root(reply).message == "http://h/v1/models answered 500: disk\\x1b[2J full"
+
+
+def test_a_model_name_with_escape_codes_and_newlines_prints_on_one_line(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(doctor)
+    model = "evil\x1b[31m\nPASS  api key: forged"
+    with running_simulator(SimulatorConfig(**FAST)) as sim:
+        result = CliRunner().invoke(app, ["--base-url", sim.base_url, "--model", model])
+
+    assert "\x1b" not in result.output
+    assert "\nPASS  api key: forged" not in result.output
+    assert result.output.splitlines()[0].endswith("model evil\\x1b[31m\\nPASS  api key: forged")
