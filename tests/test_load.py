@@ -12,13 +12,9 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from langchain_core.messages import HumanMessage, ToolMessage
 from support.scripts import benchmark_script
 
 from agent_latency.sim import SimulatorConfig, running_simulator
-from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._shortening import MessageShortener
-from agent_latency.trimming._trimmer import PriorityTrimmer
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +57,3 @@ def test_short_soak_loses_no_call_and_leaves_nothing_open(soak: ModuleType) -> N
     assert result.records["error"] >= sequential.server_errors
     assert len(result.inside_ms) == len(result.with_ms) == sequential.answered
     assert result.without_ms
-
-
-def test_token_and_shortening_caches_stay_bounded_over_many_distinct_messages() -> None:
-    counter = TokenCounter(cache_size=64)
-    trimmer = PriorityTrimmer(200, token_counter=counter)
-    shortener = MessageShortener(counter, cache_size=16)
-    for index in range(500):
-        trimmer.trim([HumanMessage(f"question {index} " + "detail " * 20)])
-        shortener.shorten(ToolMessage(f"result {index} " + "row " * 400, tool_call_id="c"), 100)
-
-    assert counter.tokenized_messages >= 1_000  # every message was new: nothing served twice
-    assert len(counter._by_content) <= 64 and len(counter._by_identity) <= 64
-    assert len(shortener._cache) <= 16

@@ -38,7 +38,7 @@ EXPECTED_PUBLIC_NAMES = [
     "configure_telemetry",
     "load_settings",
 ]
-SUBPACKAGES = ["bench", "cli", "doctor", "sim", "telemetry", "trimming"]
+SUBPACKAGES = ["bench", "cli", "config", "doctor", "sim", "telemetry", "tokens", "trimming"]
 TYPE_ALIASES = {"Action", "PriorityClass", "Rule"}
 PACKAGE = Path(agent_latency.__file__).parent
 
@@ -93,6 +93,40 @@ def test_the_library_parts_import_neither_typer_nor_rich() -> None:
     for part in ("doctor", "telemetry", "trimming", "bench"):
         for path in (PACKAGE / part).rglob("*.py"):
             assert imported_top_level_modules(path).isdisjoint({"typer", "rich"}), path
+
+
+def test_importing_the_package_loads_no_model_client_cli_or_server() -> None:
+    # openai and langchain_openai come with build_chat_model, on first use; the CLI and the
+    # simulator's server with their extras; numpy only with quicktok's batch API, never called.
+    heavy = ("openai", "langchain_openai", "typer", "rich", "starlette", "uvicorn", "numpy")
+    code = (
+        "import sys, agent_latency; "
+        "agent_latency.PriorityTrimmer(500).trim([{'role': 'user', 'content': 'hi'}]); "
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_build_chat_model_is_imported_on_first_use() -> None:
+    code = (
+        "import sys, agent_latency; before = 'langchain_openai' in sys.modules; "
+        "agent_latency.build_chat_model; print(before, 'langchain_openai' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("missing", ["typer", "starlette"])
+def test_the_command_line_without_its_extra_names_the_install(missing: str) -> None:
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None; "
+        "from agent_latency.cli import main; sys.exit(main(['--version']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert missing in out.stderr and "pip install 'agent-latency[cli]'" in out.stderr
 
 
 def test_importing_the_library_stays_light() -> None:

@@ -28,9 +28,8 @@ from pydantic import SecretStr
 from agent_latency import cli as _cli
 from agent_latency.config import ConfigError, LLMSettings, Settings, build_chat_model, load_settings
 from agent_latency.sim import SimulatorConfig, running_simulator
-from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
-from agent_latency.trimming._middleware import TrimmingMiddleware
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.telemetry import LatencyCallbackHandler, LatencyRecord
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 
 KEY = "sk-agentlatency-SECRET-9f8e7d"
 OTHER_KEY = "sk-the-server-wants-this-one-1234"

@@ -14,7 +14,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from agent_latency._trace_link import TRIM_EVENT
+from agent_latency.semconv import TRIM_SPAN_NAME as TRIM_EVENT
 
 
 class ToolCallingFake(GenericFakeChatModel):

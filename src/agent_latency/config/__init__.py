@@ -40,13 +40,13 @@ if TYPE_CHECKING:
     from agent_latency.config._chat_model import build_chat_model
 
 __all__ = [
-    "HISTORY_SELECTIONS",
-    "MAX_TOKENS_PARAMS",
-    "PRIORITY_CLASSES",
     "ConfigError",
+    "HISTORY_SELECTIONS",
     "HistorySelection",
     "LLMSettings",
+    "MAX_TOKENS_PARAMS",
     "MetricsSettings",
+    "PRIORITY_CLASSES",
     "PriorityClass",
     "PromptSettings",
     "Settings",

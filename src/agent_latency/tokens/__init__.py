@@ -28,11 +28,11 @@ from agent_latency.tokens._vocabularies import (
 
 __all__ = [
     "IMAGE_PART_TYPES",
-    "TOKENIZER_CHOICES",
-    "VOCABULARY_NAMES",
     "PromptCalibration",
+    "TOKENIZER_CHOICES",
     "TokenCounter",
     "TokenCounting",
+    "VOCABULARY_NAMES",
     "Vocabulary",
     "calibration_for",
     "load_vocabulary",
