@@ -85,11 +85,33 @@ class _Plan:
     prompt: bytes
     cached_tokens: int
     answer: Answer
+    prefill_ms: float  # the latency model's prefill of the uncached tokens, without the overhead
     first_token_at: float  # event-loop time
+    last_token_at: float  # event-loop time
 
     @property
     def prompt_tokens(self) -> int:
         return token_count(self.prompt)
+
+    def timings(self) -> dict[str, Any]:
+        """Returns llama.cpp's ``timings`` object: the prefill of the uncached tokens, the decode.
+
+        ``prompt_n`` are the prompt tokens prefilled, ``cache_n`` those the cache spared
+        (together ``usage.prompt_tokens``); ``predicted_ms`` runs from the first output token to
+        the last, as llama.cpp's does, so ``predicted_n`` counts the first token too.
+        """
+        prompt_n = self.prompt_tokens - self.cached_tokens
+        predicted_n = self.answer.completion_tokens
+        predicted_ms = (self.last_token_at - self.first_token_at) * 1000
+        return {
+            "cache_n": self.cached_tokens,
+            "prompt_n": prompt_n,
+            "prompt_ms": self.prefill_ms,
+            **_rates("prompt", prompt_n, self.prefill_ms),
+            "predicted_n": predicted_n,
+            "predicted_ms": predicted_ms,
+            **_rates("predicted", predicted_n, predicted_ms),
+        }
 
     def usage(self) -> dict[str, Any]:
         completion = self.answer.completion_tokens
@@ -100,6 +122,15 @@ class _Plan:
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
             "completion_tokens_details": {"reasoning_tokens": 0},
         }
+
+
+def _rates(part: str, tokens: int, ms: float) -> dict[str, float | None]:
+    """Returns llama.cpp's per-token and per-second rates; ``None`` (its JSON null) where a
+    division by zero makes them infinite."""
+    return {
+        f"{part}_per_token_ms": ms / tokens if tokens else None,
+        f"{part}_per_second": tokens * 1000 / ms if ms > 0 else None,
+    }
 
 
 class _ConnectionDropped(Exception):
@@ -191,7 +222,7 @@ class Simulator:
 
     async def _blocking_answer(self, plan: _Plan) -> Response:
         await self._prefill(plan)
-        await self.sleeper.until(self._output_time(plan, plan.answer.completion_tokens - 1))
+        await self.sleeper.until(plan.last_token_at)
         return JSONResponse(
             {
                 **self._envelope(plan, "chat.completion"),
@@ -204,6 +235,7 @@ class Simulator:
                     }
                 ],
                 "usage": plan.usage(),
+                "timings": plan.timings(),  # llama.cpp's, beside usage
             }
         )
 
@@ -217,15 +249,19 @@ class Simulator:
         prompt_tokens = token_count(prompt)
         check_context_window(prompt_tokens, chat.max_tokens, self.config.context_window)
         cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
-        ttft_ms = self.config.ttft_ms(prompt_tokens - cached, prompt_tokens)
+        uncached = prompt_tokens - cached
+        first_token_at = arrival + self.config.ttft_ms(uncached, prompt_tokens) / 1000
+        answer = compose_answer(chat, prompt, answer_tokens=self.config.answer_tokens)
         return _Plan(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             request=chat,
             prompt=prompt,
             cached_tokens=cached,
-            answer=compose_answer(chat, prompt, answer_tokens=self.config.answer_tokens),
-            first_token_at=arrival + ttft_ms / 1000,
+            answer=answer,
+            prefill_ms=self.config.prefill_ms(uncached, prompt_tokens),
+            first_token_at=first_token_at,
+            last_token_at=self._output_time(first_token_at, answer.completion_tokens - 1),
         )
 
     def _caches(self, chat: ChatRequest) -> bool:
@@ -243,9 +279,9 @@ class Simulator:
             completion_tokens=plan.answer.completion_tokens,
         )
 
-    def _output_time(self, plan: _Plan, index: int) -> float:
+    def _output_time(self, first_token_at: float, index: int) -> float:
         """Returns when output token ``index`` is due (the first one at the prefill's end)."""
-        due = plan.first_token_at + index / self.config.decode_tokens_per_s
+        due = first_token_at + index / self.config.decode_tokens_per_s
         stall_after = self.config.stall_after_chunks
         if stall_after is not None and index >= stall_after:
             due += self.config.stall_ms / 1000
@@ -256,9 +292,9 @@ class Simulator:
         if plan.request.include_usage:
             envelope["usage"] = None  # OpenAI sends the key in every chunk once usage is asked
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None) -> bytes:
+        def chunk(delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            return _sse({**envelope, "choices": [choice]})
+            return {**envelope, "choices": [choice]}
 
         await self._prefill(plan)
         loop = asyncio.get_running_loop()
@@ -266,7 +302,7 @@ class Simulator:
         # schedule, and one send per token would put it further behind.
         due_events: list[bytes] = []
         for index, delta in enumerate(plan.answer.deltas()):
-            due = self._output_time(plan, index)
+            due = self._output_time(plan.first_token_at, index)
             if due > loop.time() and due_events:
                 yield b"".join(due_events)
                 due_events.clear()
@@ -274,10 +310,14 @@ class Simulator:
             if index == self.config.reset_after_chunks:
                 yield b"".join(due_events)
                 raise _ConnectionDropped
-            due_events.append(chunk(delta, None))
-        due_events.append(chunk({}, plan.answer.finish_reason))
+            due_events.append(_sse(chunk(delta, None)))
+        # As llama.cpp does, the last chunk carries the timings: the usage chunk when usage is
+        # asked for, else the one with the finish reason.
+        last = chunk({}, plan.answer.finish_reason)
         if plan.request.include_usage:
-            due_events.append(_sse({**envelope, "choices": [], "usage": plan.usage()}))
+            due_events.append(_sse(last))
+            last = {**envelope, "choices": [], "usage": plan.usage()}
+        due_events.append(_sse({**last, "timings": plan.timings()}))
         due_events.append(b"data: [DONE]\n\n")
         yield b"".join(due_events)
 
