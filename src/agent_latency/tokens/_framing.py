@@ -27,6 +27,10 @@ Families (:data:`FRAMINGS`):
   cut-off and today's date, and puts the tool JSON (indented by 4) in the first user message.
 - ``gemma``: ``<bos>``, ``<start_of_turn>user|model ... <end_of_turn>``; a system message is
   folded into the first user turn (its text and a blank line, no framing of its own).
+- ``smollm2``: SmolLM2-Instruct's plain ChatML: its default system turn ("You are a helpful AI
+  assistant named SmolLM, trained by Hugging Face") when the first message is not a system
+  message, a ``tool`` message as a turn of role ``tool``, and no tool calls or tool definitions
+  at all: the template renders only roles and texts, so they cost no prompt tokens.
 
 Templates put ``response_format`` nowhere: servers other than OpenAI enforce it by constrained
 decoding, so it costs no prompt tokens there.
@@ -158,20 +162,30 @@ _QWEN_TOOLS_TAIL = (
 
 
 class ChatMLFraming(Framing):
-    """Qwen's ChatML template.
+    """A ChatML template: Qwen's, with its tool block, or a plain one that renders no tools.
 
     Args:
         name: The family name.
         default_system: The system prompt the template adds when none is given, if any.
+        renders_tools: Whether the template renders tool definitions, tool calls and tool
+            results as Qwen's does. A plain ChatML template (SmolLM2's) renders only each
+            message's role and text: a ``tool`` message is a turn of role ``tool``, and tool
+            calls and definitions are not in the prompt at all (llama.cpp's server, with
+            ``--jinja``, sends the same prompt with or without them).
     """
 
-    def __init__(self, name: str, default_system: str | None) -> None:
+    def __init__(
+        self, name: str, default_system: str | None, *, renders_tools: bool = True
+    ) -> None:
         self.name = name
         self._default_system = default_system
+        self._renders_tools = renders_tools
 
     def message(self, message: Mapping[str, Any]) -> list[Piece]:
         role = str(message["role"])
         content = content_pieces(message.get("content"))
+        if not self._renders_tools:
+            return [_IM_START, role + "\n", *content, _IM_END, "\n"]
         if role == "tool":
             body = ["user\n<tool_response>\n", *content, "\n</tool_response>"]
             return [_IM_START, *body, _IM_END, "\n"]
@@ -193,7 +207,7 @@ class ChatMLFraming(Framing):
         return head, [_IM_START, "assistant\n"]
 
     def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Piece]:
-        if not tools:
+        if not tools or not self._renders_tools:
             return []
         lines = "".join("\n" + _json(tool) for tool in tools)
         pieces: list[Piece] = [_QWEN_TOOLS_HEAD, lines, _QWEN_TOOLS_TAIL]
@@ -282,6 +296,10 @@ class GemmaFraming(Framing):
         return []
 
 
+_SMOLLM2_SYSTEM: Final = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+"""The system turn SmolLM2-Instruct's template adds when the first message is not a system one
+(its GGUF's ``tokenizer.chat_template``, as llama.cpp's ``/props`` shows it)."""
+
 FRAMINGS: Final[Mapping[str, Framing]] = {
     framing.name: framing
     for framing in (
@@ -292,6 +310,7 @@ FRAMINGS: Final[Mapping[str, Framing]] = {
         ),
         ChatMLFraming("qwen3", None),
         ChatMLFraming("chatml", None),
+        ChatMLFraming("smollm2", _SMOLLM2_SYSTEM, renders_tools=False),
         Llama3Framing("llama3", dated=False),
         Llama3Framing("llama3.1", dated=True),
         GemmaFraming(),
@@ -326,14 +345,15 @@ _FAMILIES: Final = (
     (r"llama-?3\.[1-9]", "llama3", "llama3.1", True),
     (r"llama-?3", "llama3", "llama3", True),
     (r"gemma", "cl100k_base", "gemma", False),
+    (r"smollm2", "cl100k_base", "smollm2", False),
 )
 
 
 def model_family(model: str) -> tuple[str, str, bool] | None:
     """Returns ``(vocabulary, framing, own vocabulary)`` for a model name, or ``None``.
 
-    Gemma's vocabulary ships in no PyPI package: its family counts in ``cl100k_base`` with
-    Gemma's framing (an estimate).
+    Gemma's and SmolLM2's vocabularies ship in no PyPI package: their families count in
+    ``cl100k_base`` with their own framing (an estimate; ``tokenizer = "server"`` is exact).
     """
     name = model.strip().lower().rsplit("/", 1)[-1]
     for pattern, vocabulary, framing, own in _FAMILIES:
