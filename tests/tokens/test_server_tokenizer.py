@@ -10,6 +10,7 @@ import contextlib
 import json
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -196,3 +197,78 @@ def test_the_tokenize_route_waits_as_long_as_the_endpoints_own_timeout(serve: An
     trimmer = PriorityTrimmer.from_settings(replace(Settings(), llm=llm))
     with pytest.raises(ValueError, match=r"ReadTimeout"):
         trimmer.token_counter.count_text("hi")
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        ({"tokens": [{"piece": "x"}]}, "tokens[0] = {'piece': 'x'}"),
+        ({"tokens": [None]}, "tokens[0] = None"),
+        ({"tokens": [1e400]}, "tokens[0] = inf"),  # JSON's 1e400 is a float too large
+        ({"tokens": ["abc"]}, "tokens[0] = 'abc'"),
+        ({"tokens": [7, True]}, "tokens[1] = True"),
+        ({"tokens": [-3]}, "tokens[0] = -3"),
+        ({"tokens": [2**40]}, f"tokens[0] = {2**40}"),
+        ({"tokens": [1.5]}, "tokens[0] = 1.5"),
+        ({"tokens": [{"id": "12"}]}, "tokens[0] = {'id': '12'}"),
+        ({"tokens": ["x" * 500]}, "tokens[0] = 'xxxxxxxxx"),
+    ],
+)
+def test_a_malformed_tokenize_answer_gets_an_error_naming_the_route_and_the_fix(
+    serve: Any, answer: dict[str, Any], shown: str
+) -> None:
+    server = serve({"/tokenize": lambda body: {"tokens": []} if not body["content"] else answer})
+    counter = TokenCounter.for_model(
+        "qwen-7b-chat", tokenizer="server", base_url=_base_url(server), api_key=KEY
+    )
+
+    with pytest.raises(ValueError) as raised:
+        counter.count_text("hello")
+
+    message = str(raised.value)
+    assert message.startswith(f"tokenizer 'server': POST /tokenize of {_base_url(server)[:-3]}")
+    assert shown in message and "not a token id" in message
+    assert "Fix: point llm.base_url at a llama.cpp, vLLM or llama-cpp-python server" in message
+    assert len(message) < 400  # a long bad value is cut short
+
+
+def test_a_malformed_answer_to_the_route_probe_names_the_route(serve: Any) -> None:
+    server = serve({"/tokenize": lambda body: {"tokens": [None]}})
+    counter = TokenCounter.for_model(
+        "qwen-7b-chat", tokenizer="server", base_url=_base_url(server), api_key=KEY
+    )
+
+    with pytest.raises(ValueError, match=r"POST /tokenize .*tokens\[0\] = None.*Fix"):
+        counter.count_text("hello")
+
+
+def test_the_text_cache_is_bounded_by_bytes(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 distinct 25 KB texts of ~6,000 tokens each: kept as tuples of ints, their ids took
+    # ~48 MB (the issue's 1,500 took 94 -> 319 MB). The bound is lowered to 2 MiB to see it.
+    from agent_latency.tokens import _server
+
+    monkeypatch.setattr(_server, "_TEXT_CACHE_BYTES", 2 * 1024 * 1024, raising=False)
+    server = serve(
+        {"/tokenize": lambda body: {"tokens": [1000 + i for i in range(len(body["content"]) // 4)]}}
+    )
+    counter = TokenCounter.for_model(
+        "qwen-7b-chat",
+        tokenizer="server",
+        base_url=_base_url(server),
+        api_key=KEY,
+        cache_size=16,
+    )
+    texts = [f"{n:05d} " + "word " * 5_000 for n in range(200)]
+    counter.count_text("warm up the route and the client")
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        counts = [counter.count_text(text) for text in texts]
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+    assert counts == [len(text) // 4 for text in texts]
+    assert grown < 6 * 1024 * 1024, f"{grown / 2**20:.1f} MiB"
+    assert counter.count_text(texts[-1]) == counts[-1]  # the latest is still cached

@@ -8,24 +8,35 @@ Supported routes, found on first use (the one that answers is kept):
 - llama-cpp-python's server: ``POST /extras/tokenize`` with ``{"input": ...}``; it always adds the
   model's BOS token, which is taken off again (it is counted once per request by the framing).
 
-Texts are tokenised once: results are cached per text, so a conversation counted again costs
-no request. The framing (the chat template) comes from the model name, as for the offline
-vocabularies. The API key is sent as a bearer token and never appears in a message or a repr.
+Texts are tokenised once: results are cached per text (at most 65,536 texts and 64 MiB of
+texts and ids, the least recently used let go first), so a conversation counted again costs no
+request. An answer that is not a list of token ids gets a ``ValueError`` naming the route and
+the fix, as an unreachable server or a refused key does.
+
+The framing (the chat template) comes from the model name, as for the offline vocabularies.
+The API key is sent as a bearer token and never appears in a message or a repr.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+from array import array
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 import httpx
 
+from agent_latency._caches import LRUCache
 from agent_latency._redaction import display_url
+from agent_latency._validation import is_integer
 
-_TEXT_CACHE_SIZE = 65_536
+_TEXT_CACHE_ENTRIES = 65_536
+_TEXT_CACHE_BYTES = 64 * 1024 * 1024
 _MISSING = (404, 405, 501)
+_IDS = "I"  # token ids are packed as 4-byte unsigned integers: a tenth of a tuple of ints
+_MAX_ID = 2**32 - 1
+_SHOWN_CHARS = 40
 
 
 class ServerVocabulary:
@@ -49,18 +60,25 @@ class ServerVocabulary:
         self._client = httpx.Client(headers=headers, timeout=timeout_s)
         self._model = model
         self._route: str | None = None
-        self._bos: tuple[int, ...] = ()
+        self._bos = array(_IDS)
         self._lock = threading.Lock()
-        self._cached = lru_cache(maxsize=_TEXT_CACHE_SIZE)(self._tokenize)
+        self._texts = LRUCache(_TEXT_CACHE_ENTRIES, _TEXT_CACHE_BYTES)
 
     def __repr__(self) -> str:
         return f"ServerVocabulary({self.name!r})"
 
     def encode(self, text: str) -> list[int]:
-        return list(self._cached(text))
+        return self._cached(text).tolist()
 
     def count(self, text: str) -> int:
         return len(self._cached(text))
+
+    def _cached(self, text: str) -> array[int]:
+        tokens: array[int] | None = self._texts.get(text)
+        if tokens is None:
+            tokens = self._tokenize(text)
+            self._texts.put(text, tokens, sys.getsizeof(text) + tokens.itemsize * len(tokens))
+        return tokens
 
     def decode(self, tokens: Sequence[int]) -> str:
         route = self._ensure_route()
@@ -74,11 +92,11 @@ class ServerVocabulary:
     def special_id(self, token: str) -> int | None:
         return None  # framing tokens get ids of their own; each counts as one token
 
-    def _tokenize(self, text: str) -> tuple[int, ...]:
+    def _tokenize(self, text: str) -> array[int]:
         route = self._ensure_route()
         tokens = self._tokens(route, text)
         if self._bos and tokens[: len(self._bos)] == self._bos:
-            tokens = tokens[len(self._bos) :]
+            del tokens[: len(self._bos)]
         return tokens
 
     def _ensure_route(self) -> str:
@@ -100,7 +118,7 @@ class ServerVocabulary:
                     )
             return self._route
 
-    def _tokens(self, route: str, text: str) -> tuple[int, ...]:
+    def _tokens(self, route: str, text: str) -> array[int]:
         if route == "/tokenize":
             body: dict[str, Any] = {
                 "content": text,
@@ -114,13 +132,29 @@ class ServerVocabulary:
             body = {"input": text, "model": self._model}
         tokens = self._post(route, body).get("tokens")
         if not isinstance(tokens, list):
-            raise ValueError(
-                f"tokenizer 'server': POST {route} of {display_url(self._root)} answered "
-                "without a 'tokens' list. Fix: point llm.base_url at a llama.cpp, vLLM or "
-                "llama-cpp-python server, or choose an offline tokenizer."
-            )
-        # llama.cpp with pieces answers [{"id": ..., "piece": ...}].
-        return tuple(int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens)
+            raise self._bad_answer(route, "without a 'tokens' list")
+        ids = array(_IDS)
+        for index, token in enumerate(tokens):
+            # llama.cpp with pieces answers [{"id": ..., "piece": ...}].
+            token_id = token.get("id") if isinstance(token, dict) else token
+            if not is_integer(token_id) or not 0 <= token_id <= _MAX_ID:
+                shown = repr(token)
+                if len(shown) > _SHOWN_CHARS:
+                    shown = shown[:_SHOWN_CHARS] + "..."
+                raise self._bad_answer(
+                    route,
+                    f"tokens[{index}] = {shown}, which is not a token id (an integer from 0 to "
+                    f"{_MAX_ID}, or an object with one as 'id')",
+                )
+            ids.append(token_id)
+        return ids
+
+    def _bad_answer(self, route: str, what: str) -> ValueError:
+        return ValueError(
+            f"tokenizer 'server': POST {route} of {display_url(self._root)} answered {what}. "
+            "Fix: point llm.base_url at a llama.cpp, vLLM or llama-cpp-python server, or "
+            "choose an offline tokenizer."
+        )
 
     def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         where = f"POST {route} of {display_url(self._root)}"
