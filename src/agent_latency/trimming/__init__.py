@@ -5,38 +5,38 @@ the chat template's framing, counted in the model's own tokens and corrected by 
 counts (calibration). :class:`PriorityTrimmer` is a LangChain ``Runnable`` (use it in a chain
 before the model, :meth:`PriorityTrimmer.for_model` to count the model's bound tools), a plain
 callable (:meth:`PriorityTrimmer.trim`) and a LangGraph pre-model hook
-(:meth:`PriorityTrimmer.as_pre_model_hook`); :class:`TrimmingMiddleware` wraps it for
-``langchain.agents.create_agent`` and needs the ``agents`` extra (it is imported on first use).
-Every trim returns a :class:`TrimResult` that says, message by message, what was kept, dropped
-or shortened and by which :data:`Rule`. The rules are in docs/trimming.md.
+(:meth:`PriorityTrimmer.as_pre_model_hook`); its options are one frozen :class:`TrimOptions`
+(``trimmer.options``). :class:`TrimmingMiddleware` wraps it for ``langchain.agents.create_agent``
+and needs the ``agents`` extra (it is imported on first use). Every trim returns a
+:class:`TrimResult` that says, message by message (:class:`MessageDecision`), what was kept,
+dropped or shortened (:data:`Action`) and by which :data:`Rule` (:data:`RULE_EXPLANATIONS` says
+what each means). The rules are in docs/trimming.md.
 
 :class:`CostAwareTrimmer` wraps a trimmer for multi-turn conversations: per conversation it sends
 the previous prompt plus the new messages while the server's prefix cache is warm, and cuts when
-the latency model of the endpoint predicts an earlier first token from it (docs/trimming.md).
+the latency model of the endpoint predicts an earlier first token from it (docs/trimming.md);
+``deep_cut_budgets`` gives the budgets of its deep cuts.
 
 Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``,
-``MessageDecision``, ``PriorityClass``, ``PriorityTrimmer``, ``Rule``, ``TrimResult``,
-``TrimmingMiddleware``.
+``MessageDecision``, ``PriorityClass``, ``PriorityTrimmer``, ``RULE_EXPLANATIONS``, ``Rule``,
+``TrimOptions``, ``TrimResult``, ``TrimmingMiddleware``, ``deep_cut_budgets``.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from agent_latency.config import PriorityClass
-from agent_latency.trimming._cost_aware import CostAwareTrimmer
+from agent_latency.trimming._cost_aware import CostAwareTrimmer, deep_cut_budgets
+from agent_latency.trimming._decisions import RULE_EXPLANATIONS, Action, MessageDecision, Rule
 from agent_latency.trimming._forecast import CostAwareChoice
-from agent_latency.trimming._trimmer import (
-    Action,
-    ClassFigures,
-    MessageDecision,
-    PriorityTrimmer,
-    Rule,
-    TrimResult,
-)
+from agent_latency.trimming._options import TrimOptions
+from agent_latency.trimming._result import ClassFigures, TrimResult
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 if TYPE_CHECKING:
     from agent_latency.trimming._middleware import TrimmingMiddleware
 
-__all__ = [
+# In sorted() order, as tests/test_public_api.py checks (ruff's RUF022 sorts constants first).
+__all__ = [  # noqa: RUF022
     "Action",
     "ClassFigures",
     "CostAwareChoice",
@@ -44,9 +44,12 @@ __all__ = [
     "MessageDecision",
     "PriorityClass",
     "PriorityTrimmer",
+    "RULE_EXPLANATIONS",
     "Rule",
+    "TrimOptions",
     "TrimResult",
     "TrimmingMiddleware",
+    "deep_cut_budgets",
 ]
 
 

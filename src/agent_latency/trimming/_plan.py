@@ -16,19 +16,17 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
-from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from agent_latency._wire import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
-from agent_latency.trimming._relevance import bm25_scores, term_coverage, text_of
-from agent_latency.trimming._result import Action, MessageDecision, Rule
+from agent_latency.trimming._compaction import Compactor
+from agent_latency.trimming._decisions import Action, MessageDecision, Rule
+from agent_latency.trimming._options import TrimOptions
+from agent_latency.trimming._relevance import TermCache, bm25_scores, term_coverage, text_of
 from agent_latency.trimming._rounds import Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
-
-if TYPE_CHECKING:
-    from agent_latency.trimming._trimmer import PriorityTrimmer
 
 logger = logging.getLogger("agent_latency.trimming")
 
@@ -139,6 +137,10 @@ class Plan:
         kept = compress(range(len(messages)), map(operator.not_, self.dropped))
         return [shortened.get(index, messages[index]) for index in kept]
 
+    def sent_sizes(self) -> tuple[int, ...]:
+        """Each sent message's tokens as sent, in output order."""
+        return tuple(compress(self.sizes, map(operator.not_, self.dropped)))
+
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
         totals: dict[PriorityClass, int] = dict.fromkeys(PRIORITY_CLASSES, 0)
@@ -208,7 +210,7 @@ def classify(plan: Plan, units: list[Unit]) -> None:
         )
 
 
-def mark_kept(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
+def mark_kept(plan: Plan, units: list[Unit], options: TrimOptions) -> None:
     """Marks the must-keep units, and every other surviving unit as kept within budget."""
     latest_tool_call: Unit | None = None
     must_keep: list[int] = []
@@ -219,8 +221,8 @@ def mark_kept(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
         if dropped[first]:
             continue
         priority_class = classes[first]
-        if (priority_class == "system" and trimmer.keep_system) or (
-            priority_class == "latest_user" and trimmer.keep_latest_user
+        if (priority_class == "system" and options.keep_system) or (
+            priority_class == "latest_user" and options.keep_latest_user
         ):
             must_keep += unit.indices
         else:
@@ -241,7 +243,7 @@ def cap_tool_results(plan: Plan, cap: int) -> None:
             plan.shorten(index, cap, "tool_result_cap")
 
 
-def compact_history(plan: Plan, trimmer: PriorityTrimmer) -> None:
+def compact_history(plan: Plan, options: TrimOptions, compactor: Compactor) -> None:
     """Replaces history tool results with stubs, oldest first, until the rest fits.
 
     Oldest first, and the saving rounded up to the step like a cut: the compacted part grows
@@ -251,7 +253,7 @@ def compact_history(plan: Plan, trimmer: PriorityTrimmer) -> None:
     excess = plan.tokens - plan.budget
     if excess <= 0:
         return
-    goal = _rounded_up(excess, trimmer)
+    goal = _rounded_up(excess, options)
     saved = 0
     for index, message in enumerate(plan.messages):
         if saved >= goal:
@@ -262,19 +264,19 @@ def compact_history(plan: Plan, trimmer: PriorityTrimmer) -> None:
             and not plan.dropped[index]
             and not plan.must_keep[index]
         ):
-            stub, size = trimmer.compactor.compact(message)
+            stub, size = compactor.compact(message)
             saved += plan.substitute(index, stub, size, "compacted")
 
 
-def drop_by_priority(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> None:
+def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache) -> None:
     """Drops blocks, lowest priority first, until the rest fits (rounded up to the step)."""
     excess = plan.tokens - plan.budget
     if excess <= 0:
         return
-    goal = _rounded_up(excess, trimmer)
+    goal = _rounded_up(excess, options)
     dropped = 0
     previous_class: PriorityClass | None = None
-    for block in _drop_order(plan, units, trimmer):
+    for block in _drop_order(plan, units, options, terms):
         # Rounding up to the step never reaches into a class that the exact excess spares.
         if dropped >= goal or (dropped >= excess and block.priority_class != previous_class):
             break
@@ -283,14 +285,15 @@ def drop_by_priority(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) ->
         previous_class = block.priority_class
 
 
-def _rounded_up(excess: int, trimmer: PriorityTrimmer) -> int:
+def _rounded_up(excess: int, options: TrimOptions) -> int:
     """The tokens to take off: ``excess``, rounded up to the step with ``prefix_stable``."""
-    step = trimmer.prefix_step_tokens if trimmer.prefix_stable else 1
-    return math.ceil(excess / step) * step
+    return math.ceil(excess / options.cut_step) * options.cut_step
 
 
-def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list[_Block]:
-    droppable: dict[PriorityClass, list[Unit]] = {c: [] for c in trimmer.priority_order}
+def _drop_order(
+    plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache
+) -> list[_Block]:
+    droppable: dict[PriorityClass, list[Unit]] = {c: [] for c in options.priority_order}
     for unit in units:
         first = unit.indices[0]
         if not plan.dropped[first] and not plan.must_keep[first]:
@@ -301,10 +304,10 @@ def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list
         return _Block(priority_class, indices, sum(map(plan.sizes.__getitem__, indices)))
 
     order: list[_Block] = []
-    for priority_class in reversed(trimmer.priority_order):
+    for priority_class in reversed(options.priority_order):
         members = droppable[priority_class]
         if priority_class == "history":
-            rounds = _history_drop_order(plan, members, trimmer)
+            rounds = _history_drop_order(plan, members, options, terms)
             order.extend(block("history", r) for r in rounds)
         elif priority_class == "system":
             # The first system message usually holds the main instructions: it goes last.
@@ -315,7 +318,7 @@ def _drop_order(plan: Plan, units: list[Unit], trimmer: PriorityTrimmer) -> list
 
 
 def _history_drop_order(
-    plan: Plan, units: list[Unit], trimmer: PriorityTrimmer
+    plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache
 ) -> list[list[Unit]]:
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
@@ -328,14 +331,14 @@ def _history_drop_order(
         rounds.setdefault(unit.round, []).append(unit)
     ordered = [rounds[r] for r in sorted(rounds)]
     # With fewer rounds than head and tail together, the tail (the most recent) gets them.
-    tail_start = max(len(ordered) - trimmer.history_keep_tail, 0)
-    head_end = min(trimmer.history_keep_head, tail_start)
+    tail_start = max(len(ordered) - options.history_keep_tail, 0)
+    head_end = min(options.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
-    if trimmer.history_selection == "relevance" and len(middle) > 1:
+    if options.history_selection == "relevance" and len(middle) > 1:
         pairs = zip(plan.texts, plan.classes, strict=True)
         question = next((text for text, c in pairs if c == "latest_user"), "")
         texts = [[plan.texts[i] for u in r for i in u.indices] for r in middle]
-        scores = bm25_scores(question, texts, trimmer.term_cache)
+        scores = bm25_scores(question, texts, terms)
         middle = [middle[k] for k in sorted(range(len(middle)), key=lambda k: scores[k])]
     return middle + head[::-1] + tail  # the history erodes outwards from its middle
 
@@ -359,9 +362,7 @@ def shorten_must_keep(plan: Plan) -> None:
             return
 
 
-def question_retention(
-    plan: Plan, trimmer: PriorityTrimmer, output: list[BaseMessage]
-) -> float | None:
+def question_retention(plan: Plan, output: list[BaseMessage], terms: TermCache) -> float | None:
     """Of the latest user message's terms found elsewhere in the input, the share still sent.
 
     1.0 when nothing was dropped or shortened; ``None`` when the question has no terms, or
@@ -369,8 +370,8 @@ def question_retention(
 
     Args:
         plan: The decided plan.
-        trimmer: The trimmer, for its term cache.
         output: ``plan.output()``.
+        terms: Where term counts are remembered between calls.
     """
     # The latest user message is a unit of its own: its class marks exactly one message.
     if "latest_user" not in plan.classes:
@@ -380,13 +381,13 @@ def question_retention(
         return None
     message, text = plan.messages[question], plan.texts[question]
     if not plan.shortened and not any(plan.dropped):
-        return 1.0 if trimmer.term_cache.counts(text) else None
+        return 1.0 if terms.counts(text) else None
     # Both lists mostly grow by the newest messages from call to call: the cache reads only
     # what is new (slot names each list).
     others = plan.texts[:question] + plan.texts[question + 1 :]
-    available = term_coverage(text, others, trimmer.term_cache, "input")
+    available = term_coverage(text, others, terms, "input")
     if not available:
         return None
     sent = [text_of(m) for m in output if m is not message]
-    kept = term_coverage(text, sent, trimmer.term_cache, "sent") or 0.0
+    kept = term_coverage(text, sent, terms, "sent") or 0.0
     return round(min(kept / available, 1.0), 4)

@@ -6,76 +6,24 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final
 
+from langchain_core.messages import BaseMessage
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
 from agent_latency._trace_link import TRIM_FIELDS
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.tokens import PromptCalibration
+from agent_latency.trimming._decisions import RULE_EXPLANATIONS as RULE_EXPLANATIONS
+from agent_latency.trimming._decisions import MessageDecision as MessageDecision
 
-if TYPE_CHECKING:
-    from langchain_core.messages import BaseMessage
-
-    from agent_latency.trimming._plan import Plan
+# The two re-exports are transitional: for cli/_trim and _conversations, until they import
+# agent_latency.trimming and _decisions (requested in the team notes).
 
 UsageReceiver = Callable[[int | None, int | None, float | None], object]
 """Takes a model call's prompt tokens, cached prompt tokens (as the server reported them) and
 time to first token in ms, each ``None`` when unknown."""
-
-Action = Literal["kept", "dropped", "shortened"]
-"""What happened to one input message."""
-
-Rule = Literal[
-    "fits",
-    "must_keep",
-    "latest_tool_call",
-    "within_budget",
-    "dropped_for_budget",
-    "orphan_tool_result",
-    "tool_result_cap",
-    "compacted",
-    "shortened_to_fit",
-]
-"""Why it happened; :data:`RULE_EXPLANATIONS` says what each rule means."""
-
-RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
-    "fits": ("all fits the budget", "the whole request fits the budget; kept unchanged."),
-    "must_keep": (
-        "always kept",
-        "a system message (`keep_system`) or the latest user message (`keep_latest_user`); "
-        "never dropped.",
-    ),
-    "latest_tool_call": (
-        "current tool call",
-        "part of the newest tool call of the current turn; never dropped.",
-    ),
-    "within_budget": (
-        "budget left for it",
-        "kept; the budget left after the higher-priority classes allowed it.",
-    ),
-    "dropped_for_budget": (
-        "lower priority/older",
-        "dropped; its class ranks lower or it is older than what was kept.",
-    ),
-    "orphan_tool_result": (
-        "no tool call asked",
-        "dropped; a tool result that no preceding tool call asked for.",
-    ),
-    "tool_result_cap": ("over tool result cap", "shortened to `max_tool_result_tokens`."),
-    "compacted": (
-        "old tool result",
-        "a history tool result replaced by a one-line stub (`compact_tool_results`) before "
-        "whole rounds were dropped; the call stays.",
-    ),
-    "shortened_to_fit": (
-        "must-keep over budget",
-        "shortened further because the must-keep messages exceed the budget.",
-    ),
-}
-"""For each :data:`Rule`: a short reason (the ``trim`` command's column) and its meaning (the
-table of docs/trimming.md, checked against this by a test)."""
 
 _FIXED_PARTS: Final = (
     ("tool_tokens", "tool definitions", "send fewer tools or shorten their descriptions"),
@@ -86,29 +34,6 @@ _FIXED_PARTS: Final = (
     ("framing_tokens", "request framing", ""),
 )
 """The parts of a request that no trim removes: (field, name, how to make it smaller)."""
-
-
-@dataclass(frozen=True, slots=True)
-class MessageDecision:
-    """What a trim did with one input message, and why.
-
-    Attributes:
-        index: Position of the message in the input.
-        role: Its OpenAI role (``system``, ``user``, ``assistant``, ``tool``, ...).
-        priority_class: The class it was ranked in.
-        action: ``kept``, ``dropped`` or ``shortened``.
-        rule: Why (see :data:`Rule`).
-        tokens: Its tokens in the input, framing included.
-        tokens_after: Its tokens in the output (0 when dropped).
-    """
-
-    index: int
-    role: str
-    priority_class: PriorityClass
-    action: Action
-    rule: Rule
-    tokens: int
-    tokens_after: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +101,9 @@ class TrimResult:
             to first token in ms (each ``None`` when not reported or not streamed) of the
             request sent; the callback handler calls it when the model call ends.
             ``CostAwareTrimmer`` learns its conversations' cache state so.
+        message_tokens: Each input message's tokens (its framing included), in input order.
+        priority_classes: The class each input message was ranked in, in input order.
+        sent_message_tokens: Each sent message's tokens as sent, in the order of ``messages``.
     """
 
     messages: list[BaseMessage] = field(repr=False)
@@ -197,7 +125,13 @@ class TrimResult:
     dropped_tools: tuple[str, ...] = ()
     question_retention: float | None = None
     on_usage: UsageReceiver | None = field(default=None, repr=False, compare=False)
-    _plan: Plan = field(repr=False, compare=False)
+    message_tokens: tuple[int, ...] = field(repr=False, compare=False)
+    priority_classes: tuple[PriorityClass, ...] = field(repr=False, compare=False)
+    sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)
+    # Tokens of the must-keep messages as sent, per class: what the fixed part is made of.
+    _must_keep_by_class: Mapping[PriorityClass, int] = field(repr=False, compare=False)
+    # Works the decisions out on first access (a trim in an agent loop rarely reads them).
+    _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
     _decided: tuple[MessageDecision, ...] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -235,6 +169,7 @@ class TrimResult:
             shortened_messages=sum(d.action == "shortened" for d in decided),
             over_budget=base.over_budget if over_budget is None else over_budget,
             on_usage=base.on_usage if on_usage is None else on_usage,
+            sent_message_tokens=tuple(d.tokens_after for d in decided if d.action != "dropped"),
             _decided=decided,
         )
 
@@ -279,7 +214,7 @@ class TrimResult:
 
     def _fixed_parts(self) -> list[tuple[str, str, int]]:
         """The non-empty parts of the fixed part as (hint, name, tokens), largest first."""
-        must_keep = self._plan.must_keep_by_class()
+        must_keep = self._must_keep_by_class
         sizes = {
             "tool_tokens": self.tool_tokens,
             "response_format_tokens": self.response_format_tokens,
@@ -294,25 +229,7 @@ class TrimResult:
     @cached_property
     def decisions(self) -> tuple[MessageDecision, ...]:
         """One decision per input message, in input order."""
-        return self._decided if self._decided is not None else self._plan.decisions()
-
-    @property
-    def message_tokens(self) -> tuple[int, ...]:
-        """Each input message's tokens (its framing included), in input order."""
-        return tuple(self._plan.counts)
-
-    @property
-    def priority_classes(self) -> tuple[PriorityClass, ...]:
-        """The class each input message was ranked in, in input order."""
-        return tuple(self._plan.classes)
-
-    @property
-    def sent_message_tokens(self) -> tuple[int, ...]:
-        """Each sent message's tokens as sent, in the order of ``messages``."""
-        if self._decided is not None:
-            return tuple(d.tokens_after for d in self._decided if d.action != "dropped")
-        plan = self._plan
-        return tuple(size for size, gone in zip(plan.sizes, plan.dropped, strict=True) if not gone)
+        return self._decided if self._decided is not None else self._decide()
 
     @cached_property
     def by_class(self) -> Mapping[PriorityClass, ClassFigures]:

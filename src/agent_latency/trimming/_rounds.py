@@ -138,8 +138,8 @@ def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
     return tuple.__new__(Unit, (kind, indices, round_))
 
 
-class Conversation(NamedTuple):
-    """What a trim needs to know of each message (shared between calls: do not modify).
+class MessageFacts(NamedTuple):
+    """What a trim needs to know of each message of a conversation (shared: do not modify).
 
     Attributes:
         counts: Each message's tokens, framing included.
@@ -160,7 +160,7 @@ class _Memo:
     fields: list[list[object]]  # content, name and tool_call_id objects, per field
     # Per getter of fields to compare (see edit_check): message indices, ascending, and copies.
     compared: list[tuple[Callable[[dict[str, Any]], Any], list[int], list[Any]]]
-    conversation: Conversation
+    facts: MessageFacts
     issued: list[tuple[str, ...]]
     unit_of_call: dict[str, int]
     round: int
@@ -184,7 +184,7 @@ class ConversationCache:
         # content and text it would otherwise hold), at the next call.
         self._memos = LRUCache(_CONVERSATIONS, on_death=_alive_part)
 
-    def analyse(self, messages: list[BaseMessage]) -> Conversation:
+    def analyse(self, messages: list[BaseMessage]) -> MessageFacts:
         """Returns the counts, texts and units of ``messages``.
 
         Raises:
@@ -195,14 +195,14 @@ class ConversationCache:
         memo: _Memo = self._memos.get(key) or _EMPTY
         unchanged = _unchanged(messages, memo)
         if unchanged == len(memo.refs) == len(messages):
-            return memo.conversation
+            return memo.facts
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
             counts = list(map(self._counter.count_message, messages))
-            return Conversation(counts, list(map(text_of, messages)), group_units(messages))
+            return MessageFacts(counts, list(map(text_of, messages)), group_units(messages))
         self._memos.put(key, memo)
-        return memo.conversation
+        return memo.facts
 
     def _extended(self, memo: _Memo, messages: list[BaseMessage], key: tuple[int, ...]) -> _Memo:
         """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``."""
@@ -218,27 +218,27 @@ class ConversationCache:
                 indices, snapshots = groups.get(getter, ((), ()))
                 groups[getter] = ([*indices, index], [*snapshots, snapshot])
         compared = [(getter, *group) for getter, group in groups.items()]
-        units = list(memo.conversation.units)
+        units = list(memo.facts.units)
         issued = list(memo.issued)
         unit_of_call = dict(memo.unit_of_call)
         round_ = _group(messages, start, units, issued, unit_of_call, memo.round)
-        conversation = Conversation(
-            memo.conversation.counts + list(map(self._counter.count_message, new)),
-            memo.conversation.texts + list(map(text_of, new)),
+        facts = MessageFacts(
+            memo.facts.counts + list(map(self._counter.count_message, new)),
+            memo.facts.texts + list(map(text_of, new)),
             units,
         )
         fields = [
             old + new_fields for old, new_fields in zip(memo.fields, _fields(new), strict=True)
         ]
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        return _Memo(refs, fields, compared, conversation, issued, unit_of_call, round_)
+        return _Memo(refs, fields, compared, facts, issued, unit_of_call, round_)
 
 
 class _Uncopyable(Exception):
     """A message's fields cannot be copied to find edits in place later."""
 
 
-_EMPTY = _Memo([], [[], [], []], [], Conversation([], [], []), [], {}, 0)
+_EMPTY = _Memo([], [[], [], []], [], MessageFacts([], [], []), [], {}, 0)
 
 
 def _fields(messages: Sequence[BaseMessage]) -> list[list[object]]:
@@ -285,17 +285,17 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     """The memo of its first ``length`` messages."""
     if length == len(memo.refs):
         return memo
-    units_before = bisect.bisect_left(memo.conversation.units, length, key=_first)
+    units_before = bisect.bisect_left(memo.facts.units, length, key=_first)
     # A tool call's unit keeps only the results before the cut.
     units = [
         unit if unit.indices[-1] < length else _unit(unit.kind, _before(unit, length), unit.round)
-        for unit in memo.conversation.units[:units_before]
+        for unit in memo.facts.units[:units_before]
     ]
     issued = memo.issued[:units_before]
     unit_of_call = memo.unit_of_call  # as it was, unless a unit after the cut issued calls
     if any(memo.issued[units_before:]):
         unit_of_call = {id_: unit for unit, ids in enumerate(issued) for id_ in ids}
-    counts, texts = memo.conversation.counts[:length], memo.conversation.texts[:length]
+    counts, texts = memo.facts.counts[:length], memo.facts.texts[:length]
     compared = []
     for getter, indices, snapshots in memo.compared:
         end = bisect.bisect_left(indices, length)
@@ -304,7 +304,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         memo.refs[:length],
         [field[:length] for field in memo.fields],
         compared,
-        Conversation(counts, texts, units),
+        MessageFacts(counts, texts, units),
         issued,
         unit_of_call,
         units[-1].round if units else 0,

@@ -1,13 +1,17 @@
 """The trim span and the run it belongs to, guarded: telemetry never fails a trim.
 
-A failing tracer or span processor is logged and the trim goes on without its span; the caller's
-own errors are recorded on the span and propagate unchanged.
+A trim inside a LangChain run records its span under the run's span, with the tracer of a handler
+that offers one (:class:`~agent_latency._trace_link.TrimTracerProvider`, so the span lands in
+the handler's tracer provider beside its parent), and reports its result to the run's handlers
+as the :data:`~agent_latency._trace_link.TRIM_EVENT` custom event. A failing tracer, span
+processor or handler is logged and the trim goes on without its span; the caller's own errors
+are recorded on the span and propagate unchanged.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from langchain_core.callbacks.manager import (
     AsyncCallbackManagerForChainRun,
@@ -15,18 +19,18 @@ from langchain_core.callbacks.manager import (
 )
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Tracer
+from opentelemetry.util.types import AttributeValue
 
-from agent_latency._trace_link import TRIM_EVENT, find_run_context
+from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
 from agent_latency.semconv import TRIM_SPAN_NAME
-
-if TYPE_CHECKING:
-    from agent_latency.trimming._result import TrimResult
 
 logger = logging.getLogger("agent_latency.trimming")
 
+RunManager = CallbackManagerForChainRun | AsyncCallbackManagerForChainRun
 
-def start_span(tracer: trace.Tracer, context: Context | None) -> Span:
+
+def start_span(tracer: Tracer, context: Context | None) -> Span:
     """Starts the trim span; a failing tracer or span processor gives one that records nothing."""
     try:
         return tracer.start_span(TRIM_SPAN_NAME, context=context)
@@ -35,11 +39,15 @@ def start_span(tracer: trace.Tracer, context: Context | None) -> Span:
         return trace.INVALID_SPAN
 
 
-def end_span(span: Span, error: BaseException | None, result: TrimResult | None = None) -> None:
-    """Records the trim's figures or its error and ends the span; telemetry errors are logged."""
+def end_span(
+    span: Span,
+    error: BaseException | None,
+    attributes: Mapping[str, AttributeValue] | None = None,
+) -> None:
+    """Records the trim's attributes or its error and ends the span; telemetry errors are logged."""
     try:
-        if result is not None:
-            span.set_attributes(result.span_attributes())
+        if attributes is not None:
+            span.set_attributes(attributes)
         if error is not None:
             span.record_exception(error)
             span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
@@ -48,16 +56,23 @@ def end_span(span: Span, error: BaseException | None, result: TrimResult | None 
         logger.warning("agent-latency: ending the trim span failed", exc_info=True)
 
 
-def run_context(
-    run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
-) -> Context | None:
+def run_context(run_manager: RunManager) -> Context | None:
     """Returns the OpenTelemetry context of the trim's run, or of its parent run."""
     return find_run_context(run_manager.handlers, run_manager.run_id) or find_run_context(
         run_manager.handlers, run_manager.parent_run_id
     )
 
 
-def report_trim(run_manager: CallbackManagerForChainRun, result: TrimResult) -> None:
+def run_tracer(run_manager: RunManager, default: Tracer) -> Tracer:
+    """The tracer of the first of the run's handlers that offers one, else ``default``."""
+    try:
+        return find_trim_tracer(run_manager.handlers) or default
+    except Exception:  # a handler's failure must not fail the trim
+        logger.warning("agent-latency: a handler's tracer_for_trims() failed", exc_info=True)
+        return default
+
+
+def report_trim(run_manager: CallbackManagerForChainRun, result: object) -> None:
     """Reports the trim to the run's handlers as the custom event they link to the model call."""
     try:
         run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
@@ -65,7 +80,7 @@ def report_trim(run_manager: CallbackManagerForChainRun, result: TrimResult) -> 
         logger.debug("Reporting the trim event failed", exc_info=True)
 
 
-async def areport_trim(run_manager: AsyncCallbackManagerForChainRun, result: TrimResult) -> None:
+async def areport_trim(run_manager: AsyncCallbackManagerForChainRun, result: object) -> None:
     """Reports the trim to the run's handlers (async runs); see :func:`report_trim`."""
     try:
         await run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)

@@ -13,11 +13,12 @@ of budget.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks.manager import (
     AsyncCallbackManagerForChainRun,
@@ -27,15 +28,14 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import TracerProvider
+from opentelemetry.trace import Tracer, TracerProvider
 
-from agent_latency._validation import checked_bool, checked_int
 from agent_latency._wire import coerce_messages
-from agent_latency.config import HISTORY_SELECTIONS, PRIORITY_CLASSES, HistorySelection, Settings
+from agent_latency.config import PRIORITY_CLASSES, HistorySelection, PriorityClass, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import pre_model_hook, system_prompt
-from agent_latency.trimming._options import validated_order
+from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import (
     Plan,
     cap_tool_results,
@@ -48,39 +48,22 @@ from agent_latency.trimming._plan import (
 )
 from agent_latency.trimming._relevance import TermCache
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
-from agent_latency.trimming._result import (
-    Action,
-    ClassFigures,
-    MessageDecision,
-    Rule,
-    TrimResult,
-)
+from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._rounds import ConversationCache
-from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
-from agent_latency.trimming._tools import select_tools
-from agent_latency.trimming._tracing import (
+from agent_latency.trimming._shortening import MessageShortener
+from agent_latency.trimming._span import (
     areport_trim,
     end_span,
     report_trim,
     run_context,
+    run_tracer,
     start_span,
 )
+from agent_latency.trimming._tools import select_tools
 
-__all__ = [
-    "Action",
-    "ClassFigures",
-    "MessageDecision",
-    "PriorityTrimmer",
-    "Rule",
-    "TrimResult",
-]
+__all__ = ["PriorityTrimmer", "TrimResult"]
 
 logger = logging.getLogger("agent_latency.trimming")
-
-DEFAULT_BUDGET_FRACTION = 4
-"""``max_tool_result_tokens`` and ``prefix_step_tokens`` default to a quarter of the budget."""
-
-_OWNER = "PriorityTrimmer"
 
 _UNSET: Any = object()
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
@@ -153,82 +136,125 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         calibration: PromptCalibration | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        self._options: dict[str, Any] = {
-            name: value for name, value in locals().items() if name not in ("self", "__class__")
-        }
-        self.budget = checked_int(
-            _OWNER, "budget", budget, minimum=1, hint="prompt tokens per model call"
+        options = TrimOptions(
+            budget=budget,
+            priority_order=cast(tuple[PriorityClass, ...], priority_order),
+            keep_system=keep_system,
+            keep_latest_user=keep_latest_user,
+            history_keep_head=history_keep_head,
+            history_keep_tail=history_keep_tail,
+            history_selection=history_selection,
+            compact_tool_results=compact_tool_results,
+            max_tool_result_tokens=max_tool_result_tokens,
+            prefix_stable=prefix_stable,
+            prefix_step_tokens=prefix_step_tokens,
+            tools=cast(tuple[object, ...], tools),
+            response_format=response_format,
+            tool_budget=tool_budget,
+            pinned_tools=cast(frozenset[str], pinned_tools),
+            token_counter=token_counter,
+            calibration=calibration,
+            tracer_provider=tracer_provider,
         )
-        self.priority_order = validated_order(priority_order)
-        self.keep_system = checked_bool(_OWNER, "keep_system", keep_system)
-        self.keep_latest_user = checked_bool(_OWNER, "keep_latest_user", keep_latest_user)
-        self.history_keep_head = checked_int(
-            _OWNER, "history_keep_head", history_keep_head, minimum=0, hint="rounds; e.g. 2"
-        )
-        self.history_keep_tail = checked_int(
-            _OWNER, "history_keep_tail", history_keep_tail, minimum=0, hint="rounds; e.g. 4"
-        )
-        if history_selection not in HISTORY_SELECTIONS:
-            raise ValueError(
-                f"PriorityTrimmer: history_selection must be one of "
-                f"{', '.join(HISTORY_SELECTIONS)}, got {history_selection!r}."
-            )
-        self.history_selection: HistorySelection = history_selection
-        self.compact_tool_results = checked_bool(
-            _OWNER, "compact_tool_results", compact_tool_results
-        )
+        self._build(options)
+
+    def _build(self, options: TrimOptions) -> None:
+        """Sets the trimmer up from checked options (a new counter when they name none)."""
+        if options.token_counter is None:
+            options = dataclasses.replace(options, token_counter=TokenCounter())
+        self.options = options
+        counter = self.token_counter
         self.term_cache = TermCache()
-        default_share = self.budget // DEFAULT_BUDGET_FRACTION
-        self.max_tool_result_tokens = checked_int(
-            _OWNER,
-            "max_tool_result_tokens",
-            max(default_share, MIN_SHORTENED_TOKENS)
-            if max_tool_result_tokens is None
-            else max_tool_result_tokens,
-            minimum=MIN_SHORTENED_TOKENS,
-            hint="a shortened result keeps framing, a marker and some text; or None for budget/4",
-        )
-        self.prefix_stable = checked_bool(_OWNER, "prefix_stable", prefix_stable)
-        step = max(default_share, 1) if prefix_step_tokens is None else prefix_step_tokens
-        self.prefix_step_tokens = checked_int(
-            _OWNER, "prefix_step_tokens", step, minimum=1, hint="or None for budget/4"
-        )
-        if self.prefix_step_tokens > self.budget:
-            raise ValueError(
-                f"PriorityTrimmer: prefix_step_tokens must not exceed the budget ({self.budget}), "
-                f"got {self.prefix_step_tokens}; use e.g. {default_share} (budget/4)."
-            )
-        if token_counter is not None and not isinstance(token_counter, TokenCounting):
-            raise ValueError(
-                "PriorityTrimmer: token_counter must be an agent_latency.TokenCounter (or another "
-                f"TokenCounting) or None, got {type(token_counter).__name__}."
-            )
-        if calibration is not None and not isinstance(calibration, PromptCalibration):
-            raise ValueError(
-                "PriorityTrimmer: calibration must be a PromptCalibration or None, got "
-                f"{type(calibration).__name__}; PriorityTrimmer.from_settings makes one."
-            )
-        self.calibration = calibration
-        self.token_counter: TokenCounting = token_counter or TokenCounter()
-        self._shortener = MessageShortener(self.token_counter)
-        self._conversations = ConversationCache(self.token_counter)
-        self.compactor = Compactor(self.token_counter)
-        self._extras_counter = ExtrasCounter(self.token_counter)
-        self._extras = extras(tools, response_format)
-        self.tool_budget = (
-            None
-            if tool_budget is None
-            else checked_int(
-                _OWNER, "tool_budget", tool_budget, minimum=1, hint="tokens of tool definitions"
-            )
-        )
-        if isinstance(pinned_tools, str) or not all(isinstance(n, str) for n in pinned_tools):
-            raise ValueError(
-                f"PriorityTrimmer: pinned_tools must be a list of tool names, got {pinned_tools!r}."
-            )
-        self.pinned_tools = frozenset(pinned_tools)
+        self._shortener = MessageShortener(counter)
+        self._conversations = ConversationCache(counter)
+        self.compactor = Compactor(counter)
+        self._extras_counter = ExtrasCounter(counter)
+        self._extras = extras(options.tools, options.response_format)
         self._extras_counter.count(self._extras)  # a tool that cannot be converted fails here
-        self._tracer = trace.get_tracer("agent_latency", tracer_provider=tracer_provider)
+        self._tracer = trace.get_tracer("agent_latency", tracer_provider=options.tracer_provider)
+
+    @classmethod
+    def _from_options(cls, options: TrimOptions) -> PriorityTrimmer:
+        """Returns a trimmer with ``options`` (those of another trimmer, changed or not)."""
+        trimmer = cls.__new__(cls)
+        trimmer._build(options)
+        return trimmer
+
+    # Read-only views of the options: other parts and users read them by these names.
+    @property
+    def budget(self) -> int:
+        """The most prompt tokens to send, tools and framing included."""
+        return self.options.budget
+
+    @property
+    def priority_order(self) -> tuple[PriorityClass, ...]:
+        """Which class gets the budget first."""
+        return self.options.priority_order
+
+    @property
+    def keep_system(self) -> bool:
+        """Whether system messages are never dropped."""
+        return self.options.keep_system
+
+    @property
+    def keep_latest_user(self) -> bool:
+        """Whether the latest user message is never dropped."""
+        return self.options.keep_latest_user
+
+    @property
+    def history_keep_head(self) -> int:
+        """How many first history rounds are dropped only after the middle ones."""
+        return self.options.history_keep_head
+
+    @property
+    def history_keep_tail(self) -> int:
+        """How many last history rounds are dropped only after the middle ones."""
+        return self.options.history_keep_tail
+
+    @property
+    def history_selection(self) -> HistorySelection:
+        """Which middle history rounds are kept first: ``"age"`` or ``"relevance"``."""
+        return self.options.history_selection
+
+    @property
+    def compact_tool_results(self) -> bool:
+        """Whether history tool results are stubbed before whole rounds are dropped."""
+        return self.options.compact_tool_results
+
+    @property
+    def max_tool_result_tokens(self) -> int:
+        """The size large tool results are shortened to (the default resolved)."""
+        return self.options.tool_result_cap
+
+    @property
+    def prefix_stable(self) -> bool:
+        """Whether the cut moves in steps of :attr:`prefix_step_tokens`."""
+        return self.options.prefix_stable
+
+    @property
+    def prefix_step_tokens(self) -> int:
+        """The step of a prefix-stable cut (the default resolved)."""
+        return self.options.step_tokens
+
+    @property
+    def tool_budget(self) -> int | None:
+        """The most tokens the tool definitions may take, or ``None`` (all are sent)."""
+        return self.options.tool_budget
+
+    @property
+    def pinned_tools(self) -> frozenset[str]:
+        """Names of tools a ``tool_budget`` never drops."""
+        return self.options.pinned_tools
+
+    @property
+    def token_counter(self) -> TokenCounting:
+        """The counter the trimmer counts with."""
+        return cast(TokenCounting, self.options.token_counter)
+
+    @property
+    def calibration(self) -> PromptCalibration | None:
+        """Corrects our count toward the server's, if any."""
+        return self.options.calibration
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> PriorityTrimmer:
@@ -284,7 +310,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
 
     def _with(self, **changes: Any) -> PriorityTrimmer:
         """A trimmer with the same options and token counter, but for ``changes``."""
-        return type(self)(**{**self._options, "token_counter": self.token_counter, **changes})
+        return self._from_options(dataclasses.replace(self.options, **changes))
 
     def __repr__(self) -> str:
         return (
@@ -303,6 +329,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         response_format: object | None = _UNSET,
         strict_tools: bool | None = None,
         output_tools: Sequence[object] = (),
+        tracer: Tracer | None = None,
     ) -> TrimResult:
         """Trims ``messages`` so the whole request fits the budget, recording a trim span.
 
@@ -316,6 +343,9 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             strict_tools: Whether ``tools`` are sent with ``strict: true``.
             output_tools: Tools sent after ``tools`` that ``tool_budget`` never drops (the
                 structured-output tools of an agent).
+            tracer: The tracer to record the trim span with (e.g. the one a callback handler
+                offers, see ``TrimTracerProvider``). Default: the trimmer's own
+                (``tracer_provider``).
 
         Returns:
             The messages to send and what was done to get them.
@@ -332,13 +362,13 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
                 strict=strict_tools,
                 output_tools=output_tools,
             )
-        span = start_span(self._tracer, context)
+        span = start_span(tracer or self._tracer, context)
         try:
             result = self._trim(messages, request)
         except BaseException as exc:
             end_span(span, exc)
             raise
-        end_span(span, None, result)
+        end_span(span, None, result.span_attributes())
         if result.over_budget:
             logger.warning(
                 "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
@@ -398,14 +428,16 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun
     ) -> list[BaseMessage]:
-        result = self.trim(input_, context=run_context(run_manager))
+        tracer = run_tracer(run_manager, self._tracer)
+        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
         report_trim(run_manager, result)
         return result.messages
 
     async def _atrim_in_run(
         self, input_: Any, run_manager: AsyncCallbackManagerForChainRun
     ) -> list[BaseMessage]:
-        result = self.trim(input_, context=run_context(run_manager))
+        tracer = run_tracer(run_manager, self._tracer)
+        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
         await areport_trim(run_manager, result)
         return result.messages
 
@@ -434,21 +466,23 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             budget=math.floor(self.budget / factor),
             shortener=self._shortener,
         )
+        options = self.options
         classify(plan, units)
-        mark_kept(plan, units, self)
+        mark_kept(plan, units, options)
         if plan.tokens <= plan.budget:
             plan.fits()
         else:
-            cap_tool_results(plan, self.max_tool_result_tokens)
-            if self.compact_tool_results:
-                compact_history(plan, self)
-            drop_by_priority(plan, units, self)
+            cap_tool_results(plan, options.tool_result_cap)
+            if options.compact_tool_results:
+                compact_history(plan, options, self.compactor)
+            drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
         output = plan.output()
         if _first(output) is not _first(messages):  # the framing depends on the first role
             sent_framing = self.token_counter.count_framing(output)
             plan.tokens += sent_framing - framing
             framing = sent_framing
+        must_keep = plan.must_keep_by_class()
         return TrimResult(
             messages=output,
             tokens_before=sum(counts) + tool_tokens + response_format_tokens + input_framing,
@@ -463,12 +497,16 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             tool_tokens=tool_tokens,
             response_format_tokens=response_format_tokens,
             framing_tokens=framing,
-            must_keep_tokens=sum(plan.must_keep_by_class().values()),
+            must_keep_tokens=sum(must_keep.values()),
             tools=request.tools if self.tool_budget is not None else None,
             dropped_tools=dropped_tools,
             calibration=self.calibration,
-            question_retention=question_retention(plan, self, output),
-            _plan=plan,
+            question_retention=question_retention(plan, output, self.term_cache),
+            message_tokens=tuple(counts),
+            priority_classes=tuple(plan.classes),
+            sent_message_tokens=plan.sent_sizes(),
+            _must_keep_by_class=must_keep,
+            _decide=plan.decisions,
         )
 
 

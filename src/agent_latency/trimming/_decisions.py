@@ -1,0 +1,85 @@
+"""The vocabulary of a trim's decisions: what happened to each input message, and by which rule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from agent_latency.config import PriorityClass
+
+Action = Literal["kept", "dropped", "shortened"]
+"""What happened to one input message."""
+
+Rule = Literal[
+    "fits",
+    "must_keep",
+    "latest_tool_call",
+    "within_budget",
+    "dropped_for_budget",
+    "orphan_tool_result",
+    "tool_result_cap",
+    "compacted",
+    "shortened_to_fit",
+]
+"""Why it happened; :data:`RULE_EXPLANATIONS` says what each rule means."""
+
+RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
+    "fits": ("all fits the budget", "the whole request fits the budget; kept unchanged."),
+    "must_keep": (
+        "always kept",
+        "a system message (`keep_system`) or the latest user message (`keep_latest_user`); "
+        "never dropped.",
+    ),
+    "latest_tool_call": (
+        "current tool call",
+        "part of the newest tool call of the current turn; never dropped.",
+    ),
+    "within_budget": (
+        "budget left for it",
+        "kept; the budget left after the higher-priority classes allowed it.",
+    ),
+    "dropped_for_budget": (
+        "lower priority/older",
+        "dropped; its class ranks lower or it is older than what was kept.",
+    ),
+    "orphan_tool_result": (
+        "no tool call asked",
+        "dropped; a tool result that no preceding tool call asked for.",
+    ),
+    "tool_result_cap": ("over tool result cap", "shortened to `max_tool_result_tokens`."),
+    "compacted": (
+        "old tool result",
+        "a history tool result replaced by a one-line stub (`compact_tool_results`) before "
+        "whole rounds were dropped; the call stays.",
+    ),
+    "shortened_to_fit": (
+        "must-keep over budget",
+        "shortened further because the must-keep messages exceed the budget.",
+    ),
+}
+"""For each :data:`Rule`: a short reason (the ``trim`` command's column) and its meaning (the
+table of docs/trimming.md, checked against this by a test)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDecision:
+    """What a trim did with one input message, and why.
+
+    Attributes:
+        index: Position of the message in the input.
+        role: Its OpenAI role (``system``, ``user``, ``assistant``, ``tool``, ...).
+        priority_class: The class it was ranked in.
+        action: ``kept``, ``dropped`` or ``shortened``.
+        rule: Why (see :data:`Rule`).
+        tokens: Its tokens in the input, framing included.
+        tokens_after: Its tokens in the output (0 when dropped).
+    """
+
+    index: int
+    role: str
+    priority_class: PriorityClass
+    action: Action
+    rule: Rule
+    tokens: int
+    tokens_after: int
