@@ -3,21 +3,27 @@
 The trimmer and the callback handler never import each other. When the trimmer runs inside a
 LangChain run, it looks among that run's callback handlers for one that can hand out the
 OpenTelemetry context of a run (``LatencyCallbackHandler`` does), starts its trim span under it,
-and then reports the :class:`~agent_latency.TrimResult` as a LangChain custom event named
-:data:`TRIM_EVENT`. The handler attaches the trim figures to the next chat-model span in the
-same scope, under the attribute names of :data:`TRIM_FIELDS`.
+records that span with the tracer such a handler offers (:class:`TrimTracerProvider`, so the
+span lands in the handler's tracer provider beside its parent), and then reports the
+:class:`~agent_latency.TrimResult` as a LangChain custom event named :data:`TRIM_EVENT`. The
+handler reads the event's figures as a :class:`PendingTrim`, attaches them to the next chat-model
+span in the same scope under the attribute names of :data:`TRIM_FIELDS`, and hands the server's
+count of that request back to the trim's :class:`Calibration` and ``on_usage``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
+from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._validation import is_integer
 
 TRIM_EVENT: Final = semconv.TRIM_SPAN_NAME
 """Name of the LangChain custom event that carries a ``TrimResult``: that of the trim span."""
@@ -91,3 +97,76 @@ def find_run_context(handlers: Iterable[object], run_id: UUID | None) -> Context
             if context is not None:
                 return context
     return None
+
+
+class Calibration(Protocol):
+    """What a trim's ``calibration`` offers: learning from the server's count of a request."""
+
+    def observe(self, estimated: int, actual: int) -> object:
+        """Takes our count of a request sent and the server's count of the same request."""
+        ...
+
+
+@dataclass(slots=True, eq=False)
+class PendingTrim:
+    """The figures of a trim, waiting for the model call it prepared.
+
+    One run holds it at a time: the run that reported the trim, then, once that run has ended
+    without consuming it, each enclosing run in turn, until a model call under it takes it.
+
+    Attributes:
+        attributes: The trim's span attributes, which the model-call span repeats.
+        budget: The trim's prompt token budget.
+        tokens_after: Our count of the whole request sent.
+        calibration: Where the server's count of that request goes, or ``None``.
+        on_usage: Takes the server's prompt and cached prompt tokens and the time to first
+            token in ms (each ``None`` when not reported or not streamed) of that request, or
+            ``None``; the cost-aware trimmer learns its conversations' cache state from it.
+    """
+
+    attributes: Mapping[str, AttributeValue]
+    budget: int
+    tokens_after: int
+    calibration: Calibration | None = None
+    on_usage: Callable[[int | None, int | None, float | None], object] | None = None
+
+    @classmethod
+    def from_event(cls, data: object) -> PendingTrim | None:
+        """The figures of a ``TrimResult`` (read by duck typing), or ``None`` for anything else.
+
+        The attributes are those the trim reports for its own span (``span_attributes()``),
+        else its ``TRIM_FIELDS``; each must be a span attribute value (``None`` ones are left
+        out). ``tokens_after`` and ``budget`` must be counts and ``over_budget`` a flag.
+        """
+        tokens_after, budget = getattr(data, "tokens_after", None), getattr(data, "budget", None)
+        over_budget = getattr(data, "over_budget", None)
+        if not (is_integer(tokens_after) and is_integer(budget) and isinstance(over_budget, bool)):
+            return None
+        span_attributes = getattr(data, "span_attributes", None)
+        reported = (
+            span_attributes()
+            if callable(span_attributes)
+            else {attribute: getattr(data, name, None) for name, attribute in TRIM_FIELDS.items()}
+        )
+        if not isinstance(reported, Mapping):
+            return None
+        attributes: dict[str, AttributeValue] = {}
+        for key, value in reported.items():
+            if value is None:
+                continue
+            if not isinstance(key, str) or not _is_attribute_value(value):
+                return None
+            attributes[key] = value
+        calibration = getattr(data, "calibration", None)
+        if not callable(getattr(calibration, "observe", None)):
+            calibration = None
+        on_usage = getattr(data, "on_usage", None)
+        return cls(
+            attributes, budget, tokens_after, calibration, on_usage if callable(on_usage) else None
+        )
+
+
+def _is_attribute_value(value: object) -> bool:
+    if isinstance(value, str | bool | int | float):
+        return True
+    return isinstance(value, tuple | list) and all(isinstance(item, str) for item in value)

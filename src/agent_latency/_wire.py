@@ -417,6 +417,8 @@ class ServerUsage:
         cache_creation_tokens: Prompt tokens written to the cache (Anthropic-style).
         prefill_ms: How long the server says it prefilled (llama.cpp's ``timings.prompt_ms``).
         prefill_tokens: How many tokens that prefill took in (``timings.prompt_n``).
+        decode_ms: How long the server says it generated the answer, from its first output token
+            to its last (llama.cpp's ``timings.predicted_ms``).
         invalid: The reported fields that were impossible (negative, not a whole number, above
             :data:`MAX_REPORTED_TOKENS`, more cached than prompt tokens); their values are
             ``None`` here.
@@ -428,6 +430,7 @@ class ServerUsage:
     cache_creation_tokens: int | None = None
     prefill_ms: float | None = None
     prefill_tokens: int | None = None
+    decode_ms: float | None = None
     invalid: tuple[str, ...] = ()
 
     @property
@@ -519,6 +522,7 @@ def usage_of_message(message: object) -> ServerUsage:
         cache_creation_tokens=read.detail(details, "cache_creation"),
         prefill_ms=read.milliseconds(timings, "prompt_ms", "prefill_ms"),
         prefill_tokens=read.count(timings, "prompt_n", "prefill_tokens"),
+        decode_ms=read.milliseconds(timings, "predicted_ms", "decode_ms"),
     )
 
 
@@ -532,6 +536,7 @@ def _read_raw(read: _Reader, usage: object, timings: object) -> ServerUsage:
         cache_creation_tokens=None,
         prefill_ms=read.milliseconds(timings, "prompt_ms", "prefill_ms"),
         prefill_tokens=read.count(timings, "prompt_n", "prefill_tokens"),
+        decode_ms=read.milliseconds(timings, "predicted_ms", "decode_ms"),
     )
 
 

@@ -3,9 +3,10 @@
 This is the public list of what to query in Jaeger and Prometheus: every span name, event,
 attribute and metric of ours, as a constant. The ``gen_ai.*``, ``server.*`` and ``error.*``
 names come from ``opentelemetry-semantic-conventions``; this module holds only what those
-conventions do not define: our ``agent_latency.*`` attributes, events and metrics, the
-``gen_ai.first_chunk`` event named by the GenAI streaming proposal, and the histogram bucket
-boundaries the conventions recommend (the spec lists them, the Python package does not).
+conventions do not define: our ``agent_latency.*`` attributes, events and metrics (never a
+``gen_ai.*`` name or value the conventions lack), the histogram bucket boundaries the
+conventions recommend (the spec lists them, the Python package does not), and the schema URL
+of the conventions version followed (:data:`SCHEMA_URL`).
 
 Example:
     >>> from agent_latency import semconv
@@ -16,6 +17,12 @@ Example:
 from __future__ import annotations
 
 from typing import Final
+
+SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.0"
+"""The semantic conventions version the names follow: 1.41.0, the last release in which the
+GenAI conventions (``gen_ai.response.time_to_first_chunk``, ``gen_ai.client.operation.
+time_to_first_chunk``) are not deprecated (1.42 moved them to a repository without a release).
+The tracer and meter of the handler carry it as their schema URL."""
 
 # Chat-model span attributes.
 TTFT_MS: Final = "agent_latency.ttft_ms"
@@ -78,8 +85,9 @@ RUN_NAME: Final = "agent_latency.run.name"
 """The LangChain run name of a chain span."""
 
 # Events.
-FIRST_CHUNK_EVENT: Final = "gen_ai.first_chunk"
-"""Added when the first content chunk of a streamed call arrives."""
+FIRST_CHUNK_EVENT: Final = "agent_latency.first_chunk"
+"""Added when the first content chunk of a streamed call arrives (the GenAI conventions define
+no such event; their ``gen_ai.response.time_to_first_chunk`` attribute holds the same time)."""
 STALL_EVENT: Final = "agent_latency.stall"
 """Added for each wait between chunks longer than ``chunk_timeout_ms``."""
 STALL_GAP_MS: Final = "agent_latency.stall.gap_ms"
@@ -94,6 +102,22 @@ QUESTION_RETENTION_METRIC: Final = "agent_latency.client.question_retention"
 """Histogram of ``agent_latency.trim.question_retention`` over the calls a trim prepared."""
 TTFT_BREACHES_METRIC: Final = "agent_latency.client.ttft_breaches"
 """Counter of calls whose TTFT crossed a threshold, with ``agent_latency.ttft_level``."""
+CACHE_TOKENS_METRIC: Final = "agent_latency.client.cache_tokens"
+"""Histogram of the prompt tokens a call's server read from its prefix cache or wrote to it,
+with :data:`TOKEN_CACHE`. Not in ``gen_ai.client.token.usage``: its ``gen_ai.token.type`` is
+``input`` or ``output`` only, and cache reads are part of ``input`` (summing types would count
+them twice)."""
+TOKEN_CACHE: Final = "agent_latency.token.cache"
+"""Attribute of :data:`CACHE_TOKENS_METRIC`: :data:`TOKEN_CACHE_READ` or
+:data:`TOKEN_CACHE_CREATION` (the unreleased GenAI conventions spell it ``gen_ai.token.cache``)."""
+TOKEN_CACHE_READ: Final = "read"
+"""Tokens read from the cache (``gen_ai.usage.cache_read.input_tokens``)."""
+TOKEN_CACHE_CREATION: Final = "creation"
+"""Tokens written to the cache (``gen_ai.usage.cache_creation.input_tokens``)."""
+TTFT_SERVER_PREFILL_METRIC: Final = "agent_latency.client.ttft.server_prefill"
+"""Histogram (s) of :data:`TTFT_SERVER_PREFILL_MS`: the server's prefill part of the TTFT."""
+TTFT_REMAINDER_METRIC: Final = "agent_latency.client.ttft.remainder"
+"""Histogram (s) of :data:`TTFT_REMAINDER_MS`: the client, network and queue part of the TTFT."""
 
 # Bucket boundaries recommended by the GenAI metric conventions.
 DURATION_BUCKETS_S: Final = (
@@ -133,15 +157,27 @@ TOKEN_USAGE_BUCKETS: Final = (
 
 # Chat spans: prompt cache and our count against the server's.
 PREFILLED_INPUT_TOKENS: Final = "agent_latency.prefilled_input_tokens"
-"""Prompt tokens the server prefilled: ``gen_ai.usage.input_tokens`` less the cache reads
-(``gen_ai.usage.cache_read.input_tokens``); only when the server reports its cache reads."""
+"""Prompt tokens the server prefilled: as it reports them (llama.cpp's ``timings.prompt_n``),
+else ``gen_ai.usage.input_tokens`` less the cache reads (``gen_ai.usage.cache_read.input_tokens``);
+only when the server reports one or the other."""
 INPUT_TOKENS_RATIO: Final = "agent_latency.input_tokens_ratio"
 """The server's prompt tokens over ours (``agent_latency.estimated_input_tokens``): 1.1 means
 our count was 10% short."""
-TOKEN_TYPE_CACHE_READ: Final = "cache_read"
-"""``gen_ai.token.type`` of the ``gen_ai.client.token.usage`` records of cache reads."""
-TOKEN_TYPE_CACHE_CREATION: Final = "cache_creation"
-"""``gen_ai.token.type`` of the ``gen_ai.client.token.usage`` records of cache writes."""
+INVALID_USAGE: Final = "agent_latency.usage.invalid"
+"""The usage fields the server reported that were impossible (negative, fractional, larger than
+any context, more cached than prompt tokens), e.g. ``["prompt_tokens"]``; they are left out of
+the span, the metrics and everything that learns from the call."""
+
+# Chat spans: where the first token's time went, when the server says how long it prefilled.
+TTFT_SERVER_PREFILL_MS: Final = "agent_latency.ttft.server_prefill_ms"
+"""The server's prefill time as it reports it (llama.cpp's ``timings.prompt_ms``) of the
+``agent_latency.prefilled_input_tokens`` it prefilled."""
+TTFT_SERVER_DECODE_MS: Final = "agent_latency.ttft.server_decode_ms"
+"""Blocking calls only: the server's time generating the answer (``timings.predicted_ms``),
+which a blocking call's first text waits for."""
+TTFT_REMAINDER_MS: Final = "agent_latency.ttft.remainder_ms"
+"""The rest of the time to first token: client, network and the server's queue. The server's
+prefill (and a blocking call's decode) and this add up to ``agent_latency.ttft_ms``."""
 
 # Trim: the cost-aware mode.
 TRIM_CACHE_STATE: Final = "agent_latency.trim.cache_state"

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from langchain_core.messages import HumanMessage
 
-from agent_latency import LatencyCallbackHandler, LLMSettings, Settings, build_chat_model
-from agent_latency._latency_model import LATENCY_MODELS
+from agent_latency import (
+    CostAwareTrimmer,
+    LatencyCallbackHandler,
+    LLMSettings,
+    Settings,
+    build_chat_model,
+)
 from agent_latency.sim import SimulatorConfig, running_simulator
 
 FAST = SimulatorConfig(overhead_ms=5, prefill_ms_per_token=0.01, decode_tokens_per_s=5000)
@@ -19,10 +23,9 @@ def test_streamed_calls_feed_the_endpoint_latency_model_and_blocking_calls_do_no
 ) -> None:
     handler = LatencyCallbackHandler(tracer_provider=tracer_provider, meter_provider=meter_provider)
     with running_simulator(FAST) as sim:
-        model_name = sim.config.models[0]
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=model_name))
-        url = urlsplit(sim.base_url)
-        learned = LATENCY_MODELS.model_for((url.hostname or "", url.port or 0), model_name)
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        # The latency model a cost-aware trimmer of this endpoint predicts with: the handler's.
+        learned = CostAwareTrimmer.from_settings(settings).latency_model
         before = learned.observations
         config: Any = {"callbacks": [handler]}
         build_chat_model(settings, streaming=False).invoke([HumanMessage("hello")], config=config)

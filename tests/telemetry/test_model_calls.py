@@ -29,7 +29,7 @@ from agent_latency import (
     StreamingSettings,
     semconv,
 )
-from agent_latency.telemetry import _handler as _callbacks
+from agent_latency.telemetry import _model_call as _callbacks
 
 MS = 1_000_000  # nanoseconds
 
@@ -561,7 +561,7 @@ def test_a_failing_measurement_still_ends_the_call_and_its_parent(
     def broken_estimate(messages: Any) -> int:
         raise RuntimeError("estimation bug")
 
-    monkeypatch.setattr(handler, "_estimate_tokens", broken_estimate)
+    monkeypatch.setattr(handler._calls, "_estimate_tokens", broken_estimate)
     model = GenericFakeChatModel(messages=iter([AIMessage(content="fine answer")]))
     with caplog.at_level(logging.DEBUG, logger="agent_latency"):
         assert model.invoke("hi", config=config(handler)).content == "fine answer"
@@ -587,7 +587,7 @@ def test_odd_trim_event_data_is_ignored(handler: LatencyCallbackHandler) -> None
     handler.on_chain_start({"name": "seq"}, {}, run_id=run_id)
     for data in (None, "text", SimpleNamespace(tokens_before=1), object()):
         handler.on_custom_event("agent_latency.trim", data, run_id=run_id)
-    assert handler._runs.get(run_id).pending_trim is None  # type: ignore[union-attr]
+    assert handler._tree.get(run_id).pending_trim is None  # type: ignore[union-attr]
     handler.on_chain_end({}, run_id=run_id)
     assert handler.open_runs == 0
 
@@ -645,7 +645,7 @@ def test_a_long_lived_run_forgets_its_ended_children(handler: LatencyCallbackHan
         step = uuid.uuid4()
         handler.on_chain_start({"name": "step"}, {}, run_id=step, parent_run_id=root)
         handler.on_chain_end({}, run_id=step)
-    state = handler._runs.get(root)
+    state = handler._tree.get(root)
     assert state is not None and len(state.children) < 256
     handler.on_chain_end({}, run_id=root)
     assert handler.open_runs == 0

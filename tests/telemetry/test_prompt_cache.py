@@ -54,6 +54,13 @@ def usage_by_type(points: Callable[[str], list[Any]]) -> dict[str, float]:
     }
 
 
+def cache_tokens(points: Callable[[str], list[Any]]) -> dict[str, float]:
+    return {
+        point.attributes[semconv.TOKEN_CACHE]: point.sum
+        for point in points(semconv.CACHE_TOKENS_METRIC)
+    }
+
+
 @pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streamed"])
 def test_cache_reads_reach_the_span_and_the_token_usage_metric_on_the_wire(
     streaming: bool,
@@ -93,12 +100,13 @@ def test_cache_reads_reach_the_span_and_the_token_usage_metric_on_the_wire(
     assert [record.cache_read_tokens for record in records] == reported
 
     usage = usage_by_type(metric_points)
-    assert usage[semconv.TOKEN_TYPE_CACHE_READ] == sum(reported)
-    assert (
-        usage["input"]
-        == first[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] + (second[gen_ai.GEN_AI_USAGE_INPUT_TOKENS])
-    )
-    assert semconv.TOKEN_TYPE_CACHE_CREATION not in usage
+    # The conventions' token types only: cache reads are part of input, never a type of their own.
+    assert usage == {
+        "input": first[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] + second[gen_ai.GEN_AI_USAGE_INPUT_TOKENS],
+        "output": first[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS]
+        + second[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS],
+    }
+    assert cache_tokens(metric_points) == {semconv.TOKEN_CACHE_READ: sum(reported)}
 
 
 def test_no_cache_figures_where_the_server_says_nothing_about_caching(
@@ -118,6 +126,7 @@ def test_no_cache_figures_where_the_server_says_nothing_about_caching(
     for absent in (CACHE_READ, CACHE_CREATION, semconv.PREFILLED_INPUT_TOKENS):
         assert absent not in span.attributes  # absent, not 0
     assert usage_by_type(metric_points) == {"input": 40, "output": 2}
+    assert cache_tokens(metric_points) == {}
 
 
 def end_call(handler: LatencyCallbackHandler, response: LLMResult) -> None:
@@ -163,9 +172,11 @@ def test_deepseek_cache_hits_and_anthropic_style_cache_writes_are_mapped(
     assert CACHE_CREATION not in first
     assert (second[CACHE_READ], second[CACHE_CREATION]) == (200, 700)
     assert second[semconv.PREFILLED_INPUT_TOKENS] == 800
-    usage = usage_by_type(metric_points)
-    assert usage[semconv.TOKEN_TYPE_CACHE_READ] == 840
-    assert usage[semconv.TOKEN_TYPE_CACHE_CREATION] == 700
+    assert cache_tokens(metric_points) == {
+        semconv.TOKEN_CACHE_READ: 840,
+        semconv.TOKEN_CACHE_CREATION: 700,
+    }
+    assert set(usage_by_type(metric_points)) == {"input", "output"}
 
 
 # -- calibration: the server's count of a trimmed request goes back to the trim ----------------

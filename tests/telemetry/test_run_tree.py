@@ -26,11 +26,12 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.trace import SpanKind
 from support.fakes import ToolCallingFake
 
-from agent_latency import semconv
-from agent_latency._trace_link import TRIM_EVENT
+from agent_latency import LatencyCallbackHandler, LatencyRecord, PriorityTrimmer, semconv
 from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
-from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming import TrimmingMiddleware
+
+# The LangChain custom event that reports a trim has the trim span's name (docs/telemetry.md).
+TRIM_EVENT = TRIM_SPAN_NAME
 
 SECRET_TEXT = "zebra-umbrella-7731"
 
@@ -387,8 +388,6 @@ def test_trimming_middleware_in_create_agent_marks_the_chat_span(
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
 ) -> None:
-    from agent_latency.trimming._middleware import TrimmingMiddleware
-
     trimmer = PriorityTrimmer(budget=80, tracer_provider=tracer_provider)
     model = ToolCallingFake(messages=iter([AIMessage(content="done")]))
     agent = create_agent(model, middleware=[TrimmingMiddleware(trimmer)], name="brief")

@@ -31,7 +31,7 @@ from agent_latency import (
     semconv,
 )
 from agent_latency.telemetry import Telemetry
-from agent_latency.telemetry import _handler as handler_module
+from agent_latency.telemetry import _model_call as handler_module
 from agent_latency.telemetry._timing import call_timing, ttft_level
 
 MS = 1_000_000

@@ -1,67 +1,73 @@
 """A LangChain callback handler that measures every model call and traces agent runs.
 
 Each chat-model call becomes a ``chat {model}`` span (GenAI semantic conventions) with its time
-to first chunk, total duration, stalls between chunks, its prompt-cache figures and the trim
-that prepared it; completion-model calls become ``text_completion {model}`` spans with the same
-figures. Agents, chains and tools become the spans around them (see :class:`RunTracer`), nested
-by LangChain's ``run_id`` and ``parent_run_id``; a root run takes the caller's current context,
-so a web request span becomes the parent of the agent run.
+to first chunk, total duration, stalls between chunks, its prompt-cache figures, where the first
+token's time went and the trim that prepared it; completion-model calls become
+``text_completion {model}`` spans with the same figures. Agents, chains and tools become the
+spans around them, nested by LangChain's ``run_id`` and ``parent_run_id``; a root run takes the
+caller's current context, so a web request span becomes the parent of the agent run.
+
+The handler only routes LangChain's callbacks: the run tree (:class:`RunTree`) keeps the open
+runs and ends each exactly once; the model-call tracer (:class:`ModelCallTracer`) measures and
+records the calls.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, cast
 from uuid import UUID
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from opentelemetry.semconv.attributes import error_attributes, server_attributes
-from opentelemetry.trace import Span, SpanKind
-from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
-from agent_latency._latency_model import LATENCY_MODELS
-from agent_latency._validation import checked_number
-from agent_latency.telemetry._content import messages_json, output_json, prompts_json
-from agent_latency.telemetry._instruments import Instruments
-from agent_latency.telemetry._langchain import (
-    Response,
-    first_int,
-    provider_name,
-    requested_model,
-    response_details,
-    server,
-)
-from agent_latency.telemetry._log import logger
-from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
-from agent_latency.telemetry._run_state import ModelRunState
-from agent_latency.telemetry._timing import call_timing
-from agent_latency.telemetry._tracing import RunTracer, end_span, error_type, guarded, outcome
-from agent_latency.tokens import TokenCounter
+from agent_latency._trace_link import TRIM_EVENT
+from agent_latency._validation import checked_bool, checked_int, checked_number
+from agent_latency.telemetry._content import messages_json, prompts_json
+from agent_latency.telemetry._log import FailureLog
+from agent_latency.telemetry._model_call import CallOptions, ModelCallTracer
+from agent_latency.telemetry._record import LatencyRecord
+from agent_latency.telemetry._run_tree import RunTree
 
 if TYPE_CHECKING:
     from agent_latency.config import Settings
 
 __all__ = ["LatencyCallbackHandler", "LatencyRecord"]
 
-_now_ns: Callable[[], int] = time.perf_counter_ns
-"""The clock of every duration the handler measures (tests replace it)."""
-
 _CHAT: Final = gen_ai.GenAiOperationNameValues.CHAT.value
 _TEXT_COMPLETION: Final = gen_ai.GenAiOperationNameValues.TEXT_COMPLETION.value
+_OWNER: Final = "LatencyCallbackHandler"
+_SCOPE: Final = "agent_latency"
+
+_P = ParamSpec("_P")
+
+
+def guarded(method: Callable[_P, None]) -> Callable[_P, None]:
+    """Makes a callback method swallow its own failures, reported to the handler's
+    :class:`FailureLog`: telemetry never breaks the host."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def guarded_method(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception as exc:
+            cast("LatencyCallbackHandler", args[0]).failures.report(name, exc)
+
+    return guarded_method
 
 
 def _check_ms(option: str, value: object) -> float:
-    return checked_number(
-        "LatencyCallbackHandler", option, value, minimum=0, above=True, hint="milliseconds"
-    )
+    return checked_number(_OWNER, option, value, minimum=0, above=True, hint="milliseconds")
 
 
-class LatencyCallbackHandler(RunTracer):
+class LatencyCallbackHandler(BaseCallbackHandler):
     """Measures each model call's latency and traces agent runs with OpenTelemetry.
 
     Attach it explicitly, e.g. ``agent.invoke(inputs, config={"callbacks": [handler]})``,
@@ -92,6 +98,9 @@ class LatencyCallbackHandler(RunTracer):
         ValueError: When an option is out of range; the message names it.
     """
 
+    run_inline = True  # Called in the caller's task, in order: no executor hop, exact timing.
+    raise_error = False
+
     def __init__(
         self,
         *,
@@ -106,49 +115,45 @@ class LatencyCallbackHandler(RunTracer):
         on_record: Callable[[LatencyRecord], object] | None = None,
         max_open_runs: int = 10_000,
     ) -> None:
-        self.ttft_warn_ms = _check_ms("ttft_warn_ms", ttft_warn_ms)
-        self.ttft_error_ms = _check_ms("ttft_error_ms", ttft_error_ms)
-        if self.ttft_error_ms < self.ttft_warn_ms:
+        warn_ms = _check_ms("ttft_warn_ms", ttft_warn_ms)
+        error_ms = _check_ms("ttft_error_ms", ttft_error_ms)
+        if error_ms < warn_ms:
             raise ValueError(
-                f"LatencyCallbackHandler: ttft_error_ms ({ttft_error_ms}) must be at least "
+                f"{_OWNER}: ttft_error_ms ({ttft_error_ms}) must be at least "
                 f"ttft_warn_ms ({ttft_warn_ms})."
             )
-        self.chunk_timeout_ms = _check_ms("chunk_timeout_ms", chunk_timeout_ms)
-        for option, flag in (
-            ("capture_content", capture_content),
-            ("log_every_request", log_every_request),
-            ("record_ttft", record_ttft),
-        ):
-            if not isinstance(flag, bool):
-                raise ValueError(
-                    f"LatencyCallbackHandler: {option} must be True or False, got {flag!r}."
-                )
         if on_record is not None and not callable(on_record):
-            raise ValueError(
-                f"LatencyCallbackHandler: on_record must be callable or None, got {on_record!r}."
-            )
-        if isinstance(max_open_runs, bool) or not isinstance(max_open_runs, int):
-            raise ValueError(
-                f"LatencyCallbackHandler: max_open_runs must be an integer, got {max_open_runs!r}."
-            )
-        if max_open_runs < 1:
-            raise ValueError(
-                f"LatencyCallbackHandler: max_open_runs must be >= 1, got {max_open_runs!r}."
-            )
-        super().__init__(
-            tracer=trace.get_tracer("agent_latency", tracer_provider=tracer_provider),
-            capture_content=capture_content,
-            max_open_runs=max_open_runs,
+            raise ValueError(f"{_OWNER}: on_record must be callable or None, got {on_record!r}.")
+        options = CallOptions(
+            ttft_warn_ms=warn_ms,
+            ttft_error_ms=error_ms,
+            chunk_timeout_ms=_check_ms("chunk_timeout_ms", chunk_timeout_ms),
+            capture_content=checked_bool(_OWNER, "capture_content", capture_content),
+            log_every_request=checked_bool(_OWNER, "log_every_request", log_every_request),
+            record_ttft=checked_bool(_OWNER, "record_ttft", record_ttft),
+            on_record=on_record,
         )
-        self.log_every_request = log_every_request
-        self.record_ttft = record_ttft
-        self._on_record = on_record
-        self._stall_ns = int(self.chunk_timeout_ms * 1_000_000)
-        self._instruments = Instruments(
-            metrics.get_meter("agent_latency", meter_provider=meter_provider)
+        max_runs = checked_int(_OWNER, "max_open_runs", max_open_runs, minimum=1)
+        super().__init__()
+        self.failures = FailureLog()
+        self._tracer = trace.get_tracer(
+            _SCOPE, tracer_provider=tracer_provider, schema_url=semconv.SCHEMA_URL
         )
-        self._token_counter: TokenCounter | None = None
-        self._token_counter_failed = False
+        self._calls = ModelCallTracer(
+            tracer=self._tracer,
+            meter=metrics.get_meter(
+                _SCOPE, meter_provider=meter_provider, schema_url=semconv.SCHEMA_URL
+            ),
+            options=options,
+            failures=self.failures,
+        )
+        self._tree = RunTree(
+            tracer=self._tracer,
+            capture_content=options.capture_content,
+            max_open_runs=max_runs,
+            failures=self.failures,
+            end_model_call=self._calls.finish,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> LatencyCallbackHandler:
@@ -173,6 +178,41 @@ class LatencyCallbackHandler(RunTracer):
         options.update(overrides)
         return cls(**options)
 
+    @property
+    def ttft_warn_ms(self) -> float:
+        """The TTFT above which a call is ``warn`` and logged."""
+        return self._calls.options.ttft_warn_ms
+
+    @property
+    def ttft_error_ms(self) -> float:
+        """The TTFT above which a call is ``error``."""
+        return self._calls.options.ttft_error_ms
+
+    @property
+    def chunk_timeout_ms(self) -> float:
+        """A wait between chunks longer than this is a stall."""
+        return self._calls.options.chunk_timeout_ms
+
+    @property
+    def capture_content(self) -> bool:
+        """Whether prompts, answers and tool arguments and results are recorded."""
+        return self._calls.options.capture_content
+
+    @property
+    def log_every_request(self) -> bool:
+        """Whether every call logs an INFO line."""
+        return self._calls.options.log_every_request
+
+    @property
+    def record_ttft(self) -> bool:
+        """Whether time to first token is measured."""
+        return self._calls.options.record_ttft
+
+    @property
+    def open_runs(self) -> int:
+        """How many runs have started and not yet ended (0 when everything is finished)."""
+        return len(self._tree)
+
     def __repr__(self) -> str:
         return (
             f"LatencyCallbackHandler(ttft_warn_ms={self.ttft_warn_ms:g}, "
@@ -181,6 +221,26 @@ class LatencyCallbackHandler(RunTracer):
             f"log_every_request={self.log_every_request}, record_ttft={self.record_ttft}, "
             f"open_runs={self.open_runs})"
         )
+
+    # -- what the trimmer asks (agent_latency._trace_link) -------------------------------------
+
+    def otel_context_for_run(self, run_id: UUID) -> Context | None:
+        """Returns the context whose current span is the span of ``run_id``, if it is open.
+
+        This makes the handler a ``RunContextProvider``: the trimmer starts its span under the
+        run it works in.
+        """
+        try:
+            state = self._tree.get(run_id)
+            return None if state is None else state.context
+        except Exception as exc:
+            self.failures.report("otel_context_for_run", exc)
+            return None
+
+    def tracer_for_trims(self) -> trace.Tracer:
+        """Returns the handler's tracer, so a trim run under it records its span into the
+        handler's tracer provider, beside its parent (a ``TrimTracerProvider``)."""
+        return self._tracer
 
     # -- model calls ---------------------------------------------------------------------------
 
@@ -227,41 +287,102 @@ class LatencyCallbackHandler(RunTracer):
         **kwargs: Any,
     ) -> None:
         """Times a streamed chunk; the empty end-of-stream chunk does not count."""
-        now_ns = _now_ns()
         try:  # Inline rather than @guarded: this runs once per chunk.
-            state = self._runs.get(run_id)
-            if not isinstance(state, ModelRunState):
-                return
-            state.streamed = True
-            if token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None):
-                self._add_chunk(state, now_ns)
+            content = bool(
+                token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
+            )
+            self._calls.chunk(self._tree.get(run_id), content=content)
         except Exception as exc:
             self.failures.report("on_llm_new_token", exc)
 
     def on_stream_event(self, event: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Times a chunk of LangChain's v2 streaming protocol (used instead of new-token)."""
-        now_ns = _now_ns()
         try:
-            state = self._runs.get(run_id)
-            if not isinstance(state, ModelRunState):
-                return
-            state.streamed = True
-            if isinstance(event, Mapping) and event.get("event") == "content-block-delta":
-                self._add_chunk(state, now_ns)
+            content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
+            self._calls.chunk(self._tree.get(run_id), content=content)
         except Exception as exc:
             self.failures.report("on_stream_event", exc)
 
     @guarded
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        state = self._runs.pop(run_id)
-        if state is not None:
-            self._finish(state, None, response)
+        self._tree.end(run_id, None, response)
 
     @guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        state = self._runs.pop(run_id)
-        if state is not None:
-            self._finish(state, error)
+        self._tree.end(run_id, error)
+
+    # -- agents, chains, tools, retrievers -----------------------------------------------------
+
+    @guarded
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: dict[str, Any] | Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._tree.start_chain(serialized, run_id, parent_run_id, tags, metadata, kwargs)
+
+    @guarded
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tree.end(run_id, None)
+
+    @guarded
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tree.end(run_id, error)
+
+    @guarded
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._tree.start_tool(serialized, input_str, run_id, parent_run_id, inputs, kwargs)
+
+    @guarded
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tree.record_tool_result(run_id, output)
+        self._tree.end(run_id, None)
+
+    @guarded
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tree.end(run_id, error)
+
+    @guarded
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any],
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # Not traced, but registered so that runs under a retriever still find their parent.
+        self._tree.start_untraced(run_id, parent_run_id)
+
+    @guarded
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tree.end(run_id, None)
+
+    @guarded
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tree.end(run_id, error)
+
+    @guarded
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Keeps a trim's figures for the model call it prepared (see ``TRIM_EVENT``)."""
+        if name == TRIM_EVENT:
+            self._tree.keep_trim(run_id, data)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -274,208 +395,18 @@ class LatencyCallbackHandler(RunTracer):
         metadata: Mapping[str, Any] | None,
         kwargs: Mapping[str, Any],
         content: str | None,
-        messages: Sequence[BaseMessage] | None,
+        messages: list[BaseMessage] | None,
     ) -> None:
-        """Opens the span and state of a model call (``chat`` or ``text_completion``).
-
-        ``content`` is the prompt as ``gen_ai.input.messages`` (``None`` unless captured);
-        ``messages`` the chat prompt, kept for the local token count.
-        """
-        started_ns = _now_ns()
-        params: Mapping[str, Any] = kwargs.get("invocation_params") or {}
-        meta: Mapping[str, Any] = metadata or {}
-        model = requested_model(meta, params)
-        metric_attributes: dict[str, AttributeValue] = {
-            gen_ai.GEN_AI_OPERATION_NAME: operation,
-            gen_ai.GEN_AI_PROVIDER_NAME: provider_name(meta),
-        }
-        if model is not None:
-            metric_attributes[gen_ai.GEN_AI_REQUEST_MODEL] = model
-        endpoint = server(serialized)
-        if endpoint is not None:
-            metric_attributes[server_attributes.SERVER_ADDRESS] = endpoint[0]
-            metric_attributes[server_attributes.SERVER_PORT] = endpoint[1]
-        attributes = dict(metric_attributes)
-        temperature = params.get("temperature", meta.get("ls_temperature"))
-        if isinstance(temperature, int | float) and not isinstance(temperature, bool):
-            attributes[gen_ai.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
-        max_tokens = first_int(
-            params.get("max_tokens"), params.get("max_completion_tokens"), meta.get("ls_max_tokens")
-        )
-        if max_tokens is not None:
-            attributes[gen_ai.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
-        if content is not None:
-            attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = content
-        parent_context = self._parent_context(parent_run_id)
-        span = self._tracer.start_span(
-            f"{operation} {model}" if model else operation,
-            context=parent_context,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-        )
-        trim = self._runs.take_trim(parent_run_id)
-        if trim is not None:
-            span.set_attributes(trim.attributes)
-        state = ModelRunState(
-            run_id=run_id,
-            parent_run_id=parent_run_id,
-            span=span,
-            context=trace.set_span_in_context(span, parent_context),
-            model=model,
-            started_ns=started_ns,
-            stall_ns=self._stall_ns,
+        state = self._calls.start(
+            operation,
+            serialized,
+            run_id,
+            parent_run_id,
+            metadata,
+            kwargs,
+            content=content,
             messages=messages,
-            metric_attributes=metric_attributes,
-            streamed=params.get("stream") is True,
-            trim=trim,
-            server=endpoint,
+            parent_context=self._tree.parent_context(parent_run_id),
+            trim=self._tree.take_trim(parent_run_id),
         )
-        self._register(state)
-
-    def _add_chunk(self, state: ModelRunState, now_ns: int) -> None:
-        first = state.first_chunk_ns is None
-        stall_ns = state.add_chunk(now_ns)
-        span = state.span
-        if span is None:
-            return
-        if first and self.record_ttft:
-            span.add_event(semconv.FIRST_CHUNK_EVENT)
-        elif stall_ns:
-            self._add_stall_event(span, stall_ns, state.chunks - 1)
-
-    @staticmethod
-    def _add_stall_event(span: Span, gap_ns: int, after_chunks: int) -> None:
-        span.add_event(
-            semconv.STALL_EVENT,
-            {semconv.STALL_GAP_MS: gap_ns / 1e6, semconv.STALL_AFTER_CHUNKS: after_chunks},
-        )
-
-    def _finish_model(
-        self, state: ModelRunState, error: BaseException | None, response: LLMResult | None
-    ) -> None:
-        end_ns = _now_ns()
-        span = state.span
-        assert span is not None  # model runs always have a span
-        # Ends the span even when measuring fails: the run is already out of the registry,
-        # so nothing else would.
-        try:
-            trailing_stall = state.close_stream(end_ns)
-            if trailing_stall:
-                self._add_stall_event(span, trailing_stall, state.chunks)
-            timing = call_timing(
-                started_ns=state.started_ns,
-                end_ns=end_ns,
-                first_chunk_ns=state.first_chunk_ns,
-                last_chunk_ns=state.last_chunk_ns,
-                chunks=state.chunks,
-                failed=error is not None,
-                record_ttft=self.record_ttft,
-                warn_ms=self.ttft_warn_ms,
-                error_ms=self.ttft_error_ms,
-            )
-            usage = response_details(response)
-            # Our count of the request: the trim's (the whole request) when a trim prepared it.
-            estimated = (
-                state.trim.tokens_after if state.trim else self._estimate_tokens(state.messages)
-            )
-            span.set_attributes(end_attributes(state, timing, usage, estimated))
-            if self.capture_content and response is not None:
-                span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
-        finally:
-            end_span(span, error)
-
-        result = outcome(error)
-        failure = error_type(error) if error is not None and result != "abandoned" else None
-        metric_attributes = state.metric_attributes
-        if usage.model is not None:
-            metric_attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = usage.model
-        if failure is not None:
-            metric_attributes[error_attributes.ERROR_TYPE] = failure
-        self._instruments.record_call(
-            metric_attributes,
-            state.context,
-            timing=timing,
-            usage=usage,
-            stalls=state.stalls,
-            streamed=state.streamed,
-            question_retention=(
-                state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
-            ),
-        )
-        # A blocking call's first text waits for the whole answer: it has no time to first token.
-        first_token_ms = timing.ttft_ms if state.streamed else None
-        self._calibrate(state, first_token_ms, usage)
-        self._learn_latency(state, first_token_ms, usage)
-        record = LatencyRecord(
-            run_id=state.run_id,
-            model=state.model or "unknown",
-            streaming=state.streamed,
-            ttft_ms=timing.ttft_ms,
-            total_ms=timing.total_ms,
-            chunks=state.chunks,
-            stalls=state.stalls,
-            max_chunk_gap_ms=state.max_gap_ns / 1e6,
-            input_tokens=usage.input_tokens,
-            estimated_input_tokens=estimated,
-            output_tokens=usage.output_tokens,
-            ttft_level=timing.ttft_level,
-            error_type=failure,
-            outcome=result,
-            cache_read_tokens=usage.cache_read_tokens,
-        )
-        log_record(
-            record,
-            state.trim,
-            threshold_ms=self.ttft_error_ms if timing.ttft_level == "error" else self.ttft_warn_ms,
-            every_request=self.log_every_request,
-        )
-        if self._on_record is not None:
-            try:
-                self._on_record(record)
-            except Exception as exc:
-                self.failures.report("on_record", exc)
-
-    def _calibrate(
-        self, state: ModelRunState, first_token_ms: float | None, usage: Response
-    ) -> None:
-        """Tells the trim that prepared the request how it went: its calibration the server's
-        prompt tokens, its ``on_usage`` those, the cached ones and the time to first token."""
-        trim = state.trim
-        if trim is None:
-            return
-        if trim.calibration is not None and usage.input_tokens is not None:
-            try:
-                trim.calibration.observe(trim.tokens_after, usage.input_tokens)
-            except Exception as exc:
-                self.failures.report("calibration", exc)
-        if trim.on_usage is not None:
-            try:
-                trim.on_usage(usage.input_tokens, usage.cache_read_tokens, first_token_ms)
-            except Exception as exc:
-                self.failures.report("trim usage", exc)
-
-    def _learn_latency(
-        self, state: ModelRunState, first_token_ms: float | None, usage: Response
-    ) -> None:
-        """Feeds the endpoint's latency model the call's TTFT and prompt tokens."""
-        if first_token_ms is None or usage.input_tokens is None:
-            return
-        try:
-            LATENCY_MODELS.model_for(state.server, state.model).observe(
-                first_token_ms, usage.input_tokens, usage.cache_read_tokens
-            )
-        except Exception as exc:
-            self.failures.report("latency_model", exc)
-
-    def _estimate_tokens(self, messages: Sequence[BaseMessage] | None) -> int | None:
-        """The prompt counted locally (cl100k), or ``None`` without messages or a counter."""
-        if not messages or self._token_counter_failed:
-            return None
-        if self._token_counter is None:
-            try:
-                self._token_counter = TokenCounter()
-            except ValueError as exc:
-                self._token_counter_failed = True
-                logger.warning("agent-latency: no local token estimate: %s", exc)
-                return None
-        return self._token_counter.count_messages(messages)
+        self._tree.add(state)

@@ -11,7 +11,8 @@ from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
-from agent_latency.telemetry._langchain import Response
+from agent_latency._wire import ServerUsage
+from agent_latency.telemetry._split import TtftSplit
 from agent_latency.telemetry._timing import CallTiming
 
 _INPUT = gen_ai.GenAiTokenTypeValues.INPUT.value
@@ -51,6 +52,21 @@ class Instruments:
             description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=semconv.TOKEN_USAGE_BUCKETS,
         )
+        self.cache_tokens = meter.create_histogram(
+            semconv.CACHE_TOKENS_METRIC,
+            unit="{token}",
+            description="Prompt tokens the server read from its prefix cache or wrote to it.",
+            explicit_bucket_boundaries_advisory=semconv.TOKEN_USAGE_BUCKETS,
+        )
+        self.server_prefill = seconds(
+            semconv.TTFT_SERVER_PREFILL_METRIC,
+            "The server's prefill time, as it reports it: its part of the time to first token.",
+        )
+        self.ttft_remainder = seconds(
+            semconv.TTFT_REMAINDER_METRIC,
+            "Time to first token less the server's prefill (and a blocking call's decode): "
+            "client, network and queue.",
+        )
         self.stalls = meter.create_counter(
             semconv.STALLS_METRIC,
             unit="{stall}",
@@ -74,7 +90,8 @@ class Instruments:
         context: Context,
         *,
         timing: CallTiming,
-        usage: Response,
+        usage: ServerUsage,
+        split: TtftSplit | None,
         stalls: int,
         streamed: bool,
         question_retention: AttributeValue | None = None,
@@ -85,7 +102,8 @@ class Instruments:
             attributes: The call's low-cardinality metric attributes.
             context: The call's span context (so exemplars link to the trace).
             timing: The call's timing.
-            usage: The server's token counts.
+            usage: What the server reported: its token counts.
+            split: Where the call's time to first token went, when the server said.
             stalls: Stalls between chunks.
             streamed: Whether the call streamed; a blocking call is no TTFT breach, since its
                 first text is its whole answer.
@@ -99,15 +117,24 @@ class Instruments:
             # several microseconds, more than the whole per-chunk budget of the handler.
             self.time_per_chunk.record(timing.mean_chunk_gap_s, attributes, context)
         for token_type, tokens in (
-            (_INPUT, usage.input_tokens),
-            (_OUTPUT, usage.output_tokens),
-            (semconv.TOKEN_TYPE_CACHE_READ, usage.cache_read_tokens),
-            (semconv.TOKEN_TYPE_CACHE_CREATION, usage.cache_creation_tokens),
+            (_INPUT, usage.prompt_tokens),
+            (_OUTPUT, usage.completion_tokens),
         ):
             if tokens is not None:
                 self.token_usage.record(
                     tokens, {**attributes, gen_ai.GEN_AI_TOKEN_TYPE: token_type}, context
                 )
+        for cache, tokens in (
+            (semconv.TOKEN_CACHE_READ, usage.cached_tokens),
+            (semconv.TOKEN_CACHE_CREATION, usage.cache_creation_tokens),
+        ):
+            if tokens is not None:
+                self.cache_tokens.record(
+                    tokens, {**attributes, semconv.TOKEN_CACHE: cache}, context
+                )
+        if split is not None:
+            self.server_prefill.record(split.server_prefill_ms / 1e3, attributes, context)
+            self.ttft_remainder.record(split.remainder_ms / 1e3, attributes, context)
         if stalls:
             self.stalls.add(stalls, attributes, context)
         if isinstance(question_retention, float | int) and not isinstance(question_retention, bool):

@@ -1,14 +1,15 @@
-"""What the handler reads from LangChain's callback arguments: model, endpoint, names, usage.
+"""What the handler reads from LangChain's callback arguments: model, endpoint, names, answer.
 
 LangChain passes these fields loosely typed (``serialized`` constructor arguments, metadata,
 invocation parameters, an ``LLMResult``); every reader here accepts anything and returns
-``None`` (or nothing) for what it does not recognise.
+``None`` (or nothing) for what it does not recognise. The server's usage, cached tokens and
+prefill timings are read by :mod:`agent_latency._wire`, the one reader of every provider's shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from langchain_core.outputs import ChatGeneration, LLMResult
@@ -16,6 +17,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 
 from agent_latency._redaction import host_and_port
 from agent_latency._validation import is_integer
+from agent_latency._wire import ServerUsage, usage_of_body, usage_of_message
 
 # LangChain's ``ls_provider`` values mapped to ``gen_ai.provider.name`` where they differ.
 _PROVIDERS: Final = {
@@ -30,9 +32,7 @@ _PROVIDERS: Final = {
 # Constructor fields under which LangChain integrations serialise their endpoint.
 _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api_base", "endpoint")
 _CREATE_AGENT: Final = "langchain_create_agent"
-_CACHE_READ: Final = "cache_read"
-_CACHE_CREATION: Final = "cache_creation"
-_DEEPSEEK_CACHE_HIT: Final = "prompt_cache_hit_tokens"
+_NOTHING_REPORTED: Final = ServerUsage()
 
 
 def first_str(*values: object) -> str | None:
@@ -96,55 +96,23 @@ def server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:
 class Response:
     """The fields of an ``LLMResult`` the span, metrics and record use.
 
-    Token counts are ``None`` where the server said nothing (never a stand-in 0).
-
     Attributes:
         model: The model that answered.
         id: The completion id.
         finish_reasons: One per generation, when given.
-        input_tokens: Prompt tokens the server reported (cached ones included).
-        output_tokens: Completion tokens the server reported.
-        cache_read_tokens: Prompt tokens the server read from its prefix cache.
-        cache_creation_tokens: Prompt tokens the server wrote to its cache (Anthropic-style).
+        usage: What the server reported about the call (``None`` where it said nothing, never a
+            stand-in 0), as :func:`agent_latency._wire.usage_of_message` reads it.
     """
 
     model: str | None = None
     id: str | None = None
     finish_reasons: tuple[str, ...] = ()
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_creation_tokens: int | None = None
-
-    @property
-    def prefilled_tokens(self) -> int | None:
-        """Prompt tokens the server had to prefill: those it did not read from its cache."""
-        if self.input_tokens is None or self.cache_read_tokens is None:
-            return None
-        return max(0, self.input_tokens - self.cache_read_tokens)
-
-
-def _detail(details: object, kind: str) -> int | None:
-    """Sums ``kind`` and its service-tier variants (``priority_cache_read``) of a details dict."""
-    if not isinstance(details, Mapping):
-        return None
-    counts = [
-        value
-        for key, value in details.items()
-        if isinstance(key, str)
-        and (key == kind or key.endswith(f"_{kind}"))
-        and first_int(value) is not None
-    ]
-    return sum(counts) if counts else None
+    usage: ServerUsage = field(default_factory=ServerUsage)
 
 
 def response_details(response: LLMResult | None) -> Response:
-    """Reads an ``LLMResult``: ``usage_metadata`` first, the raw ``token_usage`` as a fallback.
-
-    Cache reads come from ``usage_metadata["input_token_details"]`` (LangChain's mapping of
-    OpenAI's ``prompt_tokens_details.cached_tokens``), else from DeepSeek's
-    ``prompt_cache_hit_tokens`` in the raw usage, which LangChain passes on for blocking calls
-    only.
+    """Reads an ``LLMResult``: names from its generations and ``llm_output``, the usage from
+    its answer message, else (a completion model's result) from ``llm_output["token_usage"]``.
     """
     if response is None:
         return Response()
@@ -152,42 +120,23 @@ def response_details(response: LLMResult | None) -> Response:
     model = first_str(llm_output.get("model_name"), llm_output.get("model"))
     response_id = first_str(llm_output.get("id"))
     finish_reasons: list[str] = []
-    input_tokens = output_tokens = cache_read = cache_creation = None
+    usage: ServerUsage | None = None
     for generation in response.generations[0] if response.generations else ():
         info: Mapping[str, Any] = generation.generation_info or {}
         metadata: Mapping[str, Any] = {}
         if isinstance(generation, ChatGeneration):
             message = generation.message
             metadata = message.response_metadata or {}
-            usage = getattr(message, "usage_metadata", None)
-            if usage:
-                input_tokens = first_int(usage.get("input_tokens"))
-                output_tokens = first_int(usage.get("output_tokens"))
-                details = usage.get("input_token_details")
-                cache_read = _detail(details, _CACHE_READ)
-                cache_creation = _detail(details, _CACHE_CREATION)
+            if usage is None:
+                usage = usage_of_message(message)
             message_id = message.id if not (message.id or "").startswith("lc_") else None
             response_id = response_id or first_str(metadata.get("id"), message_id)
         model = model or first_str(metadata.get("model_name"), metadata.get("model"))
         reason = first_str(info.get("finish_reason"), metadata.get("finish_reason"))
         if reason is not None:
             finish_reasons.append(reason)
-    raw = llm_output.get("token_usage")
-    if isinstance(raw, Mapping):
-        if input_tokens is None and output_tokens is None:
-            input_tokens = first_int(raw.get("prompt_tokens"))
-            output_tokens = first_int(raw.get("completion_tokens"))
-        if cache_read is None:
-            cache_read = first_int(
-                raw.get(_DEEPSEEK_CACHE_HIT),
-                _detail(raw.get("prompt_tokens_details"), "cached_tokens"),
-            )
-    return Response(
-        model,
-        response_id,
-        tuple(finish_reasons),
-        input_tokens,
-        output_tokens,
-        cache_read,
-        cache_creation,
-    )
+    if usage is None or usage == _NOTHING_REPORTED:
+        # LangChain copies llm_output into the message's metadata for a chat model; a
+        # completion model (and a result built by hand) keeps the raw usage there only.
+        usage = usage_of_body({"usage": llm_output.get("token_usage")})
+    return Response(model, response_id, tuple(finish_reasons), usage)

@@ -10,9 +10,11 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._trace_link import PendingTrim
 from agent_latency.telemetry._langchain import Response
 from agent_latency.telemetry._log import logger
-from agent_latency.telemetry._run_state import ModelRunState, PendingTrim
+from agent_latency.telemetry._run_state import ModelRunState
+from agent_latency.telemetry._split import SlowCause, TtftSplit
 from agent_latency.telemetry._timing import CallTiming
 
 
@@ -41,6 +43,15 @@ class LatencyRecord:
             reading the stream).
         cache_read_tokens: Prompt tokens the server reported reading from its prefix cache;
             ``None`` when it said nothing about caching.
+        prefilled_tokens: Prompt tokens the server reported prefilling (llama.cpp's
+            ``timings.prompt_n``, else the prompt tokens less the cached ones); ``None`` when
+            it said neither.
+        server_prefill_ms: How long the server said it prefilled, when it said so and the
+            call's time to first token could be split by it (see ``ttft_remainder_ms``).
+        server_decode_ms: A blocking call's: how long the server said it generated the answer.
+        ttft_remainder_ms: The rest of the time to first token: client, network and the
+            server's queue. ``server_prefill_ms`` (and for a blocking call ``server_decode_ms``)
+            and this add up to ``ttft_ms``; all three ``None`` without the server's timings.
     """
 
     run_id: UUID
@@ -58,29 +69,44 @@ class LatencyRecord:
     error_type: str | None
     outcome: str
     cache_read_tokens: int | None = None
+    prefilled_tokens: int | None = None
+    server_prefill_ms: float | None = None
+    server_decode_ms: float | None = None
+    ttft_remainder_ms: float | None = None
 
 
 def end_attributes(
-    state: ModelRunState, timing: CallTiming, usage: Response, estimated: int | None
+    state: ModelRunState,
+    timing: CallTiming,
+    response: Response,
+    estimated: int | None,
+    split: TtftSplit | None,
 ) -> dict[str, AttributeValue]:
     """The attributes a model-call span gets when the call ends."""
+    usage = response.usage
+    prompt_tokens = usage.prompt_tokens
     optional: dict[str, AttributeValue | None] = {
         semconv.TTFT_MS: timing.ttft_ms,
         semconv.TTFT_LEVEL: timing.ttft_level,
         gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: timing.first_chunk_s,
         semconv.ESTIMATED_INPUT_TOKENS: estimated,
-        gen_ai.GEN_AI_RESPONSE_MODEL: usage.model,
-        gen_ai.GEN_AI_RESPONSE_ID: usage.id,
-        gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: usage.finish_reasons or None,
-        gen_ai.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
-        gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
-        gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
+        gen_ai.GEN_AI_RESPONSE_MODEL: response.model,
+        gen_ai.GEN_AI_RESPONSE_ID: response.id,
+        gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: response.finish_reasons or None,
+        gen_ai.GEN_AI_USAGE_INPUT_TOKENS: prompt_tokens,
+        gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage.completion_tokens,
+        gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cached_tokens,
         gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: usage.cache_creation_tokens,
         semconv.PREFILLED_INPUT_TOKENS: usage.prefilled_tokens,
         semconv.INPUT_TOKENS_RATIO: (
-            usage.input_tokens / estimated if usage.input_tokens is not None and estimated else None
+            prompt_tokens / estimated if prompt_tokens is not None and estimated else None
         ),
+        semconv.INVALID_USAGE: usage.invalid or None,
     }
+    if split is not None:
+        optional[semconv.TTFT_SERVER_PREFILL_MS] = split.server_prefill_ms
+        optional[semconv.TTFT_SERVER_DECODE_MS] = split.server_decode_ms
+        optional[semconv.TTFT_REMAINDER_MS] = split.remainder_ms
     attributes: dict[str, AttributeValue] = {
         gen_ai.GEN_AI_REQUEST_STREAM: state.streamed,
         semconv.TOTAL_MS: timing.total_ms,
@@ -109,25 +135,60 @@ _HINT_FIXED = (
     "the part no trim removes is over the budget ({cause}): lowering prompt.token_budget cannot "
     "help; send less of it (fewer or shorter tool definitions, a shorter system prompt)."
 )
+_HINT_BUFFERED = (
+    "its {chunks} chunks arrived in one burst, {ttft:,.0f} of {total:,.0f} ms into the call: the "
+    "client or a proxy buffers the stream, so the first token waited for the whole answer and "
+    "the prompt is not the cause. Turn the buffering off (nginx `proxy_buffering off;` or the "
+    "upstream header `X-Accel-Buffering: no`, no buffering middleware, a client that reads the "
+    "stream as it arrives)."
+)
+_HINT_QUEUE = (
+    "{split}: not the prompt, so trimming will not help; look at the server's load (queued "
+    "requests, busy slots) and the network between client and server."
+)
+_HINT_PREFILL = (
+    "{split}: lower prompt.token_budget or trim history so the server prefills less, or keep "
+    "its prefix cache warm (an unchanged prefix is not prefilled again)."
+)
 
 
-def _hint(trim: PendingTrim | None) -> str:
-    cause = None if trim is None else trim.attributes.get(semconv.TRIM_OVER_BUDGET_CAUSE)
-    return _HINT_FIXED.format(cause=cause) if isinstance(cause, str) and cause else _HINT_TRIM
+def _hint(
+    record: LatencyRecord, trim: PendingTrim | None, split: TtftSplit | None, cause: SlowCause
+) -> str:
+    if cause is SlowCause.BUFFERED:
+        return _HINT_BUFFERED.format(
+            chunks=record.chunks, ttft=record.ttft_ms or 0.0, total=record.total_ms
+        )
+    if cause is SlowCause.QUEUE_OR_NETWORK and split is not None:
+        return _HINT_QUEUE.format(split=split.describe())
+    fixed = None if trim is None else trim.attributes.get(semconv.TRIM_OVER_BUDGET_CAUSE)
+    if isinstance(fixed, str) and fixed:
+        return _HINT_FIXED.format(cause=fixed)
+    if cause is SlowCause.PREFILL and split is not None:
+        return _HINT_PREFILL.format(split=split.describe())
+    return _HINT_TRIM
 
 
 def log_record(
     record: LatencyRecord,
     trim: PendingTrim | None,
     *,
+    split: TtftSplit | None,
+    cause: SlowCause,
     threshold_ms: float,
     every_request: bool,
 ) -> None:
     """Logs a call: a WARNING or ERROR when its TTFT crossed a threshold, INFO if asked.
 
+    The hint of a slow streamed call follows what held it up: a buffered stream, the client,
+    network or queue, or the prefill (the trim, or the part no trim removes, when that alone is
+    over the budget).
+
     Args:
         record: The call.
         trim: The trim that prepared it, if any.
+        split: Where its time to first token went, when the server said.
+        cause: What held the first token up.
         threshold_ms: The threshold its ``ttft_level`` crossed (unused for ``"ok"``).
         every_request: Whether to log the INFO line of every call.
     """
@@ -142,7 +203,7 @@ def log_record(
         level = logging.ERROR if record.ttft_level == "error" else logging.WARNING
         common = (record.model, record.ttft_ms, threshold_ms, shown_tokens, budget)
         if record.streaming:
-            logger.log(level, _SLOW_STREAMED, *common, _hint(trim))
+            logger.log(level, _SLOW_STREAMED, *common, _hint(record, trim, split, cause))
         else:
             logger.log(level, _SLOW_BLOCKING, *common)
     if every_request:

@@ -1,0 +1,338 @@
+"""Model calls: their spans, chunk timing, and what each records when it ends.
+
+:class:`ModelCallTracer` opens a ``chat {model}`` (or ``text_completion {model}``) span when a
+call starts, times its content chunks, and when the call ends sets the span's figures (timing,
+the server's usage, where the first token's time went, the trim that prepared it), records the
+metrics, hands the call's lessons on (:func:`learn_from_call`), logs it and builds its
+:class:`LatencyRecord`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import LLMResult
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import Meter
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv.attributes import error_attributes, server_attributes
+from opentelemetry.trace import Span, SpanKind
+from opentelemetry.util.types import AttributeValue
+
+from agent_latency import semconv
+from agent_latency._trace_link import PendingTrim
+from agent_latency._validation import is_number
+from agent_latency.telemetry._content import output_json
+from agent_latency.telemetry._feedback import learn_from_call
+from agent_latency.telemetry._instruments import Instruments
+from agent_latency.telemetry._langchain import (
+    first_int,
+    provider_name,
+    requested_model,
+    response_details,
+    server,
+)
+from agent_latency.telemetry._log import FailureLog, logger
+from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
+from agent_latency.telemetry._run_state import ModelRunState, RunState
+from agent_latency.telemetry._run_tree import end_span, error_type, outcome
+from agent_latency.telemetry._split import is_buffered, slow_cause, split_ttft
+from agent_latency.telemetry._timing import call_timing
+from agent_latency.tokens import TokenCounter
+
+_now_ns: Callable[[], int] = time.perf_counter_ns
+"""The clock of every duration the handler measures (tests replace it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """The handler's options that decide what a model call records (validated by the handler).
+
+    Attributes:
+        ttft_warn_ms: A TTFT above this is ``warn`` and logged.
+        ttft_error_ms: Above this, ``error``.
+        chunk_timeout_ms: A wait between chunks longer than this is a stall.
+        capture_content: Whether prompts and answers go on the span.
+        log_every_request: Whether every call logs an INFO line.
+        record_ttft: Whether time to first token is measured.
+        on_record: Called with each call's :class:`LatencyRecord`, if given.
+    """
+
+    ttft_warn_ms: float
+    ttft_error_ms: float
+    chunk_timeout_ms: float
+    capture_content: bool
+    log_every_request: bool
+    record_ttft: bool
+    on_record: Callable[[LatencyRecord], object] | None
+
+
+class ModelCallTracer:
+    """Traces and measures model calls for one handler.
+
+    Args:
+        tracer: Where the model-call spans go.
+        meter: Where the metrics go.
+        options: What to record.
+        failures: Where the handler's own failures are reported.
+    """
+
+    def __init__(
+        self, *, tracer: trace.Tracer, meter: Meter, options: CallOptions, failures: FailureLog
+    ) -> None:
+        self.options = options
+        self._tracer = tracer
+        self._instruments = Instruments(meter)
+        self._failures = failures
+        self._stall_ns = int(options.chunk_timeout_ms * 1_000_000)
+        self._token_counter: TokenCounter | None = None
+        self._token_counter_failed = False
+        self._impossible_usage_seen = False
+
+    def start(
+        self,
+        operation: str,
+        serialized: Mapping[str, Any] | None,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        metadata: Mapping[str, Any] | None,
+        kwargs: Mapping[str, Any],
+        *,
+        content: str | None,
+        messages: Sequence[BaseMessage] | None,
+        parent_context: Context,
+        trim: PendingTrim | None,
+    ) -> ModelRunState:
+        """Opens the span of a model call (``chat`` or ``text_completion``) and its state.
+
+        Args:
+            operation: ``chat`` or ``text_completion``.
+            serialized: LangChain's serialised model (its endpoint).
+            run_id: The call's run.
+            parent_run_id: The run it is in, if any.
+            metadata: LangChain's run metadata (the model and provider).
+            kwargs: The callback's other arguments (the invocation parameters).
+            content: The prompt as ``gen_ai.input.messages``; ``None`` unless captured.
+            messages: The chat prompt, kept for the local token count.
+            parent_context: The context the span starts in.
+            trim: The trim that prepared the call, if any.
+
+        Returns:
+            The open call, for the run tree to register.
+        """
+        started_ns = _now_ns()
+        params: Mapping[str, Any] = kwargs.get("invocation_params") or {}
+        meta: Mapping[str, Any] = metadata or {}
+        model = requested_model(meta, params)
+        metric_attributes: dict[str, AttributeValue] = {
+            gen_ai.GEN_AI_OPERATION_NAME: operation,
+            gen_ai.GEN_AI_PROVIDER_NAME: provider_name(meta),
+        }
+        if model is not None:
+            metric_attributes[gen_ai.GEN_AI_REQUEST_MODEL] = model
+        endpoint = server(serialized)
+        if endpoint is not None:
+            metric_attributes[server_attributes.SERVER_ADDRESS] = endpoint[0]
+            metric_attributes[server_attributes.SERVER_PORT] = endpoint[1]
+        attributes = dict(metric_attributes)
+        temperature = params.get("temperature", meta.get("ls_temperature"))
+        if is_number(temperature):
+            attributes[gen_ai.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
+        max_tokens = first_int(
+            params.get("max_tokens"), params.get("max_completion_tokens"), meta.get("ls_max_tokens")
+        )
+        if max_tokens is not None:
+            attributes[gen_ai.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
+        if content is not None:
+            attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = content
+        span = self._tracer.start_span(
+            f"{operation} {model}" if model else operation,
+            context=parent_context,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        if trim is not None:
+            span.set_attributes(trim.attributes)
+        return ModelRunState(
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            span=span,
+            context=trace.set_span_in_context(span, parent_context),
+            model=model,
+            started_ns=started_ns,
+            stall_ns=self._stall_ns,
+            messages=messages,
+            metric_attributes=metric_attributes,
+            streamed=params.get("stream") is True,
+            trim=trim,
+            server=endpoint,
+        )
+
+    def chunk(self, state: RunState | None, *, content: bool) -> None:
+        """Times a streamed chunk of the open run ``state`` (ignored unless a model call's).
+
+        Args:
+            state: The run the chunk belongs to.
+            content: Whether the chunk carries text or a tool-call fragment; the empty
+                end-of-stream chunk and a role-only first delta mark the call streamed only.
+        """
+        now_ns = _now_ns()
+        if not isinstance(state, ModelRunState):
+            return
+        state.streamed = True
+        if not content:
+            return
+        first = state.first_chunk_ns is None
+        stall_ns = state.add_chunk(now_ns)
+        span = state.span
+        if span is None:
+            return
+        if first and self.options.record_ttft:
+            span.add_event(semconv.FIRST_CHUNK_EVENT)
+        elif stall_ns:
+            _add_stall_event(span, stall_ns, state.chunks - 1)
+
+    def finish(
+        self, state: ModelRunState, error: BaseException | None, response: LLMResult | None
+    ) -> None:
+        """Ends a model call's span and records the call (its run has left the tree)."""
+        end_ns = _now_ns()
+        options = self.options
+        span = state.span
+        assert span is not None  # model runs always have a span
+        # Ends the span even when measuring fails: the run is already out of the tree, so
+        # nothing else would.
+        try:
+            trailing_stall = state.close_stream(end_ns)
+            if trailing_stall:
+                _add_stall_event(span, trailing_stall, state.chunks)
+            timing = call_timing(
+                started_ns=state.started_ns,
+                end_ns=end_ns,
+                first_chunk_ns=state.first_chunk_ns,
+                last_chunk_ns=state.last_chunk_ns,
+                chunks=state.chunks,
+                failed=error is not None,
+                record_ttft=options.record_ttft,
+                warn_ms=options.ttft_warn_ms,
+                error_ms=options.ttft_error_ms,
+            )
+            details = response_details(response)
+            usage = details.usage
+            split = split_ttft(timing.ttft_ms, usage, streamed=state.streamed)
+            # Our count of the request: the trim's (the whole request) when a trim prepared it.
+            estimated = (
+                state.trim.tokens_after if state.trim else self._estimate_tokens(state.messages)
+            )
+            span.set_attributes(end_attributes(state, timing, details, estimated, split))
+            if options.capture_content and response is not None:
+                span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
+        finally:
+            end_span(span, error)
+
+        result = outcome(error)
+        failure = error_type(error) if error is not None and result != "abandoned" else None
+        metric_attributes = state.metric_attributes
+        if details.model is not None:
+            metric_attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = details.model
+        if failure is not None:
+            metric_attributes[error_attributes.ERROR_TYPE] = failure
+        self._instruments.record_call(
+            metric_attributes,
+            state.context,
+            timing=timing,
+            usage=usage,
+            split=split,
+            stalls=state.stalls,
+            streamed=state.streamed,
+            question_retention=(
+                state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
+            ),
+        )
+        if usage.invalid:
+            self._report_impossible_usage(state.model, usage.invalid)
+        learn_from_call(
+            trim=state.trim,
+            server=state.server,
+            model=state.model,
+            # A blocking call's first text waits for the whole answer: no time to first token.
+            first_token_ms=timing.ttft_ms if state.streamed else None,
+            usage=usage,
+            failures=self._failures,
+        )
+        record = LatencyRecord(
+            run_id=state.run_id,
+            model=state.model or "unknown",
+            streaming=state.streamed,
+            ttft_ms=timing.ttft_ms,
+            total_ms=timing.total_ms,
+            chunks=state.chunks,
+            stalls=state.stalls,
+            max_chunk_gap_ms=state.max_gap_ns / 1e6,
+            input_tokens=usage.prompt_tokens,
+            estimated_input_tokens=estimated,
+            output_tokens=usage.completion_tokens,
+            ttft_level=timing.ttft_level,
+            error_type=failure,
+            outcome=result,
+            cache_read_tokens=usage.cached_tokens,
+            prefilled_tokens=usage.prefilled_tokens,
+            server_prefill_ms=split.server_prefill_ms if split else None,
+            server_decode_ms=split.server_decode_ms if split else None,
+            ttft_remainder_ms=split.remainder_ms if split else None,
+        )
+        log_record(
+            record,
+            state.trim,
+            split=split,
+            cause=slow_cause(split, buffered=is_buffered(state.chunks, timing.mean_chunk_gap_s)),
+            threshold_ms=(
+                options.ttft_error_ms if timing.ttft_level == "error" else options.ttft_warn_ms
+            ),
+            every_request=options.log_every_request,
+        )
+        if options.on_record is not None:
+            try:
+                options.on_record(record)
+            except Exception as exc:
+                self._failures.report("on_record", exc)
+
+    def _report_impossible_usage(self, model: str | None, fields: Sequence[str]) -> None:
+        """Logs a WARNING the first time the server reports impossible usage, DEBUG after."""
+        first = not self._impossible_usage_seen
+        self._impossible_usage_seen = True
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "agent-latency: the server answering %s reported impossible usage (%s); those "
+            "figures are left out of the span (agent_latency.usage.invalid names them), the "
+            "metrics, the calibration and the latency model",
+            model or "unknown",
+            ", ".join(fields),
+        )
+
+    def _estimate_tokens(self, messages: Sequence[BaseMessage] | None) -> int | None:
+        """The prompt counted locally (cl100k), or ``None`` without messages or a counter."""
+        if not messages or self._token_counter_failed:
+            return None
+        if self._token_counter is None:
+            try:
+                self._token_counter = TokenCounter()
+            except ValueError as exc:
+                self._token_counter_failed = True
+                logger.warning("agent-latency: no local token estimate: %s", exc)
+                return None
+        return self._token_counter.count_messages(messages)
+
+
+def _add_stall_event(span: Span, gap_ns: int, after_chunks: int) -> None:
+    span.add_event(
+        semconv.STALL_EVENT,
+        {semconv.STALL_GAP_MS: gap_ns / 1e6, semconv.STALL_AFTER_CHUNKS: after_chunks},
+    )

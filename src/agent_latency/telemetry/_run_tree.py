@@ -1,0 +1,272 @@
+"""The run tree: spans for LangChain's agents, chains and tools, nested by ``run_id``.
+
+:class:`RunTree` is the part of the callback handler that knows nothing about latency: it keeps
+the open runs (a bounded :class:`RunRegistry`), starts each span under its parent's (passed
+explicitly: the handler never makes its spans current, since attaching a context in one callback
+and detaching it in another breaks under asyncio), ends every run exactly once, its open
+children first, and carries a reported trim to the model call it prepared. Model calls are
+registered here like any run; the tree ends one by calling the function it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+from uuid import UUID
+
+from langchain_core.outputs import LLMResult
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv.attributes import error_attributes
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from agent_latency import semconv
+from agent_latency._trace_link import PendingTrim
+from agent_latency.telemetry._content import to_json
+from agent_latency.telemetry._langchain import is_agent, run_name
+from agent_latency.telemetry._log import FailureLog
+from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
+
+_INVOKE_AGENT: Final = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
+_EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
+_HIDDEN_TAG: Final = "langsmith:hidden"
+
+EndModelCall = Callable[[ModelRunState, BaseException | None, LLMResult | None], None]
+"""Ends a model call's span and records the call: its state, its error, its result."""
+
+
+def error_type(error: BaseException) -> str:
+    """The exception's fully qualified type name, as the SDK's exception events record it."""
+    cls = type(error)
+    module = cls.__module__
+    return cls.__qualname__ if module in (None, "builtins") else f"{module}.{cls.__qualname__}"
+
+
+def outcome(error: BaseException | None) -> str:
+    """How a run ended: ``ok``, ``abandoned`` (GeneratorExit), ``cancelled`` or ``error``."""
+    if error is None:
+        return "ok"
+    if isinstance(error, GeneratorExit):
+        return "abandoned"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    return "error"
+
+
+def end_span(span: Span, error: BaseException | None) -> None:
+    """Sets a span's outcome (and error type and status on failure) and ends it."""
+    result = outcome(error)
+    span.set_attribute(semconv.OUTCOME, result)
+    if error is not None and result != "abandoned":
+        kind = error_type(error)
+        span.set_attribute(error_attributes.ERROR_TYPE, kind)
+        # The type only: exception messages may quote prompts or credentials.
+        span.set_status(Status(StatusCode.ERROR, kind))
+    span.end()
+
+
+class RunTree:
+    """The open runs of one handler, as nested spans.
+
+    Args:
+        tracer: Where the spans of agents, chains and tools go.
+        capture_content: Whether tool arguments and results go on the tool spans.
+        max_open_runs: Most runs tracked at once (see :class:`RunRegistry`).
+        failures: Where failures while ending runs are reported.
+        end_model_call: Ends a model call's span and records it, when its run ends.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer: trace.Tracer,
+        capture_content: bool,
+        max_open_runs: int,
+        failures: FailureLog,
+        end_model_call: EndModelCall,
+    ) -> None:
+        self._tracer = tracer
+        self._capture_content = capture_content
+        self._failures = failures
+        self._end_model_call = end_model_call
+        self._runs = RunRegistry(max_open_runs, self._end_evicted)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, run_id: UUID | None) -> RunState | None:
+        """The open run ``run_id``, or ``None``."""
+        return self._runs.get(run_id)
+
+    def parent_context(self, parent_run_id: UUID | None) -> Context:
+        """The context a run under ``parent_run_id`` starts in."""
+        parent = self._runs.get(parent_run_id)
+        # A run whose parent we do not trace (a root run, or a handler attached to the model
+        # only) hangs under whatever span is current for the caller.
+        return otel_context.get_current() if parent is None else parent.context
+
+    # -- starting runs -------------------------------------------------------------------------
+
+    def start_chain(
+        self,
+        serialized: Mapping[str, Any] | None,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        tags: Sequence[str] | None,
+        metadata: Mapping[str, Any] | None,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        """Opens a chain run: an ``invoke_agent`` span for an agent, else a ``chain`` span, and
+        no span for a run tagged ``langsmith:hidden``."""
+        if tags and _HIDDEN_TAG in tags:
+            self.start_untraced(run_id, parent_run_id)
+            return
+        name = run_name(serialized, kwargs)
+        attributes: dict[str, AttributeValue]
+        if is_agent(name, metadata or {}):
+            span_name = f"{_INVOKE_AGENT} {name}"
+            attributes = {
+                gen_ai.GEN_AI_OPERATION_NAME: _INVOKE_AGENT,
+                gen_ai.GEN_AI_AGENT_NAME: name,
+            }
+        else:
+            span_name, attributes = f"chain {name}", {semconv.RUN_NAME: name}
+        self._start_span(run_id, parent_run_id, span_name, attributes)
+
+    def start_tool(
+        self,
+        serialized: Mapping[str, Any] | None,
+        input_str: str,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        inputs: Mapping[str, Any] | None,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        """Opens a tool run's ``execute_tool`` span."""
+        name = run_name(serialized, kwargs)
+        attributes: dict[str, AttributeValue] = {
+            gen_ai.GEN_AI_OPERATION_NAME: _EXECUTE_TOOL,
+            gen_ai.GEN_AI_TOOL_NAME: name,
+            gen_ai.GEN_AI_TOOL_TYPE: "function",
+        }
+        tool_call_id = kwargs.get("tool_call_id")
+        if isinstance(tool_call_id, str):
+            attributes[gen_ai.GEN_AI_TOOL_CALL_ID] = tool_call_id
+        description = (serialized or {}).get("description")
+        if isinstance(description, str) and description:
+            attributes[gen_ai.GEN_AI_TOOL_DESCRIPTION] = description
+        if self._capture_content:
+            attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = (
+                to_json(inputs) if inputs is not None else input_str
+            )
+        self._start_span(run_id, parent_run_id, f"{_EXECUTE_TOOL} {name}", attributes)
+
+    def start_untraced(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        """Opens a run without a span, so that the runs under it still find their parent."""
+        self.add(RunState(run_id, parent_run_id, None, self.parent_context(parent_run_id)))
+
+    def add(self, state: RunState) -> None:
+        """Registers an open run (a model call's, or one started here)."""
+        if self._runs.add(state) is not None:
+            return  # ended by its parent at the latest
+        # LangChain reports no end for a model call (or tool) cancelled while awaited directly:
+        # a root run in asyncio ends at the latest with its task.
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop in this thread
+            return
+        if task is not None:
+            watch = functools.partial(self._on_task_done, state.run_id)
+            task.add_done_callback(watch)
+            state.task_watch = (task, watch)
+
+    # -- while runs are open -------------------------------------------------------------------
+
+    def record_tool_result(self, run_id: UUID, output: Any) -> None:
+        """Puts a tool's result on its span, when content is captured."""
+        if not self._capture_content:
+            return
+        state = self._runs.get(run_id)
+        if state is not None and state.span is not None:
+            result = getattr(output, "content", output)
+            state.span.set_attribute(
+                gen_ai.GEN_AI_TOOL_CALL_RESULT,
+                result if isinstance(result, str) else to_json(result),
+            )
+
+    def keep_trim(self, run_id: UUID, data: object) -> None:
+        """Keeps a reported trim's figures on its run, for the model call it prepared."""
+        state = self._runs.get(run_id)
+        pending = PendingTrim.from_event(data)
+        if state is not None and pending is not None:
+            # A model call inside this run takes it; one after it gets it when the run ends.
+            state.pending_trim = pending
+
+    def take_trim(self, parent_run_id: UUID | None) -> PendingTrim | None:
+        """Hands a model call starting under ``parent_run_id`` the trim waiting nearest to it."""
+        return self._runs.take_trim(parent_run_id)
+
+    # -- ending runs ---------------------------------------------------------------------------
+
+    def end(
+        self, run_id: UUID, error: BaseException | None, response: LLMResult | None = None
+    ) -> None:
+        """Ends the open run ``run_id`` (nothing when it has ended already)."""
+        state = self._runs.pop(run_id)
+        if state is not None:
+            self._finish(state, error, response)
+
+    def _on_task_done(self, run_id: UUID, task: asyncio.Task[object]) -> None:
+        try:
+            error = asyncio.CancelledError() if task.cancelled() else GeneratorExit()
+            self.end(run_id, error)
+        except Exception as exc:
+            self._failures.report("task watch", exc)
+
+    def _end_evicted(self, state: RunState) -> None:
+        try:
+            self._finish(state, GeneratorExit(), None)
+        except Exception as exc:
+            self._failures.report("eviction", exc)
+
+    def _finish(
+        self, state: RunState, error: BaseException | None, response: LLMResult | None
+    ) -> None:
+        """Ends a run popped from the registry: its open children first, then its span."""
+        for child_id in tuple(state.children):
+            child = self._runs.pop(child_id)
+            if child is not None:
+                # Outlived its parent: cancelled with it, or left behind by a finished parent.
+                try:
+                    self._finish(child, error if error is not None else GeneratorExit(), None)
+                except Exception as exc:  # one child's failure must not leave the parent open
+                    self._failures.report("ending a child run", exc)
+        if error is None:
+            # A run that failed hands nothing on: its trimmed messages reached no model.
+            self._runs.hand_on_trim(state)
+        if state.task_watch is not None:
+            task, watch = state.task_watch
+            task.remove_done_callback(watch)
+        if isinstance(state, ModelRunState):
+            self._end_model_call(state, error, response)
+        elif state.span is not None:
+            end_span(state.span, error)
+
+    def _start_span(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        attributes: Mapping[str, AttributeValue],
+    ) -> None:
+        parent_context = self.parent_context(parent_run_id)
+        span = self._tracer.start_span(
+            name, context=parent_context, kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        context = trace.set_span_in_context(span, parent_context)
+        self.add(RunState(run_id, parent_run_id, span, context))
