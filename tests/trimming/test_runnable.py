@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.fakes import Recorder
 
-from agent_latency._trace_link import TRIM_EVENT
 from agent_latency.semconv import (
     TRIM_BUDGET,
     TRIM_DROPPED_MESSAGES,
@@ -27,9 +26,9 @@ from agent_latency.semconv import (
     TRIM_TOKENS_AFTER,
     TRIM_TOKENS_BEFORE,
 )
-from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.telemetry import LatencyCallbackHandler
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
+from agent_latency.trimming import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
 BUDGET = 120
@@ -145,7 +144,7 @@ def test_inside_a_run_the_span_joins_the_runs_trace_and_the_result_is_reported(
     ]
     assert provider.asked[0] == trimmer_run
     ((name, data, event_run),) = recorder.events
-    assert (name, event_run) == (TRIM_EVENT, trimmer_run)
+    assert (name, event_run) == (TRIM_SPAN_NAME, trimmer_run)  # the event is named as the span
     assert isinstance(data, TrimResult) and data.messages == sent
     trim_span = next(s for s in span_exporter.get_finished_spans() if s.name == TRIM_SPAN_NAME)
     assert trim_span.parent is not None
@@ -164,7 +163,7 @@ async def test_async_runs_report_the_result_to_async_handlers_too(
     trimmer = PriorityTrimmer(BUDGET, token_counter=COUNTER, tracer_provider=tracer_provider)
     sent = await trimmer.ainvoke(conversation(), {"callbacks": [AsyncRecorder()]})
     ((name, data),) = events
-    assert name == TRIM_EVENT and data.messages == sent
+    assert name == TRIM_SPAN_NAME and data.messages == sent
     assert [s.name for s in span_exporter.get_finished_spans()] == [TRIM_SPAN_NAME]
 
 

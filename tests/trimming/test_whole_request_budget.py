@@ -23,7 +23,7 @@ from agent_latency import build_chat_model
 from agent_latency.config import LLMSettings, PromptSettings, Settings
 from agent_latency.semconv import TRIM_OVER_BUDGET, TRIM_OVER_BUDGET_CAUSE, TRIM_SPAN_NAME
 from agent_latency.sim import SimulatorConfig, running_simulator
-from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.telemetry import LatencyCallbackHandler
 from agent_latency.tokens import PromptCalibration
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 

@@ -15,17 +15,23 @@ what each means). The rules are in docs/trimming.md.
 :class:`CostAwareTrimmer` wraps a trimmer for multi-turn conversations: per conversation it sends
 the previous prompt plus the new messages while the server's prefix cache is warm, and cuts when
 the latency model of the endpoint predicts an earlier first token from it (docs/trimming.md);
-``deep_cut_budgets`` gives the budgets of its deep cuts.
+``deep_cut_budgets`` gives the budgets of its deep cuts (``DEEP_CUT_FRACTIONS`` of the budget by
+default).
 
 Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``,
-``MessageDecision``, ``PriorityClass``, ``PriorityTrimmer``, ``RULE_EXPLANATIONS``, ``Rule``,
-``TrimOptions``, ``TrimResult``, ``TrimmingMiddleware``, ``deep_cut_budgets``.
+``DEEP_CUT_FRACTIONS``, ``MessageDecision``, ``PriorityClass``, ``PriorityTrimmer``,
+``RULE_EXPLANATIONS``, ``Rule``, ``TrimOptions``, ``TrimResult``, ``TrimmingMiddleware``,
+``deep_cut_budgets``.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from agent_latency.config import PriorityClass
-from agent_latency.trimming._cost_aware import CostAwareTrimmer, deep_cut_budgets
+from agent_latency.trimming._cost_aware import (
+    DEEP_CUT_FRACTIONS,
+    CostAwareTrimmer,
+    deep_cut_budgets,
+)
 from agent_latency.trimming._decisions import RULE_EXPLANATIONS, Action, MessageDecision, Rule
 from agent_latency.trimming._forecast import CostAwareChoice
 from agent_latency.trimming._options import TrimOptions
@@ -41,6 +47,7 @@ __all__ = [  # noqa: RUF022
     "ClassFigures",
     "CostAwareChoice",
     "CostAwareTrimmer",
+    "DEEP_CUT_FRACTIONS",
     "MessageDecision",
     "PriorityClass",
     "PriorityTrimmer",

@@ -133,6 +133,9 @@ class TrimResult:
     # Works the decisions out on first access (a trim in an agent loop rarely reads them).
     _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
     _decided: tuple[MessageDecision, ...] | None = field(default=None, repr=False, compare=False)
+    # What a prompt not worked out by this trim says its overrun is, and its fix (from_decisions).
+    _stated_cause: str | None = field(default=None, repr=False, compare=False)
+    _stated_hint: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_decisions(
@@ -144,6 +147,8 @@ class TrimResult:
         tokens_after: int | None = None,
         over_budget: bool | None = None,
         on_usage: UsageReceiver | None = None,
+        over_budget_cause: str | None = None,
+        over_budget_hint: str | None = None,
     ) -> TrimResult:
         """A result of ``base``'s input that sends what ``decisions`` say.
 
@@ -159,6 +164,10 @@ class TrimResult:
             tokens_after: Tokens of the request sent. Default: ``base``'s.
             over_budget: Whether it exceeds the budget. Default: ``base``'s.
             on_usage: See the attribute. Default: ``base``'s.
+            over_budget_cause: Why the prompt sent is over budget, when it is for another reason
+                than its fixed part (e.g. an append on a warm cache). Default: the fixed part.
+            over_budget_hint: The fix that goes with ``over_budget_cause``. Default: none when
+                a cause is given, else the fixed part's.
         """
         decided = tuple(decisions)
         return dataclasses.replace(
@@ -171,6 +180,8 @@ class TrimResult:
             on_usage=base.on_usage if on_usage is None else on_usage,
             sent_message_tokens=tuple(d.tokens_after for d in decided if d.action != "dropped"),
             _decided=decided,
+            _stated_cause=over_budget_cause,
+            _stated_hint=over_budget_hint,
         )
 
     @property
@@ -192,10 +203,13 @@ class TrimResult:
     def over_budget_cause(self) -> str | None:
         """What the fixed part is made of, largest first, when ``over_budget``; else ``None``.
 
-        E.g. ``"tool definitions: 9,091 of 9,521 tokens; system messages: 310"``.
+        E.g. ``"tool definitions: 9,091 of 9,521 tokens; system messages: 310"``; for a result
+        made by :meth:`from_decisions` with a cause, that cause.
         """
         if not self.over_budget:
             return None
+        if self._stated_cause is not None:
+            return self._stated_cause
         parts = self._fixed_parts() or [("", "the request", self.tokens_after)]
         (_, name, tokens), *rest = parts
         return "; ".join(
@@ -208,6 +222,8 @@ class TrimResult:
         """How to make the largest part of the fixed part smaller, when ``over_budget``."""
         if not self.over_budget:
             return None
+        if self._stated_cause is not None:
+            return self._stated_hint
         parts = self._fixed_parts()
         hint = parts[0][0] if parts else ""
         return f"{hint}, or raise the budget" if hint else "raise the budget"
