@@ -1,7 +1,7 @@
 """The simulator under hostile or careless clients, beyond ``test_sim.py``.
 
 Body size edges and a declared length that is never sent, JSON that is not an object or not JSON,
-more wrong content types, 200 concurrent connections mixing every kind of request (each gets
+strings holding a lone UTF-16 surrogate, more wrong content types, 200 concurrent connections mixing every kind of request (each gets
 its own proper status), idle half-open connections, and the exact listening sockets: the
 simulator (in-process and ``agent-latency sim``) listens on the address given and nothing else.
 """
@@ -150,6 +150,71 @@ def test_bodies_that_are_not_a_json_object_get_400(
 
     assert response.status_code == 400
     assert message in error_of(response)["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("request_fields", "param", "surrogate"),
+    [
+        (
+            {"messages": [{"role": "user", "content": "half a pair: \ud800"}]},
+            "messages[0].content",
+            "\\ud800",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "\U0001f600 ok, \udc00 not"}],
+                    }
+                ]
+            },
+            "messages[0].content[0].text",
+            "\\udc00",
+        ),
+        (
+            {
+                "messages": QUESTION,
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "lookup",
+                            "parameters": {"type": "object", "properties": {"city\udbff": {}}},
+                        },
+                    }
+                ],
+            },
+            "tools[0].function.parameters.properties.city\\udbff",
+            "\\udbff",
+        ),
+        ({"messages": QUESTION, "model": "gpt\ud800"}, "model", "\\ud800"),
+    ],
+    ids=["content", "content-part", "tool-schema-key", "model"],
+)
+def test_a_lone_surrogate_gets_openais_400_naming_the_field(
+    sim: RunningSimulator, request_fields: dict[str, Any], param: str, surrogate: str, stream: bool
+) -> None:
+    # json.dumps escapes it as JavaScript's JSON.stringify does; the openai client cannot send it.
+    body = json.dumps({"model": DEFAULT_MODEL, "stream": stream} | request_fields).encode()
+    assert surrogate.encode() in body
+
+    response = httpx.post(chat_url(sim), content=body, headers=JSON_HEADERS)
+
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert f"lone UTF-16 surrogate ({surrogate} at character" in error["message"]
+
+
+def test_a_surrogate_pair_is_text_and_is_served(sim: RunningSimulator) -> None:
+    body = json.dumps(
+        {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "smile \U0001f600"}]}
+    ).encode()
+    assert b"\\ud83d\\ude00" in body
+
+    assert httpx.post(chat_url(sim), content=body, headers=JSON_HEADERS).status_code == 200
 
 
 @pytest.mark.parametrize(

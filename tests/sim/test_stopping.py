@@ -1,6 +1,6 @@
 """Stopping the simulator and clients that vanish or dawdle: Ctrl-C on ``agent-latency sim``
-with requests in prefill, a client gone mid-body, a client too slow to send its headers, and the
-command's one-line errors.
+with requests in prefill, a client gone mid-body, a client too slow to send its headers or its
+body, a stop while a body arrives, and the command's one-line errors.
 
 Subprocess tests run ``python -m agent_latency.cli sim --port 0`` and send it SIGINT; every wait
 is bounded.
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -194,6 +194,72 @@ def test_the_header_deadline_spares_a_request_whose_answer_takes_longer() -> Non
         answer = connection.recv(65_536)
 
     assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_body_trickled_a_byte_at_a_time_gets_408_at_the_deadline() -> None:
+    config = SimulatorConfig(overhead_ms=0, answer_tokens=1, header_timeout_s=0.5)
+    with running_simulator(config) as sim, connect(sim.port) as connection:
+        connection.sendall(request_head(10_000))  # the head in time, then a byte every 0.1 s
+        trickling = threading.Event()
+        trickling.set()
+
+        def trickle() -> None:
+            for _ in range(100):
+                if not trickling.is_set():
+                    return
+                try:
+                    connection.sendall(b" ")
+                except OSError:  # disconnected, as it should be
+                    return
+                time.sleep(0.1)
+
+        sender = threading.Thread(target=trickle)
+        sender.start()
+        try:
+            answer = read_until_closed(connection)  # socket timeout: 10 s
+        finally:
+            trickling.clear()
+            sender.join(15)
+        stats = sim.stats
+
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert stats.requests == 0
+
+
+def test_stopping_while_a_body_arrives_answers_503_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = SimulatorConfig(overhead_ms=0, answer_tokens=1)
+    with caplog.at_level(logging.INFO), connect_later() as connections:
+        with running_simulator(config) as sim:
+            connection = connections(sim.port)
+            connection.sendall(request_head(1000) + b'{"model": ')
+            time.sleep(0.3)  # the head is in, the app waits for the rest of the body
+            stopping_since = time.monotonic()
+        stopped_in_s = time.monotonic() - stopping_since
+        answer = read_until_closed(connection)
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ")
+    assert json.loads(body)["error"]["message"] == "The server is shutting down; try again."
+    assert stopped_in_s < 5  # not the graceful timeout, then a cancelled task
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@contextmanager
+def connect_later() -> Iterator[Callable[[int], socket.socket]]:
+    """Connections that outlive the server they were made to, closed at the end."""
+    made: list[socket.socket] = []
+
+    def connection(port: int) -> socket.socket:
+        made.append(connect(port))
+        return made[-1]
+
+    try:
+        yield connection
+    finally:
+        for each in made:
+            each.close()
 
 
 @pytest.mark.parametrize(

@@ -148,9 +148,10 @@ def _sse(payload: object) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-_SHUTTING_DOWN = RequestError(
+SHUTTING_DOWN = RequestError(
     503, "The server is shutting down; try again.", error_type="server_error"
 )
+"""The answer to a request the server stops serving."""
 
 
 async def _ended_by_an_error_event_on_stop(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -159,7 +160,7 @@ async def _ended_by_an_error_event_on_stop(events: AsyncIterator[bytes]) -> Asyn
         async for event in events:
             yield event
     except Stopping:
-        yield _sse(_SHUTTING_DOWN.body())
+        yield _sse(SHUTTING_DOWN.body())
 
 
 class Simulator:
@@ -218,7 +219,7 @@ class Simulator:
         try:
             return await unless_disconnected(request, self._blocking_answer(plan))
         except Stopping:
-            return _SHUTTING_DOWN.response()
+            return SHUTTING_DOWN.response()
 
     async def _blocking_answer(self, plan: _Plan) -> Response:
         await self._prefill(plan)

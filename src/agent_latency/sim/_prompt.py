@@ -8,22 +8,29 @@ then the reply priming. The rendering is the counter's own, piece for piece, so
 ``usage.prompt_tokens`` equals ``count_messages + count_tools`` of the same counter for the
 same request. Because every message is tokenised on its own, an unchanged message yields the
 same tokens in every request, which is what makes token-prefix caching work across a growing
-conversation.
+conversation. Each distinct message's tokens are kept for the next request (at most 4,096
+messages and 64 MiB of tokens, the least recently used let go first), known by a digest of the
+message, so the cache holds no message text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from array import array
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from agent_latency._caches import LRUCache
 from agent_latency.tokens import TokenCounter
 
 from ._protocol import ChatRequest
 
 _TOKEN_BYTES = 4  # array typecode "I"
-_MESSAGE_CACHE_SIZE = 4096
+_MESSAGE_CACHE_ENTRIES = 4096
+_MESSAGE_CACHE_BYTES = 64 * 1024 * 1024
+_KEY_BYTES = 16
 DEFAULT_TOKENIZER = "cl100k"
 """Counts as ``TokenCounter()`` does: cl100k_base with OpenAI's framing."""
 
@@ -46,7 +53,7 @@ class PromptTokenizer:
 
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
-        self._rendered = lru_cache(maxsize=_MESSAGE_CACHE_SIZE)(self._tokenize_rendered)
+        self._blocks = LRUCache(_MESSAGE_CACHE_ENTRIES, _MESSAGE_CACHE_BYTES)
         self._framing = lru_cache(maxsize=16)(self._framing_tokens)
 
     @classmethod
@@ -75,21 +82,26 @@ class PromptTokenizer:
         head, tail = self._framing(first_role)
         blocks = [head]
         if request.tools:
-            # A list, where messages are objects: the two renderings never collide.
-            blocks.append(self._rendered(_ordered_json(["tools", request.tools])))
-        blocks.extend(self._rendered(_ordered_json(m)) for m in request.messages)
+            tools = list(request.tools)
+            # Keyed as a list, where messages are objects: the two never collide.
+            blocks.append(self._block(self._counter.render_tools, tools, ["tools", tools]))
+        blocks.extend(self._block(self._counter.render_message, m, m) for m in request.messages)
         blocks.append(tail)
         return b"".join(blocks)
+
+    def _block(self, render: Callable[[Any], list[int]], item: Any, keyed_as: object) -> bytes:
+        """Returns the packed tokens of one message (or the tools), rendered once."""
+        rendered = _ordered_json(keyed_as).encode("utf-8", "surrogatepass")
+        key = hashlib.blake2b(rendered, digest_size=_KEY_BYTES).digest()
+        tokens: bytes | None = self._blocks.get(key)
+        if tokens is None:
+            tokens = _packed(render(item))
+            self._blocks.put(key, tokens, _KEY_BYTES + len(tokens))
+        return tokens
 
     def _framing_tokens(self, first_role: str | None) -> tuple[bytes, bytes]:
         head, tail = self._counter.render_framing(first_role)
         return _packed(head), _packed(tail)
-
-    def _tokenize_rendered(self, rendered: str) -> bytes:
-        item = json.loads(rendered)
-        if isinstance(item, list):
-            return _packed(self._counter.render_tools(item[1]))
-        return _packed(self._counter.render_message(item))
 
 
 def token_count(tokens: bytes) -> int:

@@ -7,7 +7,8 @@ client that works against the simulator sends what a real server accepts. Every 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ from agent_latency._validation import is_integer
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 TOOL_CHOICES = frozenset({"none", "auto", "required"})
+# json.loads joins an escaped surrogate pair into one character: a surrogate left is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RequestError(Exception):
@@ -130,6 +133,7 @@ def parse_chat_request(body: object) -> ChatRequest:
         raise RequestError(
             400, f"The request body must be a JSON object, but got {_type_name(body)}."
         )
+    _refuse_lone_surrogates(body)
     model = body.get("model")
     if model is None:
         raise RequestError(400, "You must provide a model parameter.", param="model")
@@ -166,6 +170,46 @@ def parse_chat_request(body: object) -> ChatRequest:
         max_tokens=_parse_max_tokens(body),
         cache_prompt=_optional_bool(body, "cache_prompt", default=True),
     )
+
+
+def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
+    """Refuses a string holding half a UTF-16 surrogate pair (``"\\ud800"``): it is no text.
+
+    JSON's escapes can spell one (a truncated page decoded with ``json.loads`` holds them), but
+    no UTF-8 text can: neither the tokenizer nor the answer could carry it.
+    """
+    for param, text in _strings(body, ""):
+        found = None if text.isascii() else _SURROGATE.search(text)
+        if found is not None:
+            raise _invalid(
+                param,
+                f"the string holds a lone UTF-16 surrogate ({_escaped(found.group())} at "
+                f"character {found.start()}), which is not valid Unicode. Send UTF-8 text; a "
+                "character beyond U+FFFF is escaped as a surrogate pair.",
+            )
+
+
+def _escaped(text: str) -> str:
+    """Returns ``text`` with its surrogates written as escapes, so that it can be sent."""
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def _strings(value: object, param: str) -> Iterator[tuple[str, str]]:
+    """Yields every string in a decoded JSON value, object keys included, with its path, in
+    document order (a loop, not recursion: the body may nest as deep as the parser allows)."""
+    pending: list[tuple[str, object]] = [(param, value)]
+    while pending:
+        at, item = pending.pop()
+        if isinstance(item, str):
+            yield at, item
+        elif isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                key_at = f"{at}.{_escaped(key)}" if at else _escaped(key)
+                children += [(key_at, key), (key_at, child)]
+            pending.extend(reversed(children))
+        elif isinstance(item, list):
+            pending.extend((f"{at}[{i}]", child) for i, child in reversed(list(enumerate(item))))
 
 
 def _optional_bool(body: Mapping[str, Any], name: str, *, default: bool) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -12,7 +13,7 @@ from types import TracebackType
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ._app import Simulator, SimulatorStats
+from ._app import SHUTTING_DOWN, Simulator, SimulatorStats
 from ._config import SimulatorConfig
 
 _START_TIMEOUT_S = 10.0
@@ -20,50 +21,81 @@ _STOP_TIMEOUT_S = 10.0
 # Requests still running when the server is told to stop (say, in a long simulated prefill for a
 # client that is gone) are cancelled after this long.
 _GRACEFUL_STOP_S = 1
-_REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 
 
-def _head_timed_protocol(timeout_s: float) -> type[H11Protocol]:
-    """Returns uvicorn's HTTP/1.1 protocol with a deadline on every request's head.
+def _raw_response(status: str, body: bytes = b"") -> bytes:
+    """Returns a whole HTTP/1.1 response that closes the connection, for writing past h11."""
+    head = f"HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+    if body:
+        head += "Content-Type: application/json\r\n"
+    return head.encode() + b"\r\n" + body
 
-    uvicorn times out idle keep-alive connections, but not a client that sends its request line
-    and headers slowly, or not at all: such a client would hold its connection forever. The
-    deadline runs from the connection's start, and again from the end of each answer, until the
-    next request's head is complete; a client that misses it gets a 408 and is disconnected.
+
+_REQUEST_TIMEOUT = _raw_response("408 Request Timeout")
+_SHUTTING_DOWN_MID_BODY = _raw_response(
+    "503 Service Unavailable", json.dumps(SHUTTING_DOWN.body(), separators=(",", ":")).encode()
+)
+
+
+def _request_timed_protocol(timeout_s: float) -> type[H11Protocol]:
+    """Returns uvicorn's HTTP/1.1 protocol with a deadline on every request, head and body.
+
+    uvicorn times out idle keep-alive connections, but not a client that sends its request
+    slowly, or not at all: a request line, headers or a body trickled a byte at a time would
+    hold the connection forever. The deadline runs from the connection's start, and again from
+    the end of each answer, until the next request is complete, body included; a client that
+    misses it gets a 408 and is disconnected. The time to answer a complete request is not
+    counted. A server told to stop answers a request whose body is still arriving at once, with
+    a 503, where waiting for the body would end in a cancelled task and uvicorn's traceback.
     """
 
-    class HeadTimedH11Protocol(H11Protocol):
-        _head_timer: asyncio.TimerHandle | None = None
+    class RequestTimedH11Protocol(H11Protocol):
+        _request_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._await_head()
+            self._await_request()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if not self.transport.is_closing():
-                self._await_head()
+                self._await_request()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
+            if self._request_timer is not None:
+                self._request_timer.cancel()
             super().connection_lost(exc)
 
-        def _await_head(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            self._head_timer = self.loop.call_later(timeout_s, self._head_overdue, self.cycle)
+        def shutdown(self) -> None:
+            if self._receiving_body():
+                self._refuse(_SHUTTING_DOWN_MID_BODY)
+            super().shutdown()
 
-        def _head_overdue(self, cycle_when_armed: object) -> None:
+        def _await_request(self) -> None:
+            if self._request_timer is not None:
+                self._request_timer.cancel()
+            self._request_timer = self.loop.call_later(timeout_s, self._request_overdue, self.cycle)
+
+        def _receiving_body(self) -> bool:
+            """Whether a request's head has come and its body is still coming, unanswered."""
+            cycle = self.cycle
+            return cycle is not None and cycle.more_body and not cycle.response_started
+
+        def _request_overdue(self, cycle_when_armed: object) -> None:
             # A new head since then started a new cycle; a pipelined one may still be running.
-            waiting = self.cycle is cycle_when_armed and (
+            waiting_for_head = self.cycle is cycle_when_armed and (
                 self.cycle is None or self.cycle.response_complete
             )
-            if waiting and not self.transport.is_closing():
-                self.transport.write(_REQUEST_TIMEOUT)
+            if waiting_for_head or self._receiving_body():
+                self._refuse(_REQUEST_TIMEOUT)
+
+        def _refuse(self, response: bytes) -> None:
+            # The request's task, if any, sees its client disconnect and answers no one.
+            if not self.transport.is_closing():
+                self.transport.write(response)
                 self.transport.close()
 
-    return HeadTimedH11Protocol
+    return RequestTimedH11Protocol
 
 
 class _SimulatorServer(uvicorn.Server):
@@ -86,7 +118,7 @@ def _server(simulator: Simulator, **options: object) -> uvicorn.Server:
     """Returns the uvicorn server of ``simulator``; ``options`` go to ``uvicorn.Config``."""
     config = uvicorn.Config(
         simulator.app,
-        http=_head_timed_protocol(simulator.config.header_timeout_s),
+        http=_request_timed_protocol(simulator.config.header_timeout_s),
         lifespan="off",  # the app has no startup or shutdown of its own
         timeout_graceful_shutdown=_GRACEFUL_STOP_S,
         **options,  # type: ignore[arg-type]
