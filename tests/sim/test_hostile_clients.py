@@ -1,9 +1,10 @@
 """The simulator under hostile or careless clients, beyond ``test_sim.py``.
 
 Body size edges and a declared length that is never sent, JSON that is not an object or not JSON,
-strings holding a lone UTF-16 surrogate, more wrong content types, 200 concurrent connections mixing every kind of request (each gets
-its own proper status), idle half-open connections, and the exact listening sockets: the
-simulator (in-process and ``agent-latency sim``) listens on the address given and nothing else.
+strings holding a lone UTF-16 surrogate, more wrong content types, 200 concurrent connections
+mixing every kind of request (each gets its own proper status), idle half-open connections, and
+the exact listening sockets: the simulator (in-process and ``agent-latency sim``) listens on the
+address given and nothing else.
 """
 
 from __future__ import annotations
