@@ -65,7 +65,19 @@ class ChatServer:
     received: list[Received] = field(default_factory=list)
 
 
-def _completion(stream: bool) -> bytes:
+# llama-server's timings of the answer (tools/server/server-task.cpp, result_timings::to_json).
+TIMINGS = {"cache_n": 3, "prompt_n": 2, "prompt_ms": 12.5, "predicted_n": 2, "predicted_ms": 7.25}
+
+
+def _running_timings(predicted_n: int) -> dict[str, Any]:
+    """What llama-server puts on each chunk with ``timings_per_token``: the figures so far."""
+    return TIMINGS | {"predicted_n": predicted_n, "predicted_ms": 3.5 * predicted_n}
+
+
+def _completion(stream: bool, *, include_usage: bool = True, per_token: bool = False) -> bytes:
+    """A llama-server answer: ``timings`` at the top level of a body, on a stream's last chunk
+    (the usage chunk with include_usage, else the finish chunk), and with ``timings_per_token``
+    running figures on every content chunk too."""
     base = {"id": "chatcmpl-1", "created": 0, "model": "stand-in"}
     usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
     if not stream:
@@ -81,14 +93,21 @@ def _completion(stream: bool) -> bytes:
                     }
                 ],
                 "usage": usage,
+                "timings": TIMINGS,
             }
         ).encode()
     chunk = base | {"object": "chat.completion.chunk"}
     events = [
         chunk | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+        chunk | {"choices": [{"index": 0, "delta": {"content": "!"}}]},
         chunk | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-        chunk | {"choices": [], "usage": usage},
     ]
+    if per_token:
+        for predicted_n, event in enumerate(events[:2], start=1):
+            event["timings"] = _running_timings(predicted_n)
+    if include_usage:
+        events.append(chunk | {"choices": [], "usage": usage})
+    events[-1] = events[-1] | {"timings": TIMINGS}
     lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
     return "".join(lines).encode()
 
@@ -102,7 +121,11 @@ def chat_server() -> Iterator[ChatServer]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             server_record.received.append(Received(body, self.headers.get("Authorization")))
             stream = bool(body.get("stream"))
-            payload = _completion(stream)
+            payload = _completion(
+                stream,
+                include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+                per_token=body.get("timings_per_token") is True,
+            )
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
             self.send_header("Content-Length", str(len(payload)))
@@ -404,3 +427,72 @@ def test_chatopenai_request_payload_carries_the_limit_as_we_expect(per_call: boo
     assert {k: v for k, v in payload.items() if k != "max_tokens"} == {
         k: v for k, v in theirs.items() if k != "max_completion_tokens"
     }
+
+
+# --- llama-server's timings: kept where ChatOpenAI drops them -------------------------------
+
+
+def _answer(model: Any, streaming: bool) -> Any:
+    if not streaming:
+        return model.invoke([HumanMessage("hi")])
+    chunks = list(model.stream([HumanMessage("hi")]))
+    return sum(chunks[1:], chunks[0])
+
+
+@pytest.mark.parametrize(
+    ("streaming", "include_usage"),
+    [(False, False), (True, True), (True, False)],
+    ids=["blocking", "streamed with usage", "streamed without usage"],
+)
+def test_llama_servers_timings_reach_the_answers_response_metadata(
+    chat_server: ChatServer, streaming: bool, include_usage: bool
+) -> None:
+    model = build_chat_model(
+        _settings(chat_server.base_url), streaming=streaming, stream_usage=include_usage
+    )
+    answer = _answer(model, streaming)
+    assert answer.response_metadata["timings"] == TIMINGS
+    plain = ChatOpenAI(
+        base_url=chat_server.base_url,
+        api_key=SECRET,  # type: ignore[arg-type]
+        model="stand-in",
+        streaming=streaming,
+        stream_usage=include_usage,
+    )
+    # If langchain-openai ever keeps them itself, the two overrides can go.
+    assert "timings" not in _answer(plain, streaming).response_metadata
+
+
+def test_running_timings_on_every_chunk_leave_the_stream_whole(chat_server: ChatServer) -> None:
+    # With timings_per_token every content chunk carries the figures so far; LangChain's merge
+    # of two chunks refuses two different floats under one key, so only the last chunk's count.
+    model = build_chat_model(
+        _settings(chat_server.base_url), streaming=True, extra_body={"timings_per_token": True}
+    )
+    answer = _answer(model, streaming=True)
+    assert chat_server.received[-1].body["timings_per_token"] is True
+    assert answer.content == "ok!"
+    assert answer.response_metadata["timings"] == TIMINGS
+
+
+@pytest.mark.parametrize(
+    ("method", "parameters"),
+    [
+        ("_create_chat_result", ["self", "response", "generation_info"]),
+        (
+            "_convert_chunk_to_generation_chunk",
+            ["self", "chunk", "default_chunk_class", "base_generation_info"],
+        ),
+    ],
+)
+def test_chatopenai_keeps_the_signatures_of_the_result_methods_we_override(
+    method: str, parameters: list[str]
+) -> None:
+    # If this fails, langchain-openai changed how it builds a result from the body or a chunk:
+    # CompatibleChatOpenAI's override must follow, or llama-server's timings are lost.
+    theirs = inspect.signature(getattr(ChatOpenAI, method))
+    ours = inspect.signature(getattr(CompatibleChatOpenAI, method))
+    assert list(theirs.parameters) == parameters
+    assert [(p.name, p.kind) for p in ours.parameters.values()] == [
+        (p.name, p.kind) for p in theirs.parameters.values()
+    ]

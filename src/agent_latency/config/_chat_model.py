@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
+import openai
 from langchain_core.language_models import LanguageModelInput
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
@@ -16,6 +18,7 @@ from agent_latency.config._channel import check_base_url, output_limit_field
 from agent_latency.config._settings import MAX_TOKENS_PARAMS, Settings
 
 _NO_KEY = "EMPTY"
+_TIMINGS = "timings"
 
 
 def build_chat_model(settings: Settings | None = None, **overrides: Any) -> ChatOpenAI:
@@ -77,11 +80,15 @@ def build_chat_model(settings: Settings | None = None, **overrides: Any) -> Chat
 
 
 class CompatibleChatOpenAI(ChatOpenAI):
-    """``ChatOpenAI`` that sends the output limit in the field the endpoint understands.
+    """``ChatOpenAI`` that speaks to OpenAI-compatible servers as they are.
 
     ChatOpenAI always sends ``max_completion_tokens``; with ``output_limit_field="max_tokens"``
     the request carries ``max_tokens`` instead, whether the limit comes from the model's fields
-    or from a single call (``model.invoke(..., max_tokens=5)``).
+    or from a single call (``model.invoke(..., max_tokens=5)``). And it keeps llama.cpp's
+    top-level ``timings`` object (how long the server prefilled, how many prompt tokens it took
+    from its cache), which ChatOpenAI drops, in the answer's ``response_metadata["timings"]``:
+    from the body of a blocking call, and from the last chunk of a stream, where llama-server
+    puts it.
     """
 
     output_limit_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
@@ -97,3 +104,43 @@ class CompatibleChatOpenAI(ChatOpenAI):
         if self.output_limit_field == "max_tokens" and "max_completion_tokens" in payload:
             payload["max_tokens"] = payload.pop("max_completion_tokens")
         return payload
+
+    def _create_chat_result(
+        self,
+        response: dict[str, Any] | openai.BaseModel,
+        generation_info: dict[str, Any] | None = None,
+    ) -> ChatResult:
+        result = super()._create_chat_result(response, generation_info)
+        timings = (
+            response.get(_TIMINGS)
+            if isinstance(response, dict)
+            else (response.model_extra or {}).get(_TIMINGS)
+        )
+        if isinstance(timings, dict):
+            for generation in result.generations:
+                generation.message.response_metadata[_TIMINGS] = dict(timings)
+        return result
+
+    def _convert_chunk_to_generation_chunk(
+        self,
+        chunk: dict[str, Any],
+        default_chunk_class: type,
+        base_generation_info: dict[str, Any] | None,
+    ) -> ChatGenerationChunk | None:
+        generation_chunk = super()._convert_chunk_to_generation_chunk(
+            chunk, default_chunk_class, base_generation_info
+        )
+        timings = chunk.get(_TIMINGS)
+        if generation_chunk is not None and isinstance(timings, dict) and _ends_stream(chunk):
+            # Only the stream's end: with timings_per_token every chunk carries running
+            # figures, and LangChain's merge of the chunks refuses two different floats.
+            generation_chunk.message.response_metadata[_TIMINGS] = dict(timings)
+        return generation_chunk
+
+
+def _ends_stream(chunk: dict[str, Any]) -> bool:
+    """Whether a stream chunk is the usage chunk (no choices) or carries a finish reason."""
+    choices = chunk.get("choices")
+    if not choices:
+        return True
+    return any(isinstance(c, dict) and c.get("finish_reason") for c in choices)

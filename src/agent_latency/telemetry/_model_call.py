@@ -226,7 +226,13 @@ class ModelCallTracer:
             )
             details = response_details(response)
             usage = details.usage
-            split = split_ttft(timing.ttft_ms, usage, streamed=state.streamed)
+            split = split_ttft(
+                timing.ttft_ms,
+                prefill_ms=usage.prefill_ms,
+                decode_ms=usage.decode_ms,
+                prefilled_tokens=usage.prefilled_tokens,
+                streamed=state.streamed,
+            )
             # Our count of the request: the trim's (the whole request) when a trim prepared it.
             estimated = (
                 state.trim.tokens_after if state.trim else self._estimate_tokens(state.messages)

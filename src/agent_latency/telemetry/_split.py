@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from agent_latency._wire import ServerUsage
-
 SPLIT_TOLERANCE: Final = 0.05
 """The server's parts may exceed the client's wait by this share (clocks and rounding) and no
 more: a server reporting more time than the client waited is not believed."""
@@ -62,29 +60,36 @@ class TtftSplit:
         )
 
 
-def split_ttft(ttft_ms: float | None, usage: ServerUsage, *, streamed: bool) -> TtftSplit | None:
+def split_ttft(
+    ttft_ms: float | None,
+    *,
+    prefill_ms: float | None,
+    decode_ms: float | None = None,
+    prefilled_tokens: int | None = None,
+    streamed: bool,
+) -> TtftSplit | None:
     """Splits a call's time to first token by what the server reported about it.
 
     Args:
         ttft_ms: The time to first token measured, ``None`` when there is none.
-        usage: What the server reported (its prefill time, and for blocking calls its decode).
+        prefill_ms: How long the server says it prefilled (``ServerUsage.prefill_ms``).
+        decode_ms: How long it says it generated the answer (``ServerUsage.decode_ms``).
+        prefilled_tokens: The prompt tokens it prefilled (``ServerUsage.prefilled_tokens``).
         streamed: Whether the call streamed; a blocking call's split needs the decode time too.
 
     Returns:
         The split, or ``None`` when the server did not say enough or said more time than the
         client waited (more than :data:`SPLIT_TOLERANCE` over it).
     """
-    prefill_ms = usage.prefill_ms
     if ttft_ms is None or prefill_ms is None:
         return None
-    decode_ms = None if streamed else usage.decode_ms
-    if not streamed and decode_ms is None:
+    decode = None if streamed else decode_ms
+    if not streamed and decode is None:
         return None
-    server_ms = prefill_ms + (decode_ms or 0.0)
+    server_ms = prefill_ms + (decode or 0.0)
     if server_ms > ttft_ms * (1 + SPLIT_TOLERANCE):
         return None
-    remainder_ms = max(0.0, ttft_ms - server_ms)
-    return TtftSplit(ttft_ms, prefill_ms, decode_ms, remainder_ms, usage.prefilled_tokens)
+    return TtftSplit(ttft_ms, prefill_ms, decode, max(0.0, ttft_ms - server_ms), prefilled_tokens)
 
 
 class SlowCause(Enum):
