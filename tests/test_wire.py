@@ -14,19 +14,25 @@ from hypothesis import strategies as st
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
 from langchain_core.prompt_values import StringPromptValue
 from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.tools import tool
+from support.wire import sent_request
 
 from agent_latency._wire import (
     ServerUsage,
     coerce_messages,
     load_messages_file,
+    role_of,
     usage_of_body,
     usage_of_message,
+    wire_role,
+    wire_tools,
 )
 
 CONTENT = "private-content-3f9a"  # must never appear in an error message
@@ -387,3 +393,40 @@ def test_a_message_without_usage_metadata_reads_the_raw_usage() -> None:
     message = AIMessage("hi", response_metadata={"token_usage": {"prompt_tokens": 42}})
     assert usage_of_message(message).prompt_tokens == 42
     assert usage_of_message(AIMessage("hi")) == ServerUsage()
+
+
+# --- Out: roles and tools as ChatOpenAI sends them -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "role"),
+    [
+        (ChatMessage(role="user", content="q"), "user"),
+        (ChatMessage(role="system", content="s"), "system"),
+        (ChatMessage(role="developer", content="s"), "system"),
+        (SystemMessage("s", additional_kwargs={"__openai_role__": "developer"}), "system"),
+        (ChatMessage(role="assistant", content="a"), "assistant"),
+        (HumanMessage("q"), "user"),
+        (ToolMessage("r", tool_call_id="c"), "tool"),
+    ],
+)
+def test_roles_are_the_openai_roles_whatever_the_python_type(
+    message: BaseMessage, role: str
+) -> None:
+    assert role_of(message) == role
+
+
+def test_a_developer_system_message_is_sent_with_its_role() -> None:
+    developer = SystemMessage("Be brief.", additional_kwargs={"__openai_role__": "developer"})
+
+    assert wire_role(developer) == "developer"
+    assert sent_request([developer, HumanMessage("hi")], [])["messages"][0]["role"] == "developer"
+
+
+def test_langchain_tools_convert_to_the_wire_definitions_chat_openai_sends() -> None:
+    @tool
+    def get_weather(city: str, date: str = "today") -> str:
+        """Returns the forecast for a city and a date."""
+        return "sunny"
+
+    assert wire_tools([get_weather]) == sent_request([HumanMessage("hi")], [get_weather])["tools"]

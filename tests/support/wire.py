@@ -1,0 +1,40 @@
+"""What the real ChatOpenAI puts on the wire, captured without a server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from langchain_core.messages import BaseMessage
+from langchain_openai import ChatOpenAI
+
+
+def sent_request(messages: list[BaseMessage], tools: list[Any]) -> dict[str, Any]:
+    """Returns the request body the real ChatOpenAI sends for ``messages`` and ``tools``."""
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "ok"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return httpx.Response(
+            200,
+            json={
+                "id": "1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [choice],
+            },
+        )
+
+    model = ChatOpenAI(
+        model="m",
+        api_key="sk-test",  # type: ignore[arg-type]
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+    (model.bind_tools(tools) if tools else model).invoke(messages)
+    return bodies[0]
