@@ -415,10 +415,12 @@ class ServerUsage:
             ``prompt_tokens_details.cached_tokens`` (and service-tier variants), DeepSeek's
             ``prompt_cache_hit_tokens``, or llama.cpp's ``timings.cache_n``.
         cache_creation_tokens: Prompt tokens written to the cache (Anthropic-style).
-        prefill_ms: How long the server says it prefilled (llama.cpp's ``timings.prompt_ms``).
+        prefill_ms: How long the server says it prefilled: llama.cpp's ``timings.prompt_ms``, or
+            vLLM's ``metrics.time_to_first_token_ms`` (``--enable-per-request-metrics``: from
+            scheduling to the first token, its queue excluded).
         prefill_tokens: How many tokens that prefill took in (``timings.prompt_n``).
         decode_ms: How long the server says it generated the answer, from its first output token
-            to its last (llama.cpp's ``timings.predicted_ms``).
+            to its last: ``timings.predicted_ms``, or vLLM's ``metrics.generation_time_ms``.
         invalid: The reported fields that were impossible (negative, not a whole number, above
             :data:`MAX_REPORTED_TOKENS`, more cached than prompt tokens); their values are
             ``None`` here.
@@ -494,10 +496,12 @@ def usage_of_body(body: object) -> ServerUsage:
 
     ``usage`` gives the counts (OpenAI's ``prompt_tokens_details``, DeepSeek's
     ``prompt_cache_hit_tokens``); llama.cpp's ``timings`` gives the prefill time and, where
-    ``usage`` says nothing of the cache, ``cache_n``.
+    ``usage`` says nothing of the cache, ``cache_n``; vLLM's ``metrics``, the prefill and
+    decode times.
     """
     fields = body if isinstance(body, Mapping) else {}
-    return _read_raw(_Reader(), fields.get("usage"), fields.get("timings"))
+    timings = _Timings(fields.get("timings"), fields.get("metrics"))
+    return _read_raw(_Reader(), fields.get("usage"), timings)
 
 
 def usage_of_message(message: object) -> ServerUsage:
@@ -505,12 +509,14 @@ def usage_of_message(message: object) -> ServerUsage:
 
     ``usage_metadata`` first (LangChain's mapping of OpenAI's fields), then the raw
     ``token_usage`` that blocking calls keep in ``response_metadata`` (DeepSeek's cache hits),
-    then llama.cpp's ``timings``, which ``build_chat_model``'s model keeps there.
+    then llama.cpp's ``timings`` and vLLM's ``metrics``, which ``build_chat_model``'s model
+    keeps there.
     """
     read = _Reader()
     metadata = getattr(message, "response_metadata", None)
     metadata = metadata if isinstance(metadata, Mapping) else {}
-    raw, timings = metadata.get("token_usage"), metadata.get("timings")
+    raw = metadata.get("token_usage")
+    timings = _Timings(metadata.get("timings"), metadata.get("metrics"))
     usage = getattr(message, "usage_metadata", None)
     if not isinstance(usage, Mapping) or not usage:
         return _read_raw(read, raw, timings)
@@ -518,25 +524,47 @@ def usage_of_message(message: object) -> ServerUsage:
     return read.usage(
         prompt_tokens=read.count(usage, "input_tokens", "prompt_tokens"),
         completion_tokens=read.count(usage, "output_tokens", "completion_tokens"),
-        cached_tokens=_cached(read, read.detail(details, "cache_read"), raw, timings),
+        cached_tokens=_cached(read, read.detail(details, "cache_read"), raw, timings.llama),
         cache_creation_tokens=read.detail(details, "cache_creation"),
-        prefill_ms=read.milliseconds(timings, "prompt_ms", "prefill_ms"),
-        prefill_tokens=read.count(timings, "prompt_n", "prefill_tokens"),
-        decode_ms=read.milliseconds(timings, "predicted_ms", "decode_ms"),
+        **timings.read(read),
     )
 
 
-def _read_raw(read: _Reader, usage: object, timings: object) -> ServerUsage:
-    """Reads OpenAI's raw ``usage`` object, with DeepSeek's and llama.cpp's fields."""
+class _Timings(NamedTuple):
+    """A server's own timing of a call: llama.cpp's ``timings``, vLLM's per-request ``metrics``."""
+
+    llama: object
+    vllm: object
+
+    def read(self, read: _Reader) -> dict[str, Any]:
+        """The prefill time and tokens and the decode time, llama.cpp's figures first."""
+        llama, vllm = self.llama, self.vllm
+        prefill_ms = read.milliseconds(llama, "prompt_ms", "prefill_ms")
+        decode_ms = read.milliseconds(llama, "predicted_ms", "decode_ms")
+        return {
+            "prefill_ms": (
+                prefill_ms
+                if prefill_ms is not None
+                else read.milliseconds(vllm, "time_to_first_token_ms", "prefill_ms")
+            ),
+            "prefill_tokens": read.count(llama, "prompt_n", "prefill_tokens"),
+            "decode_ms": (
+                decode_ms
+                if decode_ms is not None
+                else read.milliseconds(vllm, "generation_time_ms", "decode_ms")
+            ),
+        }
+
+
+def _read_raw(read: _Reader, usage: object, timings: _Timings) -> ServerUsage:
+    """Reads OpenAI's raw ``usage`` object, with DeepSeek's, llama.cpp's and vLLM's fields."""
     details = usage.get("prompt_tokens_details") if isinstance(usage, Mapping) else None
     return read.usage(
         prompt_tokens=read.count(usage, "prompt_tokens", "prompt_tokens"),
         completion_tokens=read.count(usage, "completion_tokens", "completion_tokens"),
-        cached_tokens=_cached(read, read.detail(details, "cached_tokens"), usage, timings),
+        cached_tokens=_cached(read, read.detail(details, "cached_tokens"), usage, timings.llama),
         cache_creation_tokens=None,
-        prefill_ms=read.milliseconds(timings, "prompt_ms", "prefill_ms"),
-        prefill_tokens=read.count(timings, "prompt_n", "prefill_tokens"),
-        decode_ms=read.milliseconds(timings, "predicted_ms", "decode_ms"),
+        **timings.read(read),
     )
 
 

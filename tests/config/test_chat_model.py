@@ -63,10 +63,19 @@ class ChatServer:
 
     base_url: str
     received: list[Received] = field(default_factory=list)
+    vllm: bool = False  # answer as vLLM with --enable-per-request-metrics, not as llama-server
 
 
 # llama-server's timings of the answer (tools/server/server-task.cpp, result_timings::to_json).
 TIMINGS = {"cache_n": 3, "prompt_n": 2, "prompt_ms": 12.5, "predicted_n": 2, "predicted_ms": 7.25}
+# vLLM's per-request metrics (docs/features/per_request_metrics.md).
+VLLM_METRICS = {
+    "time_to_first_token_ms": 85.2,
+    "generation_time_ms": 1240.5,
+    "queue_time_ms": 12.3,
+    "mean_itl_ms": 9.1,
+    "tokens_per_second": 103.2,
+}
 
 
 def _running_timings(predicted_n: int) -> dict[str, Any]:
@@ -74,10 +83,14 @@ def _running_timings(predicted_n: int) -> dict[str, Any]:
     return TIMINGS | {"predicted_n": predicted_n, "predicted_ms": 3.5 * predicted_n}
 
 
-def _completion(stream: bool, *, include_usage: bool = True, per_token: bool = False) -> bytes:
+def _completion(
+    stream: bool, *, include_usage: bool = True, per_token: bool = False, vllm: bool = False
+) -> bytes:
     """A llama-server answer: ``timings`` at the top level of a body, on a stream's last chunk
     (the usage chunk with include_usage, else the finish chunk), and with ``timings_per_token``
-    running figures on every content chunk too."""
+    running figures on every content chunk too. Or vLLM's: ``metrics`` at the top level of a
+    body, on the usage chunk of a stream (none without include_usage)."""
+    timing = {"metrics": VLLM_METRICS} if vllm else {"timings": TIMINGS}
     base = {"id": "chatcmpl-1", "created": 0, "model": "stand-in"}
     usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
     if not stream:
@@ -93,8 +106,8 @@ def _completion(stream: bool, *, include_usage: bool = True, per_token: bool = F
                     }
                 ],
                 "usage": usage,
-                "timings": TIMINGS,
             }
+            | timing
         ).encode()
     chunk = base | {"object": "chat.completion.chunk"}
     events = [
@@ -107,7 +120,8 @@ def _completion(stream: bool, *, include_usage: bool = True, per_token: bool = F
             event["timings"] = _running_timings(predicted_n)
     if include_usage:
         events.append(chunk | {"choices": [], "usage": usage})
-    events[-1] = events[-1] | {"timings": TIMINGS}
+    if include_usage or not vllm:
+        events[-1] = events[-1] | timing
     lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
     return "".join(lines).encode()
 
@@ -125,6 +139,7 @@ def chat_server() -> Iterator[ChatServer]:
                 stream,
                 include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
                 per_token=body.get("timings_per_token") is True,
+                vllm=server_record.vllm,
             )
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
@@ -461,6 +476,17 @@ def test_llama_servers_timings_reach_the_answers_response_metadata(
     )
     # If langchain-openai ever keeps them itself, the two overrides can go.
     assert "timings" not in _answer(plain, streaming).response_metadata
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streamed"])
+def test_vllms_per_request_metrics_reach_the_answers_response_metadata(
+    chat_server: ChatServer, streaming: bool
+) -> None:
+    chat_server.vllm = True
+    model = build_chat_model(_settings(chat_server.base_url), streaming=streaming)
+    answer = _answer(model, streaming)
+    assert answer.response_metadata["metrics"] == VLLM_METRICS
+    assert "timings" not in answer.response_metadata
 
 
 def test_running_timings_on_every_chunk_leave_the_stream_whole(chat_server: ChatServer) -> None:

@@ -211,6 +211,7 @@ def streamed_call(
     chunk_gap_ms: float,
     timings: dict[str, Any] | None,
     chunks: int = 20,
+    vllm: dict[str, Any] | None = None,
 ) -> None:
     run_id = uuid.uuid4()
     handler.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=run_id)
@@ -220,6 +221,8 @@ def streamed_call(
             clock.advance(chunk_gap_ms)
         handler.on_llm_new_token("word ", run_id=run_id)
     metadata = {} if timings is None else {"timings": timings}
+    if vllm is not None:
+        metadata["metrics"] = vllm
     answer = AIMessage(
         "word " * chunks,
         usage_metadata={"input_tokens": 1900, "output_tokens": chunks, "total_tokens": 1920},
@@ -266,6 +269,19 @@ def test_the_hint_names_the_larger_part_of_the_first_tokens_time(
         assert words in message
     for words in never:
         assert words not in message
+
+
+def test_vllms_per_request_metrics_split_the_first_token_too(
+    clock: Clock, tracer_provider: Any, span_exporter: InMemorySpanExporter
+) -> None:
+    # vLLM's time_to_first_token_ms runs from scheduling (its queue excluded) to the first token.
+    metrics = {"time_to_first_token_ms": 85.2, "generation_time_ms": 240.5, "queue_time_ms": 12.3}
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    streamed_call(handler, clock, ttft_ms=120, chunk_gap_ms=20, timings=None, vllm=metrics)
+    (span,) = chat_spans(span_exporter)
+    assert span.attributes[semconv.TTFT_SERVER_PREFILL_MS] == 85.2
+    assert span.attributes[semconv.TTFT_REMAINDER_MS] == pytest.approx(120 - 85.2)
+    assert semconv.TTFT_SERVER_DECODE_MS not in span.attributes
 
 
 def test_without_the_servers_timings_the_hint_is_the_trim_one(

@@ -18,7 +18,9 @@ from agent_latency.config._channel import check_base_url, output_limit_field
 from agent_latency.config._settings import MAX_TOKENS_PARAMS, Settings
 
 _NO_KEY = "EMPTY"
-_TIMINGS = "timings"
+_SERVER_TIMINGS = ("timings", "metrics")
+"""Top-level fields of a server's own timing of a call, which ChatOpenAI drops: llama.cpp's
+``timings`` and vLLM's per-request ``metrics`` (``--enable-per-request-metrics``)."""
 
 
 def build_chat_model(settings: Settings | None = None, **overrides: Any) -> ChatOpenAI:
@@ -84,11 +86,11 @@ class CompatibleChatOpenAI(ChatOpenAI):
 
     ChatOpenAI always sends ``max_completion_tokens``; with ``output_limit_field="max_tokens"``
     the request carries ``max_tokens`` instead, whether the limit comes from the model's fields
-    or from a single call (``model.invoke(..., max_tokens=5)``). And it keeps llama.cpp's
-    top-level ``timings`` object (how long the server prefilled, how many prompt tokens it took
-    from its cache), which ChatOpenAI drops, in the answer's ``response_metadata["timings"]``:
-    from the body of a blocking call, and from the last chunk of a stream, where llama-server
-    puts it.
+    or from a single call (``model.invoke(..., max_tokens=5)``). And it keeps the server's own
+    timing of the call, which ChatOpenAI drops, in the answer's ``response_metadata``:
+    llama.cpp's top-level ``timings`` (how long it prefilled, how many prompt tokens it took
+    from its cache) and vLLM's per-request ``metrics``, from the body of a blocking call and
+    from the last chunk of a stream, where the servers put them.
     """
 
     output_limit_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
@@ -111,14 +113,12 @@ class CompatibleChatOpenAI(ChatOpenAI):
         generation_info: dict[str, Any] | None = None,
     ) -> ChatResult:
         result = super()._create_chat_result(response, generation_info)
-        timings = (
-            response.get(_TIMINGS)
-            if isinstance(response, dict)
-            else (response.model_extra or {}).get(_TIMINGS)
-        )
-        if isinstance(timings, dict):
-            for generation in result.generations:
-                generation.message.response_metadata[_TIMINGS] = dict(timings)
+        fields = response if isinstance(response, dict) else (response.model_extra or {})
+        for name in _SERVER_TIMINGS:
+            timings = fields.get(name)
+            if isinstance(timings, dict):
+                for generation in result.generations:
+                    generation.message.response_metadata[name] = dict(timings)
         return result
 
     def _convert_chunk_to_generation_chunk(
@@ -130,11 +130,14 @@ class CompatibleChatOpenAI(ChatOpenAI):
         generation_chunk = super()._convert_chunk_to_generation_chunk(
             chunk, default_chunk_class, base_generation_info
         )
-        timings = chunk.get(_TIMINGS)
-        if generation_chunk is not None and isinstance(timings, dict) and _ends_stream(chunk):
+        if generation_chunk is None or not _ends_stream(chunk):
             # Only the stream's end: with timings_per_token every chunk carries running
             # figures, and LangChain's merge of the chunks refuses two different floats.
-            generation_chunk.message.response_metadata[_TIMINGS] = dict(timings)
+            return generation_chunk
+        for name in _SERVER_TIMINGS:
+            timings = chunk.get(name)
+            if isinstance(timings, dict):
+                generation_chunk.message.response_metadata[name] = dict(timings)
         return generation_chunk
 
 

@@ -6,20 +6,25 @@ threshold breaches as spans, events and metrics; :func:`configure_telemetry` bui
 providers and exporters (OTLP over HTTP or gRPC, console, none) and returns a
 :class:`Telemetry` that hands out handlers and shuts down cleanly. Telemetry never breaks the
 application: a failure inside a callback is logged and swallowed. The names it emits are in
-:mod:`agent_latency.semconv`; docs/telemetry.md describes them all.
+:mod:`agent_latency.semconv`; docs/telemetry.md describes them all. :func:`split_ttft` is the
+rule that splits a time to first token into the server's prefill and the rest
+(:class:`TtftSplit`), for anything else that reports the split (doctor).
 
 Exports: ``LatencyCallbackHandler``, ``LatencyRecord``, ``RunContextProvider``, ``Telemetry``,
-``configure_telemetry``.
+``TtftSplit``, ``configure_telemetry``, ``split_ttft``.
 """
 
 from agent_latency._trace_link import RunContextProvider
 from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
 from agent_latency.telemetry._setup import Telemetry, configure_telemetry
+from agent_latency.telemetry._split import TtftSplit, split_ttft
 
 __all__ = [
     "LatencyCallbackHandler",
     "LatencyRecord",
     "RunContextProvider",
     "Telemetry",
+    "TtftSplit",
     "configure_telemetry",
+    "split_ttft",
 ]
