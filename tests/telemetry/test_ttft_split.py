@@ -64,18 +64,26 @@ def answer_of(model: Any, messages: list[BaseMessage], handler: Any, streaming: 
     return merged
 
 
-@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "blocking"])
-def test_the_chat_span_splits_the_first_token_by_the_servers_timings_on_the_wire(
-    streaming: bool,
-    tracer_provider: Any,
-    span_exporter: InMemorySpanExporter,
-    meter_provider: Any,
-    metric_points: Callable[[str], list[Any]],
-) -> None:
+@pytest.fixture
+def recording(
+    tracer_provider: Any, meter_provider: Any
+) -> tuple[LatencyCallbackHandler, list[LatencyRecord]]:
+    """A handler reporting to the test's providers, and the records it hands out."""
     records: list[LatencyRecord] = []
     handler = LatencyCallbackHandler(
         tracer_provider=tracer_provider, meter_provider=meter_provider, on_record=records.append
     )
+    return handler, records
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "blocking"])
+def test_the_chat_span_splits_the_first_token_by_the_servers_timings_on_the_wire(
+    streaming: bool,
+    recording: tuple[LatencyCallbackHandler, list[LatencyRecord]],
+    span_exporter: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    handler, records = recording
     with running_simulator(PREFILL_BOUND) as sim:
         settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
         model = build_chat_model(settings, streaming=streaming)
@@ -123,15 +131,11 @@ def test_the_chat_span_splits_the_first_token_by_the_servers_timings_on_the_wire
 @pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "blocking"])
 def test_a_plain_chatopenai_drops_the_timings_so_the_split_is_absent_not_wrong(
     streaming: bool,
-    tracer_provider: Any,
+    recording: tuple[LatencyCallbackHandler, list[LatencyRecord]],
     span_exporter: InMemorySpanExporter,
-    meter_provider: Any,
     metric_points: Callable[[str], list[Any]],
 ) -> None:
-    records: list[LatencyRecord] = []
-    handler = LatencyCallbackHandler(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, on_record=records.append
-    )
+    handler, records = recording
     with running_simulator(PREFILL_BOUND) as sim:
         model = ChatOpenAI(
             base_url=sim.base_url,
