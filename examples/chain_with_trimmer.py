@@ -1,5 +1,7 @@
 """``prompt | trimmer | model``, streamed token by token, with the time to first token printed.
 
+The trimmer's budget is the settings' ``llm.prompt.token_budget`` (6,000 by default; a
+``config.toml`` in the folder it is run from, or ``--config``, sets another).
 Run: ``python examples/chain_with_trimmer.py`` (embedded simulator, spans printed to the console)
 or ``python examples/chain_with_trimmer.py --base-url https://api.example.com/v1 --model M --otlp``.
 """
@@ -17,8 +19,8 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from agent_latency import PriorityTrimmer, build_chat_model
 
 
-def long_history(rounds: int = 30) -> list[BaseMessage]:
-    """A chat history long enough to need trimming."""
+def long_history(rounds: int = 40) -> list[BaseMessage]:
+    """A chat history long enough to need trimming at the default budget (~6,700 tokens)."""
     history: list[BaseMessage] = []
     for n in range(rounds):
         history.append(HumanMessage(f"Question {n}: summarise report {n} " + "detail " * 60))
@@ -36,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("user", "{question}"),
             ]
         )
-        trimmer = PriorityTrimmer(budget=1500)
+        trimmer = PriorityTrimmer.from_settings(settings)
         chain = prompt | trimmer | build_chat_model(settings, streaming=True)
         inputs = {"history": long_history(), "question": "What changed since report 0?"}
 

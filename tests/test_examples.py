@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
-from support.doc_runner import ISOLATED_PREFIXES, REPO
+from support.doc_runner import ISOLATED_PREFIXES, REPO, fenced_blocks
 from support.otlp_receiver import OTLPReceiver
 
 EXAMPLES = (
@@ -29,6 +29,10 @@ EXAMPLES = (
 )
 # Runs that export to their own OTLP collector instead of the console: label -> example.
 OTLP_RUNS = {"otlp": "chain_with_trimmer", "otlp_hook": "langgraph_pre_model_hook"}
+# The console run of the chain reads this config (no base_url: it still starts its simulator);
+# the others run on the defaults.
+CHAIN_CONFIG = "[llm.prompt]\ntoken_budget = 1700\nreserve_for_output = 500\n"
+DEFAULT_BUDGET = 6000
 TIMEOUT_S = 120
 # Every test here waits for the examples' runs: tens of seconds in all.
 pytestmark = pytest.mark.slow
@@ -108,7 +112,9 @@ def runs(
     collectors: dict[str, OTLPReceiver], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, _Started]]:
     workdir = tmp_path_factory.mktemp("examples")
-    started = {name: _Started(name, name, [], workdir) for name in EXAMPLES}
+    (workdir / "chain.toml").write_text(CHAIN_CONFIG, encoding="utf-8")
+    options = {"chain_with_trimmer": ["--config", "chain.toml"]}
+    started = {name: _Started(name, name, options.get(name, []), workdir) for name in EXAMPLES}
     for label, name in OTLP_RUNS.items():
         otlp = ["--otlp", "--otlp-endpoint", collectors[label].endpoint]
         started[label] = _Started(label, name, otlp, workdir)
@@ -136,18 +142,34 @@ def test_every_example_is_run() -> None:
     assert scripts - {"_common"} == set(EXAMPLES)
 
 
-def test_chain_streams_the_trimmed_answer_and_prints_ttft(runs: dict[str, _Started]) -> None:
-    run = _finished(runs, "chain_with_trimmer")
-
-    assert run.text().startswith(ANSWER_START)
+def _chain_summary(run: Run) -> tuple[int, int, int, int, int]:
+    """The chain's last line: tokens before and after, budget, TTFT and total."""
     summary = re.search(
         r"prompt (\d+) -> (\d+) tokens \(budget (\d+)\); TTFT (\d+) ms, total (\d+) ms", run.err
     )
     assert summary, run.err
     before, after, budget, ttft, total = map(int, summary.groups())
+    return before, after, budget, ttft, total
+
+
+def test_chain_streams_the_trimmed_answer_and_prints_ttft(runs: dict[str, _Started]) -> None:
+    run = _finished(runs, "chain_with_trimmer")
+
+    assert run.text().startswith(ANSWER_START)
+    before, after, budget, ttft, total = _chain_summary(run)
+    assert budget == 1700  # the config's llm.prompt.token_budget, not a number of the example's
     assert after <= budget < before
     assert ttft < total  # streamed: the first token came before the 64th
     assert {"chat qwen-7b-chat", "agent_latency.trim"} <= _span_names(run)
+
+
+def test_the_chain_trims_at_the_default_budget_without_a_config(
+    runs: dict[str, _Started],
+) -> None:
+    before, after, budget, _, _ = _chain_summary(_finished(runs, "otlp"))
+
+    assert budget == DEFAULT_BUDGET
+    assert after <= budget < before
 
 
 def test_agent_with_middleware_calls_a_tool(runs: dict[str, _Started]) -> None:
@@ -227,3 +249,27 @@ def test_otlp_export_reaches_the_collector(
     # Cumulative: the last export counts the one streamed call.
     ttft = collector.points(gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK)
     assert ttft and ttft[-1].count == 1
+
+
+def test_the_quickstart_shows_the_example_config_files_as_they_are() -> None:
+    # The quickstart is read in an empty folder, maybe after a non-editable install: it shows
+    # the templates inline instead of asking for examples/, and must show them as they are.
+    blocks = fenced_blocks((REPO / "docs" / "quickstart.md").read_text(encoding="utf-8"))
+    shown = {block.language: block.text for block in blocks if block.language in ("toml", "json")}
+
+    assert shown["toml"] == (REPO / "examples" / "config.toml").read_text(encoding="utf-8")
+    assert shown["json"] == (REPO / "examples" / "settings.json").read_text(encoding="utf-8")
+
+
+def test_the_quickstarts_commands_need_no_file_of_the_checkout() -> None:
+    blocks = fenced_blocks((REPO / "docs" / "quickstart.md").read_text(encoding="utf-8"))
+    commands = [
+        line
+        for block in blocks
+        if block.language == "console"
+        for line in block.text.splitlines()
+        if line.startswith("$ ")
+    ]
+
+    assert commands
+    assert [c for c in commands if re.search(r"\b(examples|scripts)/", c)] == []
