@@ -1,21 +1,46 @@
-"""The cost-aware trimmer: cache-state decisions, conversation state, span attributes."""
+"""The cost-aware trimmer: cache-state decisions, the append path, its record, span attributes."""
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from importlib import resources
 from typing import Any
 
 import pytest
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    convert_to_messages,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agent_latency import semconv
-from agent_latency._latency_model import LatencyModel
-from agent_latency.bench._scenario import call_points, load_scenario
+from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimResult
-from agent_latency.trimming._conversations import CacheState, Conversation, cache_state
-from agent_latency.trimming._cost_aware import MIN_OBSERVATIONS, CostAwareTrimmer
+from agent_latency.trimming._cache_state import CacheState, cache_state
 
-SCENARIO = load_scenario()
+# The latency model is the cost-aware trimmer's (the module it is imported in).
+from agent_latency.trimming._cost_aware import MIN_OBSERVATIONS, CostAwareTrimmer, LatencyModel
+from agent_latency.trimming._latest_call import LatestCall
+
+
+def call_points(messages: Sequence[BaseMessage]) -> list[int]:
+    """The prompt lengths at which the agent called the model: before each of its answers, and
+    the whole conversation when it ends in a question."""
+    points = [
+        index
+        for index in range(1, len(messages))
+        if isinstance(messages[index], AIMessage) and not isinstance(messages[index - 1], AIMessage)
+    ]
+    return points if isinstance(messages[-1], AIMessage) else [*points, len(messages)]
+
+
+SCENARIO = convert_to_messages(
+    json.loads((resources.files("agent_latency") / "scenarios" / "agent_8k.json").read_text())
+)
 POINTS = call_points(SCENARIO)
 
 
@@ -268,26 +293,52 @@ def test_reported_cache_hits_keep_the_cache_warm_and_no_report_judges_by_time(
     assert next(replay(silent, clock, [POINTS[14]])).cache_state == "warm"
 
 
+def record(
+    state: CacheState, expected: int, missed_before: bool, miss_after_ms: float | None = None
+) -> LatestCall:
+    """A conversation's latest call, sent assuming ``state``, ``expected`` tokens of it cached."""
+    return LatestCall(
+        inputs=0,
+        inputs_digest=b"",
+        actions=(),
+        shortened={},
+        request_digest=b"",
+        input_tokens=0,
+        at=0.0,
+        growth=0.0,
+        state=state,
+        expected=expected,
+        missed=missed_before,
+        miss_after_ms=miss_after_ms,
+    )
+
+
 @pytest.mark.parametrize(
-    ("state", "shared", "reported", "missed_before", "missed"),
+    ("state", "expected", "reported", "missed_before", "missed"),
     [
         ("warm", 2000, 0, False, True),  # expected 2,000 cached, none reported
         ("warm", 2000, 1900, True, False),  # the cache holds it again
         ("warm", 500, 0, False, False),  # too short to tell (OpenAI caches from 1,024 tokens)
+        ("warm", 500, 0, True, True),  # ... either way
+        ("evicted", 500, 480, True, False),  # a short prefix reported cached: it holds it again
+        ("evicted", 800, 336, True, True),  # under half of a short prefix: nothing new
         ("expired", 2000, 0, False, False),  # nothing was expected cached
+        ("warm", 0, 0, True, True),  # nothing shared with the previous prompt
         ("warm", 2000, None, True, True),  # no report: as before
         ("evicted", 2000, 1900, True, False),
     ],
 )
 def test_the_evidence_of_one_report(
-    state: CacheState, shared: int, reported: int | None, missed_before: bool, missed: bool
+    state: CacheState, expected: int, reported: int | None, missed_before: bool, missed: bool
 ) -> None:
-    record = Conversation((), 0, (), 0, (), 0.0, 0.0, state, shared, missed_before)
-    record.report_usage(shared + 100, reported, None)
-    assert record.server_missed() is missed
-    assert cache_state(record, 10.0, 300.0) == ("evicted" if missed else "warm")
-    assert cache_state(record, 301.0, 300.0) == "expired"
-    assert cache_state(None, 0.0, 300.0) == "cold"
+    call = record(state, expected, missed_before)
+    call.report_usage(expected + 100, reported, None)
+    assert call.server_missed() is missed
+    at = {"at": call.at, "missed": call.server_missed(), "same_request": True}
+    assert cache_state(**at, now=10.0, lifetime_s=300.0) == ("evicted" if missed else "warm")
+    assert cache_state(**at, now=301.0, lifetime_s=300.0) == "expired"
+    assert cache_state(**{**at, "same_request": False}, now=10.0, lifetime_s=300.0) == "cold"
+    assert cache_state(at=None, missed=False, same_request=True, now=0.0, lifetime_s=1) == "cold"
 
 
 def test_the_callback_handler_reports_the_servers_cached_tokens_to_the_conversation(
@@ -330,10 +381,10 @@ def test_without_a_report_the_time_to_first_token_is_the_evidence(
     missed_before: bool,
     missed: bool,
 ) -> None:
-    record = Conversation((), 0, (), 0, (), 0.0, 0.0, state, 2000, missed_before, 400.0)
-    record.report_usage(None if reported is None else 2100, reported, ttft_ms)
-    assert record.server_missed() is missed
-    too_close = Conversation((), 0, (), 0, (), 0.0, 0.0, state, 2000, missed_before, None)
+    call = record(state, 2000, missed_before, miss_after_ms=400.0)
+    call.report_usage(None if reported is None else 2100, reported, ttft_ms)
+    assert call.server_missed() is missed
+    too_close = record(state, 2000, missed_before)
     too_close.report_usage(None, None, 800.0)  # predictions too close to tell: no evidence
     assert too_close.server_missed() is missed_before
 
@@ -342,12 +393,12 @@ def test_the_threshold_lies_between_the_predicted_hit_and_miss(clock: Clock) -> 
     trimmer = cost_aware(clock)
     first, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
     assert second.option == "append"
-    record = trimmer._conversations.get("c")
+    latest = trimmer._conversations.get("c")
     model, size = trimmer.latency_model, second.result.tokens_after
-    shared = record.shared
-    assert shared == sum(first.result.sent_message_tokens)
-    hit, miss = model.predict(size - shared, size), model.predict(size, size)
-    assert record.miss_after_ms is not None and hit < record.miss_after_ms < miss
+    expected = latest.expected
+    assert expected == sum(first.result.sent_message_tokens)  # no tools: the messages sent
+    hit, miss = model.predict(size - expected, size), model.predict(size, size)
+    assert latest.miss_after_ms is not None and hit < latest.miss_after_ms < miss
     # No prediction without evidence, so no threshold either.
     blind = cost_aware(clock, latency_model=LatencyModel())
     list(replay(blind, clock, [POINTS[12], POINTS[13]], gap=1.0))
@@ -362,10 +413,11 @@ def test_a_server_silent_about_its_cache_is_judged_by_the_first_tokens_time(
     from langchain_openai import ChatOpenAI
 
     from agent_latency import LatencyCallbackHandler
-    from agent_latency._latency_model import LatencyCoefficients
     from agent_latency.sim import SimulatorConfig, running_simulator
 
-    speed = LatencyCoefficients(fixed_ms=50.0, ms_per_token=0.5, ms_per_token_per_ktoken=0.0)
+    speed = replace(
+        LatencyModel().coefficients, fixed_ms=50.0, ms_per_token=0.5, ms_per_token_per_ktoken=0.0
+    )
     sim_config = SimulatorConfig(
         overhead_ms=speed.fixed_ms,
         prefill_ms_per_token=speed.ms_per_token,
@@ -389,8 +441,8 @@ def test_a_server_silent_about_its_cache_is_judged_by_the_first_tokens_time(
             clock.now += 5
             chunks = list(chain.stream(SCENARIO[:end], config=config))  # type: ignore[arg-type]
             assert not any(c.usage_metadata for c in chunks)  # the server said nothing
-    record = trimmer._conversations.get("t")
-    assert record.reported_cached is None and record.timed_miss is (not prefix_cache)
+    latest = trimmer._conversations.get("t")
+    assert latest.reported_cached is None and latest.timed_miss is (not prefix_cache)
     expected = "warm" if prefix_cache else "evicted"
     assert trimmer.choose(SCENARIO[: POINTS[14]], key="t").cache_state == expected
 
@@ -403,13 +455,13 @@ def test_the_handler_passes_a_blocking_call_no_time_to_first_token(
     from agent_latency.sim import SimulatorConfig, running_simulator
 
     received: list[tuple[int | None, int | None, float | None]] = []
-    report = Conversation.report_usage
+    report = LatestCall.report_usage
 
-    def spy(self: Conversation, *args: Any) -> None:
+    def spy(self: LatestCall, *args: Any) -> None:
         received.append(args)
         report(self, *args)
 
-    monkeypatch.setattr(Conversation, "report_usage", spy)
+    monkeypatch.setattr(LatestCall, "report_usage", spy)
     trimmer = cost_aware(clock)
     handler = LatencyCallbackHandler(tracer_provider=TracerProvider(), log_every_request=False)
     fast = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=5000)
@@ -426,8 +478,6 @@ def test_the_handler_passes_a_blocking_call_no_time_to_first_token(
 
 
 def test_a_result_from_decisions_takes_its_counts_from_them() -> None:
-    from dataclasses import replace
-
     base = PriorityTrimmer(3000).trim(SCENARIO[: POINTS[14]])
     kept_all = tuple(
         replace(d, action="kept", rule="fits", tokens_after=d.tokens) for d in base.decisions
@@ -464,3 +514,250 @@ def test_no_deep_cut_when_its_budget_cannot_hold_what_no_trim_removes(
     assert not [r for r in caplog.records if "over budget" in r.getMessage()]
     (deep,) = replay(shallow, clock, [POINTS[12]])  # a deep budget that fits is still tried
     assert "deep_cut" in deep.predicted_ms
+
+
+# --- the append path is a trim like any other (issue 22: cost-aware, attacked) ------------------
+
+
+def own_copy(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages as new objects, which a test may edit in place (SCENARIO stays as it is)."""
+    return [message.model_copy(deep=True) for message in messages]
+
+
+def test_a_message_edited_in_place_is_sent_and_counted_as_it_is_now(clock: Clock) -> None:
+    # (a) The append matched earlier messages by identity: 5,316 real tokens sent, 368 counted.
+    conversation = own_copy(SCENARIO[: POINTS[12]])
+    trimmer = cost_aware(clock)
+    first = trimmer.choose(conversation[: POINTS[11]], key="c")
+    kept = next(d.index for d in first.result.decisions if d.role == "user" and d.action == "kept")
+    conversation[kept].content = str(conversation[kept].content) + " more detail" * 1500
+    clock.now += 10
+    second = trimmer.choose(conversation, key="c")
+    assert "append" not in second.predicted_ms  # the prompt the server holds is not this one
+    sent = second.result
+    assert TokenCounter().count_messages(sent.messages) == sent.tokens_after <= trimmer.hard_limit
+
+
+def test_a_tool_result_redacted_in_place_is_never_sent_in_its_old_form(clock: Clock) -> None:
+    # (a) The previous call sent a shortened copy of the result; the application then removed a
+    # password from it. Appending to the previous prompt would send the copy, password and all.
+    conversation = own_copy(SCENARIO[: POINTS[12]])
+    result = conversation[23]
+    assert isinstance(result, ToolMessage)
+    result.content = "admin password: hunter2\n" + str(result.content)
+    trimmer = cost_aware(clock)
+    first = trimmer.choose(conversation[: POINTS[11]], key="c")
+    assert first.result.decisions[23].action == "shortened"
+    assert any("hunter2" in m.text for m in first.result.messages)
+    result.content = str(result.content).replace("hunter2", "[redacted]")
+    clock.now += 10
+    second = trimmer.choose(conversation, key="c")
+    assert not any("hunter2" in m.text for m in second.result.messages)
+    assert any("[redacted]" in m.text for m in second.result.messages)
+
+
+def answered_calls_only(messages: Sequence[BaseMessage]) -> bool:
+    """Whether every tool result answers a call of a message before it (or OpenAI says 400)."""
+    asked: set[str | None] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            asked.update(call["id"] for call in message.tool_calls)
+        if isinstance(message, ToolMessage) and message.tool_call_id not in asked:
+            return False
+    return True
+
+
+def test_an_orphan_tool_result_is_dropped_on_append_as_the_plain_trimmer_drops_it(
+    clock: Clock,
+) -> None:
+    # (b) It was sent (OpenAI answers 400), and its decision read kept/within_budget.
+    trimmer = cost_aware(clock)
+    trimmer.choose(SCENARIO[: POINTS[11]], key="c")
+    orphan = ToolMessage("a late result", tool_call_id="call_nobody_made")
+    conversation = [*SCENARIO[: POINTS[11]], orphan, *SCENARIO[POINTS[11] : POINTS[12]]]
+    clock.now += 10
+    choice = trimmer.choose(conversation, key="c")
+    assert choice.option == "append"
+    assert orphan not in choice.result.messages and answered_calls_only(choice.result.messages)
+    decision = choice.result.decisions[POINTS[11]]
+    assert (decision.action, decision.rule) == ("dropped", "orphan_tool_result")
+    assert choice.result.dropped_messages == sum(
+        d.action == "dropped" for d in choice.result.decisions
+    )
+
+
+def test_a_new_result_of_a_call_the_previous_prompt_dropped_rules_the_append_out(
+    clock: Clock,
+) -> None:
+    # Not an orphan in the input (the plain cut keeps it with its call, or drops both), but
+    # after the previous prompt, which left its call out, it would be one.
+    trimmer = cost_aware(clock)
+    first = trimmer.choose(SCENARIO[: POINTS[11]], key="c")
+    dropped_call = next(
+        m
+        for m, d in zip(SCENARIO, first.result.decisions, strict=False)
+        if isinstance(m, AIMessage) and m.tool_calls and d.action == "dropped"
+    )
+    assert isinstance(dropped_call, AIMessage)
+    late = ToolMessage("a second answer", tool_call_id=dropped_call.tool_calls[0]["id"])
+    clock.now += 10
+    choice = trimmer.choose([*SCENARIO[: POINTS[12]], late], key="c")
+    assert "append" not in choice.predicted_ms
+    assert answered_calls_only(choice.result.messages)
+
+
+def test_one_eviction_report_under_a_small_budget_is_not_evicted_for_good(clock: Clock) -> None:
+    # (c) Under a small budget the shared prefixes are under 1,024 tokens, and such a prefix
+    # never counted as evidence of a warm cache: one report of a miss kept it evicted.
+    trimmer = CostAwareTrimmer(
+        PriorityTrimmer(1100, prefix_stable=True),
+        context_window=8192,
+        reserve_for_output=2048,
+        clock=clock,
+        latency_model=learned(),
+        deep_trimmers=[PriorityTrimmer(500, prefix_stable=True)],
+    )
+    counter = TokenCounter()
+    states, previous = [], None
+    for index, end in enumerate(POINTS[11:17]):
+        clock.now += 10
+        choice = trimmer.choose(SCENARIO[:end], key="c")
+        states.append(choice.cache_state)
+        sent = choice.result.messages
+        shared = 0  # what a perfect prefix cache holds of this prompt
+        for message, cached in zip(sent, previous or [], strict=False):
+            if message is not cached:
+                break
+            shared += counter.count_message(message)
+        assert choice.result.on_usage is not None
+        choice.result.on_usage(choice.result.tokens_after, 0 if index == 1 else shared, None)
+        previous = sent
+    assert states[:3] == ["cold", "warm", "evicted"]  # the report of 0 cached: a miss
+    assert "evicted" not in states[4:]  # the next calls' reports show the cache holds it again
+
+
+def test_from_settings_records_a_trim_span_without_a_key() -> None:
+    # (d) Its candidate cuts record no spans, and without a key only a candidate cut ran.
+    from agent_latency import Settings
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trimmer = CostAwareTrimmer.from_settings(Settings(), tracer_provider=provider)
+    result = trimmer.trim(SCENARIO)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == semconv.TRIM_SPAN_NAME]
+    attributes = span.attributes or {}
+    assert attributes[semconv.TRIM_TOKENS_AFTER] == result.tokens_after
+    assert semconv.TRIM_OPTION not in attributes  # no conversation: no cost-aware choice
+
+
+@pytest.mark.parametrize("key", [["thread", 1], {"thread": 1}, {1, 2}])
+def test_an_unhashable_key_gets_a_clear_error_naming_it(clock: Clock, key: object) -> None:
+    # (e) It raised a raw TypeError from the conversation cache.
+    trimmer = cost_aware(clock)
+    with pytest.raises(ValueError, match=rf"key must be hashable.*got {type(key).__name__}"):
+        trimmer.trim(SCENARIO, key=key)
+    with pytest.raises(ValueError, match="key must be hashable"):
+        trimmer.choose(SCENARIO, key=key)
+
+
+# --- what the budget means (issue 22: written once, honoured, reported) ----------------------
+
+
+def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    allowed = cost_aware(clock, tracer_provider=provider)
+    for end in POINTS[11:]:
+        clock.now += 10
+        allowed.trim(SCENARIO[:end], key="c")
+    spans = [s.attributes or {} for s in exporter.get_finished_spans()]
+    for attributes in spans:
+        over = attributes[semconv.TRIM_TOKENS_AFTER] > attributes[semconv.TRIM_EFFECTIVE_BUDGET]
+        assert attributes[semconv.TRIM_OVER_BUDGET] is over
+        assert attributes[semconv.TRIM_TOKENS_AFTER] <= allowed.hard_limit
+    over_budget = [a for a in spans if a[semconv.TRIM_OVER_BUDGET]]
+    assert over_budget and {a[semconv.TRIM_OPTION] for a in over_budget} == {"append"}
+    assert all("warm cache" in str(a[semconv.TRIM_OVER_BUDGET_CAUSE]) for a in over_budget)
+
+    within = cost_aware(clock, allow_over_budget_on_warm_cache=False)
+    choices = list(replay(within, clock, POINTS[11:]))
+    assert all(c.result.tokens_after <= c.result.effective_budget for c in choices)
+    assert not any(c.result.over_budget for c in choices)
+    assert "append" in {c.option for c in choices}  # it still appends while that fits
+    assert "allow_over_budget_on_warm_cache=False" in repr(within)
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_the_over_budget_setting_must_be_a_flag(value: object) -> None:
+    with pytest.raises(ValueError, match="allow_over_budget_on_warm_cache must be True or False"):
+        CostAwareTrimmer(
+            PriorityTrimmer(3000),
+            context_window=8192,
+            reserve_for_output=2048,
+            allow_over_budget_on_warm_cache=value,  # type: ignore[arg-type]
+        )
+
+
+# --- the record of a conversation, carried as state (issue 22: restarts and replicas) ---------
+
+
+def test_a_record_carried_as_plain_state_decides_as_the_trimmer_that_made_it(
+    clock: Clock,
+) -> None:
+    # Another replica (or the same one restarted): new message objects, a JSON round trip.
+    here, elsewhere = cost_aware(clock), cost_aware(clock)
+    decisions = []
+    first = here.choose(SCENARIO[: POINTS[11]], key="c")
+    state: Any = first.record.to_state()
+    for end in POINTS[12:16]:
+        clock.now += 10
+        restored = convert_to_messages(
+            [m.model_dump() for m in SCENARIO[:end]]  # what a checkpointer gives back
+        )
+        carried = elsewhere.choose_after(
+            restored, LatestCall.from_state(json.loads(json.dumps(state)))
+        )
+        same = here.choose(SCENARIO[:end], key="c")
+        decisions.append(carried.option)
+        assert (carried.cache_state, carried.option) == (same.cache_state, same.option)
+        assert carried.result.tokens_after == same.result.tokens_after
+        assert [m.text for m in carried.result.messages] == [m.text for m in same.result.messages]
+        assert carried.record.to_state() == {**same.record.to_state(), "at": clock.now}
+        state = carried.record.to_state()
+    assert "append" in decisions
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "not a record",
+        {"format": 99},
+        {"format": 1, "inputs": 2},
+        {**{"format": 1}, "actions": [[2, "kept", "no such rule"]]},
+    ],
+)
+def test_an_unreadable_record_is_a_first_call_with_a_warning(
+    state: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="agent_latency"):
+        assert LatestCall.from_state(state) is None
+    assert "taken as its first" in caplog.text
+    assert LatestCall.from_state(None) is None
+
+
+def test_a_record_holds_no_input_message_alive(clock: Clock) -> None:
+    import gc
+    import weakref
+
+    conversation = own_copy(SCENARIO[: POINTS[11]])
+    trimmer = cost_aware(clock)
+    choice = trimmer.choose(conversation, key="c")
+    kept = next(
+        m for m, d in zip(conversation, choice.result.decisions, strict=True) if d.action == "kept"
+    )
+    gone = weakref.ref(kept)
+    del conversation, kept, choice
+    gc.collect()
+    assert gone() is None  # only the shortened copies it sent are kept

@@ -3,35 +3,46 @@
 A server with a prefix cache prefills only what follows the longest prefix it has seen. While a
 conversation's cache is warm, sending the previous prompt *as sent* plus the new messages
 (``append``) prefills only the new messages; every cut prefills everything from the cut point.
-When the cache is cold (the conversation's first call), has expired (idle longer than the cache
-lifetime) or was evicted (the server reported fewer cached tokens than it should have held),
-everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the budget, or a
-``deep_cut`` below it that also leaves room for later calls to append again.
+When the cache is cold (the conversation's first call, or its tools changed), has expired (idle
+longer than the cache lifetime) or was evicted (the server reported fewer cached tokens than it
+should have held), everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the
+budget, or a ``deep_cut`` below it that also leaves room for later calls to append again.
 
-:class:`CostAwareTrimmer` keeps, per conversation (LangGraph's ``thread_id`` or a key you pass),
-the previous call's prompt, its time and the server's reported cached tokens or, where it
-reports none, the call's time to first token (the callback handler passes them on through the
-trim result's ``on_usage``; see
-:mod:`~agent_latency.trimming._conversations`). For each call it predicts the mean time to first
-token over the next ``horizon_calls`` calls of every option with a
+What the budget means. For the plain :class:`PriorityTrimmer` it is the most prompt tokens a
+request sends, tools and framing included; only when what no trim removes exceeds it is a
+request sent over it, with ``over_budget`` set. Here it is the target of every ``cut``, and a
+``deep_cut`` goes below it; an ``append`` on a warm cache may go past it, up to the hard limit
+(``context_window − reserve_for_output``), because prefilling a few new messages after a cached
+prefix is sooner than prefilling a shorter rewritten prompt. Such an append says so:
+``over_budget`` is true and ``agent_latency.trim.over_budget_cause`` names the warm-cache append.
+``allow_over_budget_on_warm_cache=False`` keeps appends within the budget too, so that no
+request exceeds it except as the plain trimmer's would. No prompt ever exceeds the hard limit.
+
+:class:`CostAwareTrimmer` keeps, per conversation, its latest call (:class:`LatestCall`: what
+was sent, by content; when; the server's reported cached tokens or, where it reports none, the
+call's time to first token, passed on by the callback handler through the trim result's
+``on_usage``). In memory it is kept per key (LangGraph's ``thread_id`` or a key you pass);
+``TrimmingMiddleware`` also keeps it in the agent's state, so the user's checkpointer carries it
+across restarts and replicas. For each call it predicts the mean time to first token over the
+next ``horizon_calls`` calls of every option with a
 :class:`~agent_latency._latency_model.LatencyModel`, assuming the conversation keeps growing as
 it has and the calls after this one find the cache warm; it sends the option predicted fastest.
-Two limits apply: the budget (a cut's target) and the hard limit (``context_window −
-reserve_for_output``), which no prompt exceeds. Two rules keep context: a deep cut is considered
-only when the input does not fit the budget, and on a warm cache a cut replaces ``append`` only
-when predicted at least 10% faster. Until the latency model has seen
-:data:`MIN_OBSERVATIONS` calls or probes of the endpoint, it trusts no prediction and sends the
-cut (the plain trimmer's prompt): priors fitted to one server mislead on another, and a server
-that reports no usage when streaming (llama-cpp-python) teaches it nothing but doctor's probes.
-Without a key it is the plain :class:`PriorityTrimmer` it wraps.
+Two rules keep context: a deep cut is considered only when the input does not fit the budget,
+and on a warm cache a cut replaces ``append`` only when predicted at least 10% faster. Until the
+latency model has seen :data:`MIN_OBSERVATIONS` calls or probes of the endpoint, it trusts no
+prediction and sends the cut (the plain trimmer's prompt): priors fitted to one server mislead
+on another, and a server that reports no usage when streaming (llama-cpp-python) teaches it
+nothing but doctor's probes. Without a key or a record it is the plain :class:`PriorityTrimmer`
+it wraps, in a trim span of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 from langchain_core.callbacks.manager import (
     AsyncCallbackManagerForChainRun,
@@ -42,7 +53,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import TracerProvider
+from opentelemetry.trace import Tracer, TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 from agent_latency._caches import LRUCache
 from agent_latency._latency_model import (
@@ -51,23 +63,21 @@ from agent_latency._latency_model import (
     LatencyModel,
     default_cache_lifetime,
 )
-from agent_latency._validation import checked_int, checked_number
+from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency._wire import coerce_messages
 from agent_latency.config import Settings
-from agent_latency.trimming._conversations import (
-    CacheState,
-    Conversation,
-    appended,
-    cache_state,
-    extends,
-    shared_tokens,
-)
-from agent_latency.trimming._forecast import CostAwareChoice, Forecast, Option
-from agent_latency.trimming._tracing import (
+from agent_latency.trimming._append import appended, cached_prefix
+from agent_latency.trimming._cache_state import CacheState, cache_state
+from agent_latency.trimming._choice import CostAwareChoice, Option
+from agent_latency.trimming._fingerprints import MessageDigests, request_digest, sequence_digest
+from agent_latency.trimming._forecast import Forecast
+from agent_latency.trimming._latest_call import LatestCall
+from agent_latency.trimming._span import (
     areport_trim,
     end_span,
     report_trim,
     run_context,
+    run_tracer,
     start_span,
 )
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
@@ -86,6 +96,17 @@ probes."""
 _SWITCH_MARGIN: Final = 0.9  # on a warm cache a cut replaces append if predicted 10% faster
 _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
+_OWNER: Final = "CostAwareTrimmer"
+_OWN_OPTIONS: Final = frozenset(
+    {
+        "allow_over_budget_on_warm_cache",
+        "horizon_calls",
+        "max_conversations",
+        "clock",
+        "tracer_provider",
+    }
+)
+"""The options of :meth:`CostAwareTrimmer.from_settings` that are the cost-aware trimmer's own."""
 
 
 def deep_cut_budgets(budget: int, fractions: Sequence[float] = DEEP_CUT_FRACTIONS) -> list[int]:
@@ -93,18 +114,21 @@ def deep_cut_budgets(budget: int, fractions: Sequence[float] = DEEP_CUT_FRACTION
     return [max(int(budget * fraction), 1) for fraction in fractions]
 
 
-def _positive(name: str, value: object, *, integer: bool = True) -> Any:
-    if integer:
-        return checked_int("CostAwareTrimmer", name, value, minimum=1)
-    return checked_number("CostAwareTrimmer", name, value, minimum=0, above=True)
+class _Traced(Protocol):
+    def span_attributes(self) -> dict[str, AttributeValue]: ...
+
+
+_T = TypeVar("_T", bound=_Traced)
 
 
 class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
     """Sends, per conversation, whichever of append-only or a cut gets the first tokens sooner.
 
     A LangChain ``Runnable`` like :class:`PriorityTrimmer`: in a chain, the conversation key is
-    the ``thread_id`` of the run's ``configurable``; in ``TrimmingMiddleware`` (inside a LangGraph
-    run) it is taken from the run's config too; :meth:`trim` also accepts ``key=``.
+    the ``thread_id`` of the run's ``configurable``; in ``TrimmingMiddleware`` the agent's state
+    carries the conversation's record (and the run's ``thread_id`` is the key where the state
+    has none); :meth:`trim` also accepts ``key=``. The module docstring says what the budget
+    means here.
 
     Args:
         trimmer: The trimmer whose budget a ``cut`` goes to (and which runs when there is no key).
@@ -116,9 +140,14 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         deep_trimmers: The trimmers of a ``deep_cut`` (budgets below the trimmer's): the one of
             smallest budget that holds what no trim removes (the system prompt, the latest
             user message, the current tool call and results) makes it. Empty: no deep cuts.
+        allow_over_budget_on_warm_cache: Whether an ``append`` on a warm cache may exceed the
+            budget (up to the hard limit). ``False``: every prompt keeps to the budget as the
+            plain trimmer's do.
         horizon_calls: Over how many calls (this one included) options are compared.
-        max_conversations: How many conversations to remember, least recently used forgotten.
-        clock: Seconds, monotonic. Default: ``time.monotonic``.
+        max_conversations: How many conversations to remember in memory, least recently used
+            forgotten.
+        clock: Seconds. Default: ``time.time``, which another process reads alike (a record
+            carried in an agent's state says when its call was made).
         tracer_provider: Where trim spans go. Default: the global tracer provider.
 
     Raises:
@@ -134,9 +163,10 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         cache_lifetime_s: float = DEFAULT_CACHE_LIFETIME_S,
         latency_model: LatencyModel | None = None,
         deep_trimmers: Sequence[PriorityTrimmer] = (),
+        allow_over_budget_on_warm_cache: bool = True,
         horizon_calls: int = 8,
         max_conversations: int = 1024,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         if not isinstance(deep_trimmers, Sequence):
@@ -153,30 +183,33 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 )
         self.trimmer = trimmer
         self.deep_trimmers = tuple(sorted(deep_trimmers, key=lambda deep: deep.budget))
-        window = _positive("context_window", context_window)
-        if isinstance(reserve_for_output, bool) or not isinstance(reserve_for_output, int):
-            raise ValueError(
-                "CostAwareTrimmer: reserve_for_output must be an integer, got "
-                f"{reserve_for_output!r}."
-            )
-        self.hard_limit = window - reserve_for_output
+        window = checked_int(_OWNER, "context_window", context_window, minimum=1)
+        reserve = checked_int(_OWNER, "reserve_for_output", reserve_for_output, minimum=0)
+        self.hard_limit = window - reserve
         if self.hard_limit < trimmer.budget:
             raise ValueError(
                 f"CostAwareTrimmer: context_window - reserve_for_output = {self.hard_limit} is "
                 f"below the budget ({trimmer.budget}); lower the budget or the reserve."
             )
-        self.cache_lifetime_s = float(
-            _positive("cache_lifetime_s", cache_lifetime_s, integer=False)
+        self.cache_lifetime_s = checked_number(
+            _OWNER, "cache_lifetime_s", cache_lifetime_s, minimum=0, above=True
         )
         if latency_model is not None and not isinstance(latency_model, LatencyModel):
             raise ValueError(
                 "CostAwareTrimmer: latency_model must be a LatencyModel or None, got "
                 f"{type(latency_model).__name__}."
             )
-        self._forecast = Forecast(
-            latency_model or LatencyModel(), _positive("horizon_calls", horizon_calls)
+        self.allow_over_budget_on_warm_cache = checked_bool(
+            _OWNER, "allow_over_budget_on_warm_cache", allow_over_budget_on_warm_cache
         )
-        self._conversations = LRUCache(_positive("max_conversations", max_conversations))
+        self._forecast = Forecast(
+            latency_model or LatencyModel(),
+            checked_int(_OWNER, "horizon_calls", horizon_calls, minimum=1),
+        )
+        self._conversations = LRUCache(
+            checked_int(_OWNER, "max_conversations", max_conversations, minimum=1)
+        )
+        self._digests = MessageDigests()
         if not callable(clock):
             raise ValueError("CostAwareTrimmer: clock must be a callable returning seconds.")
         self._clock = clock
@@ -203,14 +236,14 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             latency_model: Overrides the shared latency model.
             deep_cut_fractions: The deep cuts' budgets as fractions of the budget (each between 0
                 and 1); empty: no deep cuts.
-            **options: Keyword options of :class:`CostAwareTrimmer` (``horizon_calls``,
-                ``max_conversations``, ``clock``, ``tracer_provider``) and of
-                :meth:`PriorityTrimmer.from_settings` (the rest).
+            **options: Keyword options of :class:`CostAwareTrimmer`
+                (``allow_over_budget_on_warm_cache``, ``horizon_calls``, ``max_conversations``,
+                ``clock``, ``tracer_provider``) and of :meth:`PriorityTrimmer.from_settings`
+                (the rest).
         """
-        own = {"horizon_calls", "max_conversations", "clock", "tracer_provider"}
-        mine = {name: value for name, value in options.items() if name in own}
+        mine = {name: value for name, value in options.items() if name in _OWN_OPTIONS}
         # The candidate cuts record no spans of their own: the cost-aware trim span says it all.
-        rest = {name: value for name, value in options.items() if name not in own}
+        rest = {name: value for name, value in options.items() if name not in _OWN_OPTIONS}
         rest["tracer_provider"] = trace.NoOpTracerProvider()
         trimmer = PriorityTrimmer.from_settings(settings, **rest)
         if not isinstance(deep_cut_fractions, Sequence) or not all(
@@ -260,6 +293,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             f"CostAwareTrimmer({self.trimmer!r}, hard_limit={self.hard_limit}, "
             f"cache_lifetime_s={self.cache_lifetime_s}, deep_cuts="
             f"{[deep.budget for deep in self.deep_trimmers]}, "
+            f"allow_over_budget_on_warm_cache={self.allow_over_budget_on_warm_cache}, "
             f"horizon_calls={self.horizon_calls})"
         )
 
@@ -276,51 +310,111 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         Args:
             messages: As for :meth:`PriorityTrimmer.trim`. Never modified.
             context: The OpenTelemetry context to start the span in. Default: the current one.
-            key: The conversation; default: the ``thread_id`` of the current LangChain run's
-                config. Without one this is :meth:`PriorityTrimmer.trim`.
-            **request: ``tools``, ``response_format``, ``strict_tools``, as for
+            key: The conversation (hashable: a ``str`` or an ``int``); default: the
+                ``thread_id`` of the current LangChain run's config. Without one this is
                 :meth:`PriorityTrimmer.trim`.
+            **request: ``tools``, ``response_format``, ``strict_tools``, ``output_tools``, as
+                for :meth:`PriorityTrimmer.trim`.
 
         Returns:
             The messages to send and what was done to get them.
+
+        Raises:
+            ValueError: When ``key`` is not hashable, or as :meth:`PriorityTrimmer.trim` does.
         """
-        key = key if key is not None else _thread_id(ensure_config())
+        key = key if key is not None else thread_id_of(ensure_config())
         if key is None:
-            return self.trimmer.trim(messages, context=context, **request)
-        span = start_span(self._tracer, context)
-        try:
-            with trace.use_span(span, end_on_exit=False):
-                choice = self.choose(messages, key=key, **request)
-        except BaseException as exc:
-            end_span(span, exc)
-            raise
-        try:
-            span.set_attributes(choice.span_attributes())
-        except Exception:
-            logger.warning("agent-latency: recording the cost-aware choice failed", exc_info=True)
-        end_span(span, None, choice.result)
+            return self._in_span(context, None, lambda: self.trimmer.trim(messages, **request))
+        checked = _checked_key(key)
+        choice = self._in_span(context, None, lambda: self.choose(messages, key=checked, **request))
         return choice.result
 
+    def trim_after(
+        self,
+        messages: object,
+        previous: LatestCall | None,
+        *,
+        key: object = None,
+        context: Context | None = None,
+        tracer: Tracer | None = None,
+        **request: Any,
+    ) -> CostAwareChoice:
+        """Decides what to send after the conversation's latest call, in a trim span.
+
+        For a caller that keeps the record itself (``TrimmingMiddleware`` keeps it in the
+        agent's state: ``LatestCall.from_state``, then :attr:`CostAwareChoice.record`).
+
+        Args:
+            messages: As for :meth:`trim`.
+            previous: The conversation's latest call; ``None``: what is remembered for ``key``,
+                if anything (else this is its first call).
+            key: Where the decision is also remembered in memory; ``None``: nowhere.
+            context: The OpenTelemetry context to start the span in.
+            tracer: The tracer of the span. Default: the trimmer's own.
+            **request: As for :meth:`trim`.
+
+        Raises:
+            ValueError: When ``key`` is not hashable, or as :meth:`PriorityTrimmer.trim` does.
+        """
+        checked = None if key is None else _checked_key(key)
+
+        def decide() -> CostAwareChoice:
+            known = previous
+            if known is None and checked is not None:
+                known = self._conversations.get(checked)
+            choice = self.choose_after(messages, known, **request)
+            if checked is not None:
+                self._conversations.put(checked, choice.record)
+            return choice
+
+        return self._in_span(context, tracer, decide)
+
     def choose(self, messages: object, *, key: object, **request: Any) -> CostAwareChoice:
-        """Decides what to send for conversation ``key``, and remembers it.
+        """Decides what to send for conversation ``key``, and remembers it (no span).
 
         The candidate cuts are the wrapped trimmers' :meth:`PriorityTrimmer.trim` (their spans,
         if they record any, are children of the current span).
 
         Raises:
-            ValueError: When ``key`` is ``None``.
+            ValueError: When ``key`` is ``None`` or not hashable.
         """
         if key is None:
             raise ValueError("CostAwareTrimmer.choose: key must not be None; pass a conversation.")
+        checked = _checked_key(key)
+        choice = self.choose_after(messages, self._conversations.get(checked), **request)
+        self._conversations.put(checked, choice.record)
+        return choice
+
+    def choose_after(
+        self, messages: object, previous: LatestCall | None, **request: Any
+    ) -> CostAwareChoice:
+        """Decides what to send after the conversation's latest call ``previous`` (no span).
+
+        Args:
+            messages: As for :meth:`trim`.
+            previous: The conversation's latest call; ``None``: this is its first.
+            **request: As for :meth:`trim`.
+        """
         now = self._clock()
         inputs = coerce_messages(messages)
         cut = self.trimmer.trim(inputs, **request)
         counts = cut.message_tokens
-        framing = cut.tokens_before - sum(counts)  # tools, response format, reply priming
-        # The hard limit is in the server's tokens; the trims count in ours.
-        hard_limit = int(self.hard_limit / cut.calibration_factor)
-        previous: Conversation | None = self._conversations.get(key)
-        state = cache_state(previous, now, self.cache_lifetime_s)
+        digests = self._digests.of_all(inputs)
+        sends = request_digest(cut, request)
+        missed = previous is not None and previous.server_missed()
+        state = cache_state(
+            at=None if previous is None else previous.at,
+            missed=missed,
+            same_request=previous is not None and previous.request_digest == sends,
+            now=now,
+            lifetime_s=self.cache_lifetime_s,
+        )
+        # The previous prompt as sent, where this input extends that call's input unchanged.
+        before = (
+            previous.sent_prompt(inputs)
+            if previous is not None and previous.extended_by(digests)
+            else None
+        )
         growth = float(self.trimmer.budget // _PRIOR_GROWTH_FRACTION)
         if previous is not None:
             added = abs(sum(counts) - previous.input_tokens)
@@ -331,39 +425,33 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             predicted: dict[Option, float] = {}
         else:
             candidates, predicted = self._predict(
-                inputs, request, cut, previous, state, growth, hard_limit
+                inputs, request, cut, previous, before, state, growth
             )
             option = min(predicted, key=predicted.__getitem__)
             warm_append = predicted.get("append") if state == "warm" else None
             if warm_append is not None and predicted[option] > warm_append * _SWITCH_MARGIN:
                 option = "append"  # on a warm cache a cut loses context: it must be clearly faster
         chosen = candidates[option]
-        shared = 0  # what a warm cache would hold of it: the evidence its usage report gives
-        if previous is not None:
-            shared = (
-                previous.sent_tokens if option == "append" else shared_tokens(chosen, previous.sent)
-            )
+        chosen_sends = request_digest(chosen, request)
+        # What a warm cache holds of it: the evidence the server's report of this call gives.
+        same = previous is not None and previous.request_digest == chosen_sends
+        expected = cached_prefix(chosen, before or (), self._digests) if same else 0
         miss_after_ms = None
-        if predicted and state in ("warm", "evicted") and shared > 0:
-            miss_after_ms = self._forecast.miss_after_ms(chosen.tokens_after, shared)
-        remembered = Conversation(
-            inputs=tuple(inputs),
-            input_tokens=sum(counts),
-            sent=tuple(chosen.messages),
-            sent_tokens=chosen.tokens_after - framing,
-            decisions=chosen.decisions,
+        if predicted and state in ("warm", "evicted") and expected > 0:
+            miss_after_ms = self._forecast.miss_after_ms(chosen.tokens_after, expected)
+        record = _record(
+            chosen,
+            digests,
+            chosen_sends,
             at=now,
             growth=growth,
             state=state,
-            shared=shared,
-            missed=previous.server_missed() if previous is not None else False,
+            expected=expected,
+            missed=missed,
             miss_after_ms=miss_after_ms,
         )
-        self._conversations.put(key, remembered)
-        result = TrimResult.from_decisions(
-            chosen, remembered.decisions, on_usage=remembered.report_usage
-        )
-        return CostAwareChoice(result, state, option, predicted, self.hard_limit)
+        result = dataclasses.replace(chosen, on_usage=record.report_usage)
+        return CostAwareChoice(result, state, option, predicted, self.hard_limit, record)
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -382,28 +470,32 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         inputs: list[BaseMessage],
         request: Mapping[str, Any],
         cut: TrimResult,
-        previous: Conversation | None,
+        previous: LatestCall | None,
+        before: list[BaseMessage] | None,
         state: CacheState,
         growth: float,
-        hard_limit: int,
     ) -> tuple[dict[Option, TrimResult], dict[Option, float]]:
         """The options open to this call, each with its predicted mean TTFT over the horizon."""
-        cached = previous.sent if previous is not None and state == "warm" else ()
+        # The limits are in the server's tokens, the trims count in ours (calibration).
+        hard_limit = int(self.hard_limit / cut.calibration_factor)
+        ceiling = hard_limit if self.allow_over_budget_on_warm_cache else cut.effective_budget
+        held = before if state == "warm" and before is not None else []
         candidates: dict[Option, tuple[TrimResult, int]] = {}  # option -> (result, prefilled)
-        if previous is not None and extends(previous.inputs, inputs):
-            append = appended(previous, inputs, cut)
-            if append.tokens_after <= hard_limit:
-                reused = previous.sent_tokens if state == "warm" else 0
+        if previous is not None and before is not None:
+            append = appended(
+                previous, inputs, before, cut, self.trimmer.token_counter, hard_limit=hard_limit
+            )
+            if append is not None and append.tokens_after <= ceiling:
+                reused = cached_prefix(append, held, self._digests)
                 candidates["append"] = (append, append.tokens_after - reused)
-        candidates["cut"] = (cut, cut.tokens_after - shared_tokens(cut, cached))
+        candidates["cut"] = (cut, cut.tokens_after - cached_prefix(cut, held, self._digests))
         # A deep cut is not worked out when appending on a warm cache has room for the whole
         # horizon: then it could win only by a smaller context, rarely by the switch margin.
         room_ahead = (
             state == "warm"
             and "append" in candidates
             and (
-                candidates["append"][0].tokens_after + growth * (self.horizon_calls - 1)
-                <= hard_limit
+                candidates["append"][0].tokens_after + growth * (self.horizon_calls - 1) <= ceiling
             )
         )
         # Nor when what no trim removes would not fit its budget: it would only repeat the cut,
@@ -412,37 +504,110 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         if deep_trimmer is not None and cut.changed and not room_ahead:
             deep = deep_trimmer.trim(inputs, **request)
             if deep.tokens_after < cut.tokens_after:
-                candidates["deep_cut"] = (deep, deep.tokens_after - shared_tokens(deep, cached))
+                fresh = deep.tokens_after - cached_prefix(deep, held, self._digests)
+                candidates["deep_cut"] = (deep, fresh)
         # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
         reset = min(
             (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
         )
         predicted = {
             option: self._forecast.horizon_ms(
-                result.tokens_after, prefilled, growth, reset, hard_limit
+                result.tokens_after, prefilled, growth, reset, ceiling
             )
             for option, (result, prefilled) in candidates.items()
         }
         return {option: result for option, (result, _) in candidates.items()}, predicted
 
+    def _in_span(
+        self, context: Context | None, tracer: Tracer | None, work: Callable[[], _T]
+    ) -> _T:
+        """Runs ``work`` in a trim span, which gets its attributes or its error."""
+        span = start_span(tracer or self._tracer, context)
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                done = work()
+        except BaseException as exc:
+            end_span(span, exc)
+            raise
+        try:
+            attributes = done.span_attributes()
+        except Exception:
+            logger.warning("agent-latency: recording the trim's attributes failed", exc_info=True)
+            attributes = None
+        end_span(span, None, attributes)
+        return done
+
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> list[BaseMessage]:
-        result = self.trim(input_, context=run_context(run_manager), key=_thread_id(config))
+        result = self._trim_for_run(input_, run_manager, config)
         report_trim(run_manager, result)
         return result.messages
 
     async def _atrim_in_run(
         self, input_: Any, run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
     ) -> list[BaseMessage]:
-        result = self.trim(input_, context=run_context(run_manager), key=_thread_id(config))
+        result = self._trim_for_run(input_, run_manager, config)
         await areport_trim(run_manager, result)
         return result.messages
 
+    def _trim_for_run(
+        self,
+        input_: Any,
+        run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> TrimResult:
+        context, tracer = run_context(run_manager), run_tracer(run_manager, self._tracer)
+        key = thread_id_of(config)
+        if key is None:
+            return self._in_span(context, tracer, lambda: self.trimmer.trim(input_))
+        return self.trim_after(input_, None, key=key, context=context, tracer=tracer).result
 
-def _thread_id(config: RunnableConfig) -> str | None:
+
+def _record(
+    sent: TrimResult,
+    digests: Sequence[bytes],
+    request: bytes,
+    **figures: Any,
+) -> LatestCall:
+    """What is kept of a call that sent ``sent`` for input messages of ``digests``."""
+    decisions = sent.decisions
+    shortened = {}
+    messages = iter(sent.messages)
+    for decision in decisions:
+        if decision.action != "dropped":
+            message = next(messages)
+            if decision.action == "shortened":
+                shortened[decision.index] = message
+    return LatestCall(
+        inputs=len(digests),
+        inputs_digest=sequence_digest(digests),
+        actions=tuple((d.action, d.rule) for d in decisions),
+        shortened=shortened,
+        request_digest=request,
+        input_tokens=sum(d.tokens for d in decisions),
+        **figures,
+    )
+
+
+def thread_id_of(config: RunnableConfig) -> str | None:
+    """The ``thread_id`` of a LangChain run's config (a LangGraph thread), as a string."""
     thread_id = (config.get("configurable") or {}).get("thread_id")
     return None if thread_id is None else str(thread_id)
+
+
+def _checked_key(key: object) -> object:
+    """``key`` if it can key a conversation (hashable), else a ``ValueError`` naming it."""
+    try:
+        hash(key)
+    except TypeError:
+        shown = repr(key)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ValueError(
+            f"CostAwareTrimmer: the conversation key must be hashable (a str or an int, such as "
+            f"a thread_id), got {type(key).__name__} {shown}; e.g. key=str(conversation_id)."
+        ) from None
+    return key
 
 
 def _fits(cut: TrimResult, trimmer: PriorityTrimmer) -> bool:

@@ -1,4 +1,4 @@
-"""What the cost-aware trimmer foresees of its options, and the record of what it chose.
+"""What the cost-aware trimmer foresees of its options.
 
 :class:`Forecast` turns the endpoint's :class:`~agent_latency._latency_model.LatencyModel` into
 the two figures a decision needs: an option's mean time to first token over the next calls
@@ -10,54 +10,13 @@ evidence of a server that reports no cached tokens).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
-from opentelemetry.util.types import AttributeValue
-
-from agent_latency import semconv
 from agent_latency._latency_model import LatencyModel
-from agent_latency.trimming._conversations import TIMING_EVIDENCE_RATIO, CacheState
-from agent_latency.trimming._result import TrimResult
+from agent_latency.trimming._cache_state import TIMING_EVIDENCE_RATIO
 
-Option = Literal["append", "cut", "deep_cut"]
-"""Which prompt it sends: previous prompt + new messages, a cut to the budget, or a deeper cut."""
-
-
-@dataclass(frozen=True)
-class CostAwareChoice:
-    """One cost-aware decision.
-
-    Attributes:
-        result: The trim sent. For ``append`` its ``tokens_after`` may exceed the budget (never
-            the hard limit) and ``over_budget`` is ``False``. Its ``on_usage`` takes the
-            server's usage of the request and its time to first token (the callback handler
-            calls it).
-        cache_state: The cache state assumed.
-        option: The option taken.
-        predicted_ms: Each option considered, with its predicted mean TTFT over the next calls;
-            empty (no prediction: the cut is sent) while the latency model has too little
-            evidence of the endpoint.
-        hard_limit: The prompt tokens never exceeded.
-    """
-
-    result: TrimResult
-    cache_state: CacheState
-    option: Option
-    predicted_ms: Mapping[Option, float]
-    hard_limit: int
-
-    def span_attributes(self) -> dict[str, AttributeValue]:
-        """Returns the cost-aware attributes of the trim span."""
-        attributes: dict[str, AttributeValue] = {
-            semconv.TRIM_CACHE_STATE: self.cache_state,
-            semconv.TRIM_OPTION: self.option,
-            semconv.TRIM_HARD_LIMIT: self.hard_limit,
-        }
-        for option, ms in self.predicted_ms.items():
-            attributes[semconv.TRIM_PREDICTED_TTFT_PREFIX + option] = round(ms, 1)
-        return attributes
+# Transitional, until trimming/__init__ imports it from _choice (asked of its owner).
+from agent_latency.trimming._choice import CostAwareChoice as CostAwareChoice
 
 
 @dataclass(frozen=True)
@@ -82,7 +41,8 @@ class Forecast:
             prefilled: Those the server is expected to prefill.
             growth: Tokens the conversation adds per call.
             reset: (size, prefilled) of the cut forced when the prompt would pass the limit.
-            hard_limit: The prompt tokens no request exceeds.
+            hard_limit: The prompt tokens an appended prompt may reach (the hard limit, or the
+                budget where appends must keep to it).
         """
         total = self.latency_model.predict(prefilled, size)
         context, fresh = float(size), float(prefilled)

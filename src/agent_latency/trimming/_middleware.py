@@ -1,5 +1,13 @@
 """Trimming every model call of a ``langchain.agents.create_agent`` agent.
 
+With a :class:`CostAwareTrimmer`, the middleware keeps the conversation's record (its latest
+call as sent, and the server's report of its cache) in the agent's state, under
+:data:`STATE_KEY`: the user's checkpointer (``InMemorySaver``, Postgres, Redis) stores it with
+the conversation, so a restarted process or another replica in front of the same model server
+decides as the first one would have, with no key to pass. Where the state has no record yet
+(the thread's first call, or no checkpointer), the run's ``thread_id`` keys it in memory. The
+server's report comes from the callback handler, or else from the model's answer itself.
+
 This module needs the optional ``agents`` extra (``langchain``); ``agent_latency`` imports it
 only when ``TrimmingMiddleware`` is first used, so the core package works without it.
 """
@@ -7,17 +15,21 @@ only when ``TrimmingMiddleware`` is first used, so the core package works withou
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Final, NotRequired, cast
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables.config import ensure_config
+from langgraph.types import Command
 from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
 
-from agent_latency._trace_link import TRIM_EVENT, find_run_context
-from agent_latency.trimming._cost_aware import CostAwareTrimmer
+from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
+from agent_latency._wire import usage_of_message
+from agent_latency.trimming._cost_aware import CostAwareTrimmer, thread_id_of
+from agent_latency.trimming._latest_call import LatestCall
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 try:
@@ -28,6 +40,7 @@ try:
         ModelRequest,
         ModelResponse,
     )
+    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain.agents.structured_output import (
         AutoStrategy,
         OutputToolBinding,
@@ -43,6 +56,16 @@ logger = logging.getLogger("agent_latency.trimming")
 
 ModelCallResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 
+STATE_KEY: Final = "agent_latency_latest_call"
+"""The agent state's field holding a cost-aware conversation's record
+(:meth:`~agent_latency.trimming._latest_call.LatestCall.to_state`: a plain JSON value)."""
+
+
+class CostAwareState(AgentState[Any]):
+    """The agent state with the cost-aware record, which only this middleware reads and writes."""
+
+    agent_latency_latest_call: NotRequired[Annotated[dict[str, Any] | None, PrivateStateAttr]]
+
 
 class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Trims the messages of each model call an agent makes; the agent's state is untouched.
@@ -50,9 +73,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Use with ``langchain.agents.create_agent(model, tools, middleware=[TrimmingMiddleware(t)])``.
     Everything the request sends counts against the budget: its system message (never dropped
     while the trimmer keeps system messages), its tools and its structured-output schema. The
-    stored conversation keeps every message: only what is sent to the model is trimmed. A trim
-    that fails unexpectedly is logged and the request is sent untrimmed rather than failing the
-    agent.
+    stored conversation keeps every message: only what is sent to the model is trimmed. With a
+    :class:`CostAwareTrimmer` the state also carries the conversation's record
+    (:data:`STATE_KEY`, see the module docstring). A trim that fails unexpectedly is logged and
+    the request is sent untrimmed rather than failing the agent.
 
     Args:
         trimmer: The trimmer to apply.
@@ -69,6 +93,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 f"got {type(trimmer).__name__}; e.g. TrimmingMiddleware(PriorityTrimmer(6000))."
             )
         self.trimmer = trimmer
+        if isinstance(trimmer, CostAwareTrimmer):
+            self.state_schema = CostAwareState
 
     def wrap_model_call(
         self,
@@ -76,13 +102,13 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult:
         """Sends the model a trimmed request and reports the trim to the run's handlers."""
-        trimmed, result = self._trim(request)
+        trimmed, result, record = self._trim(request)
         if result is not None:
             try:
                 dispatch_custom_event(TRIM_EVENT, result)
             except Exception:  # no parent run (called outside a graph) or a failing handler
                 logger.debug("Reporting the trim event failed", exc_info=True)
-        return handler(trimmed)
+        return _with_record(handler(trimmed), record)
 
     async def awrap_model_call(
         self,
@@ -90,40 +116,55 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult:
         """Sends the model a trimmed request and reports the trim to the run's handlers."""
-        trimmed, result = self._trim(request)
+        trimmed, result, record = self._trim(request)
         if result is not None:
             try:
                 await adispatch_custom_event(TRIM_EVENT, result)
             except Exception:  # no parent run (called outside a graph) or a failing handler
                 logger.debug("Reporting the trim event failed", exc_info=True)
-        return await handler(trimmed)
+        return _with_record(await handler(trimmed), record)
 
-    def _trim(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], TrimResult | None]:
+    def _trim(
+        self, request: ModelRequest[Any]
+    ) -> tuple[ModelRequest[Any], TrimResult | None, LatestCall | None]:
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
+        record = None
         try:
             output_tools, response_format, strict = _structured_output(request)
-            result = self.trimmer.trim(
-                messages,
-                context=_current_run_context(),
-                tools=request.tools,
-                response_format=response_format,
-                strict_tools=strict,
-                output_tools=output_tools,
-            )
+            context, tracer = _current_run()
+            options: dict[str, Any] = {
+                "context": context,
+                "tracer": tracer,
+                "tools": request.tools,
+                "response_format": response_format,
+                "strict_tools": strict,
+                "output_tools": output_tools,
+            }
+            if isinstance(self.trimmer, CostAwareTrimmer):
+                state = request.state if isinstance(request.state, Mapping) else {}
+                choice = self.trimmer.trim_after(
+                    messages,
+                    LatestCall.from_state(state.get(STATE_KEY)),
+                    key=thread_id_of(ensure_config()),
+                    **options,
+                )
+                result, record = choice.result, choice.record
+            else:
+                result = self.trimmer.trim(messages, **options)
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
-            return request, None
+            return request, None, None
         if result.dropped_tools:  # a tool budget left some tools out
             sent = {id(tool) for tool in result.tools or ()}
             request = request.override(tools=[t for t in request.tools if id(t) in sent])
         if not result.changed:
-            return request, result
+            return request, result, record
         # The kept messages are the request's own (or same-typed shortened copies of them).
         kept = cast("list[AnyMessage]", result.messages)
         if system is not None and kept and kept[0] is system:
-            return request.override(messages=kept[1:]), result
-        return request.override(system_message=None, messages=kept), result
+            return request.override(messages=kept[1:]), result, record
+        return request.override(system_message=None, messages=kept), result, record
 
 
 def _structured_output(
@@ -148,9 +189,36 @@ def _structured_output(
     return [OutputToolBinding.from_schema_spec(s).tool for s in strategy.schema_specs], None, None
 
 
-def _current_run_context() -> Context | None:
-    """Returns the OpenTelemetry context of the LangChain run this call happens in, if traced."""
+def _with_record(response: ModelResponse[Any], record: LatestCall | None) -> ModelCallResult:
+    """The model's response, with the cost-aware record of its call as an update of the state.
+
+    The server's cached tokens come from the callback handler (``on_usage``) or else from the
+    answer's own usage.
+    """
+    if record is None:
+        return response
+    try:
+        if record.reported_cached is None:
+            answers = [m for m in response.result if isinstance(m, AIMessage)]
+            if answers:
+                usage = usage_of_message(answers[-1])
+                record.report_usage(usage.prompt_tokens, usage.cached_tokens, None)
+        update: Command[Any] = Command(update={STATE_KEY: record.to_state()})
+    except Exception:
+        logger.warning("agent-latency: keeping the cost-aware record failed", exc_info=True)
+        return response
+    return ExtendedModelResponse(model_response=response, command=update)
+
+
+def _current_run() -> tuple[Context | None, Tracer | None]:
+    """The OpenTelemetry context of the LangChain run this call happens in, if traced, and the
+    tracer its handler records trims with, if it offers one."""
     callbacks = ensure_config().get("callbacks")
-    if isinstance(callbacks, BaseCallbackManager):
-        return find_run_context(callbacks.handlers, callbacks.parent_run_id)
-    return None
+    if not isinstance(callbacks, BaseCallbackManager):
+        return None, None
+    context = find_run_context(callbacks.handlers, callbacks.parent_run_id)
+    try:
+        return context, find_trim_tracer(callbacks.handlers)
+    except Exception:  # a handler's failure must not fail the trim
+        logger.warning("agent-latency: a handler's tracer_for_trims() failed", exc_info=True)
+        return context, None
