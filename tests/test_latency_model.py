@@ -135,3 +135,30 @@ def test_registry_keys_a_base_url_as_the_handler_keys_the_server() -> None:
     by_url = registry.model_for_base_url("http://127.0.0.1:8000/v1", "m")
     assert by_url is registry.model_for(("127.0.0.1", 8000), "m")
     assert registry.model_for_base_url(None, "m") is registry.model_for(None, "m")
+
+
+@pytest.mark.parametrize(
+    ("ttft_ms", "prompt_tokens", "cached_tokens", "named"),
+    [
+        (1000.0, 1e12, 0, "prompt_tokens"),  # raised ZeroDivisionError, then on every call
+        (1000.0, -5, 0, "prompt_tokens"),
+        (1000.0, 2000, 3000, "cached_tokens"),
+        (1e12, 2000, 0, "ttft_ms"),
+        (math.inf, 2000, 0, "ttft_ms"),
+    ],
+)
+def test_impossible_usage_is_refused_where_it_enters_and_the_model_is_unchanged(
+    ttft_ms: float, prompt_tokens: float, cached_tokens: int, named: str
+) -> None:
+    model = LatencyModel()
+    for tokens, ttft in ((200, 60.0), (1000, 220.0), (2000, 420.0)):
+        model.observe(ttft, tokens, 0)
+    before = (model.coefficients, model.observations)
+
+    with pytest.raises(ValueError, match=named):
+        model.observe(ttft_ms, prompt_tokens, cached_tokens)  # type: ignore[arg-type]
+
+    assert (model.coefficients, model.observations) == before
+    model.observe(320.0, 1500, 0)  # later observations are learned as before
+    assert model.observations > before[1]
+    assert 300 < model.predict(1500, 1500) < 400

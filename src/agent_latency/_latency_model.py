@@ -36,10 +36,13 @@ from urllib.parse import urlsplit
 from agent_latency._caches import LRUCache
 from agent_latency._redaction import host_and_port
 from agent_latency._validation import checked_number
+from agent_latency._wire import MAX_REPORTED_TOKENS
 
 _KILO: Final = 1000.0
 """Features are in thousands of tokens (and millions of token pairs), to keep the fit well
 conditioned."""
+MAX_TTFT_MS: Final = 86_400_000.0
+"""A day: no time to first token is longer (a larger one is a unit or clock error)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +217,24 @@ class LatencyModel:
                 reported) is taken as 0.
 
         Raises:
-            ValueError: When a value is negative, not finite, or the cached tokens exceed the
-                prompt; the message names it.
+            ValueError: When a value is impossible: negative, not finite, a time above a day
+                (:data:`MAX_TTFT_MS`), more prompt tokens than any context window holds
+                (``MAX_REPORTED_TOKENS``), or more cached than prompt tokens; the message names
+                it. The model is then unchanged, and later observations are learned as before.
         """
         ttft = _check("ttft_ms", ttft_ms, 0.0)
         prompt = _check("prompt_tokens", prompt_tokens, 0.0)
         cached = 0.0 if cached_tokens is None else _check("cached_tokens", cached_tokens, 0.0)
+        for name, value, most in (
+            ("ttft_ms", ttft, MAX_TTFT_MS),
+            ("prompt_tokens", prompt, MAX_REPORTED_TOKENS),
+        ):
+            if value > most:
+                raise ValueError(
+                    f"LatencyModel: {name} must be <= {most:,.0f}, got {value!r}: no call "
+                    "takes that long or holds that many tokens; pass the server's usage "
+                    "figures of one call."
+                )
         if cached > prompt:
             raise ValueError(
                 f"LatencyModel: cached_tokens ({cached_tokens}) exceeds prompt_tokens "
@@ -227,18 +242,27 @@ class LatencyModel:
             )
         x = self._features(prompt - cached, prompt)
         with self._lock:
+            # The new state is built aside and kept only when its fit is finite.
             keep = self.forgetting
-            for i in range(_N):
-                self._moment[i] = keep * self._moment[i] + x[i] * ttft
-                for j in range(_N):
-                    self._gram[i][j] = keep * self._gram[i][j] + x[i] * x[j]
-            self._weight = keep * self._weight + 1.0
+            moment = [keep * self._moment[i] + x[i] * ttft for i in range(_N)]
+            gram = [[keep * self._gram[i][j] + x[i] * x[j] for j in range(_N)] for i in range(_N)]
             ridge = [
-                [self._gram[i][j] + (self.prior_weight if i == j else 0.0) for j in range(_N)]
+                [gram[i][j] + (self.prior_weight if i == j else 0.0) for j in range(_N)]
                 for i in range(_N)
             ]
-            target = [self._moment[i] + self.prior_weight * self._prior[i] for i in range(_N)]
-            self._coefficients = _solve_non_negative(ridge, target)
+            target = [moment[i] + self.prior_weight * self._prior[i] for i in range(_N)]
+            try:
+                coefficients = _solve_non_negative(ridge, target)
+            except ArithmeticError:
+                coefficients = []
+            if len(coefficients) != _N or not all(map(math.isfinite, coefficients)):
+                raise ValueError(
+                    f"LatencyModel: cannot learn from ttft_ms={ttft_ms!r}, "
+                    f"prompt_tokens={prompt_tokens!r}, cached_tokens={cached_tokens!r}: the fit "
+                    "with it is not finite; the model is unchanged."
+                )
+            self._moment, self._gram, self._coefficients = moment, gram, coefficients
+            self._weight = keep * self._weight + 1.0
 
     def predict(self, uncached: float, context: float) -> float:
         """Returns the predicted time to first token in ms (never below 0).

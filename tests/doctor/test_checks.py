@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import re
 import socket
 from collections.abc import Iterator
-from dataclasses import replace
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-import typer
 from support.doc_runner import fenced_blocks
 from support.fakes import DropsRequestField
-from typer.testing import CliRunner, Result
 
-from agent_latency.cli._doctor import doctor
-from agent_latency.config import ConfigError, LLMSettings, Settings, load_settings
+from agent_latency.cli import main
+from agent_latency.config import LLMSettings, Settings, load_settings
 from agent_latency.doctor import CheckStatus, Endpoint, run_checks
 from agent_latency.doctor._checks import (
     check_api_root,
@@ -36,20 +36,32 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 
 # Fast, yet the 32-token streaming probe spreads over 310 ms: a scheduling hiccup on a loaded
 # machine cannot make a healthy stream look buffered.
-FAST = {"overhead_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_tokens_per_s": 100.0}
+# It counts in the default model's own tokens, as a healthy endpoint does.
+FAST = {
+    "overhead_ms": 20.0,
+    "prefill_ms_per_token": 0.05,
+    "decode_tokens_per_s": 100.0,
+    "tokenizer": "qwen-7b-chat",
+}
 SIM_KEY = "sk-test-secret-123"
 WRONG_KEY = "sk-wrong-key-456"
 # A context window that the default budget, reserve and max_tokens all fit.
 HEALTHY_CONFIG = "[llm]\ncontext_window = 8192\n"
 
-app = typer.Typer()
-app.command()(doctor)
-
-
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
-def _run(*args: str, config: str | None = None, settings: str | None = None) -> Result:
+@dataclass(frozen=True)
+class Run:
+    """What ``agent-latency doctor`` printed and how it exited."""
+
+    exit_code: int
+    output: str
+    errors: str
+
+
+def _run(*args: str, config: str | None = None, settings: str | None = None) -> Run:
+    """Runs ``agent-latency doctor`` through the command line's own entry point."""
     options = list(args)
     if config is not None:
         Path("config.toml").write_text(config, encoding="utf-8")
@@ -57,10 +69,13 @@ def _run(*args: str, config: str | None = None, settings: str | None = None) -> 
     if settings is not None:
         Path("settings.json").write_text(settings, encoding="utf-8")
         options += ["--settings", "settings.json"]
-    return CliRunner().invoke(app, options)
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["doctor", *options])
+    return Run(code, out.getvalue(), err.getvalue())
 
 
-def _lines(result: Result, status: str) -> list[str]:
+def _lines(result: Run, status: str) -> list[str]:
     return [line for line in result.output.splitlines() if line.startswith(status)]
 
 
@@ -95,10 +110,21 @@ def test_healthy_simulator_passes_every_check(healthy: str) -> None:
         "prefill",
         "tokenizer",
         "prefix cache",
+        "first token",
         "latency model",
     ]
     assert "asked for 2 tokens via max_tokens, got 2" in result.output
-    assert "15 passed, 0 warnings, 0 failed" in result.output
+    assert "16 passed, 0 warnings, 0 failed" in result.output
+    # The split of each probe's first token (the simulator reports llama.cpp's timings): the
+    # parts add up to the time waited within 5%.
+    [split] = [line for line in _lines(result, "PASS") if line.startswith("PASS  first token:")]
+    parts = re.findall(r"of ([\d,.]+) ms to the first token: (.*?)(?:;|$)", split)
+    assert [label in split for label in ("2,", "the same again", "the streamed probe")]
+    assert len(parts) == 3, split
+    for ttft, rest in parts:
+        times = [float(ms.replace(",", "")) for ms in re.findall(r"([\d,.]+) ms", rest)]
+        assert "ms prefill of" in rest and rest.endswith("ms client, network and queue")
+        assert sum(times) == pytest.approx(float(ttft.replace(",", "")), rel=0.05, abs=1.5)
 
 
 def test_buffered_stream_fails_with_the_buffering_fix() -> None:
@@ -220,17 +246,76 @@ def test_temperature_and_max_tokens_come_from_the_files(healthy: str) -> None:
     assert "set streaming.maxTokens to at most 2192" in result.output
 
 
-def test_config_errors_propagate_as_config_error() -> None:
+def test_config_errors_exit_2_with_one_line_as_the_help_says() -> None:
     missing = _run("--config", "no-such.toml")
-    assert isinstance(missing.exception, ConfigError)
-
     not_http = _run("--base-url", "ftp://example.com/v1")
-    assert isinstance(not_http.exception, ConfigError)
-    assert "--base-url" in str(not_http.exception)
-
     bad = _run(config="[llm]\ncontext_window = 7000\n")  # 6000 + 2000 does not fit
-    assert isinstance(bad.exception, ConfigError)
-    assert "lower token_budget to at most 5000" in str(bad.exception)
+
+    for result in (missing, not_http, bad):
+        assert result.exit_code == 2
+        assert result.output == ""  # no check runs
+        [line] = result.errors.splitlines()
+        assert line.startswith("agent-latency: error: ")
+    assert "--base-url" in not_http.errors
+    assert "lower token_budget to at most 5000" in bad.errors
+    # The help says so (it said "Exits 1 when a check fails, 0 otherwise").
+    help_text = _run("--help").output
+    assert "2 when the configuration or an option is invalid" in " ".join(help_text.split())
+
+
+def test_a_website_like_base_url_is_warned_about_once(healthy: str) -> None:
+    # Reported: a bare line before the header, then the WARN line.
+    config = f'{HEALTHY_CONFIG}base_url = "https://example.com"\n'
+
+    result = _run(config=config)
+
+    assert result.output.count("looks like a website") == 1
+    assert "looks like a website" not in result.errors
+    assert result.output.startswith("agent-latency doctor:")
+
+
+def test_the_article_budget_equal_to_the_window_with_no_reserve_does_not_pass() -> None:
+    # token_budget = context_window = 8192, reserve_for_output = 0: "8192 fits", then "set
+    # streaming.maxTokens to at most 0", which the loader refuses (must be > 0).
+    defaults = Settings()
+    article = replace(
+        defaults,
+        llm=LLMSettings(context_window=8192),
+        prompt=replace(defaults.prompt, token_budget=8192, reserve_for_output=0),
+    )
+    no_window = replace(article, llm=LLMSettings())
+
+    window = check_context_budget(article)
+    room = check_output_room(article)
+    unknown = check_output_room(no_window)
+
+    assert window.status is CheckStatus.FAIL
+    assert "the output needs a reserve of 2000 tokens" in window.message
+    for result in (window, room):
+        assert result.fix == (
+            "set llm.prompt.reserve_for_output = 2000 (streaming.maxTokens) and lower "
+            "token_budget to at most 6192 (context_window − the reserve)"
+        )
+    assert room.status is CheckStatus.FAIL
+    assert unknown.status is CheckStatus.WARN
+    assert unknown.fix.startswith("set llm.prompt.reserve_for_output = 2000")
+    for result in (window, room, unknown):
+        assert "at most 0" not in result.fix
+
+
+def test_the_article_mistake_through_the_command(healthy: str) -> None:
+    config = (
+        f'[llm]\nbase_url = "{healthy}"\ncontext_window = 8192\n'
+        "[llm.prompt]\ntoken_budget = 8192\nreserve_for_output = 0\n"
+    )
+
+    result = _run(config=config)
+
+    assert result.exit_code == 1
+    failures = _lines(result, "FAIL")
+    assert [line.split(":")[0] for line in failures] == ["FAIL  context window", "FAIL  max tokens"]
+    assert "at most 0" not in result.output
+    assert "reserve_for_output = 2000" in result.output
 
 
 # --- a server that ignores the output-limit field ---------------------------------------------

@@ -1,16 +1,24 @@
 """Doctor's prefill probes feed the endpoint's latency model (real probes on the simulator)."""
 
+import uuid
+
 from agent_latency import LLMSettings, Settings
-from agent_latency._latency_model import LatencyModel
+from agent_latency.doctor._check_result import CheckStatus
 from agent_latency.doctor._latency import (
+    LatencyModel,
     check_latency_model,
     endpoint_latency_model,
     learn_from_probes,
     seed_latency_model,
 )
 from agent_latency.doctor._probes import PrefillSample
-from agent_latency.doctor._result import CheckStatus
 from agent_latency.sim import SimulatorConfig, running_simulator
+
+
+def _fresh_model() -> LatencyModel:
+    """A latency model that has seen nothing: the registry's for an endpoint never used."""
+    return endpoint_latency_model(Settings(llm=LLMSettings(model=f"unseen-{uuid.uuid4().hex}")))
+
 
 SIM = SimulatorConfig(
     overhead_ms=20,
@@ -36,9 +44,9 @@ def test_probes_teach_the_endpoint_model_its_prefill_cost() -> None:
 
 
 def test_an_unreported_repeat_is_not_taken_for_a_free_prefill() -> None:
-    cold = PrefillSample(prompt_tokens=2000, ttft_ms=400.0, prompt="p", cached_tokens=None)
-    repeat = PrefillSample(prompt_tokens=2000, ttft_ms=50.0, prompt="p", cached_tokens=None)
-    model = LatencyModel()
+    cold = PrefillSample(prompt_tokens=2000, ttft_ms=400.0, prompt="p")
+    repeat = PrefillSample(prompt_tokens=2000, ttft_ms=50.0, prompt="p")
+    model = _fresh_model()
     assert learn_from_probes(model, [cold, repeat]) == 1
     assert model.predict(2000, 2000) > 300
 
@@ -48,8 +56,8 @@ def test_the_check_says_what_a_budget_size_prompt_costs_cold_and_warm() -> None:
         PrefillSample(prompt_tokens=size, ttft_ms=50 + size * 0.2, prompt=str(size))
         for size in (200, 1000, 2000)
     ]
-    result = check_latency_model(samples, Settings(), LatencyModel())
+    result = check_latency_model(samples, Settings(), _fresh_model())
     assert result.status is CheckStatus.PASS
     assert "after 3 probes" in result.message
     assert "with nothing cached" in result.message
-    assert check_latency_model([], Settings(), LatencyModel()).status is CheckStatus.WARN
+    assert check_latency_model([], Settings(), _fresh_model()).status is CheckStatus.WARN

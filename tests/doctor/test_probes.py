@@ -3,15 +3,18 @@ and output made safe to print. Against the real simulator where the server matte
 
 from __future__ import annotations
 
+import io
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-import typer
 from support.fakes import DropsRequestField
-from typer.testing import CliRunner
 
-from agent_latency.cli._doctor import doctor
+from agent_latency.cli import main
 from agent_latency.config import LLMSettings, Settings
 from agent_latency.doctor import CheckResult, CheckStatus, Endpoint, printable, run_checks
 from agent_latency.doctor._checks import (
@@ -21,10 +24,23 @@ from agent_latency.doctor._checks import (
     check_tokenizer,
     stream_bursts,
 )
-from agent_latency.doctor._probes import STREAM_PROBE_PROMPT, HttpReply, PrefillSample, StreamProbe
+from agent_latency.doctor._probes import (
+    STREAM_PROBE_PROMPT,
+    HttpReply,
+    PrefillSample,
+    ServerUsage,
+    StreamProbe,
+    TokenizerProbe,
+)
 from agent_latency.sim import SimulatorConfig, running_simulator
 
-FAST = {"overhead_ms": 20.0, "prefill_ms_per_token": 0.05, "decode_tokens_per_s": 100.0}
+# The simulator counts in the default model's own tokens, as a healthy endpoint does.
+FAST = {
+    "overhead_ms": 20.0,
+    "prefill_ms_per_token": 0.05,
+    "decode_tokens_per_s": 100.0,
+    "tokenizer": "qwen-7b-chat",
+}
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -97,34 +113,68 @@ def test_a_server_sending_no_usage_when_streaming_is_reported() -> None:
 # --- the tokenizer's error against the server's count ---------------------------------------
 
 
-def _sample(server_tokens: int, *, reported: bool = True) -> PrefillSample:
-    return PrefillSample(server_tokens, 100.0, prompt="p" * server_tokens, reported=reported)
+def _probe(server_text: int | None, server_with_tools: int | None = None) -> TokenizerProbe:
+    return TokenizerProbe(
+        HttpReply("u", 200),
+        "p",
+        ServerUsage(prompt_tokens=server_text),
+        ({"type": "function", "function": {"name": "t"}},) if server_with_tools else (),
+        HttpReply("u", 200) if server_with_tools else None,
+        ServerUsage(prompt_tokens=server_with_tools),
+    )
+
+
+def _counts(text: int, tools: int = 0) -> Callable[[str, Sequence[Mapping[str, Any]]], int]:
+    """Our count: ``text`` for the prompt, ``tools`` more when tool definitions are sent."""
+    return lambda _prompt, sent: text + (tools if sent else 0)
 
 
 def test_a_tokenizer_counting_under_the_server_warns_with_the_budget_it_needs() -> None:
     # Gemma on llama.cpp: 3,587 server tokens for 2,972 of ours.
-    result = check_tokenizer([_sample(3587)], "cl100k_base", lambda _: 2972, Settings())
+    result = check_tokenizer(_probe(3587), "cl100k_base", _counts(2972), Settings())
 
     assert result.status is CheckStatus.WARN
     assert result.message.startswith(
-        "cl100k_base counts 2,972 tokens where the server counts 3,587 (-17.1%)"
+        "cl100k_base counts 2,972 tokens where the server counts 3,587 (-17.1%) for English "
+        "and Chinese text"
     )
-    assert "is about 7,242 tokens to the server" in result.message
+    assert "may be about 7,242 tokens to the server" in result.message
     assert "set llm.tokenizer" in result.fix and "lower token_budget to about 4,971" in result.fix
 
 
 def test_tokenizer_error_within_tolerance_passes_and_overcounting_warns() -> None:
-    close = check_tokenizer([_sample(1000), _sample(2000)], "t", lambda _: 2010, Settings())
+    close = check_tokenizer(_probe(2000, 2300), "t", _counts(2010, 300), Settings())
     assert close.status is CheckStatus.PASS
-    assert close.message == "t counts 2,010 tokens where the server counts 2,000 (+0.5%)"
+    assert close.message == (
+        "t counts 2,010 tokens where the server counts 2,000 (+0.5%) for English and Chinese "
+        "text; for 1 tool definitions 300 where it counts 300"
+    )
 
-    over = check_tokenizer([_sample(2000)], "t", lambda _: 2400, Settings())
+    over = check_tokenizer(_probe(2000), "t", _counts(2400), Settings())
     assert over.status is CheckStatus.WARN and "trimmed further" in over.message
 
-    unknown = check_tokenizer([_sample(2000, reported=False)], "t", lambda _: 1, Settings())
+    unknown = check_tokenizer(_probe(None), "t", _counts(1), Settings())
     assert unknown.status is CheckStatus.WARN and "reports no usage.prompt_tokens" in (
         unknown.message
     )
+
+
+def test_offsetting_errors_in_text_and_tools_still_warn() -> None:
+    # Text undercounted by 300, tools overcounted by 300: the whole request looks right.
+    result = check_tokenizer(_probe(1000, 1500), "t", _counts(700, 800), Settings())
+
+    assert result.status is CheckStatus.WARN
+
+
+def test_a_cl100k_simulator_under_a_qwen_trimmer_is_caught() -> None:
+    # Issue 23: the simulator counted cl100k with OpenAI's framing while the library's default
+    # model is qwen-7b-chat; doctor passed (+1.0-1.4%) because its probe text was English.
+    with running_simulator(SimulatorConfig(**{**FAST, "tokenizer": "cl100k"})) as sim:
+        checks = _by_name(Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192)))
+
+    assert checks["tokenizer"].startswith("warn: qwen")
+    assert "for English and Chinese text" in checks["tokenizer"]
+    assert "tool definitions" in checks["tokenizer"]
 
 
 # --- the prefix cache -----------------------------------------------------------------------
@@ -143,12 +193,10 @@ def test_the_prefix_cache_is_found_or_its_absence_reported() -> None:
 
 
 def test_a_cache_shown_only_by_time_counts_and_noise_does_not() -> None:
-    first = PrefillSample(2000, 900.0, cached_tokens=None)
+    first = PrefillSample(2000, 900.0)
 
-    by_time = check_prefix_cache(first, PrefillSample(2000, 60.0, cached_tokens=None))
-    noise = check_prefix_cache(
-        PrefillSample(2000, 30.0), PrefillSample(2000, 14.0, cached_tokens=None)
-    )
+    by_time = check_prefix_cache(first, PrefillSample(2000, 60.0))
+    noise = check_prefix_cache(PrefillSample(2000, 30.0), PrefillSample(2000, 14.0))
 
     assert by_time.status is CheckStatus.PASS and "reports no cached tokens" in by_time.message
     assert noise.status is CheckStatus.WARN
@@ -172,12 +220,67 @@ def test_a_server_message_with_escape_codes_is_shown_escaped() -> None:
 
 
 def test_a_model_name_with_escape_codes_and_newlines_prints_on_one_line(tmp_path: Path) -> None:
-    app = typer.Typer()
-    app.command()(doctor)
     model = "evil\x1b[31m\nPASS  api key: forged"
-    with running_simulator(SimulatorConfig(**FAST)) as sim:
-        result = CliRunner().invoke(app, ["--base-url", sim.base_url, "--model", model])
+    out = io.StringIO()
+    with running_simulator(SimulatorConfig(**FAST)) as sim, redirect_stdout(out):
+        main(["doctor", "--base-url", sim.base_url, "--model", model])
+    output = out.getvalue()
 
-    assert "\x1b" not in result.output
-    assert "\nPASS  api key: forged" not in result.output
-    assert result.output.splitlines()[0].endswith("model evil\\x1b[31m\\nPASS  api key: forged")
+    assert "\x1b" not in output
+    assert "\nPASS  api key: forged" not in output
+    assert output.splitlines()[0].endswith("model evil\\x1b[31m\\nPASS  api key: forged")
+
+
+# --- impossible usage (issue 23: a traceback at 1e12, "lower token_budget to about -304,800") --
+
+
+class ReportsPromptTokens(httpx.HTTPTransport):
+    """Forwards to the simulator and rewrites every reported ``usage.prompt_tokens`` to one
+    value, line by line as the answer streams, as a broken server or proxy would."""
+
+    def __init__(self, prompt_tokens: float) -> None:
+        super().__init__()
+        self.prompt_tokens = prompt_tokens
+
+    def _rewrite(self, line: bytes) -> bytes:
+        prefix = b"data: " if line.startswith(b"data: ") else b""
+        try:
+            event = json.loads(line[len(prefix) :])
+        except ValueError:
+            return line
+        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+            event["usage"]["prompt_tokens"] = self.prompt_tokens
+        return prefix + json.dumps(event).encode()
+
+    def _lines(self, response: httpx.Response) -> Iterator[bytes]:
+        for line in response.iter_lines():
+            yield self._rewrite(line.encode()) + b"\n"
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.method != "POST":
+            return response
+        headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-length"]
+        return httpx.Response(response.status_code, headers=headers, content=self._lines(response))
+
+
+@pytest.mark.parametrize("prompt_tokens", [1e12, -5])
+def test_impossible_prompt_tokens_fail_one_check_and_nothing_else_breaks(
+    prompt_tokens: float,
+) -> None:
+    with running_simulator(SimulatorConfig(**FAST)) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192))
+        results = list(
+            run_checks(
+                settings, endpoint=Endpoint(settings, transport=ReportsPromptTokens(prompt_tokens))
+            )
+        )
+
+    by_name = {r.name: r for r in results}
+    failed = by_name["server usage"]
+    assert failed.status is CheckStatus.FAIL
+    assert failed.message.startswith("the server reported impossible usage: prompt_tokens in its")
+    assert "2,000-token prefill probe" not in failed.message  # our count, not the server's
+    assert [r.name for r in results if r.status is CheckStatus.FAIL] == ["server usage"]
+    assert by_name["latency model"].status is CheckStatus.PASS
+    assert "-" not in by_name["prefill"].fix  # no negative budget is suggested

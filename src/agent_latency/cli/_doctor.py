@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -10,9 +13,10 @@ from rich.console import Console
 from rich.text import Text
 
 from agent_latency._redaction import display_url
-from agent_latency.config import load_settings, with_channel_overrides
+from agent_latency.config import Settings, load_settings, with_channel_overrides
 from agent_latency.doctor import CheckStatus, Endpoint, printable, run_checks
 
+_CONFIG_LOGGER: Final = "agent_latency.config"
 _STYLES: Final = {
     CheckStatus.PASS: "bold green",
     CheckStatus.WARN: "bold yellow",
@@ -45,11 +49,14 @@ def doctor(
 ) -> None:
     """Check the configuration and the endpoint; print pass/warn/fail with a fix for each.
 
-    Exits 1 when a check fails, 0 otherwise.
+    Exits 0 when no check fails (warnings included), 1 when a check fails, and 2 when the
+    configuration or an option is invalid (one line on stderr, no check run).
     """
-    loaded = with_channel_overrides(
-        load_settings(config, settings), base_url=base_url, model=model, api_key=api_key
-    )
+    with _settings_warnings_shown_as_checks() as shown_as_checks:
+        loaded = with_channel_overrides(
+            load_settings(config, settings), base_url=base_url, model=model, api_key=api_key
+        )
+        shown_as_checks(loaded)
     console = Console(highlight=False)
     with Endpoint(loaded) as endpoint:
         shown = display_url(endpoint.base_url)
@@ -74,3 +81,30 @@ def doctor(
     )
     if counts[CheckStatus.FAIL]:
         raise typer.Exit(code=1)
+
+
+@contextmanager
+def _settings_warnings_shown_as_checks() -> Iterator[Callable[[Settings], None]]:
+    """Holds back what the config loader logs while it loads; the settings' own warnings
+    (a base_url that looks like a website) are then printed once, as WARN checks, and anything
+    else the loader logged goes on to the log as usual.
+
+    Yields:
+        A function to call with the loaded settings.
+    """
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    shown: set[str] = set()
+    logger = logging.getLogger(_CONFIG_LOGGER)
+    logger.addFilter(hold)
+    try:
+        yield lambda loaded: shown.update(loaded.warnings)
+    finally:
+        logger.removeFilter(hold)
+        for record in held:
+            if record.getMessage() not in shown:
+                logger.handle(record)

@@ -14,9 +14,9 @@ Exports: ``CheckResult``, ``CheckStatus``, ``Endpoint``, ``printable``, ``run_ch
 ``seed_latency_model``.
 """
 
+from agent_latency.doctor._check_result import CheckResult, CheckStatus, printable
 from agent_latency.doctor._latency import seed_latency_model
 from agent_latency.doctor._probes import Endpoint
-from agent_latency.doctor._result import CheckResult, CheckStatus, printable
 from agent_latency.doctor._run import run_checks
 
 __all__ = [

@@ -7,22 +7,26 @@ key, and never cut.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import pairwise
-from typing import Final
+from typing import Any, Final
 
 from agent_latency._latency_model import fit_prefill
 from agent_latency._redaction import display_url
+from agent_latency._wire import MAX_REPORTED_TOKENS, ServerUsage
 from agent_latency.config import Settings
+from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._probes import (
     HttpReply,
     LimitProbe,
     PrefillSample,
+    ServerProps,
     StreamProbe,
+    TokenizerProbe,
     listed_models,
 )
-from agent_latency.doctor._result import CheckResult, CheckStatus
+from agent_latency.telemetry import TtftSplit, split_ttft
 
 MIN_STREAM_CHUNKS: Final = 4
 TOKENIZER_UNDERCOUNT: Final = 0.02
@@ -214,12 +218,23 @@ def check_streaming(probe: StreamProbe, *, enabled: bool = True) -> CheckResult:
 
 
 def check_streamed_usage(probe: StreamProbe) -> CheckResult:
-    """Checks that a streamed answer ends with its usage when ``include_usage`` asks for it."""
+    """Checks that a streamed answer ends with its usage when ``include_usage`` asks for it.
+
+    The message says what the usage holds: the prompt tokens, the cached ones where the server
+    reports its prefix cache.
+    """
+    usage = probe.usage
     if probe.completion_tokens is not None:
+        held = [f"{usage.completion_tokens:,} completion tokens"]
+        if usage.prompt_tokens is not None:
+            held.insert(0, f"{usage.prompt_tokens:,} prompt tokens")
+        if usage.cached_tokens is not None:
+            held.append(f"{usage.cached_tokens:,} of them cached")
         return CheckResult(
             "streamed usage",
             CheckStatus.PASS,
-            "a streamed answer reports its usage when stream_options.include_usage asks",
+            "a streamed answer reports its usage when stream_options.include_usage asks "
+            f"({', '.join(held)})",
         )
     return CheckResult(
         "streamed usage",
@@ -273,18 +288,30 @@ def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> Check
 
 
 def check_tokenizer(
-    samples: Sequence[PrefillSample], name: str, count: Callable[[str], int], settings: Settings
+    probe: TokenizerProbe,
+    name: str,
+    count: Callable[[str, Sequence[Mapping[str, Any]]], int],
+    settings: Settings,
 ) -> CheckResult:
-    """Compares the local count of known prompts with the server's ``usage.prompt_tokens``.
+    """Compares the local count of known requests with the server's ``usage.prompt_tokens``.
+
+    The probe's text mixes English and Chinese, and the same text is sent again with tool
+    definitions: vocabularies differ most on Chinese, chat templates on tools, so a counter in
+    another model's tokens or framing shows in one part or the other. Each part's error is
+    judged by its share of the whole request (the tools' alone can be large and still small in
+    tokens).
 
     Args:
-        samples: The prefill probes: blocking calls with known prompts.
+        probe: The tokenizer probe's requests and the server's answers.
         name: The tokenizer in use, as shown.
-        count: The local count of one user message holding a prompt, framing included.
+        count: The local count of a request of one user message and tool definitions, framing
+            included.
         settings: For the budget the error applies to.
     """
-    reported = [sample for sample in samples if sample.reported]
-    if not reported:
+    if not probe.reply.ok:
+        return http_failure("tokenizer", probe.reply)
+    server_text = probe.usage.prompt_tokens
+    if not server_text:
         return CheckResult(
             "tokenizer",
             CheckStatus.WARN,
@@ -292,21 +319,42 @@ def check_tokenizer(
             "compare the token counts in the server's own logs with ours, or set llm.tokenizer "
             "to the model's tokenizer",
         )
-    largest = max(reported, key=lambda sample: sample.prompt_tokens)
-    ours, server = count(largest.prompt), largest.prompt_tokens
-    error = ours / server - 1
-    found = f"{name} counts {ours:,} tokens where the server counts {server:,} ({error:+.1%})"
+    ours_text = count(probe.prompt, ())
+    ours, server = ours_text, server_text
+    parts = [
+        f"{name} counts {ours_text:,} tokens where the server counts {server_text:,} "
+        f"({ours_text / server_text - 1:+.1%}) for English and Chinese text"
+    ]
+    server_with_tools = probe.tools_usage.prompt_tokens
+    if probe.tools_reply is not None and not probe.tools_reply.ok:
+        parts.append(
+            f"the server refused tool definitions ({_refusal(probe.tools_reply)}), so they "
+            "were not compared"
+        )
+    elif server_with_tools is not None:
+        ours = count(probe.prompt, probe.tools)
+        server = server_with_tools
+        tools = f"{len(probe.tools)} tool definitions"
+        ours_tools, server_tools = ours - ours_text, server - server_text
+        parts.append(
+            f"for {tools} {ours_tools:,} where it counts {server_tools:,}"
+            + (" (its chat template renders no tools)" if server_tools == 0 else "")
+        )
+    deviations = [(ours_text - server_text) / server]
+    if server != server_text:
+        deviations.append(((ours - ours_text) - (server - server_text)) / server)
+    found = "; ".join(parts)
     budget = settings.prompt.token_budget
-    if error < -TOKENIZER_UNDERCOUNT:
+    if min(deviations) < -TOKENIZER_UNDERCOUNT:
         return CheckResult(
             "tokenizer",
             CheckStatus.WARN,
-            f"{found}: a prompt trimmed to token_budget {budget:,} is about "
+            f"{found}: a prompt trimmed to token_budget {budget:,} may be about "
             f"{round(budget * server / ours):,} tokens to the server",
             "set llm.tokenizer to the model's own tokenizer (a known name, a tokenizer.json "
             f'path, or "server"), or lower token_budget to about {int(budget * ours / server):,}',
         )
-    if error > TOKENIZER_OVERCOUNT:
+    if max(deviations) > TOKENIZER_OVERCOUNT:
         return CheckResult(
             "tokenizer",
             CheckStatus.WARN,
@@ -353,7 +401,154 @@ def check_prefix_cache(first: PrefillSample, again: PrefillSample) -> CheckResul
     )
 
 
+def first_token_split(
+    ttft_ms: float | None, usage: ServerUsage, *, streamed: bool
+) -> TtftSplit | None:
+    """The split of one probe's time to first token by what the server reported about it
+    (telemetry's rule, :func:`agent_latency.telemetry.split_ttft`)."""
+    return split_ttft(
+        ttft_ms,
+        prefill_ms=usage.prefill_ms,
+        decode_ms=usage.decode_ms,
+        prefilled_tokens=usage.prefilled_tokens,
+        streamed=streamed,
+    )
+
+
+def check_first_token_split(
+    cold: PrefillSample, warm: PrefillSample | None, stream: StreamProbe | None
+) -> CheckResult | None:
+    """Says where each probe's time to first token went, where the server says how long it
+    prefilled (llama.cpp's ``timings``, vLLM's per-request metrics).
+
+    The parts (the server's prefill, a blocking answer's decode, and the rest: client, network
+    and queue) add up to the time the client waited; a server claiming more than that (beyond
+    telemetry's tolerance) is not believed.
+
+    Args:
+        cold: The largest prefill probe, nothing cached.
+        warm: The same prompt sent again, if it was.
+        stream: The streaming probe, if it streamed.
+
+    Returns:
+        The split, or ``None`` when the server reports no prefill time.
+    """
+    probes: list[tuple[str, float | None, ServerUsage, bool]] = [
+        (f"the {cold.prompt_tokens:,}-token probe", cold.ttft_ms, cold.usage, False)
+    ]
+    if warm is not None:
+        cached = warm.cached_tokens
+        again = "the same again" + (f" ({cached:,} cached)" if cached is not None else "")
+        probes.append((again, warm.ttft_ms, warm.usage, False))
+    if stream is not None:
+        probes.append(("the streamed probe", stream.ttft_ms, stream.usage, True))
+    found, doubted = [], []
+    for label, ttft_ms, usage, streamed in probes:
+        if usage.prefill_ms is None:
+            continue
+        split = first_token_split(ttft_ms, usage, streamed=streamed)
+        if split is None:
+            doubted.append(label)
+        else:
+            found.append(f"{label}: {split.describe()}")
+    if doubted:
+        return CheckResult(
+            "first token",
+            CheckStatus.WARN,
+            f"the server reports more prefill time than the client waited for {', '.join(doubted)}"
+            ": its timings are not believed, and spans carry no split for such calls",
+            "check for a proxy that answers from its own cache or rewrites the answer's timings",
+        )
+    if not found:
+        return None
+    return CheckResult("first token", CheckStatus.PASS, "; ".join(found))
+
+
+def check_server_slots(props: ServerProps, settings: Settings) -> CheckResult:
+    """Checks what llama.cpp's server says of itself (``/props``) against the settings.
+
+    One slot serves one request at a time and keeps one prompt's prefix cache, so concurrent
+    conversations evict each other; a request longer than a slot's context is refused (HTTP 400
+    "exceeds the available context size").
+    """
+    window = settings.llm.context_window
+    n_ctx = props.slot_context
+    per_slot = f" of {n_ctx:,} tokens" if n_ctx is not None else ""
+    tools = {
+        True: "",
+        False: "; its chat template renders no tool definitions or tool calls (the model never "
+        "sees them, and they cost no prompt tokens)",
+        None: "",
+    }[props.renders_tools]
+    found = (
+        f"llama.cpp server (build {props.build}): {props.slots} slot"
+        f"{'' if props.slots == 1 else 's'}{per_slot}, each with its own prefix cache{tools}"
+    )
+    if n_ctx is not None and window is not None and window > n_ctx:
+        return CheckResult(
+            "server",
+            CheckStatus.FAIL,
+            f"{found}: llm.context_window {window:,} exceeds a slot's {n_ctx:,}, so prompts "
+            f"above {n_ctx:,} tokens are refused",
+            f"set llm.context_window = {n_ctx}, or start llama-server with --ctx-size "
+            f"{props.slots * window} (--parallel {props.slots} slots × {window:,})",
+        )
+    if props.slots == 1:
+        return CheckResult(
+            "server",
+            CheckStatus.WARN,
+            f"{found}: one slot serves one request at a time, and concurrent conversations "
+            "evict each other's prefix cache",
+            "start llama-server with --parallel N (N = the conversations served at once) and "
+            "--ctx-size N × the context each needs",
+        )
+    if n_ctx is not None and window is None:
+        return CheckResult(
+            "server",
+            CheckStatus.WARN,
+            f"{found}; llm.context_window is not set",
+            f"set llm.context_window = {n_ctx} in config.toml",
+        )
+    return CheckResult("server", CheckStatus.PASS, found)
+
+
+def check_server_usage(reports: Sequence[tuple[str, ServerUsage]]) -> CheckResult | None:
+    """Fails when the server reported impossible counts (negative, fractional, above any
+    context window, more cached than prompt tokens) in any probe's answer.
+
+    Such fields are read as not reported (:attr:`ServerUsage.invalid`): the other checks fall
+    back to local counts for them, and this one says so.
+
+    Args:
+        reports: Each probe's name and what its answer reported.
+
+    Returns:
+        The failure, or ``None`` when every report was possible.
+    """
+    bad = [(name, usage.invalid) for name, usage in reports if usage.invalid]
+    if not bad:
+        return None
+    where = "; ".join(f"{', '.join(fields)} in its answer to the {name}" for name, fields in bad)
+    return CheckResult(
+        "server usage",
+        CheckStatus.FAIL,
+        f"the server reported impossible usage: {where} (negative, not a whole number, above "
+        f"{MAX_REPORTED_TOKENS:,} tokens, or more cached than prompt tokens); doctor counted "
+        "those prompts itself, and the callback handler, the calibration and the cost-aware "
+        "trimmer ignore such fields",
+        "the server or a proxy in front of it rewrites usage wrongly: upgrade or fix it; until "
+        "then the token counts on spans come from the local tokenizer",
+    )
+
+
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _refusal(reply: HttpReply | None) -> str:
+    if reply is None:
+        return "no answer"
+    said = _server_message(reply)
+    return f"HTTP {reply.status}" + (f": {said}" if said else "")
 
 
 def _other_limit_field(field: str) -> str:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from agent_latency._latency_model import LATENCY_MODELS, LatencyModel
 from agent_latency.config import Settings
+from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
-from agent_latency.doctor._result import CheckResult, CheckStatus
 
 _APPENDED_TOKENS = 200
 """The new tokens of a warm call in the check's example: a user turn or a short tool result."""
@@ -30,6 +30,10 @@ def learn_from_probes(model: LatencyModel, samples: Sequence[PrefillSample]) -> 
     Args:
         model: The latency model to feed.
         samples: The probes, in the order they were sent.
+
+    Raises:
+        ValueError: From :meth:`LatencyModel.observe`, for an impossible probe (the model keeps
+            what it learned from the probes before it).
     """
     used = 0
     seen: set[str] = set()
@@ -92,7 +96,16 @@ def check_latency_model(
         settings: For the budget.
         model: The endpoint's latency model.
     """
-    used = learn_from_probes(model, samples)
+    try:
+        used = learn_from_probes(model, samples)
+    except ValueError as exc:
+        return CheckResult(
+            "latency model",
+            CheckStatus.FAIL,
+            f"the probes cannot teach the endpoint's latency model: {exc}",
+            "check the server's reported usage (see the server usage check) and the clock of "
+            "this machine; the cost-aware trimmer predicts from its priors meanwhile",
+        )
     if not used:
         return CheckResult(
             "latency model",

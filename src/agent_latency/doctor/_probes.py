@@ -1,7 +1,9 @@
 """The probes of ``doctor``: small real requests to the endpoint, and what each observed.
 
 Each probe is bounded by :data:`PROBE_TIMEOUT_S`. The API key is sent, never shown: no reply
-or error text carries it.
+or error text carries it. What the server reports about a call (usage, cached tokens, llama.cpp's
+prefill timings, impossible counts) is read by :func:`agent_latency._wire.usage_of_body`, the one
+reader of every provider's shape.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -18,6 +20,8 @@ import httpx
 from langchain_core.messages import HumanMessage
 
 from agent_latency._redaction import redact
+from agent_latency._validation import is_integer
+from agent_latency._wire import ServerUsage, usage_of_body
 from agent_latency.config import Settings
 from agent_latency.tokens import TokenCounter
 
@@ -30,6 +34,50 @@ STREAM_PROBE_TOKENS: Final = 32
 STREAM_PROBE_PROMPT: Final = "Count from 1 to 30, separated by spaces. Write only the numbers."
 """A prompt that any chat model answers at length, so the stream has chunks to time."""
 PREFILL_PROBE_TOKENS: Final = (200, 1000, 2000)
+TOKENIZER_PROBE_PROMPT: Final = (
+    "Reply with one word. A customer in Berlin asks where order A2-7781 is; the carrier scanned "
+    "it at the Leipzig hub yesterday at 18:40 and expects delivery on Thursday before noon. "
+    "客户来信说，她在十月二日下的订单至今还没有送到。物流记录显示，包裹已于昨天下午六点四十分在莱比锡"
+    "转运中心完成扫描，预计星期四中午之前送达柏林。请核对收货地址是否正确，如果地址有误，请在发货前"
+    "联系仓库修改，并告诉客户新的预计送达时间。退款政策规定，超过十四天未送达的订单可以全额退款。"
+)
+"""The tokenizer probe's text: English and Chinese, where vocabularies differ most (cl100k
+counts Chinese about 1.5 times as Qwen's vocabulary does)."""
+TOKENIZER_PROBE_TOOLS: Final = tuple(
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    field: {"type": "string", "description": about} for field, about in fields
+                },
+                "required": [fields[0][0]],
+            },
+        },
+    }
+    for name, description, fields in (
+        (
+            "track_shipment",
+            "Returns the carrier's scan history of a shipment, newest first.",
+            (("order_id", "The order id, e.g. A2-7781."), ("carrier", "DHL, UPS or DPD.")),
+        ),
+        (
+            "update_address",
+            "Changes the delivery address of an order that has not shipped yet.",
+            (("order_id", "The order id."), ("address", "The new address, one line.")),
+        ),
+        (
+            "search_policy",
+            "Searches the refund and delivery policies; returns the matching paragraphs.",
+            (("query", "What to look for, in the customer's words."),),
+        ),
+    )
+)
+"""The tokenizer probe's tool definitions: chat templates frame tools each their own way (Qwen's
+block of JSON lines, Llama's indented JSON, none at all), so a wrong framing shows here."""
 
 # A server that ignores the limit is cut off after this many chunks, sparing it the long answer.
 _MAX_PROBE_CHUNKS: Final = 48
@@ -69,14 +117,24 @@ class StreamProbe:
         chunk_ms: When each content chunk arrived, in ms after the request was sent.
         is_event_stream: The answer came as server-sent events (not one JSON body).
         text: The content received.
-        completion_tokens: ``usage.completion_tokens`` of the final chunk, when sent.
+        usage: What the final chunk reported (usage, llama.cpp's timings); empty when nothing.
     """
 
     reply: HttpReply
     chunk_ms: tuple[float, ...] = ()
     is_event_stream: bool = True
     text: str = ""
-    completion_tokens: int | None = None
+    usage: ServerUsage = field(default_factory=ServerUsage)
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """``usage.completion_tokens`` of the final chunk, when sent."""
+        return self.usage.completion_tokens
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """When the first content chunk arrived, if one did."""
+        return self.chunk_ms[0] if self.chunk_ms else None
 
 
 @dataclass(frozen=True)
@@ -106,15 +164,38 @@ class PrefillSample:
         prompt_tokens: The server's ``usage.prompt_tokens``, else the local cl100k estimate.
         ttft_ms: Time to the answer (one token, so the first token's time).
         prompt: The prompt sent, as one user message.
-        reported: The server reported ``usage.prompt_tokens``.
-        cached_tokens: Prompt tokens the server says it took from its prefix cache, if it said.
+        reported: The server reported a possible ``usage.prompt_tokens``.
+        usage: Everything the server reported about the call.
     """
 
     prompt_tokens: int
     ttft_ms: float
     prompt: str = ""
     reported: bool = True
-    cached_tokens: int | None = None
+    usage: ServerUsage = field(default_factory=ServerUsage)
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens the server says it took from its prefix cache, if it said."""
+        return self.usage.cached_tokens
+
+
+@dataclass(frozen=True)
+class ServerProps:
+    """What llama.cpp's server says of itself at ``GET /props``.
+
+    Attributes:
+        slots: ``total_slots``: requests served at once, each slot with a prefix cache of its own.
+        slot_context: ``default_generation_settings.n_ctx``: the tokens one request may use.
+        build: ``build_info``, e.g. ``"b11434-pypi"``.
+        renders_tools: Whether its chat template renders tool definitions
+            (``chat_template_caps.supports_tools``); ``None`` when not said.
+    """
+
+    slots: int
+    slot_context: int | None
+    build: str
+    renders_tools: bool | None
 
 
 class Endpoint:
@@ -190,7 +271,7 @@ class Endpoint:
         body["stream_options"] = {"include_usage": True}
         chunk_ms: list[float] = []
         parts: list[str] = []
-        usage: int | None = None
+        usage = ServerUsage()
         started = time.perf_counter()
         try:
             with self._client.stream("POST", url, json=body) as response:
@@ -202,14 +283,14 @@ class Endpoint:
                         reply,
                         is_event_stream=False,
                         text=_message_text(answer),
-                        completion_tokens=_usage_count(answer, "completion_tokens"),
+                        usage=usage_of_body(answer),
                     )
                 for line in response.iter_lines():
                     event = _sse_data(line)
                     if event is None:
                         continue
-                    if (reported := _usage_count(event, "completion_tokens")) is not None:
-                        usage = reported
+                    if "usage" in event or "timings" in event:  # the final chunk's report
+                        usage = usage_of_body(event)
                     text = _delta_text(event)
                     if text is not None:
                         chunk_ms.append((time.perf_counter() - started) * 1000)
@@ -258,18 +339,13 @@ class Endpoint:
 
     def time_prompt(self, prompt: str) -> PrefillSample | HttpReply:
         """Times a one-token blocking answer to ``prompt``; the failed reply if it fails."""
-        url = f"{self.base_url}/chat/completions"
         started = time.perf_counter()
-        try:
-            response = self._client.post(url, json=self._body(prompt, 1))
-        except httpx.HTTPError as exc:
-            return HttpReply(url, None, error=self._describe(exc))
+        reply = self._post_chat(self._body(prompt, 1))
         elapsed_ms = (time.perf_counter() - started) * 1000
-        reply = _reply(url, response, response.content)
         if not reply.ok:
             return reply
-        answer = reply.body if isinstance(reply.body, dict) else {}
-        prompt_tokens = _usage_count(answer, "prompt_tokens")
+        usage = usage_of_body(reply.body)
+        prompt_tokens = usage.prompt_tokens
         return PrefillSample(
             prompt_tokens=prompt_tokens
             if prompt_tokens is not None
@@ -277,8 +353,51 @@ class Endpoint:
             ttft_ms=elapsed_ms,
             prompt=prompt,
             reported=prompt_tokens is not None,
-            cached_tokens=_cached_tokens(answer),
+            usage=usage,
         )
+
+    def probe_tokenizer(self) -> TokenizerProbe:
+        """Sends :data:`TOKENIZER_PROBE_PROMPT` for one output token, then the same with
+        :data:`TOKENIZER_PROBE_TOOLS`: the difference is what the tool definitions cost."""
+        prompt = f"[{uuid.uuid4().hex}] {TOKENIZER_PROBE_PROMPT}"
+        reply = self._post_chat(self._body(prompt, 1))
+        if not reply.ok:
+            return TokenizerProbe(reply, prompt)
+        tools = TOKENIZER_PROBE_TOOLS
+        with_tools = self._post_chat({**self._body(prompt, 1), "tools": list(tools)})
+        return TokenizerProbe(
+            reply,
+            prompt,
+            usage_of_body(reply.body),
+            tools,
+            with_tools,
+            usage_of_body(with_tools.body) if with_tools.ok else ServerUsage(),
+        )
+
+    def _post_chat(self, body: dict[str, Any]) -> HttpReply:
+        url = f"{self.base_url}/chat/completions"
+        try:
+            response = self._client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            return HttpReply(url, None, error=self._describe(exc))
+        return _reply(url, response, response.content)
+
+    def get_props(self) -> ServerProps | None:
+        """Asks ``GET /props`` at the server's root: llama.cpp's server answers it.
+
+        Returns:
+            What it says, or ``None`` when the server does not answer it as llama.cpp does.
+        """
+        root = self.base_url.removesuffix("/v1")
+        url = f"{root}/props"
+        try:
+            response = self._client.get(url)
+        except httpx.HTTPError:
+            return None
+        body = _reply(url, response, response.content).body
+        if response.status_code != 200 or not isinstance(body, dict):
+            return None
+        return _props(body)
 
     def _body(self, prompt: str, limit: int) -> dict[str, Any]:
         return {
@@ -294,6 +413,28 @@ class Endpoint:
         if isinstance(exc, httpx.ConnectError):
             return f"connection failed ({redact(str(exc), self._secret) or 'refused'})"
         return f"{type(exc).__name__}: {redact(str(exc), self._secret)}"
+
+
+@dataclass(frozen=True)
+class TokenizerProbe:
+    """A known request (English and Chinese text), the same with tool definitions, and the
+    server's count of each.
+
+    Attributes:
+        reply: The HTTP outcome of the request without tools.
+        prompt: The user message sent.
+        usage: What the server reported for it.
+        tools: The tool definitions of the second request.
+        tools_reply: The HTTP outcome of the request with tools (``None``: not sent).
+        tools_usage: What the server reported for it.
+    """
+
+    reply: HttpReply
+    prompt: str
+    usage: ServerUsage = field(default_factory=ServerUsage)
+    tools: tuple[dict[str, Any], ...] = ()
+    tools_reply: HttpReply | None = None
+    tools_usage: ServerUsage = field(default_factory=ServerUsage)
 
 
 def listed_models(body: Any) -> list[str]:
@@ -339,9 +480,9 @@ def _delta_text(event: dict[str, Any]) -> str | None:
     delta = choices[0].get("delta")
     if not isinstance(delta, dict):
         return None
-    for field in ("content", "reasoning_content"):
-        if isinstance(delta.get(field), str) and delta[field]:
-            return str(delta[field])
+    for kind in ("content", "reasoning_content"):
+        if isinstance(delta.get(kind), str) and delta[kind]:
+            return str(delta[kind])
     if delta.get("tool_calls"):
         return json.dumps(delta["tool_calls"])
     return None
@@ -356,21 +497,18 @@ def _message_text(body: dict[str, Any]) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _usage_count(body: dict[str, Any], field: str) -> int | None:
-    usage = body.get("usage")
-    tokens = usage.get(field) if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
-
-
-def _cached_tokens(body: dict[str, Any]) -> int | None:
-    """The cached prompt tokens: OpenAI's ``prompt_tokens_details.cached_tokens``, DeepSeek's
-    ``prompt_cache_hit_tokens``; ``None`` when the server says nothing."""
-    usage = body.get("usage")
-    if not isinstance(usage, dict):
+def _props(body: dict[str, Any]) -> ServerProps | None:
+    """Reads llama.cpp's ``/props`` answer; ``None`` when it has no slot count."""
+    slots = body.get("total_slots")
+    if not is_integer(slots) or slots < 1:
         return None
-    details = usage.get("prompt_tokens_details")
-    for source, field in ((details, "cached_tokens"), (usage, "prompt_cache_hit_tokens")):
-        value = source.get(field) if isinstance(source, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+    settings = body.get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    caps = body.get("chat_template_caps")
+    tools = caps.get("supports_tools") if isinstance(caps, dict) else None
+    return ServerProps(
+        slots=int(slots),
+        slot_context=int(n_ctx) if is_integer(n_ctx) and n_ctx > 0 else None,
+        build=str(body.get("build_info") or "unknown"),
+        renders_tools=tools if isinstance(tools, bool) else None,
+    )

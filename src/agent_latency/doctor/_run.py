@@ -7,26 +7,31 @@ the output limit (each would block on a full-length answer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from langchain_core.messages import HumanMessage
 
+from agent_latency._wire import ServerUsage
 from agent_latency.config import Settings
+from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._checks import (
     check_api_key,
     check_api_root,
+    check_first_token_split,
     check_model,
     check_output_limit,
     check_prefill,
     check_prefix_cache,
+    check_server_slots,
+    check_server_usage,
     check_streamed_usage,
     check_streaming,
     check_tokenizer,
     http_failure,
 )
 from agent_latency.doctor._latency import check_latency_model, endpoint_latency_model
-from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
-from agent_latency.doctor._result import CheckResult, CheckStatus
+from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample, TokenizerProbe
 from agent_latency.doctor._settings_checks import (
     check_configuration,
     check_context_budget,
@@ -34,7 +39,7 @@ from agent_latency.doctor._settings_checks import (
     check_output_room,
     check_temperature,
 )
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming import PriorityTrimmer
 
 
 def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Iterator[CheckResult]:
@@ -58,20 +63,22 @@ def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Itera
             probes.close()
 
 
-def tokenizer_in_use(settings: Settings) -> tuple[str, Callable[[str], int]]:
-    """Returns the name of the tokenizer the trimmer counts with, and a count of one prompt.
+def tokenizer_in_use(
+    settings: Settings,
+) -> tuple[str, Callable[[str, Sequence[Mapping[str, Any]]], int]]:
+    """Returns the name of the tokenizer the trimmer counts with, and a count of one request.
 
     The counter is the one ``PriorityTrimmer.from_settings(settings)`` uses (from ``llm.model``
-    and ``llm.tokenizer``); the count is of one user message holding the prompt, framing
-    included, as the trimmer counts it.
+    and ``llm.tokenizer``); the count is of a request of one user message holding the prompt
+    and the tool definitions given, framing included, as the trimmer counts it.
 
     Raises:
         ValueError: When ``llm.tokenizer`` names no usable tokenizer.
     """
     counter = PriorityTrimmer.from_settings(settings).token_counter
 
-    def count(prompt: str) -> int:
-        return counter.count_messages([HumanMessage(prompt)])
+    def count(prompt: str, tools: Sequence[Mapping[str, Any]]) -> int:
+        return counter.count_request([HumanMessage(prompt)], tools)
 
     exact = "" if counter.exact else " (an estimate: not the model's own vocabulary)"
     return f"{counter.name}{exact}", count
@@ -91,35 +98,58 @@ def _endpoint_checks(endpoint: Endpoint, settings: Settings) -> Iterator[CheckRe
     if key.status is CheckStatus.FAIL:
         return
     yield check_model(models, settings.llm.model)
+    props = endpoint.get_props()
+    if props is not None:
+        yield check_server_slots(props, settings)
     limit_probe = endpoint.probe_limit()
     limit = check_output_limit(limit_probe)
     yield limit
     if not limit_probe.stream.reply.ok:
         return  # the request itself failed; the other probes would fail alike
+    reports = [("output-limit probe", limit_probe.stream.usage)]
     streaming = endpoint.probe_streaming()
+    reports.append(("streaming probe", streaming.usage))
     yield check_streaming(streaming, enabled=settings.streaming.enabled)
     if streaming.reply.ok and streaming.is_event_stream and streaming.chunk_ms:
         yield check_streamed_usage(streaming)
     if not streaming.reply.ok or limit.status is CheckStatus.FAIL:
+        yield from _usage_check(reports)
         return  # a server ignoring the limit would answer each prefill probe at full length
     samples = endpoint.probe_prefill()
     if isinstance(samples, HttpReply):
+        yield from _usage_check(reports)
         yield http_failure("prefill", samples)
         return
+    reports += [(f"{s.prompt_tokens:,}-token prefill probe", s.usage) for s in samples]
     yield check_prefill(samples, settings)
-    yield _tokenizer_check(samples, settings)
+    tokenizer = endpoint.probe_tokenizer()
+    reports += [("tokenizer probe", tokenizer.usage), ("tool probe", tokenizer.tools_usage)]
+    yield _tokenizer_check(tokenizer, settings)
     again = endpoint.time_prompt(samples[-1].prompt)
+    cold, warm = samples[-1], None
     if isinstance(again, PrefillSample):
-        yield check_prefix_cache(samples[-1], again)
-        samples = [*samples, again]
+        warm = again
+        reports.append(("repeated prefill probe", warm.usage))
+        yield check_prefix_cache(cold, warm)
+        samples = [*samples, warm]
     else:
         yield http_failure("prefix cache", again)
+    split = check_first_token_split(cold, warm, streaming if streaming.chunk_ms else None)
+    if split is not None:
+        yield split
+    yield from _usage_check(reports)
     yield check_latency_model(samples, settings, endpoint_latency_model(settings))
 
 
-def _tokenizer_check(samples: list[PrefillSample], settings: Settings) -> CheckResult:
+def _usage_check(reports: list[tuple[str, ServerUsage]]) -> Iterator[CheckResult]:
+    found = check_server_usage(reports)
+    if found is not None:
+        yield found
+
+
+def _tokenizer_check(probe: TokenizerProbe, settings: Settings) -> CheckResult:
     try:
         name, count = tokenizer_in_use(settings)
     except ValueError as exc:
         return CheckResult("tokenizer", CheckStatus.FAIL, str(exc), "correct llm.tokenizer")
-    return check_tokenizer(samples, name, count, settings)
+    return check_tokenizer(probe, name, count, settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from agent_latency.config import Settings
-from agent_latency.doctor._result import CheckResult, CheckStatus
+from agent_latency.doctor._check_result import CheckResult, CheckStatus
 
 RECOMMENDED_TEMPERATURE: Final = (0.1, 0.3)
 _KEEP_RULES: Final = (
@@ -25,10 +25,16 @@ def check_configuration(settings: Settings) -> list[CheckResult]:
 
 
 def check_context_budget(settings: Settings) -> CheckResult:
-    """Checks that ``token_budget + reserve_for_output`` fits in the context window."""
+    """Checks that ``token_budget + reserve_for_output`` fits the context window with a reserve.
+
+    A budget equal to the window with no reserve (the classic mistake) fits on paper and leaves
+    no room for the answer: the server refuses the request or cuts the reply. A reserve below
+    ``max_tokens`` is :func:`check_output_room`'s to judge.
+    """
     prompt, window = settings.prompt, settings.llm.context_window
-    total = prompt.token_budget + prompt.reserve_for_output
-    summary = f"token_budget {prompt.token_budget} + reserve_for_output {prompt.reserve_for_output}"
+    reserve, max_tokens = prompt.reserve_for_output, settings.streaming.max_tokens
+    total = prompt.token_budget + reserve
+    summary = f"token_budget {prompt.token_budget} + reserve_for_output {reserve}"
     if window is None:
         return CheckResult(
             "context window",
@@ -41,18 +47,47 @@ def check_context_budget(settings: Settings) -> CheckResult:
             "context window",
             CheckStatus.FAIL,
             f"{summary} = {total} exceeds context_window {window}: no room for the answer",
-            f"lower token_budget to at most {window - prompt.reserve_for_output}",
+            f"lower token_budget to at most {window - reserve}",
+        )
+    if reserve == 0:
+        return CheckResult(
+            "context window",
+            CheckStatus.FAIL,
+            f"{summary} = {total} fits context_window {window} only on paper: with no reserve, "
+            f"a full prompt leaves {window - prompt.token_budget} tokens for an answer of up to "
+            f"max_tokens {max_tokens}, and the hard limit is the whole window; the output needs "
+            f"a reserve of {max_tokens} tokens",
+            _reserve_fix(settings),
         )
     return CheckResult(
         "context window", CheckStatus.PASS, f"{summary} = {total} fits context_window {window}"
     )
 
 
+def _reserve_fix(settings: Settings) -> str:
+    """The fix that gives the answer its room: a reserve of ``max_tokens``, and the budget that
+    leaves it (when the window is known)."""
+    max_tokens, window = settings.streaming.max_tokens, settings.llm.context_window
+    fix = f"set llm.prompt.reserve_for_output = {max_tokens} (streaming.maxTokens)"
+    if window is None:
+        return f"{fix}, and llm.context_window to the model's limit"
+    most = window - max_tokens
+    if most < 1:
+        return (
+            f"lower streaming.maxTokens below context_window {window} and set "
+            "llm.prompt.reserve_for_output to it"
+        )
+    if settings.prompt.token_budget > most:
+        fix += f" and lower token_budget to at most {most} (context_window − the reserve)"
+    return fix
+
+
 def check_output_room(settings: Settings) -> CheckResult:
     """Checks that a full prompt plus ``max_tokens`` of answer fits the context window.
 
     With the window unknown, the reserve stands in for it: the answer fits the room the trimmer
-    keeps free when ``max_tokens <= reserve_for_output``.
+    keeps free when ``max_tokens <= reserve_for_output``. A fix never asks for an output limit
+    of 0 or less: where the prompt leaves no room, the output needs a reserve.
     """
     budget = settings.prompt.token_budget
     reserve = settings.prompt.reserve_for_output
@@ -65,21 +100,32 @@ def check_output_room(settings: Settings) -> CheckResult:
                 CheckStatus.PASS,
                 f"max_tokens {max_tokens} fits reserve_for_output {reserve}",
             )
+        fix = (
+            f"set streaming.maxTokens to at most {reserve}, or {_reserve_fix(settings)}"
+            if reserve > 0
+            else _reserve_fix(settings)
+        )
         return CheckResult(
             "max tokens",
             CheckStatus.WARN,
             f"max_tokens {max_tokens} exceeds reserve_for_output {reserve}: a full prompt may "
             "leave too little room for the answer, and the window is unknown",
-            f"set streaming.maxTokens to at most {reserve}, or set llm.context_window",
+            fix,
         )
     if budget + max_tokens > window:
+        room = window - budget
+        fix = (
+            f"set streaming.maxTokens to at most {room}, or {_reserve_fix(settings)}"
+            if room > 0
+            else _reserve_fix(settings)
+        )
         return CheckResult(
             "max tokens",
             CheckStatus.FAIL,
             f"token_budget {budget} + max_tokens {max_tokens} = {budget + max_tokens} exceeds "
             f"context_window {window}: a full prompt leaves no room for the answer (the server "
             "rejects the request or truncates the reply)",
-            f"set streaming.maxTokens to at most {window - budget}, or lower token_budget",
+            fix,
         )
     return CheckResult(
         "max tokens",
