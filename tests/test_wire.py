@@ -430,3 +430,27 @@ def test_langchain_tools_convert_to_the_wire_definitions_chat_openai_sends() -> 
         return "sunny"
 
     assert wire_tools([get_weather]) == sent_request([HumanMessage("hi")], [get_weather])["tools"]
+
+
+def test_llama_cpp_decode_time_is_read() -> None:
+    body = {"timings": {"prompt_ms": 40.0, "prompt_n": 8, "predicted_ms": 610.5}}
+    assert usage_of_body(body).decode_ms == 610.5
+
+
+def test_vllm_per_request_metrics_split_the_call_where_timings_are_absent() -> None:
+    body = {
+        "usage": {"prompt_tokens": 3000, "prompt_tokens_details": {"cached_tokens": 2048}},
+        "metrics": {"time_to_first_token_ms": 95.0, "generation_time_ms": 800.0},
+    }
+    usage = usage_of_body(body)
+    assert (usage.prefill_ms, usage.decode_ms, usage.prefilled_tokens) == (95.0, 800.0, 952)
+    both = {**body, "timings": {"prompt_ms": 60.0, "predicted_ms": 700.0}}
+    assert (usage_of_body(both).prefill_ms, usage_of_body(both).decode_ms) == (60.0, 700.0)
+    message = AIMessage("hi", response_metadata={"metrics": body["metrics"]})
+    assert usage_of_message(message).prefill_ms == 95.0
+
+
+def test_impossible_vllm_metrics_are_named() -> None:
+    read = usage_of_body({"metrics": {"time_to_first_token_ms": "fast", "generation_time_ms": -3}})
+    assert (read.prefill_ms, read.decode_ms) == (None, None)
+    assert set(read.invalid) == {"prefill_ms", "decode_ms"}
