@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from agent_latency._wire import role_of, tool_calls_of
+from agent_latency._wire import tool_calls_of
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._decisions import MessageDecision
 from agent_latency.trimming._fingerprints import MessageDigests
@@ -49,34 +49,42 @@ def appended(
     Returns:
         The trim, or ``None`` when a new message cannot follow the previous prompt.
     """
-    counts, classes, planned = cut.message_tokens, cut.priority_classes, cut.decisions
+    planned = cut.decisions  # the plain trim's, for each message's role, class and count
     decisions = []
     for index, (action, rule) in enumerate(previous.actions):
+        plain = planned[index]
         if action == "dropped":
             size = 0
         elif action == "shortened":
             size = counter.count_message(previous.shortened[index])
         else:
-            size = counts[index]
-        role = role_of(inputs[index])
+            size = plain.tokens
         decisions.append(
-            MessageDecision(index, role, classes[index], action, rule, counts[index], size)
+            MessageDecision(
+                index, plain.role, plain.priority_class, action, rule, plain.tokens, size
+            )
         )
     asked = {call["id"] for i, m in enumerate(before) for call in _calls(m, i)}  # tool calls sent
     new = []
     for index in range(previous.inputs, len(inputs)):
-        message = inputs[index]
-        if planned[index].rule == "orphan_tool_result":
-            decisions.append(planned[index])
+        message, plain = inputs[index], planned[index]
+        if plain.rule == "orphan_tool_result":
+            decisions.append(plain)
             continue
         if isinstance(message, ToolMessage) and message.tool_call_id not in asked:
             return None
         asked.update(call["id"] for call in _calls(message, index))
         new.append(message)
-        size = counts[index]
-        role = role_of(message)
         decisions.append(
-            MessageDecision(index, role, classes[index], "kept", "within_budget", size, size)
+            MessageDecision(
+                index,
+                plain.role,
+                plain.priority_class,
+                "kept",
+                "within_budget",
+                plain.tokens,
+                plain.tokens,
+            )
         )
     messages = before + new
     tokens = sum(d.tokens_after for d in decisions)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar
@@ -69,6 +70,7 @@ from agent_latency.config import Settings
 from agent_latency.trimming._append import appended, cached_prefix
 from agent_latency.trimming._cache_state import CacheState, cache_state
 from agent_latency.trimming._choice import CostAwareChoice, Option
+from agent_latency.trimming._decisions import Action, Rule
 from agent_latency.trimming._fingerprints import MessageDigests, request_digest, sequence_digest
 from agent_latency.trimming._forecast import Forecast
 from agent_latency.trimming._latest_call import LatestCall
@@ -571,23 +573,26 @@ def _record(
     **figures: Any,
 ) -> LatestCall:
     """What is kept of a call that sent ``sent`` for input messages of ``digests``."""
-    decisions = sent.decisions
+    actions: tuple[tuple[Action, Rule], ...] = tuple(map(_ACTION_AND_RULE, sent.decisions))
     shortened = {}
-    messages = iter(sent.messages)
-    for decision in decisions:
-        if decision.action != "dropped":
-            message = next(messages)
-            if decision.action == "shortened":
-                shortened[decision.index] = message
+    if sent.shortened_messages:  # the copies sent, found by their place among those sent
+        position = -1
+        for index, (action, _) in enumerate(actions):
+            position += action != "dropped"
+            if action == "shortened":
+                shortened[index] = sent.messages[position]
     return LatestCall(
         inputs=len(digests),
         inputs_digest=sequence_digest(digests),
-        actions=tuple((d.action, d.rule) for d in decisions),
+        actions=actions,
         shortened=shortened,
         request_digest=request,
-        input_tokens=sum(d.tokens for d in decisions),
+        input_tokens=sum(sent.message_tokens),
         **figures,
     )
+
+
+_ACTION_AND_RULE: Final = operator.attrgetter("action", "rule")
 
 
 def thread_id_of(config: RunnableConfig) -> str | None:
