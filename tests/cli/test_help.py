@@ -93,3 +93,14 @@ def test_no_module_imports_another_package_s_private_module() -> None:
             ]
 
     assert found == []
+
+
+def test_trim_names_its_file_argument_file(capsys: pytest.CaptureFixture[str]) -> None:
+    # It read "Usage: agent-latency trim [OPTIONS] {file}"; typer marks a required argument
+    # with braces.
+    _, out, _ = run(capsys, "trim", "--help")
+
+    lines = out.splitlines()
+    assert lines[0] == "Usage: agent-latency trim [OPTIONS] {FILE}"
+    assert any(line.strip().startswith("FILE <path>") for line in lines)
+    assert "{file}" not in out and " file " not in out

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_latency._wire import coerce_messages
 from agent_latency.cli._app import main
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._result import RULE_EXPLANATIONS
+from agent_latency.trimming import RULE_EXPLANATIONS
 
 SCENARIO = Path(__file__).resolve().parents[2] / "src/agent_latency/scenarios/agent_8k.json"
 
@@ -55,7 +54,7 @@ def test_prints_a_row_per_message_with_action_and_reason(
 
 
 def test_output_file_holds_the_trimmed_conversation_in_openai_format(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     output = tmp_path / "trimmed.json"
@@ -68,9 +67,18 @@ def test_output_file_holds_the_trimmed_conversation_in_openai_format(
     assert trimmed[0] == original[0]  # the system prompt, unchanged
     assert trimmed[-1] == original[-1]  # the latest user message, unchanged
     assert {m["role"] for m in trimmed} <= {"system", "user", "assistant", "tool"}
-    # Counted as the command counts: the default model's tokenizer (Qwen's).
-    counter = TokenCounter.for_model("qwen-7b-chat")
-    assert counter.count_messages(coerce_messages(trimmed)) <= 2500
+    # Counted as the command counts (the default model's tokenizer, Qwen's): trimmed again to
+    # the same budget, nothing more goes.
+    capsys.readouterr()
+    assert main(["trim", str(output), "--budget", "2500"]) == 0
+    again = re.search(
+        r"total ([\d,]+) -> ([\d,]+) tokens .*; (\d+) dropped, (\d+) shortened",
+        " ".join(capsys.readouterr().out.split()),
+    )
+    assert again, "no totals line"
+    before, after, dropped, shortened = (int(n.replace(",", "")) for n in again.groups())
+    assert before == after <= 2500
+    assert dropped == shortened == 0
 
 
 def test_budget_comes_from_the_settings_file_when_not_given(

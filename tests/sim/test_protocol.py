@@ -12,11 +12,10 @@ import httpx
 import openai
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from agent_latency._wire import coerce_messages
 from agent_latency.sim import (
     DEFAULT_MODEL,
     RunningSimulator,
@@ -90,7 +89,9 @@ def test_blocking_answer_reports_usage_as_the_token_counter_counts(sim: RunningS
     assert choice.finish_reason == "stop"
     assert response.model == DEFAULT_MODEL
     assert response.usage is not None
-    assert response.usage.prompt_tokens == TokenCounter().count_messages(coerce_messages(QUESTION))
+    assert response.usage.prompt_tokens == TokenCounter().count_messages(
+        convert_to_messages(QUESTION)
+    )
     assert response.usage.completion_tokens == FAST.answer_tokens
     assert response.usage.total_tokens == response.usage.prompt_tokens + FAST.answer_tokens
 
@@ -258,7 +259,7 @@ def test_a_tool_result_gets_a_text_answer(sim: RunningSimulator) -> None:
 
     answer = model.invoke(
         [
-            *coerce_messages(QUESTION),
+            *convert_to_messages(QUESTION),
             call,
             ToolMessage("Sunny", tool_call_id=call.tool_calls[0]["id"]),
         ]

@@ -13,8 +13,7 @@ from rich.table import Table
 
 from agent_latency._wire import load_request_file
 from agent_latency.config import load_settings
-from agent_latency.trimming._result import RULE_EXPLANATIONS, TrimResult
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming import RULE_EXPLANATIONS, PriorityTrimmer, TrimResult
 
 _ACTION_STYLES = {"kept": "green", "dropped": "red", "shortened": "yellow"}
 
@@ -92,17 +91,23 @@ def trim(
     file: Annotated[
         Path,
         typer.Argument(
+            metavar="FILE",
             help="OpenAI-format conversation (JSON list), or a request body with 'messages' "
-            "and optionally 'tools' and 'response_format'."
+            "and optionally 'tools' and 'response_format'.",
         ),
     ],
     budget: Annotated[
         int | None, typer.Option(min=1, help="Token budget (default: from the settings).")
     ] = None,
-    settings: Annotated[Path | None, typer.Option(help="settings.json to read.")] = None,
-    config: Annotated[Path | None, typer.Option(help="config.toml to read.")] = None,
+    settings: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="settings.json to read.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="config.toml to read.")
+    ] = None,
     output: Annotated[
-        Path | None, typer.Option(help="Write the trimmed conversation (or request) here.")
+        Path | None,
+        typer.Option(metavar="FILE", help="Write the trimmed conversation (or request) here."),
     ] = None,
 ) -> None:
     """Trim a request and show, message by message, what was kept, dropped or shortened.
