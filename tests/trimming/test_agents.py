@@ -366,3 +366,27 @@ def test_replicas_sharing_a_checkpointer_decide_as_one_process_does(
     # The second replica's calls (turns 1, 3, ...: calls 2-3, 6-7, ...) found the first's record.
     assert {shared[2][0], shared[6][0]} <= {"warm", "evicted", "expired"}
     assert "append" in {decision[1] for decision in shared}
+
+
+def test_an_unreadable_record_in_the_agent_state_starts_the_conversation_anew(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langchain.agents.middleware import ExtendedModelResponse
+
+    trimmer = CostAwareTrimmer(
+        PriorityTrimmer(BUDGET, token_counter=COUNTER), context_window=8192, reserve_for_output=0
+    )
+    tampered = {"messages": [], STATE_KEY: {"format": 1, "inputs": "two"}}
+    original = ModelRequest(
+        model=scripted_model(),
+        messages=long_history(),  # type: ignore[arg-type]
+        system_message=SystemMessage("rules"),
+        state=tampered,  # type: ignore[arg-type]
+    )
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        answer = TrimmingMiddleware(trimmer).wrap_model_call(
+            original, lambda request: ModelResponse(result=[AIMessage("ok")])
+        )
+    assert "taken as its first" in caplog.text
+    assert isinstance(answer, ExtendedModelResponse) and answer.command is not None
+    assert answer.command.update[STATE_KEY]["state"] == "cold"  # type: ignore[index]

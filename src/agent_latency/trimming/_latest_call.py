@@ -155,7 +155,7 @@ class LatestCall:
             return None
         try:
             return _read(value)
-        except (TypeError, ValueError, KeyError) as exc:
+        except Exception as exc:  # whatever the storage gave back: no record, never a crash
             logger.warning(
                 "agent-latency: the cost-aware record in the agent's state cannot be read (%s); "
                 "the conversation's next call is taken as its first.",
