@@ -340,21 +340,31 @@ def check_tokenizer(
             f"for {tools} {ours_tools:,} where it counts {server_tools:,}"
             + (" (its chat template renders no tools)" if server_tools == 0 else "")
         )
-    deviations = [(ours_text - server_text) / server]
-    if server != server_text:
-        deviations.append(((ours - ours_text) - (server - server_text)) / server)
+    text_error = (ours_text - server_text) / server
+    tools_error = ((ours - ours_text) - (server - server_text)) / server
     found = "; ".join(parts)
     budget = settings.prompt.token_budget
-    if min(deviations) < -TOKENIZER_UNDERCOUNT:
+    if text_error < -TOKENIZER_UNDERCOUNT:
         return CheckResult(
             "tokenizer",
             CheckStatus.WARN,
-            f"{found}: a prompt trimmed to token_budget {budget:,} may be about "
-            f"{round(budget * server / ours):,} tokens to the server",
+            f"{found}: a prompt of such text trimmed to token_budget {budget:,} may be about "
+            f"{round(budget * server_text / ours_text):,} tokens to the server",
             "set llm.tokenizer to the model's own tokenizer (a known name, a tokenizer.json "
-            f'path, or "server"), or lower token_budget to about {int(budget * ours / server):,}',
+            'path, or "server"), or lower token_budget to about '
+            f"{int(budget * ours_text / server_text):,}",
         )
-    if max(deviations) > TOKENIZER_OVERCOUNT:
+    if tools_error < -TOKENIZER_UNDERCOUNT:
+        return CheckResult(
+            "tokenizer",
+            CheckStatus.WARN,
+            f"{found}: tool definitions count more to the server than to the trimmer, so "
+            f"requests with tools may exceed token_budget {budget:,}",
+            "set llm.tokenizer to the model's own tokenizer (a known name, a tokenizer.json "
+            'path, or "server"), or set llm.model to the served model\'s name (its chat '
+            "template frames the tools)",
+        )
+    if max(text_error, tools_error) > TOKENIZER_OVERCOUNT:
         return CheckResult(
             "tokenizer",
             CheckStatus.WARN,
