@@ -13,12 +13,17 @@ from typing import Any
 
 import httpx
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+)
 from pydantic import SecretStr
 from support.conversations import INSTANT, agent_conversation
 
 from agent_latency import CostAwareTrimmer
-from agent_latency._wire import coerce_messages
 from agent_latency.bench import (
     BenchPlan,
     BenchReport,
@@ -27,8 +32,8 @@ from agent_latency.bench import (
     open_endpoint,
     run_bench,
 )
-from agent_latency.bench._report import saving_breakdown
-from agent_latency.bench._results import (
+from agent_latency.bench._errors import EndpointError
+from agent_latency.bench._measurements import (
     GATED_MODE,
     MODES,
     STRATEGIES,
@@ -36,12 +41,12 @@ from agent_latency.bench._results import (
     Sample,
     percentile,
 )
-from agent_latency.bench._runner import EndpointError
+from agent_latency.bench._report import saving_breakdown
 from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
 from agent_latency.config import Settings
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._cost_aware import DEEP_CUT_FRACTIONS
+from agent_latency.trimming import DEEP_CUT_FRACTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Decoding is slow enough (12 tokens at 100/s: 110 ms) that a blocking call's first text
@@ -71,7 +76,7 @@ def instant_sim() -> Iterator[RunningSimulator]:
 
 @pytest.fixture(scope="module")
 def report(sim: RunningSimulator) -> BenchReport:
-    messages = coerce_messages(agent_conversation())
+    messages = convert_to_messages(agent_conversation())
     return run_bench(settings_for(sim), messages, BenchPlan(runs=1, budget=300), simulator=SIM)
 
 
@@ -128,7 +133,9 @@ def test_saving_breakdown_splits_prefill_and_decode() -> None:
 def test_bench_plan_validates_and_counts_calls() -> None:
     assert BenchPlan(runs=5).calls() == 1 + 5 * 4
     assert BenchPlan(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 5 + 6
-    for options in ({"runs": 0}, {"turns": 0}, {"budget": -1}, {"runs": True}):
+    # --runs 0 skips the four modes and their warm-up.
+    assert BenchPlan(runs=0, turns=3).calls() == 3 * 5
+    for options in ({"runs": -1}, {"turns": 0}, {"budget": -1}, {"runs": True}):
         with pytest.raises(ValueError, match=f"--{next(iter(options))}"):
             BenchPlan(**options)  # type: ignore[arg-type]
 
@@ -175,7 +182,7 @@ def test_load_scenario_names_a_bad_file(tmp_path: Path) -> None:
 
 
 def test_call_points_are_before_each_assistant_turn_and_at_the_end() -> None:
-    messages = coerce_messages(agent_conversation(rounds=2))
+    messages = convert_to_messages(agent_conversation(rounds=2))
     # system, (user, ai-call, tool, ai) x 2, user
     assert call_points(messages) == [2, 4, 6, 8, 10]
     assert call_points(messages[:-1]) == [2, 4, 6, 8]
@@ -184,7 +191,7 @@ def test_call_points_are_before_each_assistant_turn_and_at_the_end() -> None:
 
 
 def test_request_id_makes_the_prompt_start_unique_without_touching_the_input() -> None:
-    messages = coerce_messages(agent_conversation(rounds=1))
+    messages = convert_to_messages(agent_conversation(rounds=1))
     original = messages[0].content
     first = with_request_id(messages, "000000001")
     second = with_request_id(messages, "987654321")
@@ -283,7 +290,7 @@ def test_report_json_has_the_documented_schema(report: BenchReport) -> None:
 
 
 def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSimulator) -> None:
-    messages = coerce_messages(agent_conversation(rounds=10))
+    messages = convert_to_messages(agent_conversation(rounds=10))
     report = run_bench(
         settings_for(instant_sim),
         messages,
@@ -320,7 +327,7 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
     plan = BenchPlan(runs=1, turns=3, budget=600, sweep=True)
     with running_simulator(config) as running:
         report = run_bench(
-            settings_for(running), coerce_messages(agent_conversation(rounds=8)), plan
+            settings_for(running), convert_to_messages(agent_conversation(rounds=8)), plan
         )
         hard_limit = CostAwareTrimmer.from_settings(settings_for(running)).hard_limit
     calls = report.calls
@@ -350,8 +357,12 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
     assert swept == {p.budget for p in report.sweep}
     for call in calls:
         assert call.server_input_tokens == call.input_tokens, call
+        assert call.cached_tokens is not None and 0 <= call.cached_tokens < call.input_tokens
         if call.budget is not None:
             assert call.input_tokens <= call.budget or call.over_budget, call
+    # A replay's later calls are served from the prefix cache; a fresh request id is not.
+    assert any(c.cached_tokens for c in replay)
+    assert calls[0].cached_tokens == 0
     listed_json = report.to_json()["calls"]
     assert listed_json[0] == calls[0].to_json()
     assert set(listed_json[0]) == {
@@ -360,13 +371,14 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
         "over_budget",
         "input_tokens",
         "server_input_tokens",
+        "cached_tokens",
     }
 
 
 def test_too_many_turns_fail_before_any_call() -> None:
     settings = Settings()
     unreachable = replace(settings, llm=replace(settings.llm, base_url="http://127.0.0.1:9/v1"))
-    messages = coerce_messages(agent_conversation(rounds=2))
+    messages = convert_to_messages(agent_conversation(rounds=2))
     with pytest.raises(ValueError, match=r"--turns 6: .* only 5 model calls"):
         run_bench(unreachable, messages, BenchPlan(runs=1, turns=6))
 
@@ -376,13 +388,13 @@ def test_endpoint_errors_name_the_endpoint_but_never_the_key() -> None:
     with running_simulator(replace(INSTANT, api_key="sk-the-right-one")) as keyed:
         settings = settings_for(keyed, api_key=SecretStr(secret))
         with pytest.raises(EndpointError) as caught:
-            run_bench(settings, coerce_messages(agent_conversation(1)), BenchPlan(runs=1))
+            run_bench(settings, convert_to_messages(agent_conversation(1)), BenchPlan(runs=1))
     message = str(caught.value)
     assert "HTTP 401" in message and keyed.host in message and "API key" in message
     assert secret not in message
     unreachable = replace(Settings(), llm=replace(Settings().llm, base_url="http://127.0.0.1:9/v1"))
     with pytest.raises(EndpointError, match="could not be reached"):
-        run_bench(unreachable, coerce_messages(agent_conversation(1)), BenchPlan(runs=1))
+        run_bench(unreachable, convert_to_messages(agent_conversation(1)), BenchPlan(runs=1))
 
 
 def test_open_endpoint_starts_the_simulator_only_without_a_base_url(

@@ -1,55 +1,86 @@
-"""The mixed workload, small, on the embedded simulator through the real ChatOpenAI."""
+"""The mixed workload, small, on the embedded simulator through the real ChatOpenAI: every
+strategy and peer, retention of the planted facts, refused requests, the frontier's points."""
+
+from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
-from agent_latency.bench._workload import (
+from agent_latency import LLMSettings, Settings
+from agent_latency.bench import (
     MixedWorkload,
+    WorkloadProgress,
     run_mixed_workload,
-    schedule,
-    workload_table,
+    workload_strategies,
 )
+from agent_latency.bench._contenders import budget_points
+from agent_latency.bench._mixed import schedule
+from agent_latency.bench._workload_report import CallRecord, StrategyRun
+from agent_latency.sim import SimulatorConfig, running_simulator
 
-STRATEGIES = [
-    "none",
-    "hard_limit",
-    "moving_cut",
-    "prefix_stable",
-    "cost_aware",
-    "trim_messages_approximate",
-    "trim_messages_exact",
-    "context_editing_default",
-    "context_editing_exact",
-    "summarization",
-]
+FAST = SimulatorConfig(
+    overhead_ms=1, prefill_ms_per_token=0.002, decode_tokens_per_s=5000, answer_tokens=4
+)
+# The last three calls of each conversation: two of the last round, and the last question round
+# before them (one planted fact asked about).
+SMALL = MixedWorkload(conversations=2, calls=3, idle_every=2)
 
 
-def test_a_small_mixed_workload_reports_every_strategy_and_peer() -> None:
-    calls: list[str] = []
-    report = run_mixed_workload(
-        MixedWorkload(conversations=2, calls=2, idle_every=2), on_call=calls.append
-    )
-    assert len(calls) == 4 * len(STRATEGIES)
-    assert any("after an idle gap" in call for call in calls)
+@pytest.fixture(scope="module")
+def small_run() -> tuple[dict[str, object], list[WorkloadProgress]]:
+    calls: list[WorkloadProgress] = []
+    report = run_mixed_workload(SMALL, simulator=FAST, on_call=calls.append)
+    return report.to_json(), calls
+
+
+def test_a_small_mixed_workload_reports_every_strategy_and_peer(
+    small_run: tuple[dict[str, object], list[WorkloadProgress]],
+) -> None:
+    report, calls = small_run
+    strategies = list(workload_strategies())
+    assert len(calls) == 6 * len(strategies)
+    assert calls[-1].done == calls[-1].total == 6 * len(strategies)
+    assert any("after an idle gap" in call.step for call in calls)
     assert report["name"] == "mixed"
-    by_name = {entry["name"]: entry for entry in report["strategies"]}
-    assert list(by_name) == STRATEGIES
-    for entry in report["strategies"]:
-        assert entry["calls"] == 4
-        assert entry["p95_ttft_ms"] >= entry["mean_ttft_ms"] / 2 > 0
+    entries = report["strategies"]
+    assert isinstance(entries, list)
+    by_name = {entry["name"]: entry for entry in entries}
+    assert list(by_name) == strategies
+    for entry in entries:
+        assert entry["calls"] == 6
+        assert entry["p95_wait_ms"] >= entry["mean_wait_ms"] / 2 > 0
         assert 0 < entry["prefilled_tokens"] <= entry["prompt_tokens"]
-        assert entry["invalid_requests"] == 0
-    # The last calls of the scenario exceed the 6,144-token hard limit untrimmed.
-    assert by_name["none"]["hard_limit_violations"] == 4
-    assert by_name["context_editing_default"]["hard_limit_violations"] == 4
+        assert entry["invalid_requests"] == entry["refused_requests"] == 0
+        assert entry["facts_needed"] == 2  # one question round per conversation
+        assert entry["retention"] == entry["facts_kept"] / 2
+        assert entry["context_tokens"] == pytest.approx(entry["prompt_tokens"] / 6, abs=0.1)
+        assert len(entry["per_call"]) == 6
+        assert sum(call["facts_kept"] for call in entry["per_call"]) == entry["facts_kept"]
+        # Per call: our count, the server's and its cached tokens (the simulator counts in the
+        # model's tokens, as the trimmers do).
+        for call in entry["per_call"]:
+            assert call["server_tokens"] == call["tokens"] and call["cached_tokens"] is not None
+    # Untrimmed, every fact is sent; the last calls exceed the 6,144-token hard limit.
+    assert by_name["none"]["retention"] == 1.0
+    assert by_name["none"]["hard_limit_violations"] == 6
+    assert by_name["context_editing_default"]["hard_limit_violations"] == 6
     for name in ("hard_limit", "moving_cut", "prefix_stable", "cost_aware", "summarization"):
         assert by_name[name]["hard_limit_violations"] == 0
+    # The simulator's summary is filler: the facts it summarised away are gone.
+    assert by_name["summarization"]["retention"] < 1.0
     assert report["workload"]["hard_limit"] == 8192 - 2048
+    assert report["simulator"]["latency_probes"] == 4
+    assert report["simulator"]["tokenizer"] == Settings().llm.model
+
+
+def test_the_cost_aware_trimmer_cuts_deeper_than_the_plain_one_on_cold_calls() -> None:
     # Doctor's probes taught the cost-aware trimmer the simulator's speed: from its first (cold)
     # calls it predicts, and cuts deeper than the plain trimmer.
-    assert report["simulator"]["latency_probes"] == 4
+    report = run_mixed_workload(SMALL, only=["prefix_stable", "cost_aware"]).to_json()
+    by_name = {entry["name"]: entry for entry in report["strategies"]}
     assert by_name["cost_aware"]["prompt_tokens"] < by_name["prefix_stable"]["prompt_tokens"]
-    table = workload_table(report).splitlines()
-    assert [row.split()[0] for row in table[1:-1]] == STRATEGIES
+    assert report["simulator"]["clock_scale"] == 0.5
 
 
 def test_only_runs_the_named_strategies_and_rejects_unknown_ones() -> None:
@@ -68,7 +99,12 @@ def test_schedule_interleaves_conversations_and_marks_idle_turns() -> None:
 
 @pytest.mark.parametrize(
     ("options", "named"),
-    [({"conversations": 0}, "conversations"), ({"idle_gap_s": 10.0}, "idle_gap_s")],
+    [
+        ({"conversations": 0}, "conversations"),
+        ({"idle_gap_s": 10.0}, "idle_gap_s"),
+        ({"calls": True}, "calls"),
+        ({"budget": 7000}, "budget"),
+    ],
 )
 def test_bad_workloads_name_the_option(options: dict[str, object], named: str) -> None:
     with pytest.raises(ValueError, match=named):
@@ -76,18 +112,14 @@ def test_bad_workloads_name_the_option(options: dict[str, object], named: str) -
 
 
 def test_on_an_endpoint_it_says_where_it_ran_and_what_the_server_reported() -> None:
-    from agent_latency import LLMSettings, Settings
-    from agent_latency.sim import SimulatorConfig, running_simulator
-
-    fast = SimulatorConfig(overhead_ms=2, prefill_ms_per_token=0.01, decode_tokens_per_s=5000)
-    with running_simulator(fast) as sim:
+    with running_simulator(replace(FAST, tokenizer=Settings().llm.model)) as sim:
         settings = Settings(llm=LLMSettings(model=sim.config.models[0]))
         report = run_mixed_workload(
             MixedWorkload(conversations=1, calls=3, idle_every=2),
             settings=settings,
             base_url=sim.base_url,
             only=["prefix_stable", "cost_aware"],
-        )
+        ).to_json()
         base_url = sim.base_url
     assert "simulator" not in report
     assert report["endpoint"]["server"] == base_url
@@ -96,29 +128,165 @@ def test_on_an_endpoint_it_says_where_it_ran_and_what_the_server_reported() -> N
     for entry in report["strategies"]:
         assert entry["calls"] == 3
         assert entry["prompt_tokens_counted"] == 0  # the simulator reports usage when streaming
-    assert f"at {base_url}" in workload_table(report)
-
-
-def test_a_stream_without_usage_reports_no_counts() -> None:
-    from langchain_core.messages import HumanMessage
-    from langchain_openai import ChatOpenAI
-
-    from agent_latency.bench._workload import _stream
-    from agent_latency.sim import SimulatorConfig, running_simulator
-
-    with running_simulator(SimulatorConfig(overhead_ms=1, decode_tokens_per_s=5000)) as sim:
-        model = ChatOpenAI(
-            model=sim.config.models[0], base_url=sim.base_url, api_key="none", max_tokens=2
-        )
-        ttft, prompt, cached = _stream(model, [HumanMessage("hello")])
-        assert ttft > 0 and prompt is None and cached is None
-        with_usage = model.model_copy(update={"stream_usage": True})
-        _, prompt, cached = _stream(with_usage, [HumanMessage("hello")])
-        assert prompt and cached == 0
+        # The simulator sends llama.cpp's timings: the handler splits the first token.
+        assert entry["mean_server_prefill_ms"] is not None
+        assert entry["mean_ttft_remainder_ms"] is not None
 
 
 def test_bad_endpoint_options_are_refused() -> None:
-    from agent_latency.sim import SimulatorConfig
+    with pytest.raises(ValueError, match="one of simulator, profile or base_url"):
+        run_mixed_workload(simulator=FAST, base_url="http://127.0.0.1:1/v1")
+    with pytest.raises(ValueError, match="unknown server profile 'h100'; choose from"):
+        run_mixed_workload(profile="h100")
 
-    with pytest.raises(ValueError, match="not both"):
-        run_mixed_workload(simulator=SimulatorConfig(), base_url="http://127.0.0.1:1/v1")
+
+# -- refused requests -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_endpoint", [False, True])
+def test_a_request_the_server_refuses_is_recorded_and_the_others_go_on(on_endpoint: bool) -> None:
+    # A 7,000-token context window: the untrimmed calls (over 9,000 tokens) get OpenAI's 400
+    # context_length_exceeded; trimmed ones fit.
+    small_window = replace(FAST, context_window=7000, tokenizer=Settings().llm.model)
+    workload = MixedWorkload(conversations=1, calls=3)
+    strategies = ["none", "prefix_stable", "trim_messages_exact"]
+    if on_endpoint:
+        with running_simulator(small_window) as sim:
+            report = run_mixed_workload(
+                workload,
+                settings=Settings(llm=LLMSettings(model=sim.config.models[0])),
+                base_url=sim.base_url,
+                only=strategies,
+            )
+    else:
+        report = run_mixed_workload(workload, simulator=small_window, only=strategies)
+    by_name = {run.strategy: run for run in report.strategies}
+    untrimmed = by_name["none"]
+    assert [c.refused is not None for c in untrimmed.calls] == [True, True, True]
+    assert untrimmed.mean_wait_ms is None and untrimmed.context_tokens is None
+    assert untrimmed.invalid_requests == 3
+    assert untrimmed.retention == 0.0  # a refused call delivers none of its facts
+    messages = untrimmed.refusals  # each names its own prompt size
+    assert len(messages) == 3
+    assert all("context length is 7000 tokens" in message for message in messages), messages
+    entry = untrimmed.to_json()
+    assert entry["refused_requests"] == 3 and entry["refusals"] == messages
+    assert entry["per_call"][0]["refused"] == messages[0]
+    assert entry["per_call"][0]["wait_ms"] is None
+    for name in ("prefix_stable", "trim_messages_exact"):
+        assert all(call.refused is None for call in by_name[name].calls), name
+        assert by_name[name].mean_wait_ms is not None
+
+
+# -- retention accounting -------------------------------------------------------------------------
+
+
+def record(*, needed: int, kept: int, refused: str | None = None, **fields: object) -> CallRecord:
+    values: dict[str, object] = {
+        "conversation": 0,
+        "end": 10,
+        "idle": False,
+        "wait_ms": None if refused else 100.0,
+        "ttft_ms": None if refused else 90.0,
+        "prepare_ms": 10.0,
+        "tokens": 1000,
+        "server_tokens": None if refused else 1010,
+        "cached_tokens": None if refused else 500,
+        "invalid": False,
+        "refused": refused,
+        "needed": needed,
+        "kept": kept,
+    }
+    return CallRecord(**{**values, **fields})  # type: ignore[arg-type]
+
+
+def test_retention_is_the_share_of_needed_facts_sent_and_calls_needing_none_do_not_count() -> None:
+    run = StrategyRun(
+        "s",
+        {"budget": 3000},
+        True,
+        (
+            record(needed=0, kept=0),
+            record(needed=1, kept=1),
+            record(needed=1, kept=0),
+            record(needed=1, kept=0, refused="too long", tokens=9000),
+            record(needed=0, kept=0, tokens=7000, server_tokens=7100),
+        ),
+        hard_limit=6144,
+    )
+    assert run.retention == pytest.approx(1 / 3)
+    assert run.mean_wait_ms == 100.0 and run.context_tokens == pytest.approx((1010 * 3 + 7100) / 4)
+    assert run.violations == 2  # the refused 9,000-token request and the 7,100-token one
+    assert run.invalid_requests == 1 and run.refusals == ["too long"]
+    assert run.answer_accuracy is None  # answers were not asked for
+    assert StrategyRun("t", {}, True, (record(needed=0, kept=0),), 6144).retention is None
+
+
+def test_answer_accuracy_counts_a_refused_question_as_wrong() -> None:
+    calls = (
+        record(needed=1, kept=1, answered=True),
+        record(needed=1, kept=1, answered=False),
+        record(needed=1, kept=0, refused="too long"),
+        record(needed=0, kept=0, answered=None),
+    )
+    scored = StrategyRun("s", {}, True, calls, 6144, answers=True)
+    assert scored.answer_accuracy == pytest.approx(1 / 3)
+
+
+def test_answers_are_scored_only_for_fact_questions_with_the_option() -> None:
+    report = run_mixed_workload(
+        MixedWorkload(conversations=1, calls=3), simulator=FAST, only=["none"], answers=True
+    )
+    (run,) = report.strategies
+    scored = [call.answered for call in run.calls]
+    # The simulator answers filler: the question's fact is not in it.
+    assert scored == [None, False, None] and run.answer_accuracy == 0.0
+    assert report.to_json()["answers"] is True
+
+
+# -- the frontier ---------------------------------------------------------------------------------
+
+
+def test_the_frontier_runs_every_point_of_each_knob_and_marks_one_default_per_strategy() -> None:
+    workload = MixedWorkload(conversations=1, calls=2)
+    strategies = ["none", "prefix_stable", "context_editing_default", "summarization"]
+    report = run_mixed_workload(workload, simulator=FAST, only=strategies, frontier=True)
+    points = report.frontier_json()
+    knobs = {
+        name: [entry["knob"] for entry in points if entry["strategy"] == name]
+        for name in strategies
+    }
+    assert budget_points(workload) == [1500, 2250, 3000, 4500]
+    assert knobs["none"] == [{}]
+    assert knobs["prefix_stable"] == [{"budget": b} for b in (1500, 2250, 3000, 4500)]
+    assert knobs["context_editing_default"] == [
+        {"trigger": 100_000, "keep": 3},
+        *({"trigger": b, "keep": 3} for b in (1500, 2250, 3000, 4500)),
+        {"trigger": 3000, "keep": 1},
+    ]
+    assert len(knobs["summarization"]) == 6
+    defaults = {e["strategy"]: e["knob"] for e in points if e["default"]}
+    assert defaults == {
+        "none": {},
+        "prefix_stable": {"budget": 3000},
+        "context_editing_default": {"trigger": 100_000, "keep": 3},
+        "summarization": {"trigger": 3000, "keep": 20},
+    }
+    assert sum(e["default"] for e in points) == len(strategies)
+    for entry in points:
+        assert set(entry) >= {
+            "strategy",
+            "knob",
+            "mean_wait_ms",
+            "p95_wait_ms",
+            "retention",
+            "context_tokens",
+            "default",
+        }
+    # The workload's strategies are the default points, with their retention.
+    document = report.to_json()
+    assert [(e["name"], e["knob"]) for e in document["strategies"]] == list(defaults.items())
+    assert all("retention" in entry for entry in document["strategies"])
+    # A larger budget sends more context.
+    stable = [e for e in points if e["strategy"] == "prefix_stable"]
+    assert [e["context_tokens"] for e in stable] == sorted(e["context_tokens"] for e in stable)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_latency import cli
-from agent_latency.bench._quality import PLACES
+from agent_latency.bench import needle_places
 from agent_latency.sim import SimulatorConfig, running_simulator
 
 FAST = SimulatorConfig(overhead_ms=5, prefill_ms_per_token=0.01, decode_tokens_per_s=2000)
@@ -47,7 +47,7 @@ def test_quality_prints_retention_and_writes_it_to_json_and_the_plot(
     assert {row["budget"] for row in rows} == {6000, 3000}
     by = {(row["strategy"], row["budget"]): row for row in rows}
     assert by["relevance", 6000]["retention"] >= 0.9
-    assert set(by["age", 3000]["by_place"]) == set(PLACES)
+    assert set(by["age", 3000]["by_place"]) == set(needle_places())
     assert by["age", 3000]["model_ttft_ms"] < by["age", 6000]["model_ttft_ms"]
     # The TTFT column is the simulator's default latency model for the mean prompt sent.
     default = SimulatorConfig()

@@ -1,9 +1,12 @@
-"""`agent-latency bench --workload mixed` on an endpoint, cut down by the --workload-* options."""
+"""`agent-latency bench --workload mixed` cut down by the --workload-* options: on an endpoint, on
+a server profile, with the frontier; its table explained, its options checked before any call."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from agent_latency import cli
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -38,12 +41,19 @@ def test_a_reduced_workload_runs_on_the_benchs_endpoint(tmp_path: Path, capsys: 
         base_url = sim.base_url
     output = capsys.readouterr().out  # type: ignore[attr-defined]
     assert status == 0, output
-    mixed = json.loads((tmp_path / "bench.json").read_text("utf-8"))["workload"]
+    document = json.loads((tmp_path / "bench.json").read_text("utf-8"))
+    mixed = document["workload"]
+    assert "frontier" not in document
     assert [s["name"] for s in mixed["strategies"]] == ["prefix_stable", "cost_aware"]
-    assert all(s["calls"] == 2 for s in mixed["strategies"])
+    assert all(s["calls"] == 2 and "retention" in s for s in mixed["strategies"])
     assert mixed["workload"]["budget"] == 2500
     assert mixed["endpoint"]["server"] == base_url
-    assert "Mixed workload: 1 conversations × 2 calls" in output
+    text = " ".join(output.split())
+    assert "Mixed workload: 1 conversations × 2 calls" in text
+    # The columns are explained.
+    assert "Over limit: calls whose prompt exceeded the hard limit" in text
+    assert "Invalid: calls an OpenAI endpoint would reject" in text
+    assert "or that the server refused." in text
 
 
 def test_workload_options_are_checked_before_any_call(capsys: object) -> None:
@@ -51,3 +61,82 @@ def test_workload_options_are_checked_before_any_call(capsys: object) -> None:
     assert "--workload-calls needs --workload mixed" in capsys.readouterr().err  # type: ignore[attr-defined]
     assert cli.main(["bench", "--workload", "mixed", "--workload-strategies", "fast"]) == 2
     assert "unknown ['fast']" in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+def test_the_frontier_on_a_server_profile_writes_every_point(
+    tmp_path: Path, capsys: object
+) -> None:
+    status = cli.main(
+        [
+            "bench",
+            "--runs",
+            "0",
+            "--workload",
+            "mixed",
+            "--workload-profile",
+            "vllm-h100-7b",
+            "--frontier",
+            "--workload-strategies",
+            "none,prefix_stable",
+            "--workload-calls",
+            "2",  # the last question round and the final call
+            "--workload-conversations",
+            "1",
+            "--json",
+            str(tmp_path / "bench.json"),
+        ]
+    )
+    captured = capsys.readouterr()  # type: ignore[attr-defined]
+    assert status == 0, captured.err
+    assert "untrimmed + blocking" not in captured.out  # --runs 0: no four-mode table
+    document = json.loads((tmp_path / "bench.json").read_text("utf-8"))
+    assert document["modes"] == []
+    frontier = document["frontier"]
+    assert [(p["strategy"], p["knob"], p["default"]) for p in frontier] == [
+        ("none", {}, True),
+        *(("prefix_stable", {"budget": b}, b == 3000) for b in (1500, 2250, 3000, 4500)),
+    ]
+    assert all(p["profile"] == "vllm-h100-7b" for p in frontier)
+    assert all(0 <= p["retention"] <= 1 and p["mean_wait_ms"] > 0 for p in frontier)
+    workload = document["workload"]
+    assert workload["profile"] == "vllm-h100-7b"
+    assert workload["simulator"]["cache_block_tokens"] == 16
+    assert workload["simulator"]["clock_scale"] == 1.0  # a fast profile runs at its own speed
+    assert "Frontier on the simulator as vllm-h100-7b" in " ".join(captured.out.split())
+    # Without a terminal, a few progress lines, not one per call.
+    lines = captured.err.splitlines()
+    assert 1 <= len(lines) <= 10 and all(
+        line.startswith("workload vllm-h100-7b: ") for line in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--frontier"], "--frontier needs --workload mixed."),
+        (["--workload-profile", "vllm-h100-7b"], "--workload-profile needs --workload mixed."),
+        (
+            ["--workload", "mixed", "--workload-profile", "h100"],
+            "unknown server profile 'h100'; choose from openai-hosted, deepseek, vllm-h100-7b, "
+            "llama-cpu.",
+        ),
+        (
+            ["--workload", "mixed", "--workload-profile", "deepseek", "--workload-endpoint"],
+            "--workload-profile sets up the simulator; with --workload-endpoint",
+        ),
+        (
+            ["--workload", "mixed", "--workload-answers"],
+            "--workload-answers scores a real model's answers (the simulator answers filler)",
+        ),
+        (["--runs", "0"], "--runs 0 skips the four modes, so give something else to run"),
+        (
+            ["--runs", "0", "--quality", "--baseline", "x.json"],
+            "--baseline compares the trimmed + streaming mode",
+        ),
+    ],
+)
+def test_conflicting_or_unknown_workload_options_fail_before_any_call(
+    args: list[str], error: str, capsys: object
+) -> None:
+    assert cli.main(["bench", *args]) == 2
+    assert error in capsys.readouterr().err  # type: ignore[attr-defined]

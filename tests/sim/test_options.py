@@ -66,6 +66,12 @@ def test_the_context_term_can_be_switched_off() -> None:
         ("cache_block_tokens", 0),
         ("cache_lifetime_s", 0),
         ("cache_lifetime_s", float("nan")),
+        ("cache_min_tokens", -1),
+        ("cache_min_tokens", 1.5),
+        ("cache_slots", 0),
+        ("cache_slots", True),
+        ("timings", "no"),
+        ("usage_format", "anthropic"),
         ("header_timeout_s", 0),
         ("error_rate", 1.5),
         ("rate_limit_rate", -0.1),
@@ -147,3 +153,9 @@ def test_recursive_schemas_terminate() -> None:
     while isinstance(value, dict):
         value, depth = value["child"], depth + 1
     assert value == "example" and depth > 1
+
+
+def test_the_tokenizer_is_the_served_models_own_unless_one_is_named() -> None:
+    assert SimulatorConfig(tokenizer=None, model="gemma-3-270m").prompt_tokenizer == "gemma-3-270m"
+    assert SimulatorConfig(tokenizer=None, model=("a", "b")).prompt_tokenizer == "a"
+    assert SimulatorConfig(tokenizer="o200k", model="gemma-3-270m").prompt_tokenizer == "o200k"

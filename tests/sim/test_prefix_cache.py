@@ -1,5 +1,6 @@
-"""The simulator's prefix cache: whole blocks, a capacity in tokens shared by all conversations
-(least recently used first, a prompt's tail before its head), and idle expiry.
+"""The simulator's prefix caches: whole blocks, a minimum cached prefix, a capacity in tokens
+shared by all conversations (least recently used first, a prompt's tail before its head), idle
+expiry; and llama.cpp's per-slot caches, where more conversations than slots evict each other.
 
 The cache is driven directly with packed token sequences and a hand-moved clock; the tests over
 HTTP are in ``test_sim_latency.py``.
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from array import array
 
-from agent_latency.sim._cache import PrefixCache
+from agent_latency.sim import SimulatorConfig
+from agent_latency.sim._cache import PrefixCache, SlotCache, prefix_cache_for
 
 
 class Clock:
@@ -125,3 +127,83 @@ def test_an_empty_or_one_token_prompt_reuses_nothing() -> None:
 
     assert blocks.reusable_tokens(tokens((0, 1))) == 0
     assert blocks.reusable_tokens(b"") == 0
+
+
+def test_a_minimum_reuses_nothing_below_it_then_whole_blocks_as_openai_does() -> None:
+    openai = PrefixCache(capacity_tokens=100_000, block_tokens=128, min_tokens=1024, lifetime_s=300)
+    openai.remember(tokens((0, 3000)))
+
+    assert openai.reusable_tokens(tokens((0, 1000), (9000, 50))) == 0  # 7 blocks: under 1,024
+    assert openai.reusable_tokens(tokens((0, 1100), (9000, 50))) == 1024  # 8 blocks
+    assert openai.reusable_tokens(tokens((0, 2006))) == 1920  # OpenAI's own example: 15 × 128
+
+
+def slots(count: int = 2, **options: object) -> SlotCache:
+    return SlotCache(slots=count, **options)  # type: ignore[arg-type]
+
+
+def test_a_slot_reuses_the_prefix_it_shares_token_by_token_never_the_last_token() -> None:
+    cache = slots()
+    cache.remember(tokens((0, 40)))
+
+    assert cache.reusable_tokens(tokens((0, 23), (900, 5))) == 23
+    assert cache.reusable_tokens(tokens((0, 40))) == 39
+    assert cache.reusable_tokens(tokens((0, 60))) == 40  # grown: all of the slot's prompt
+
+
+def test_more_conversations_than_slots_evict_each_other() -> None:
+    clock = Clock()
+    cache = slots(2, clock=clock)
+    first, second, third = (tokens((base, 200)) for base in (0, 1000, 2000))
+    for prompt in (first, second):
+        clock.now += 1
+        cache.remember(prompt)
+    assert cache.reusable_tokens(first) == 199 and cache.reusable_tokens(second) == 199
+
+    clock.now += 1
+    assert cache.reusable_tokens(third) == 0  # shares nothing: it takes the least recent slot
+    cache.remember(third)
+
+    assert cache.reusable_tokens(first) == 0  # evicted by the third conversation
+    assert cache.reusable_tokens(second) == 199
+    assert cache.reusable_tokens(third) == 199
+
+
+def test_a_prompt_goes_to_the_slot_sharing_most_of_it_not_the_least_recent() -> None:
+    clock = Clock()
+    cache = slots(2, clock=clock)
+    shared, other = tokens((0, 100)), tokens((5000, 100))
+    cache.remember(shared)  # slot 0, least recently used below
+    clock.now += 1
+    cache.remember(other)  # slot 1
+    grown = tokens((0, 100), (700, 100))  # shares half of itself with slot 0
+
+    clock.now += 1
+    cache.remember(grown)
+
+    assert cache.reusable_tokens(other) == 99  # slot 1 kept its prompt
+    assert cache.reusable_tokens(grown) == 199
+
+
+def test_a_prompt_sharing_too_little_takes_the_least_recent_slot() -> None:
+    clock = Clock()
+    cache = slots(2, clock=clock)
+    cache.remember(tokens((5000, 100)))  # slot 0, the least recently used below
+    clock.now += 1
+    cache.remember(tokens((0, 1000)))  # slot 1
+    barely = tokens((0, 50), (9000, 950))  # shares 5% of itself with slot 1: under the 10%
+
+    assert cache.reusable_tokens(barely) == 0  # it goes to slot 0, the least recent ...
+    clock.now += 1
+    cache.remember(barely)
+    assert cache.reusable_tokens(tokens((5000, 100))) == 0  # ... and replaces its prompt
+    assert cache.reusable_tokens(tokens((0, 1000))) == 999  # slot 1 kept its own
+
+
+def test_the_configuration_chooses_the_cache() -> None:
+    per_slot = prefix_cache_for(SimulatorConfig(cache_slots=3))
+    assert isinstance(per_slot, SlotCache)
+    blocks = prefix_cache_for(SimulatorConfig(cache_block_tokens=128, cache_min_tokens=1024))
+    assert isinstance(blocks, PrefixCache)
+    blocks.remember(tokens((0, 2000)))
+    assert blocks.reusable_tokens(tokens((0, 1000), (9000, 10))) == 0

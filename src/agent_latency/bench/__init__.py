@@ -6,22 +6,85 @@ prompt sizes to fit the endpoint's prefill cost, all measured with the project's
 handler; it returns a :class:`BenchReport` (``to_json()`` is the file ``--json`` writes). A
 request the endpoint refuses, or one too long for ``llm.context_window``, fails only its mode
 (the report says why). :func:`check_regression` turns a report and a baseline into the
-``--baseline`` gate. The parts: the scenario and request ids, the runner, the results with their
-statistics, the report's explanations and gate, and the optional plot.
+``--baseline`` gate; :func:`saving_breakdown` explains the saving.
 
-Exports: ``BenchPlan``, ``BenchReport``, ``check_regression``, ``load_baseline``,
-``open_endpoint``, ``run_bench``.
+:func:`run_mixed_workload` replays interleaved conversations that state facts and ask about
+them later, once per strategy (ours and the peers, :func:`workload_strategies`) and, for the
+frontier, at every point of each strategy's knob; its :class:`WorkloadReport` holds the waits,
+the retention of the facts each question needs, the context sent, hard-limit violations and
+refused requests. A report's parts (:class:`ModeResult`, :class:`Sample`,
+:class:`StrategyResult` of a replay :class:`Strategy`) are values anyone can read or build.
+:func:`run_quality` is the model-free retention benchmark (``--quality``:
+generated needle cases at :func:`needle_places`, :func:`make_case`, :func:`retained`).
+:func:`write_plot` draws a report (matplotlib, optional). The tables are the CLI's.
+
+Exports: ``BenchPlan``, ``BenchReport``, ``EndpointError``, ``MixedWorkload``, ``Mode``,
+``ModeResult``, ``NeedleCase``, ``ProgressCallback``, ``QualityRow``, ``RequestRefused``,
+``Sample``, ``Strategy``, ``StrategyResult``, ``StrategyRun``, ``WorkloadProgress``,
+``WorkloadReport``, ``check_regression``, ``combined_frontier``, ``load_baseline``,
+``load_scenario``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
+``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
+``saving_breakdown``, ``workload_strategies``, ``write_plot``.
 """
 
-from agent_latency.bench._report import check_regression, load_baseline
-from agent_latency.bench._results import BenchReport
-from agent_latency.bench._runner import BenchPlan, open_endpoint, run_bench
+from agent_latency.bench._contenders import workload_strategies
+from agent_latency.bench._errors import EndpointError, RequestRefused
+from agent_latency.bench._measurements import (
+    BenchReport,
+    Mode,
+    ModeResult,
+    Sample,
+    Strategy,
+    StrategyResult,
+    percentile,
+)
+from agent_latency.bench._mixed import MixedWorkload
+from agent_latency.bench._plot import require_matplotlib, write_plot
+from agent_latency.bench._quality import (
+    NeedleCase,
+    QualityRow,
+    make_case,
+    needle_places,
+    retained,
+    run_quality,
+)
+from agent_latency.bench._report import check_regression, load_baseline, saving_breakdown
+from agent_latency.bench._runner import BenchPlan, ProgressCallback, open_endpoint, run_bench
+from agent_latency.bench._scenario import load_scenario
+from agent_latency.bench._workload import WorkloadProgress, run_mixed_workload
+from agent_latency.bench._workload_report import StrategyRun, WorkloadReport, combined_frontier
 
 __all__ = [
     "BenchPlan",
     "BenchReport",
+    "EndpointError",
+    "MixedWorkload",
+    "Mode",
+    "ModeResult",
+    "NeedleCase",
+    "ProgressCallback",
+    "QualityRow",
+    "RequestRefused",
+    "Sample",
+    "Strategy",
+    "StrategyResult",
+    "StrategyRun",
+    "WorkloadProgress",
+    "WorkloadReport",
     "check_regression",
+    "combined_frontier",
     "load_baseline",
+    "load_scenario",
+    "make_case",
+    "needle_places",
     "open_endpoint",
+    "percentile",
+    "require_matplotlib",
+    "retained",
     "run_bench",
+    "run_mixed_workload",
+    "run_quality",
+    "saving_breakdown",
+    "workload_strategies",
+    "write_plot",
 ]

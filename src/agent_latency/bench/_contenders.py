@@ -1,14 +1,25 @@
-"""The contenders of the mixed workload: our strategies and what users would pick instead.
+"""The contenders of the mixed workload: our strategies and what users would pick instead, each
+at the points of its own knob.
 
-Each is a function preparing one call's prompt from the conversation so far; ours return the
-:class:`TrimResult` (the workload feeds it the server's usage of the request, as the callback
-handler does), the peers the messages.
+A contender is one strategy at one knob setting; :func:`contenders` returns, per strategy, its
+*default* point (what a user of that strategy gets without setting the knob; where the knob has
+no default, the workload's budget) and, for the frontier, every point of its sweep. Each builds
+a fresh :class:`Strategy` (its own state: a cost-aware trimmer's conversations, a summarizer's
+summaries), which prepares one call's prompt from the conversation so far and learns from the
+call's usage as the callback handler would teach it.
+
+Ours are built with :meth:`PriorityTrimmer.from_settings` and
+:meth:`CostAwareTrimmer.from_settings` from the workload's settings, so the ``prefix_stable``
+and ``cost_aware`` lines are what a user gets with no options; the other lines of ours change
+one or two options each (the candidate defaults).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Final, cast
 
 from langchain_core.messages import BaseMessage, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
@@ -16,24 +27,43 @@ from langchain_openai import ChatOpenAI
 from opentelemetry import trace
 
 from agent_latency._latency_model import LatencyModel
+from agent_latency._wire import ServerUsage
+from agent_latency.bench._mixed import MixedWorkload
+from agent_latency.config import Settings
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._cost_aware import CostAwareTrimmer, deep_cut_budgets
-from agent_latency.trimming._result import TrimResult
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming import CostAwareTrimmer, PriorityTrimmer, TrimResult
 
-if TYPE_CHECKING:
-    from agent_latency.bench._workload import MixedWorkload
-
-Prepare = Callable[[int, list[BaseMessage], float], "list[BaseMessage] | TrimResult"]
-"""(conversation, its messages so far, virtual time) -> the prompt to send."""
-
+OURS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "moving_cut": {"prefix_stable": False},
+    "prefix_stable": {},
+    "relevance": {"history_selection": "relevance"},
+    "relevance_1_1": {
+        "history_selection": "relevance",
+        "history_keep_head": 1,
+        "history_keep_tail": 1,
+    },
+    "age_1_1": {"history_keep_head": 1, "history_keep_tail": 1},
+    "compaction": {"compact_tool_results": True},
+    "relevance_1_1_compaction": {
+        "history_selection": "relevance",
+        "history_keep_head": 1,
+        "history_keep_tail": 1,
+        "compact_tool_results": True,
+    },
+}
+"""Our plain trimmer's lines: options over ``PriorityTrimmer.from_settings`` (``prefix_stable``:
+none, what a user gets; today prefix-stable cuts, history by age, 2 head and 4 tail rounds)."""
+COST_AWARE: Final[Mapping[str, Mapping[str, Any]]] = {
+    "cost_aware": {},
+    "cost_aware_relevance_1_1": OURS["relevance_1_1"],
+}
+"""The cost-aware trimmer's lines: options over ``CostAwareTrimmer.from_settings``."""
 
 STRATEGIES: Final = (
     "none",
     "hard_limit",
-    "moving_cut",
-    "prefix_stable",
-    "cost_aware",
+    *OURS,
+    *COST_AWARE,
     "trim_messages_approximate",
     "trim_messages_exact",
     "context_editing_default",
@@ -43,81 +73,184 @@ STRATEGIES: Final = (
 """The contenders' names, in the order :func:`contenders` returns them."""
 
 
-def contenders(
-    workload: MixedWorkload,
-    summary_model: ChatOpenAI,
-    clock: Callable[[], float],
-    latency_model: LatencyModel,
-    counter: TokenCounter,
-) -> dict[str, Prepare]:
-    """The contenders, each as a function preparing one call's prompt.
+def workload_strategies() -> tuple[str, ...]:
+    """The workload's strategies, in the order they run (:data:`STRATEGIES`)."""
+    return STRATEGIES
 
-    ``none`` sends everything; ``hard_limit`` trims only to the hard limit (moving cut);
-    ``moving_cut`` and ``prefix_stable`` trim to the budget; ``cost_aware`` is
-    :class:`CostAwareTrimmer` (prefix-stable cuts, deep cuts to ``DEEP_CUT_FRACTIONS`` of the
-    budget, as :meth:`CostAwareTrimmer.from_settings` makes them). The peers:
-    ``trim_messages`` as LangChain's docs configure it for chat models (``strategy="last"``,
-    ``start_on="human"``, ``end_on=("human", "tool")``, ``include_system=True``) with the
-    approximate counter and with an exact one (``counter``: the endpoint's tokenizer);
-    ``ContextEditingMiddleware``'s default edit (``ClearToolUsesEdit()``: 100,000-token trigger,
-    approximate counter) and the same edit triggered at the budget with the exact counter;
-    ``SummarizationMiddleware`` triggered at the budget, keeping 20 messages, its summary made by
-    the same endpoint.
+
+BUDGET_FRACTIONS: Final = (0.5, 0.75, 1.0, 1.5)
+"""The frontier's budget points, as fractions of the workload's budget (at most the hard limit)."""
+CLEAR_TOOL_USES_DEFAULT: Final = (100_000, 3)
+"""``ClearToolUsesEdit()``'s own trigger and keep."""
+SUMMARY_KEEP_DEFAULT: Final = 20
+"""``SummarizationMiddleware``'s own ``keep``: 20 messages."""
+SUMMARY_MAX_TOKENS: Final = 256
+"""The summary call's output limit."""
+
+Knob = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One call's prompt, and what learns from the call's usage.
+
+    Attributes:
+        messages: The prompt to send.
+        learn: Takes the server's usage and the call's time to first token, as the callback
+            handler would hand them to the strategy; ``None`` for a strategy that learns nothing.
     """
-    from langchain.agents.middleware import ClearToolUsesEdit, SummarizationMiddleware
 
-    quiet = trace.NoOpTracerProvider()
+    messages: list[BaseMessage]
+    learn: Callable[[ServerUsage, int, float], None] | None = None
 
-    def trimmer(budget: int, stable: bool) -> PriorityTrimmer:
-        return PriorityTrimmer(
-            budget, prefix_stable=stable, token_counter=counter, tracer_provider=quiet
-        )
 
-    def by(trim: PriorityTrimmer) -> Prepare:
-        return lambda _conversation, messages, _at: trim.trim(messages)
+Strategy = Callable[[int, list[BaseMessage], float], Prepared]
+"""(conversation, its messages so far, virtual time) -> the prompt to send."""
 
-    cost_aware = CostAwareTrimmer(
-        trimmer(workload.budget, True),
+
+@dataclass(frozen=True)
+class Contender:
+    """One strategy at one knob setting.
+
+    Attributes:
+        strategy: The strategy's name (one of :data:`STRATEGIES`).
+        knob: The knob's setting, e.g. ``{"budget": 3000}`` (empty for a strategy without one).
+        default: Whether it is the point a user of the strategy gets without setting the knob.
+        build: Makes a fresh :class:`Strategy` for one run.
+    """
+
+    strategy: str
+    knob: Knob
+    default: bool
+    build: Callable[[], Strategy] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Kit:
+    """What the contenders are built from.
+
+    Attributes:
+        workload: The workload's shape.
+        settings: The channel and the trimming options (``from_settings`` reads them).
+        counter: The endpoint's token counter, shared by every trimmer.
+        summary_model: The model the summarizer calls.
+        clock: The virtual time.
+        latency_model: Makes the cost-aware trimmer's latency model, seeded with the
+            endpoint's speed (each cost-aware point gets its own).
+    """
+
+    workload: MixedWorkload
+    settings: Settings
+    counter: TokenCounter
+    summary_model: ChatOpenAI
+    clock: Callable[[], float]
+    latency_model: Callable[[], LatencyModel]
+
+
+def budget_points(workload: MixedWorkload) -> list[int]:
+    """The budgets swept: :data:`BUDGET_FRACTIONS` of the budget, up to the hard limit."""
+    points = {
+        min(workload.hard_limit, max(1, round(workload.budget * f))) for f in BUDGET_FRACTIONS
+    }
+    return sorted(points)
+
+
+_QUIET: Final = trace.NoOpTracerProvider()
+
+
+def _trim_settings(kit: Kit, budget: int) -> Settings:
+    workload, settings = kit.workload, kit.settings
+    llm = replace(
+        settings.llm,
         context_window=workload.context_window,
-        reserve_for_output=workload.reserve_for_output,
-        cache_lifetime_s=workload.cache_lifetime_s,
-        latency_model=latency_model,
-        deep_trimmers=[trimmer(budget, True) for budget in deep_cut_budgets(workload.budget)],
-        clock=clock,
-        tracer_provider=quiet,
+        cache_lifetime_seconds=workload.cache_lifetime_s,
+    )
+    prompt = replace(
+        settings.prompt, token_budget=budget, reserve_for_output=workload.reserve_for_output
+    )
+    return replace(settings, llm=llm, prompt=prompt)
+
+
+def _plain(kit: Kit, budget: int, options: Mapping[str, Any]) -> Strategy:
+    trimmer = PriorityTrimmer.from_settings(
+        _trim_settings(kit, budget),
+        token_counter=kit.counter,
+        calibration=None,  # each strategy on its own: no correction learnt from another's calls
+        tracer_provider=_QUIET,
+        **options,
+    )
+    return lambda _conversation, messages, _at: _from_trim(trimmer.trim(messages))
+
+
+def _from_trim(result: TrimResult, latency: LatencyModel | None = None) -> Prepared:
+    on_usage = result.on_usage
+
+    def learn(usage: ServerUsage, tokens: int, ttft_ms: float) -> None:
+        if on_usage is not None:
+            on_usage(usage.prompt_tokens, usage.cached_tokens, ttft_ms)
+        if latency is not None:
+            latency.observe(ttft_ms, tokens, usage.cached_tokens)
+
+    return Prepared(result.messages, learn)
+
+
+def _cost_aware(kit: Kit, budget: int, options: Mapping[str, Any]) -> Strategy:
+    latency = kit.latency_model()
+    trimmer = CostAwareTrimmer.from_settings(
+        _trim_settings(kit, budget),
+        latency_model=latency,
+        clock=kit.clock,
+        token_counter=kit.counter,
+        calibration=None,
+        tracer_provider=_QUIET,
+        **options,
+    )
+    return lambda conversation, messages, _at: _from_trim(
+        trimmer.trim(messages, key=str(conversation)), latency
     )
 
-    def trimmed_by_peer(exact: bool) -> Prepare:
-        count: Callable[[list[BaseMessage]], int] = (
-            counter.count_messages if exact else count_tokens_approximately
-        )
-        # As LangChain's docs show it for chat models: the last messages, from a user turn on.
-        return lambda _conversation, messages, _at: trim_messages(
+
+def _trimmed_by_peer(kit: Kit, max_tokens: int, *, exact: bool) -> Strategy:
+    count: Callable[[list[BaseMessage]], int] = (
+        kit.counter.count_messages if exact else count_tokens_approximately
+    )
+    # As LangChain's docs show it for chat models: the last messages, from a user turn on.
+    return lambda _conversation, messages, _at: Prepared(
+        trim_messages(
             messages,
-            max_tokens=workload.budget,
+            max_tokens=max_tokens,
             token_counter=count,
             strategy="last",
             start_on="human",
             end_on=("human", "tool"),
             include_system=True,
         )
+    )
 
-    def edited(edit: ClearToolUsesEdit, exact: bool) -> Prepare:
-        count = counter.count_messages if exact else count_tokens_approximately
 
-        def prepare(_conversation: int, messages: list[BaseMessage], _at: float) -> list[Any]:
-            edited_messages: list[Any] = list(messages)
-            edit.apply(edited_messages, count_tokens=count)
-            return edited_messages
+def _edited(kit: Kit, trigger: int, keep: int, *, exact: bool) -> Strategy:
+    from langchain.agents.middleware import ClearToolUsesEdit
 
-        return prepare
+    edit = ClearToolUsesEdit(trigger=trigger, keep=keep)
+    count = kit.counter.count_messages if exact else count_tokens_approximately
+
+    def prepare(_conversation: int, messages: list[BaseMessage], _at: float) -> Prepared:
+        edited: list[Any] = list(messages)
+        edit.apply(edited, count_tokens=count)
+        return Prepared(edited)
+
+    return prepare
+
+
+def _summarized(kit: Kit, trigger: int, keep: int) -> Strategy:
+    from langchain.agents.middleware import SummarizationMiddleware
 
     summarizer = SummarizationMiddleware(
-        summary_model, trigger=("tokens", workload.budget), keep=("messages", 20)
+        kit.summary_model, trigger=("tokens", trigger), keep=("messages", keep)
     )
     states: dict[int, tuple[int, list[BaseMessage]]] = {}
 
-    def summarized(conversation: int, messages: list[BaseMessage], _at: float) -> list[Any]:
+    def prepare(conversation: int, messages: list[BaseMessage], _at: float) -> Prepared:
         # The agent's state without its system prompt, persisted between calls as the
         # middleware leaves it; the summary call happens in before_model.
         seen, state = states.get(conversation, (1, []))
@@ -126,19 +259,95 @@ def contenders(
         if update is not None:
             state = list(update["messages"][1:])  # after RemoveMessage(REMOVE_ALL_MESSAGES)
         states[conversation] = (len(messages), state)
-        return [messages[0], *state]
+        return Prepared([messages[0], *state])
 
-    return {
-        "none": lambda _conversation, messages, _at: messages,
-        "hard_limit": by(trimmer(workload.hard_limit, False)),
-        "moving_cut": by(trimmer(workload.budget, False)),
-        "prefix_stable": by(trimmer(workload.budget, True)),
-        "cost_aware": lambda conversation, messages, _at: cost_aware.trim(
-            messages, key=str(conversation)
+    return prepare
+
+
+def _line(
+    name: str, knobs: Sequence[Knob], default: Knob, make: Callable[[Knob], Strategy]
+) -> list[Contender]:
+    return [Contender(name, knob, knob == default, partial(make, knob)) for knob in knobs]
+
+
+def _ours(kit: Kit, options: Mapping[str, Any], knob: Knob) -> Strategy:
+    return _plain(kit, knob["budget"], options)
+
+
+def _ours_cost_aware(kit: Kit, options: Mapping[str, Any], knob: Knob) -> Strategy:
+    return _cost_aware(kit, knob["budget"], options)
+
+
+def _peer_trim(kit: Kit, exact: bool, knob: Knob) -> Strategy:
+    return _trimmed_by_peer(kit, knob["max_tokens"], exact=exact)
+
+
+def _peer_edit(kit: Kit, exact: bool, knob: Knob) -> Strategy:
+    return _edited(kit, knob["trigger"], knob["keep"], exact=exact)
+
+
+def _peer_summary(kit: Kit, knob: Knob) -> Strategy:
+    return _summarized(kit, knob["trigger"], knob["keep"])
+
+
+def _unchanged(_conversation: int, messages: list[BaseMessage], _at: float) -> Prepared:
+    return Prepared(messages)
+
+
+def contenders(kit: Kit, *, frontier: bool = False) -> list[Contender]:
+    """The contenders in :data:`STRATEGIES` order: each strategy's default point, or with
+    ``frontier`` every point of its knob's sweep.
+
+    ``none`` sends everything; ``hard_limit`` trims only to the hard limit (a moving cut);
+    :data:`OURS` and :data:`COST_AWARE` trim to the budget (knob: the budget). The peers:
+    ``trim_messages`` as LangChain's docs configure it for chat models (``strategy="last"``,
+    ``start_on="human"``, ``end_on=("human", "tool")``, ``include_system=True``) with the
+    approximate counter and with an exact one (the endpoint's tokenizer; knob: ``max_tokens``);
+    ``ContextEditingMiddleware``'s ``ClearToolUsesEdit`` with its default approximate counter
+    (default point: its own 100,000-token trigger, keep 3) and with the exact one (default point:
+    triggered at the budget); ``SummarizationMiddleware`` triggered at a token count, keeping
+    a number of messages, its summary made by the same endpoint (knob: trigger and keep).
+    """
+    workload = kit.workload
+    budget = workload.budget
+    budgets = budget_points(workload) if frontier else [budget]
+    at_budget: Knob = {"budget": budget}
+    by_budget: list[Knob] = [{"budget": b} for b in budgets]
+    by_max_tokens: list[Knob] = [{"max_tokens": b} for b in budgets]
+    trigger_keep: list[Knob] = [{"trigger": b, "keep": 3} for b in budgets]
+    if frontier:
+        trigger_keep.append({"trigger": budget, "keep": 1})
+    default_edit: Knob = {"trigger": CLEAR_TOOL_USES_DEFAULT[0], "keep": CLEAR_TOOL_USES_DEFAULT[1]}
+    summaries: list[Knob] = [{"trigger": b, "keep": SUMMARY_KEEP_DEFAULT} for b in budgets]
+    if frontier:
+        summaries += [{"trigger": budget, "keep": 10}, {"trigger": budget, "keep": 6}]
+    line = [
+        Contender("none", {}, True, lambda: _unchanged),
+        Contender(
+            "hard_limit",
+            {},
+            True,
+            partial(_plain, kit, workload.hard_limit, {"prefix_stable": False}),
         ),
-        "trim_messages_approximate": trimmed_by_peer(exact=False),
-        "trim_messages_exact": trimmed_by_peer(exact=True),
-        "context_editing_default": edited(ClearToolUsesEdit(), exact=False),
-        "context_editing_exact": edited(ClearToolUsesEdit(trigger=workload.budget), exact=True),
-        "summarization": summarized,
-    }
+    ]
+    for name, options in OURS.items():
+        line += _line(name, by_budget, at_budget, partial(_ours, kit, options))
+    for name, options in COST_AWARE.items():
+        line += _line(name, by_budget, at_budget, partial(_ours_cost_aware, kit, options))
+    for name, exact in (("trim_messages_approximate", False), ("trim_messages_exact", True)):
+        line += _line(name, by_max_tokens, {"max_tokens": budget}, partial(_peer_trim, kit, exact))
+    edits = [default_edit, *trigger_keep] if frontier else [default_edit]
+    line += _line("context_editing_default", edits, default_edit, partial(_peer_edit, kit, False))
+    line += _line(
+        "context_editing_exact",
+        trigger_keep,
+        {"trigger": budget, "keep": 3},
+        partial(_peer_edit, kit, True),
+    )
+    line += _line(
+        "summarization",
+        summaries,
+        {"trigger": budget, "keep": SUMMARY_KEEP_DEFAULT},
+        partial(_peer_summary, kit),
+    )
+    return line

@@ -32,6 +32,17 @@ class Mode:
     streaming: bool
 
     @property
+    def baseline(self) -> bool:
+        """Whether it is the mode the others are compared with: untrimmed + blocking."""
+        return not self.trimmed and not self.streaming
+
+    @property
+    def gated(self) -> bool:
+        """Whether it is the mode the regression gate watches: trimmed + streaming, what the
+        middleware is for."""
+        return self.trimmed and self.streaming
+
+    @property
     def label(self) -> str:
         """E.g. ``"trimmed + streaming"``."""
         return (
@@ -107,6 +118,8 @@ class CallCount:
             budget).
         input_tokens: Our count of the prompt sent (the trimmer's token counter).
         server_input_tokens: The server's ``usage.prompt_tokens``, if it reported one.
+        cached_tokens: The prompt tokens the server reported taking from its prefix cache, if
+            it said.
     """
 
     step: str
@@ -114,6 +127,7 @@ class CallCount:
     over_budget: bool
     input_tokens: int
     server_input_tokens: int | None
+    cached_tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The call's entry in the ``--json`` document."""
@@ -123,6 +137,7 @@ class CallCount:
             "over_budget": self.over_budget,
             "input_tokens": self.input_tokens,
             "server_input_tokens": self.server_input_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 
@@ -167,6 +182,14 @@ class ModeResult(_Outcome):
         if not self.samples:
             raise ValueError(f"{self.mode.label}: no samples ({self.error}).")
         return int(statistics.median_low(s.input_tokens for s in self.samples))
+
+    @property
+    def server_input_tokens(self) -> int | None:
+        """The median prompt size by the server's count; ``None`` unless it reported every one."""
+        reported = [s.server_input_tokens for s in self.samples]
+        if not reported or any(tokens is None for tokens in reported):
+            return None
+        return int(statistics.median_low(t for t in reported if t is not None))
 
     def ttft_ms(self, fraction: float) -> float:
         """The ``fraction`` quantile of the time to first token."""
@@ -347,9 +370,9 @@ class BenchReport:
         """Whether the endpoint was a simulator with a known latency model."""
         return self.simulator is not None
 
-    def mode(self, mode: Mode) -> ModeResult:
-        """Returns the result of ``mode``."""
-        return next(result for result in self.modes if result.mode == mode)
+    def mode(self, mode: Mode) -> ModeResult | None:
+        """Returns the result of ``mode``; ``None`` when the single-turn modes were not run."""
+        return next((result for result in self.modes if result.mode == mode), None)
 
     def prefill_fit(self) -> PrefillFit | None:
         """The prefill line fitted over the sweep; ``None`` without two prompt sizes."""

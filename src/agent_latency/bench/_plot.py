@@ -1,19 +1,23 @@
 """``bench --plot``: the bench results as a PNG, drawn with matplotlib (an optional dependency).
 
 Left: TTFT and total p50 per mode, with whiskers up to the p95. Then TTFT against prompt tokens
-over a sweep of budgets, with the fitted prefill line; and with ``--quality``, retention against
-predicted TTFT per strategy and budget: the latency/quality trade-off. matplotlib is imported
-only here, and only through its object-oriented API (no pyplot, no global backend switch).
+over a sweep of budgets, with the fitted prefill line; with ``--quality``, retention against
+predicted TTFT per strategy and budget; with ``--frontier``, the mixed workload's mean wait
+against retention, one line per strategy through its knob: the latency/quality trade-off.
+matplotlib is imported only here, and only through its object-oriented API (no pyplot, no
+global backend switch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
+from agent_latency.bench._measurements import BenchReport
 from agent_latency.bench._quality import QualityRow
-from agent_latency.bench._results import BenchReport
+from agent_latency.bench._workload_report import WorkloadReport
 
 _INSTALL_HINT: Final = "pip install 'agent-latency[plot]'"
 _BAR_WIDTH: Final = 0.38
@@ -32,9 +36,19 @@ def require_matplotlib() -> None:
 
 
 def write_plot(
-    report: BenchReport, path: str | Path, *, quality: Sequence[QualityRow] | None = None
+    report: BenchReport,
+    path: str | Path,
+    *,
+    quality: Sequence[QualityRow] | None = None,
+    frontier: Sequence[WorkloadReport] = (),
 ) -> None:
-    """Draws ``report`` (and the ``quality`` rows, when given) into a PNG file at ``path``.
+    """Draws ``report`` (and the ``quality`` rows, and each ``frontier`` run, when given) into a
+    PNG file at ``path``.
+
+    The first row holds the single-turn modes (when they ran), the prefill sweep and the
+    retention panel; a second row one frontier panel per workload run: mean wait against
+    retention, one line per strategy through its knob's points, the default point of each
+    marked with a star.
 
     Raises:
         ValueError: When matplotlib is missing.
@@ -44,14 +58,37 @@ def write_plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = 1 + bool(report.sweep) + bool(quality)
-    figure = Figure(figsize=(6.5 * panels, 4.8), layout="constrained")
+    top: list[Callable[[Any], None]] = [
+        panel
+        for panel, wanted in (
+            (partial(_modes_panel, report=report), bool(report.modes)),
+            (partial(_sweep_panel, report=report), bool(report.sweep)),
+            (partial(_quality_panel, rows=quality or ()), bool(quality)),
+        )
+        if wanted
+    ]
+    rows = [top] if top else []
+    if frontier:
+        rows.append([partial(_frontier_panel, run=run) for run in frontier])
+    columns = max((len(row) for row in rows), default=1)
+    height = 4.8 if not frontier else 4.8 * (len(rows) - 1) + 7.0
+    figure = Figure(
+        figsize=(6.5 * columns + (3.5 if frontier else 0), height), layout="constrained"
+    )
     FigureCanvasAgg(figure)
-    axes = figure.subplots(1, panels, squeeze=False)[0]
+    grid = figure.subplots(max(len(rows), 1), columns, squeeze=False)
+    for row, panels in zip(grid, rows, strict=False):
+        for axes, panel in zip(row, panels, strict=False):
+            panel(axes)
+        for axes in row[len(panels) :]:
+            axes.set_visible(False)
     where = "embedded simulator" if report.simulated else report.endpoint
     figure.suptitle(f"agent-latency bench · {where} · {report.model}")
+    figure.savefig(Path(path), dpi=110)
 
-    modes_axes = axes[0]
+
+def _modes_panel(modes_axes: Any, *, report: BenchReport) -> None:
+    """TTFT and total p50 per mode, whiskers up to the p95."""
     measured = [result for result in report.modes if result.ok]  # a failed mode has no bars
     positions = range(len(measured))
     for offset, name, color in ((-0.5, "TTFT", "tab:blue"), (0.5, "total", "tab:gray")):
@@ -73,35 +110,76 @@ def write_plot(
     modes_axes.set_title(f"{runs} per mode, budget {report.budget} tokens")
     modes_axes.legend()
 
-    if report.sweep:
-        sweep_axes = axes[1]
-        points = [p for p in report.sweep if p.ttft_ms is not None]
-        tokens = [p.input_tokens for p in points]
-        sweep_axes.scatter(tokens, [p.ttft_ms for p in points], label="measured TTFT")
-        fit = report.prefill_fit()
-        if fit is not None:
-            ends = [0, max(tokens)]
-            sweep_axes.plot(
-                ends,
-                [fit.ttft_ms(t) for t in ends],
-                color="tab:red",
-                label=f"fit: {fit.ms_per_1k_tokens:,.0f} ms per 1k tokens "
-                f"+ {fit.intercept_ms:,.0f} ms",
-            )
-        sweep_axes.set_xlabel("prompt tokens")
-        sweep_axes.set_ylabel("TTFT ms (streaming)")
-        sweep_axes.set_title("Budget sweep: prefill cost")
-        sweep_axes.set_xlim(left=0)
-        sweep_axes.set_ylim(bottom=0)
-        sweep_axes.legend()
 
-    if quality:
-        _quality_panel(axes[-1], quality)
-
-    figure.savefig(Path(path), dpi=110)
+def _sweep_panel(sweep_axes: Any, *, report: BenchReport) -> None:
+    """TTFT against prompt tokens over the budget sweep, with the fitted prefill line."""
+    points = [p for p in report.sweep if p.ttft_ms is not None]
+    tokens = [p.input_tokens for p in points]
+    sweep_axes.scatter(tokens, [p.ttft_ms for p in points], label="measured TTFT")
+    fit = report.prefill_fit()
+    if fit is not None:
+        ends = [0, max(tokens)]
+        sweep_axes.plot(
+            ends,
+            [fit.ttft_ms(t) for t in ends],
+            color="tab:red",
+            label=f"fit: {fit.ms_per_1k_tokens:,.0f} ms per 1k tokens + {fit.intercept_ms:,.0f} ms",
+        )
+    sweep_axes.set_xlabel("prompt tokens")
+    sweep_axes.set_ylabel("TTFT ms (streaming)")
+    sweep_axes.set_title("Budget sweep: prefill cost")
+    sweep_axes.set_xlim(left=0)
+    sweep_axes.set_ylim(bottom=0)
+    sweep_axes.legend()
 
 
-def _quality_panel(axes: Any, rows: Sequence[QualityRow]) -> None:
+_PEERS: Final = ("none", "hard_limit", "trim_messages", "context_editing", "summarization")
+
+
+def _frontier_panel(axes: Any, *, run: WorkloadReport) -> None:
+    """Mean wait against retention: one line per strategy through its knob's points, in the
+    order of the context they send; the default point a star."""
+    colors = [f"C{i}" for i in range(10)]
+    strategies = list(dict.fromkeys(point.strategy for point in run.frontier))
+    for index, strategy in enumerate(strategies):
+        points = [
+            p
+            for p in run.frontier
+            if p.strategy == strategy and p.retention is not None and p.mean_wait_ms is not None
+        ]
+        points.sort(key=lambda p: p.context_tokens or 0.0)
+        if not points:
+            continue
+        peer = strategy.startswith(_PEERS)
+        color = colors[index % len(colors)]
+        axes.plot(
+            [100 * (p.retention or 0.0) for p in points],
+            [p.mean_wait_ms for p in points],
+            marker="o" if not peer else "s",
+            markersize=4,
+            linestyle="--" if peer else "-",
+            color=color,
+            label=strategy,
+        )
+        for p in points:
+            if p.default:
+                axes.plot(
+                    [100 * (p.retention or 0.0)],
+                    [p.mean_wait_ms],
+                    marker="*",
+                    markersize=13,
+                    color=color,
+                    markeredgecolor="black",
+                )
+    profile = run.where.profile or ("simulator" if run.where.simulated else run.where.model)
+    axes.set_title(f"Frontier · {profile}: wait against retention (★ default)")
+    axes.set_xlabel("needed facts still sent, % (retention)")
+    axes.set_ylabel("mean wait, ms (TTFT + trim)")
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+
+
+def _quality_panel(axes: Any, *, rows: Sequence[QualityRow]) -> None:
     """Retention against predicted TTFT: one line per strategy through its budgets."""
     for strategy in dict.fromkeys(row.strategy for row in rows):
         points = sorted((r for r in rows if r.strategy == strategy), key=lambda r: r.budget)

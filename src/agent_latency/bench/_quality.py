@@ -31,6 +31,7 @@ from langchain_core.messages import (
     trim_messages,
 )
 
+from agent_latency.bench._facts import value_kept
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer
 
@@ -46,6 +47,13 @@ PLACES: Final[tuple[Place, ...]] = (
     "constraint",
 )
 LANGUAGES: Final[tuple[Language, ...]] = ("en", "zh")
+
+
+def needle_places() -> tuple[Place, ...]:
+    """Where a needle case's fact can be stated (:data:`PLACES`), in the table's order."""
+    return PLACES
+
+
 SIZES: Final = (12, 24, 48)
 """History rounds of the generated conversations (about 6k, 12k and 24k cl100k tokens)."""
 QUALITY_BUDGETS: Final = (6000, 3000)
@@ -202,16 +210,9 @@ def generate_cases(seeds: int = SEEDS_PER_CASE) -> list[NeedleCase]:
     ]
 
 
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return " ".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content)
-
-
 def retained(case: NeedleCase, sent: Sequence[BaseMessage]) -> bool:
-    """Whether the fact's answer still occurs in what is sent (the question aside)."""
-    return any(case.answer in _text(m) for m in sent if m.content != case.question.content)
+    """Whether the fact's answer still occurs in what is sent (the workload's rule)."""
+    return value_kept(case.answer, sent)
 
 
 Trim = Callable[[Sequence[BaseMessage]], list[BaseMessage]]

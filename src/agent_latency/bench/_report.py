@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_latency._wire import read_json_file
-from agent_latency.bench._results import BASELINE_MODE, GATED_MODE, BenchReport, Mode
+from agent_latency.bench._measurements import BASELINE_MODE, GATED_MODE, BenchReport, Mode
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,19 @@ def saving_breakdown(report: BenchReport) -> SavingBreakdown | None:
     """Splits the TTFT saving of trimmed + streaming into prefill saved and decode time.
 
     Returns:
-        The breakdown; ``None`` when one of the three modes it compares failed.
+        The breakdown; ``None`` when one of the three modes it compares failed or did not run.
     """
     baseline = report.mode(BASELINE_MODE)
     untrimmed_streaming = report.mode(Mode(trimmed=False, streaming=True))
     gated = report.mode(GATED_MODE)
-    if not (baseline.ok and untrimmed_streaming.ok and gated.ok):
+    if not (
+        baseline is not None
+        and untrimmed_streaming is not None
+        and gated is not None
+        and baseline.ok
+        and untrimmed_streaming.ok
+        and gated.ok
+    ):
         return None
     model_prefill = model_decode = None
     simulator = report.simulator
@@ -170,7 +177,7 @@ def check_regression(
     """Compares this run's trimmed + streaming TTFT p50 with the baseline's."""
     gated = report.mode(GATED_MODE)
     return GateVerdict(
-        current_ms=gated.ttft_ms(0.5) if gated.ok else None,
+        current_ms=gated.ttft_ms(0.5) if gated is not None and gated.ok else None,
         baseline_ms=baseline_ms,
         max_regression_pct=max_regression_pct,
     )

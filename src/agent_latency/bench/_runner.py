@@ -28,15 +28,16 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import openai
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.messages.ai import UsageMetadata
-from langchain_openai import ChatOpenAI
+from langchain_core.messages import BaseMessage
 
-from agent_latency._redaction import display_url, redact
-from agent_latency.bench._results import (
+from agent_latency._redaction import display_url
+from agent_latency._validation import is_integer
+from agent_latency.bench._calls import CallMeter
+from agent_latency.bench._errors import RequestRefused, explain_api_error
+from agent_latency.bench._measurements import (
     GATED_MODE,
     MODES,
     STRATEGIES,
@@ -53,16 +54,10 @@ from agent_latency.bench._results import (
 )
 from agent_latency.bench._scenario import call_points, new_request_id, with_request_id
 from agent_latency.config import Settings, build_chat_model
-from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
-from agent_latency.trimming._cost_aware import CostAwareTrimmer
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming import CostAwareTrimmer, PriorityTrimmer
 
 if TYPE_CHECKING:
     from agent_latency.sim import SimulatorConfig
-
-# The bench reports every call itself; the handler's per-call threshold logs would only
-# interleave with the progress bar, so its thresholds are set out of reach.
-_NO_THRESHOLD_MS: Final = 1e12
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -73,7 +68,8 @@ class BenchPlan:
     """What to measure.
 
     Attributes:
-        runs: Timed calls per single-turn mode.
+        runs: Timed calls per single-turn mode; 0 skips the single-turn modes and their
+            warm-up (for a run that only wants the replay, ``--quality`` or a workload).
         turns: Calls per multi-turn replay; ``None`` skips the replay.
         budget: The trimmer's budget; ``None`` takes ``prompt.token_budget`` from the settings.
         sweep: Also sweep budgets to fit the prefill cost per token.
@@ -85,30 +81,21 @@ class BenchPlan:
     sweep: bool = False
 
     def __post_init__(self) -> None:
-        for option, value in (("runs", self.runs), ("turns", self.turns), ("budget", self.budget)):
-            if value is None and option != "runs":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_integer(self.runs) or self.runs < 0:
+            raise ValueError(f"--runs must be 0 or a positive integer, got {self.runs!r}.")
+        for option, value in (("turns", self.turns), ("budget", self.budget)):
+            if value is not None and (not is_integer(value) or value < 1):
                 raise ValueError(f"--{option} must be a positive integer, got {value!r}.")
 
     def calls(self) -> int:
         """How many model calls the plan makes (the warm-up included)."""
-        calls = 1 + self.runs * len(MODES)
+        calls = (1 + self.runs * len(MODES)) if self.runs else 0
         calls += (self.turns or 0) * len(STRATEGIES)
         return calls + (len(SWEEP_FRACTIONS) + 1 if self.sweep else 0)
 
 
 ProgressCallback = Callable[[str], None]
 """Called after each model call with a short description of that call."""
-
-
-class EndpointError(ValueError):
-    """The endpoint failed a request; the message names it and the likely fix, never the key."""
-
-
-class RequestRefused(EndpointError):
-    """One request was refused (by the endpoint, or before sending as too long for the context
-    window): the mode or replay that sent it fails, and the bench goes on with the others."""
 
 
 @dataclass(frozen=True)
@@ -146,18 +133,12 @@ class Bench:
         self.messages = list(messages)
         self.budget = settings.prompt.token_budget
         self._on_call = on_call
-        self._records: list[LatencyRecord] = []
         self.calls: list[CallCount] = []
-        handler = LatencyCallbackHandler(
-            ttft_warn_ms=_NO_THRESHOLD_MS,
-            ttft_error_ms=_NO_THRESHOLD_MS,
-            chunk_timeout_ms=settings.streaming.chunk_timeout_ms,
-            on_record=self._records.append,
-        )
+        self._meter = CallMeter(chunk_timeout_ms=settings.streaming.chunk_timeout_ms)
         self._models = {
             # No retries: a retried call would be timed as one slow call; a failure must show.
             streaming: build_chat_model(
-                settings, streaming=streaming, callbacks=[handler], max_retries=0
+                settings, streaming=streaming, callbacks=self._meter.callbacks, max_retries=0
             )
             for streaming in (False, True)
         }
@@ -354,84 +335,38 @@ class Bench:
     def _measure(self, prepared: _Prepared, *, streaming: bool, step: str) -> Sample:
         self._check_fits(prepared.messages)
         model = self._models[streaming]
-        self._records.clear()
         try:
-            usage = (
-                _stream(model, prepared.messages)
+            call = (
+                self._meter.stream(model, prepared.messages)
                 if streaming
-                else _invoke(model, prepared.messages)
+                else self._meter.invoke(model, prepared.messages)
             )
         except openai.APIError as exc:
-            raise self._endpoint_error(exc) from None
-        if len(self._records) != 1:
-            raise RuntimeError(
-                f"Bench: the latency handler recorded {len(self._records)} calls for one request; "
-                "see the agent_latency log."
-            )
-        record = self._records[0]
-        if record.ttft_ms is None:
-            raise RuntimeError(f"Bench: the call ended without an answer ({record.outcome}).")
+            raise explain_api_error(exc, self.settings) from None
         # The trimmer's count (the handler's own estimate is cl100k: the bench's trims are not
         # linked to its calls).
         tokens = self._counter.count_messages(prepared.messages)
+        usage = call.usage
         self.calls.append(
-            CallCount(step, prepared.budget, prepared.over_budget, tokens, record.input_tokens)
+            CallCount(
+                step,
+                prepared.budget,
+                prepared.over_budget,
+                tokens,
+                usage.prompt_tokens,
+                usage.cached_tokens,
+            )
         )
         if self._on_call is not None:
             self._on_call(step)
         return Sample(
-            ttft_ms=record.ttft_ms + prepared.trim_ms,
-            total_ms=record.total_ms + prepared.trim_ms,
+            ttft_ms=call.ttft_ms + prepared.trim_ms,
+            total_ms=call.total_ms + prepared.trim_ms,
             input_tokens=tokens,
-            cached_tokens=_cached_tokens(usage),
-            output_tokens=record.output_tokens,
-            server_input_tokens=record.input_tokens,
+            cached_tokens=usage.cached_tokens,
+            output_tokens=usage.completion_tokens,
+            server_input_tokens=usage.prompt_tokens,
         )
-
-    def _endpoint_error(self, error: openai.APIError) -> EndpointError:
-        """Explains a failed call, the server's message whole (on one line, without the key)."""
-        key = self.settings.llm.api_key
-        message = " ".join(str(getattr(error, "message", "") or "").split())
-        secret = key.get_secret_value() if key is not None else None
-        message = redact(message, secret)
-        where = f"{self.endpoint} (model {self.settings.llm.model!r})"
-        if isinstance(error, openai.APIStatusError):
-            hint = _STATUS_HINTS.get(error.status_code, "check the endpoint's logs")
-            kind = RequestRefused if error.status_code in _REFUSED_STATUSES else EndpointError
-            return kind(f"{where} answered HTTP {error.status_code}: {message} Fix: {hint}.")
-        return EndpointError(
-            f"{where} could not be reached ({type(error).__name__}). Fix: check that the server "
-            "is running and that base_url is its API root, e.g. http://127.0.0.1:8000/v1."
-        )
-
-
-_REFUSED_STATUSES: Final = frozenset({400, 413, 422})
-"""Statuses that refuse one request (too long, invalid), not the endpoint as a whole."""
-_STATUS_HINTS: Final = {
-    400: "the server rejected the request; check the model's context window and the budget",
-    401: "check the API key (--api-key, llm.api_key or AGENT_LATENCY_API_KEY)",
-    403: "check that the API key may use this model",
-    404: "base_url must be the API root (e.g. https://host/v1) and the model must exist there",
-    429: "the endpoint is rate limiting; run fewer --runs or wait",
-}
-
-
-def _stream(model: ChatOpenAI, messages: list[BaseMessage]) -> UsageMetadata | None:
-    usage = None
-    for chunk in model.stream(messages):
-        usage = chunk.usage_metadata or usage
-    return usage
-
-
-def _invoke(model: ChatOpenAI, messages: list[BaseMessage]) -> UsageMetadata | None:
-    answer = model.invoke(messages)
-    return answer.usage_metadata if isinstance(answer, AIMessage) else None
-
-
-def _cached_tokens(usage: UsageMetadata | None) -> int | None:
-    details = usage.get("input_token_details") if usage is not None else None
-    cached = details.get("cache_read") if details is not None else None
-    return cached if isinstance(cached, int) and not isinstance(cached, bool) else None
 
 
 @contextlib.contextmanager
@@ -480,8 +415,10 @@ def run_bench(
     bench = Bench(settings, messages, budget=plan.budget, on_call=on_call)
     if plan.turns is not None:
         bench.replay_prefixes(plan.turns)  # fail before spending any time
-    bench.warm_up()
-    modes = bench.run_modes(plan.runs)
+    modes: tuple[ModeResult, ...] = ()
+    if plan.runs:
+        bench.warm_up()
+        modes = bench.run_modes(plan.runs)
     turns = bench.run_turns(plan.turns) if plan.turns is not None else ()
     sweep = bench.sweep() if plan.sweep else ()
     return BenchReport(

@@ -1,161 +1,111 @@
-"""The mixed workload (issue 12): interleaved conversations, some resumed after an idle gap.
+"""The mixed workload (issue 12): interleaved conversations, some resumed after an idle gap, each
+asking about facts it stated earlier.
 
-Each conversation replays the scenario call by call as it grew (see
-:func:`~agent_latency.bench._scenario.call_points`), with its own id at the start of the system
-prompt. The conversations' calls are interleaved by a virtual clock: turns of one conversation
-come ``turn_gap_s`` apart, and every ``idle_every``-th turn comes ``idle_gap_s`` later, longer
-than ``cache_lifetime_s``. Every strategy replays the same schedule on the embedded simulator
-(or an endpoint: ``base_url``) through the real ``ChatOpenAI``, streaming.
+Each conversation is the scenario with facts planted in its first half and question rounds in
+its second (:func:`~agent_latency.bench._facts.plant_facts`), replayed call by call as it grew
+on the timeline of :mod:`~agent_latency.bench._mixed`. Every contender (a strategy at one knob
+point, :mod:`~agent_latency.bench._contenders`) replays the same schedule on the embedded
+simulator (or an endpoint: ``base_url``) through the real ``ChatOpenAI``, streaming, with the
+project's callback handler measuring the first token.
 
 The idle gap is emulated, not waited for: from a turn after an idle gap on, the prompt sent
-starts with a new *epoch* marker, so the simulator's prefix cache holds nothing of it, exactly as
-if the server had expired the conversation; the cost-aware trimmer is told the virtual time. Each
-strategy's prompts carry its own marker too, so no strategy is served from another's cache.
+starts with a new *epoch* marker, so the server's prefix cache holds nothing of it, exactly as
+if it had expired the conversation; the cost-aware trimmer is told the virtual time. Each
+contender's prompts carry its own marker too, so none is served from another's cache.
 
-The simulator's clock is scaled by :data:`CLOCK_SCALE` (half its default overhead and prefill
-costs; 4-token answers at 2,000 tokens/s) so that the whole workload (3 conversations × 16 calls
-× 10 strategies) runs in about three minutes. The client's own time per call (LangChain and the
-OpenAI SDK converting the request, a few ms per thousand tokens) is not scaled, so it weighs
-more than it would against a real endpoint.
+On the simulator without a profile, its clock is scaled by :data:`CLOCK_SCALE` (half its default
+overhead and prefill costs; 4-token answers at 2,000 tokens/s); a server profile runs at its own
+speed, scaled down only where a cold prefill of the budget would take over a second
+(:func:`profile_simulator`). The client's own time per call (LangChain and the OpenAI SDK
+converting the request, a few ms per thousand tokens) is not scaled, so it weighs more than it
+would against a real endpoint.
 
 The user's wait of a call is its time to first token, plus the time its strategy took to prepare
-the prompt (a trim; for ``SummarizationMiddleware`` its summary call to the same simulator).
+the prompt (a trim; for ``SummarizationMiddleware`` its summary call to the same server).
+Retention is the share of the facts the calls' questions need that are still in what was sent;
+with ``answers`` the fact questions are answered greedily (temperature 0) and scored.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Final, cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+import openai
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_openai import ChatOpenAI
 
 from agent_latency._latency_model import LatencyModel
 from agent_latency._redaction import display_url
-from agent_latency.bench._contenders import STRATEGIES, contenders
-from agent_latency.bench._results import percentile
+from agent_latency.bench._calls import CallMeter
+from agent_latency.bench._contenders import STRATEGIES, SUMMARY_MAX_TOKENS, Kit, contenders
+from agent_latency.bench._errors import RequestRefused, explain_api_error
+from agent_latency.bench._facts import answer_gives, fact_kept, plant_facts
+from agent_latency.bench._mixed import MixedWorkload, schedule
 from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
+from agent_latency.bench._workload_report import CallRecord, StrategyRun, WhereItRan, WorkloadReport
 from agent_latency.config import Settings, build_chat_model
-from agent_latency.doctor._latency import seed_latency_model
-from agent_latency.doctor._probes import Endpoint
-from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.doctor import Endpoint, seed_latency_model
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._result import TrimResult
+
+if TYPE_CHECKING:
+    from agent_latency.sim import SimulatorConfig
 
 CLOCK_SCALE: Final = 0.5
-"""The simulator runs this many times its default overhead and prefill costs."""
+"""The default simulator runs at this many times its default overhead and prefill costs."""
+ANSWER_TOKENS: Final = 32
+"""The output limit of a fact question's answer, with answers asked for."""
+_TIMED_ANSWER_TOKENS: Final = 4
+_COLD_PREFILL_LIMIT_MS: Final = 1000.0
 
-_DEFAULTS: Final = SimulatorConfig()
+
+class WorkloadProgress(NamedTuple):
+    """One call done: how many of how many, and what it was."""
+
+    done: int
+    total: int
+    step: str
 
 
 def workload_simulator() -> SimulatorConfig:
     """The simulator of the mixed workload: default latency model, clock scaled, no expiry."""
-    return SimulatorConfig(
-        overhead_ms=_DEFAULTS.overhead_ms * CLOCK_SCALE,
-        prefill_ms_per_token=_DEFAULTS.prefill_ms_per_token * CLOCK_SCALE,
-        attention_ms_per_1k_context=_DEFAULTS.attention_ms_per_1k_context * CLOCK_SCALE,
-        decode_tokens_per_s=2000.0,
-        answer_tokens=4,
+    from agent_latency.sim import SimulatorConfig
+
+    defaults = SimulatorConfig()
+    return _fast_answers(_scaled(defaults, CLOCK_SCALE))
+
+
+def profile_simulator(name: str, workload: MixedWorkload) -> tuple[SimulatorConfig, float]:
+    """The simulator of a server profile for the workload, and the clock scale it runs at.
+
+    The profile's latency and prefix-cache rules, with short fast answers; its clock is scaled
+    down only where a cold prefill of the workload's budget would take over a second (so a
+    CPU profile does not take hours), by as much as brings it to a second.
+
+    Raises:
+        ValueError: For an unknown profile, naming the known ones.
+    """
+    from agent_latency.sim import server_profile
+
+    config = server_profile(name).config
+    cold = config.ttft_ms(workload.budget, workload.budget)
+    scale = min(1.0, _COLD_PREFILL_LIMIT_MS / cold) if cold > 0 else 1.0
+    return _fast_answers(_scaled(config, scale)), scale
+
+
+def _scaled(config: SimulatorConfig, scale: float) -> SimulatorConfig:
+    return replace(
+        config,
+        overhead_ms=config.overhead_ms * scale,
+        prefill_ms_per_token=config.prefill_ms_per_token * scale,
+        attention_ms_per_1k_context=config.attention_ms_per_1k_context * scale,
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class MixedWorkload:
-    """The mixed workload's shape.
-
-    Attributes:
-        conversations: How many conversations run interleaved.
-        calls: Model calls per conversation: the last ``calls`` call points of the scenario
-            (``None``: all 25 of the shipped one).
-        budget: The trimmers' budget.
-        context_window: The model's context window.
-        reserve_for_output: Tokens kept free for the answer; the hard limit is
-            ``context_window − reserve_for_output``.
-        cache_lifetime_s: The server's cache lifetime, as the cost-aware trimmer is told.
-        turn_gap_s: Virtual time between two turns of a conversation.
-        idle_gap_s: Virtual time before a turn after an idle gap.
-        idle_every: Every this many turns of a conversation comes after an idle gap.
-    """
-
-    conversations: int = 3
-    calls: int | None = 16
-    budget: int = 3000
-    context_window: int = 8192
-    reserve_for_output: int = 2048
-    cache_lifetime_s: float = 300.0
-    turn_gap_s: float = 20.0
-    idle_gap_s: float = 600.0
-    idle_every: int = 5
-
-    def __post_init__(self) -> None:
-        for name in ("conversations", "budget", "context_window", "idle_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MixedWorkload: {name} must be an integer >= 1, got {value!r}.")
-        if self.calls is not None and (not isinstance(self.calls, int) or self.calls < 1):
-            raise ValueError(f"MixedWorkload: calls must be >= 1 or None, got {self.calls!r}.")
-        if self.hard_limit < self.budget:
-            raise ValueError(
-                f"MixedWorkload: context_window - reserve_for_output ({self.hard_limit}) must "
-                f"not be below the budget ({self.budget})."
-            )
-        if self.idle_gap_s <= self.cache_lifetime_s:
-            raise ValueError("MixedWorkload: idle_gap_s must exceed cache_lifetime_s.")
-
-    @property
-    def hard_limit(self) -> int:
-        """The prompt tokens a request must not exceed."""
-        return self.context_window - self.reserve_for_output
-
-
-@dataclass(frozen=True)
-class _Turn:
-    at: float
-    conversation: int
-    end: int  # the prompt is the scenario's first ``end`` messages
-    idle: bool  # comes after an idle gap: the server's cache of it has expired
-
-
-def schedule(workload: MixedWorkload, points: Sequence[int]) -> list[_Turn]:
-    """Returns every conversation's turns, interleaved by their virtual time."""
-    turns = []
-    for conversation in range(workload.conversations):
-        at = conversation * workload.turn_gap_s / workload.conversations
-        for index, end in enumerate(points):
-            idle = index > 0 and (index + conversation) % workload.idle_every == 0
-            at += workload.idle_gap_s if idle else workload.turn_gap_s
-            turns.append(_Turn(at, conversation, end, idle))
-    return sorted(turns, key=lambda turn: (turn.at, turn.conversation))
-
-
-@dataclass
-class _Tally:
-    waits: list[float] = field(default_factory=list)
-    ttfts: list[float] = field(default_factory=list)
-    prompt_tokens: int = 0
-    counted: int = 0  # calls whose usage was not reported: prompt counted here
-    prefilled_tokens: int = 0
-    violations: int = 0
-    invalid: int = 0
-
-    def to_json(self, name: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "mean_ttft_ms": round(statistics.fmean(self.waits), 1),
-            "p95_ttft_ms": round(percentile(self.waits, 0.95), 1),
-            "prefilled_tokens": self.prefilled_tokens,
-            "hard_limit_violations": self.violations,
-            "invalid_requests": self.invalid,
-            "calls": len(self.waits),
-            "prompt_tokens": self.prompt_tokens,
-            "prompt_tokens_counted": self.counted,
-            "mean_model_ttft_ms": round(statistics.fmean(self.ttfts), 1),
-            "p95_model_ttft_ms": round(percentile(self.ttfts, 0.95), 1),
-        }
+def _fast_answers(config: SimulatorConfig) -> SimulatorConfig:
+    return replace(config, decode_tokens_per_s=2000.0, answer_tokens=_TIMED_ANSWER_TOKENS)
 
 
 def _invalid(messages: Sequence[BaseMessage]) -> bool:
@@ -174,34 +124,64 @@ def _invalid(messages: Sequence[BaseMessage]) -> bool:
     return bool(open_calls)
 
 
-def _stream(model: ChatOpenAI, messages: list[BaseMessage]) -> tuple[float, int | None, int | None]:
-    """Streams one call: (ms to the first content chunk, prompt tokens, cached tokens), each
-    count ``None`` when the server did not report it."""
-    started = time.perf_counter()
-    ttft: float | None = None
-    prompt = cached = None
-    for chunk in model.stream(messages):
-        if ttft is None and chunk.content:
-            ttft = (time.perf_counter() - started) * 1000
-        usage = chunk.usage_metadata
-        if usage:
-            prompt = usage["input_tokens"]
-            cached = (usage.get("input_token_details") or {}).get("cache_read")
-    return (ttft if ttft is not None else (time.perf_counter() - started) * 1000), prompt, cached
+@dataclass(frozen=True)
+class _Channel:
+    settings: Settings
+    simulator: SimulatorConfig | None
+    clock_scale: float | None
+
+
+def _simulator_tokenizer(settings: Settings) -> str:
+    tokenizer = settings.llm.tokenizer
+    return tokenizer if tokenizer not in (None, "server") else settings.llm.model
 
 
 @contextlib.contextmanager
 def _endpoint(
-    settings: Settings, simulator: SimulatorConfig | None, base_url: str | None
-) -> Iterator[tuple[Settings, SimulatorConfig | None]]:
-    """Yields the settings of the endpoint to run on, and the simulator's configuration."""
+    settings: Settings,
+    workload: MixedWorkload,
+    simulator: SimulatorConfig | None,
+    profile: str | None,
+    base_url: str | None,
+) -> Iterator[_Channel]:
+    """Yields the channel to run on: the endpoint, or a simulator running for the block."""
     if base_url is not None:
-        yield replace(settings, llm=replace(settings.llm, base_url=base_url)), None
+        yield _Channel(replace(settings, llm=replace(settings.llm, base_url=base_url)), None, None)
         return
-    simulator = simulator or workload_simulator()
-    with running_simulator(replace(simulator, model=settings.llm.model)) as server:
+    from agent_latency.sim import running_simulator
+
+    scale: float | None = CLOCK_SCALE
+    if profile is not None:
+        simulator, scale = profile_simulator(profile, workload)
+    elif simulator is not None:
+        scale = None  # the caller's own
+    simulator = replace(
+        simulator or workload_simulator(),
+        model=settings.llm.model,
+        tokenizer=_simulator_tokenizer(settings),
+    )
+    with running_simulator(simulator) as server:
         llm = replace(settings.llm, base_url=server.base_url, api_key=None)
-        yield replace(settings, llm=llm), simulator
+        yield _Channel(replace(settings, llm=llm), simulator, scale)
+
+
+def _latency(simulator: SimulatorConfig, scale: float | None) -> dict[str, Any]:
+    return {
+        "overhead_ms": simulator.overhead_ms,
+        "prefill_ms_per_token": simulator.prefill_ms_per_token,
+        "attention_ms_per_1k_context": simulator.attention_ms_per_1k_context,
+        "cache_block_tokens": simulator.cache_block_tokens,
+        "cache_min_tokens": simulator.cache_min_tokens,
+        "cache_slots": simulator.cache_slots,
+        "cache_tokens": simulator.cache_tokens,
+        "cache_lifetime_s": simulator.cache_lifetime_s,
+        "tokenizer": simulator.prompt_tokenizer,
+        "clock_scale": scale,
+    }
+
+
+def _label(knob: Any) -> str:
+    return ",".join(f"{name}={value}" for name, value in knob.items()) or "-"
 
 
 def run_mixed_workload(
@@ -210,39 +190,46 @@ def run_mixed_workload(
     settings: Settings | None = None,
     messages: Sequence[BaseMessage] | None = None,
     simulator: SimulatorConfig | None = None,
+    profile: str | None = None,
     base_url: str | None = None,
     only: Sequence[str] | None = None,
-    on_call: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Runs the mixed workload once per strategy, on the embedded simulator or an endpoint.
+    frontier: bool = False,
+    answers: bool = False,
+    on_call: Callable[[WorkloadProgress], None] | None = None,
+) -> WorkloadReport:
+    """Runs the mixed workload once per contender, on the embedded simulator or an endpoint.
 
     On an endpoint (``base_url``), ``settings.llm`` says the model, key and tokenizer; the
-    trimmers count with that tokenizer. On either, doctor's prefill probes first teach the
-    cost-aware trimmer's latency model the endpoint's speed (``latency_probes``). A call
-    whose stream reports no usage (llama-cpp-python reports none when streaming) is counted with
-    it too: ``prompt_tokens_counted`` says how many, and their prefilled tokens are taken as the
-    whole prompt (nothing known cached).
+    trimmers count with that tokenizer, and so does the simulator (the model's own tokens). On
+    either, doctor's prefill probes first teach each cost-aware trimmer's latency model the
+    endpoint's speed (``latency_probes``). A call whose stream reports no usage (llama-cpp-python
+    reports none when streaming) is counted with it too (``prompt_tokens_counted``), its whole
+    prompt taken as prefilled. A request the server refuses (HTTP 400, 413, 422: a context
+    overflow, an invalid sequence) is recorded with the server's message and the run goes on.
 
     Args:
         workload: Its shape. Default: :class:`MixedWorkload`.
-        settings: The model, generation options and, with ``base_url``, the channel. Default:
-            the defaults.
-        messages: The conversation each one replays. Default: the shipped scenario.
-        simulator: The simulator. Default: :func:`workload_simulator`. Not with ``base_url``.
+        settings: The model, generation and trimming options and, with ``base_url``, the
+            channel. Default: the defaults.
+        messages: The conversation each one replays, before its facts are planted. Default: the
+            shipped scenario.
+        simulator: The simulator. Default: :func:`workload_simulator`. Not with ``base_url`` or
+            ``profile``.
+        profile: Run the simulator as this server profile (see
+            :func:`agent_latency.sim.server_profile`).
         base_url: Run against this OpenAI-compatible endpoint instead of the simulator.
         only: Run only these strategies (by name). Default: all.
-        on_call: Called after each model call with a short description of it.
-
-    Returns:
-        ``{"name": "mixed", "strategies": [...], ...}``: per strategy its ``mean_ttft_ms`` and
-        ``p95_ttft_ms`` (the user's wait), ``prefilled_tokens``, ``hard_limit_violations``,
-        ``invalid_requests`` and more; then the workload and the simulator or endpoint.
+        frontier: Run every point of every strategy's knob sweep, not only its default.
+        answers: Answer each fact question greedily and score it (a real model's endpoint).
+        on_call: Called after each model call.
 
     Raises:
-        ValueError: For an unknown strategy, or both ``simulator`` and ``base_url``.
+        ValueError: For an unknown strategy or profile, or more than one of ``simulator``,
+            ``profile`` and ``base_url``; an :class:`~agent_latency.bench._errors.EndpointError`
+            when the endpoint fails as a whole.
     """
-    if simulator is not None and base_url is not None:
-        raise ValueError("run_mixed_workload: pass simulator or base_url, not both.")
+    if sum(option is not None for option in (simulator, profile, base_url)) > 1:
+        raise ValueError("run_mixed_workload: pass one of simulator, profile or base_url.")
     unknown = sorted(set(only or ()) - set(STRATEGIES))
     if unknown:
         raise ValueError(
@@ -251,128 +238,161 @@ def run_mixed_workload(
     workload = workload or MixedWorkload()
     settings = settings or Settings()
     scenario = list(messages) if messages is not None else load_scenario()
-    points = call_points(scenario)[-workload.calls :] if workload.calls else call_points(scenario)
-    turns = schedule(workload, points)
+    planted = [plant_facts(scenario, index) for index in range(workload.conversations)]
     conversations = [
-        with_request_id(scenario, f"conversation {index}")
-        for index in range(workload.conversations)
+        with_request_id(list(p.messages), f"conversation {index}")
+        for index, p in enumerate(planted)
     ]
+    every_point = call_points(conversations[0])
+    points = every_point[-workload.calls :] if workload.calls else every_point
+    turns = schedule(workload, points)
     now = [0.0]
-    latency_model = LatencyModel()
-    results = []
-    with _endpoint(settings, simulator, base_url) as (channel, simulated):
-        llm = channel.llm
-        # The simulator counts with cl100k; an endpoint as its settings say.
+    with _endpoint(settings, workload, simulator, profile, base_url) as channel:
+        llm = channel.settings.llm
         counter = (
-            TokenCounter()
-            if simulated is not None
+            TokenCounter.for_model(channel.simulator.prompt_tokenizer)  # as the simulator counts
+            if channel.simulator is not None
             else TokenCounter.for_model(
                 llm.model,
                 tokenizer=llm.tokenizer,
                 base_url=llm.base_url,
                 api_key=llm.api_key.get_secret_value() if llm.api_key is not None else None,
+                timeout_s=llm.timeout_seconds,
             )
         )
-        model = build_chat_model(channel, streaming=True, max_retries=0, max_tokens=4)
-        # The cost-aware trimmer starts from the endpoint's own speed, as after doctor's probes.
-        with Endpoint(channel, timeout_s=llm.timeout_seconds) as endpoint:
-            probed = seed_latency_model(channel, endpoint=endpoint, model=latency_model)
-        probes = len(probed) if isinstance(probed, list) else 0
-        prepares = contenders(workload, model, lambda: now[0], latency_model, counter)
-        for name, prepare in prepares.items():
-            if only is not None and name not in only:
-                continue
-            tally, epochs = _Tally(), [0] * workload.conversations
-            for turn in turns:
-                now[0] = turn.at
-                epochs[turn.conversation] += turn.idle
-                started = time.perf_counter()
-                prepared = prepare(
-                    turn.conversation, conversations[turn.conversation][: turn.end], turn.at
-                )
-                prepare_ms = (time.perf_counter() - started) * 1000
-                trim = prepared if isinstance(prepared, TrimResult) else None
-                prompt = trim.messages if trim is not None else cast(list[BaseMessage], prepared)
-                marker = f"{name} {turn.conversation} epoch {epochs[turn.conversation]}"
-                if _invalid(prompt):
-                    tally.invalid += 1
-                sent = with_request_id(prompt, marker)
-                ttft, reported, cached = _stream(model, sent)
-                tokens = reported if reported is not None else counter.count_messages(sent)
-                tally.counted += reported is None
-                if trim is not None and trim.on_usage is not None:
-                    trim.on_usage(reported, cached, ttft)  # as the callback handler does
-                if name == "cost_aware" and (cached is not None or simulated is not None):
-                    latency_model.observe(ttft, tokens, cached)
-                tally.waits.append(ttft + prepare_ms)
-                tally.ttfts.append(ttft)
-                tally.prompt_tokens += tokens
-                tally.prefilled_tokens += tokens - (cached or 0)
-                tally.violations += tokens > workload.hard_limit
-                if on_call is not None:
-                    on_call(
-                        f"{name}: conversation {turn.conversation}, {turn.end} messages"
-                        f"{' after an idle gap' if turn.idle else ''}: wait "
-                        f"{ttft + prepare_ms:.0f} ms, {tokens} tokens"
-                        f"{'' if reported is not None else ' (counted here)'}, "
-                        f"{'?' if cached is None else cached} cached"
+        meter = CallMeter(chunk_timeout_ms=channel.settings.streaming.chunk_timeout_ms)
+        greedy: dict[str, Any] = {"temperature": 0.0} if answers else {}
+
+        def model(max_tokens: int, **options: Any) -> Any:
+            return build_chat_model(
+                channel.settings, max_retries=0, max_tokens=max_tokens, **options
+            )
+
+        timed = model(_TIMED_ANSWER_TOKENS, streaming=True, callbacks=meter.callbacks, **greedy)
+        answering = model(ANSWER_TOKENS, streaming=True, callbacks=meter.callbacks, **greedy)
+        probes: list[int] = []
+        with Endpoint(channel.settings, timeout_s=llm.timeout_seconds) as endpoint:
+
+            def seeded() -> LatencyModel:
+                # As after doctor's probes: the cost-aware trimmer starts from the endpoint's speed.
+                latency = LatencyModel()
+                samples = seed_latency_model(channel.settings, endpoint=endpoint, model=latency)
+                probes.append(len(samples) if isinstance(samples, list) else 0)
+                return latency
+
+            kit = Kit(
+                workload=workload,
+                settings=channel.settings,
+                counter=counter,
+                summary_model=model(SUMMARY_MAX_TOKENS),
+                clock=lambda: now[0],
+                latency_model=seeded,
+            )
+            chosen = [
+                c for c in contenders(kit, frontier=frontier) if only is None or c.strategy in only
+            ]
+            total = len(chosen) * len(turns)
+            runs = []
+            for index, contender in enumerate(chosen):
+                strategy = contender.build()
+                epochs = [0] * workload.conversations
+                calls = []
+                for turn in turns:
+                    now[0] = turn.at
+                    epochs[turn.conversation] += turn.idle
+                    started = time.perf_counter()
+                    prepared = strategy(
+                        turn.conversation, conversations[turn.conversation][: turn.end], turn.at
                     )
-            results.append(tally.to_json(name))
-    report: dict[str, Any] = {
-        "name": "mixed",
-        "strategies": results,
-        "workload": {
-            **{name: getattr(workload, name) for name in workload.__dataclass_fields__},
-            "hard_limit": workload.hard_limit,
-            "calls_per_conversation": len(points),
-        },
-    }
-    if simulated is not None:
-        report["simulator"] = {
-            "overhead_ms": simulated.overhead_ms,
-            "prefill_ms_per_token": simulated.prefill_ms_per_token,
-            "attention_ms_per_1k_context": simulated.attention_ms_per_1k_context,
-            "clock_scale": CLOCK_SCALE,
-            "latency_probes": probes,
-        }
-    else:
-        report["endpoint"] = {
-            "server": display_url(base_url or ""),
-            "model": llm.model,
-            "latency_probes": probes,  # 0: a probe failed, the cost-aware model learned nothing
-        }
-    return report
-
-
-def workload_table(report: dict[str, Any]) -> str:
-    """The result of :func:`run_mixed_workload` as a plain-text table, one strategy a row."""
-    rows = [
-        f"{'strategy':<28}{'mean wait':>10}{'p95 wait':>10}{'prefilled':>11}"
-        f"{'over limit':>11}{'invalid':>8}"
-    ]
-    for entry in report["strategies"]:
-        rows.append(
-            f"{entry['name']:<28}{entry['mean_ttft_ms']:>10,.0f}{entry['p95_ttft_ms']:>10,.0f}"
-            f"{entry['prefilled_tokens']:>11,}{entry['hard_limit_violations']:>11}"
-            f"{entry['invalid_requests']:>8}"
-        )
-    shape = report["workload"]
-    where = (
-        f"on the simulator at {report['simulator']['clock_scale']:g}× its default latency"
-        if "simulator" in report
-        else f"on {report['endpoint']['model']} at {report['endpoint']['server']}"
+                    prepare_ms = (time.perf_counter() - started) * 1000
+                    fact = planted[turn.conversation].needs.get(turn.end)
+                    marker = (
+                        f"{contender.strategy} {index} {turn.conversation} "
+                        f"epoch {epochs[turn.conversation]}"
+                    )
+                    sent = with_request_id(prepared.messages, marker)
+                    tokens = counter.count_messages(sent)
+                    kept = int(fact is not None and fact_kept(fact, prepared.messages))
+                    record = CallRecord(
+                        conversation=turn.conversation,
+                        end=turn.end,
+                        idle=turn.idle,
+                        wait_ms=None,
+                        ttft_ms=None,
+                        prepare_ms=prepare_ms,
+                        tokens=tokens,
+                        server_tokens=None,
+                        cached_tokens=None,
+                        invalid=_invalid(prepared.messages),
+                        refused=None,
+                        needed=int(fact is not None),
+                        kept=kept,
+                    )
+                    try:
+                        call = meter.stream(answering if answers and fact else timed, sent)
+                    except openai.APIError as exc:
+                        error = explain_api_error(exc, channel.settings)
+                        if not isinstance(error, RequestRefused):
+                            raise error from None
+                        calls.append(replace(record, refused=error.server_message, kept=0))
+                    else:
+                        usage = call.usage
+                        if prepared.learn is not None:  # as the callback handler does
+                            prepared.learn(usage, usage.prompt_tokens or tokens, call.ttft_ms)
+                        calls.append(
+                            replace(
+                                record,
+                                wait_ms=call.ttft_ms + prepare_ms,
+                                ttft_ms=call.ttft_ms,
+                                server_tokens=usage.prompt_tokens,
+                                cached_tokens=usage.cached_tokens,
+                                answered=answer_gives(fact, call.text)
+                                if answers and fact
+                                else None,
+                                server_prefill_ms=call.server_prefill_ms,
+                                ttft_remainder_ms=call.ttft_remainder_ms,
+                            )
+                        )
+                    if on_call is not None:
+                        last = calls[-1]
+                        on_call(
+                            WorkloadProgress(
+                                index * len(turns) + len(calls),
+                                total,
+                                f"{contender.strategy} {_label(contender.knob)}: conversation "
+                                f"{turn.conversation}, {turn.end} messages"
+                                f"{' after an idle gap' if turn.idle else ''}: "
+                                + (
+                                    "refused"
+                                    if last.wait_ms is None
+                                    else f"wait {last.wait_ms:.0f} ms, {last.sent_tokens} tokens"
+                                ),
+                            )
+                        )
+                runs.append(
+                    StrategyRun(
+                        contender.strategy,
+                        contender.knob,
+                        contender.default,
+                        tuple(calls),
+                        workload.hard_limit,
+                        answers,
+                    )
+                )
+    where = WhereItRan(
+        server=None if channel.simulator is not None else display_url(base_url or ""),
+        model=llm.model,
+        latency_probes=probes[0] if probes else 0,
+        profile=profile,
+        latency=None
+        if channel.simulator is None
+        else _latency(channel.simulator, channel.clock_scale),
     )
-    counted = sum(entry.get("prompt_tokens_counted", 0) for entry in report["strategies"])
-    rows.append(
-        f"Mixed workload: {shape['conversations']} conversations × "
-        f"{shape['calls_per_conversation']} calls, budget {shape['budget']:,}, hard limit "
-        f"{shape['hard_limit']:,}, every {shape['idle_every']}th turn after an idle gap; "
-        f"times in ms {where}; wait = time to first token + trim (+ summary call)."
-        + (
-            f" The server reported no usage for {counted} calls: their prompt tokens are our "
-            "count, and all of them count as prefilled."
-            if counted
-            else ""
-        )
+    return WorkloadReport(
+        workload=workload,
+        calls_per_conversation=len(points),
+        where=where,
+        strategies=tuple(run for run in runs if run.default),
+        frontier=tuple(runs) if frontier else (),
+        answers=answers,
     )
-    return "\n".join(rows)

@@ -12,53 +12,49 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from agent_latency.bench import (
     BenchPlan,
-    BenchReport,
-    check_regression,
-    load_baseline,
-    open_endpoint,
-    run_bench,
-)
-from agent_latency.bench._contenders import STRATEGIES
-from agent_latency.bench._plot import require_matplotlib, write_plot
-from agent_latency.bench._quality import PLACES, QualityRow, run_quality
-from agent_latency.bench._report import saving_breakdown
-from agent_latency.bench._results import BASELINE_MODE, GATED_MODE, ModeResult
-from agent_latency.bench._runner import ProgressCallback
-from agent_latency.bench._scenario import load_scenario
-from agent_latency.bench._workload import (
     MixedWorkload,
+    WorkloadProgress,
+    WorkloadReport,
+    check_regression,
+    combined_frontier,
+    load_baseline,
+    load_scenario,
+    open_endpoint,
+    require_matplotlib,
+    run_bench,
     run_mixed_workload,
+    run_quality,
+    saving_breakdown,
+    workload_strategies,
+    write_plot,
+)
+from agent_latency.cli._tables import (
+    frontier_table,
+    modes_table,
+    modes_title,
+    quality_table,
+    turns_table,
     workload_table,
 )
-from agent_latency.config import load_settings, with_channel_overrides
+from agent_latency.config import Settings, load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
-_FAILED: Final = "failed"
-_PLACE_HEADERS: Final = dict(
-    zip(PLACES, ("head", "mid", "tail", "old", "now", "rule"), strict=True)
-)
-"""Short column headers of the retention table, by the place of the fact."""
-# No vertical rules, no padding at the edges, one shared space between columns: the tables fit
-# 80 columns with five-digit milliseconds.
-_NARROW: Final[dict[str, Any]] = {
-    "box": box.SIMPLE_HEAD,
-    "pad_edge": False,
-    "collapse_padding": True,
-}
+ALL_PROFILES: Final = "all"
+_PROGRESS_LINES: Final = 10
+"""Without a terminal, each phase prints at most this many progress lines (one per tenth)."""
 
 
 def bench(
@@ -91,7 +87,14 @@ def bench(
         int | None,
         typer.Option(min=1, help="Trimmer budget in prompt tokens; default: prompt.token_budget."),
     ] = None,
-    runs: Annotated[int, typer.Option(min=1, help="Timed calls per mode.")] = 5,
+    runs: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Timed calls per mode; 0 skips the four-mode table (about 20 s on the "
+            "simulator), e.g. for --quality, --workload or --turns alone.",
+        ),
+    ] = 5,
     turns: Annotated[
         int | None,
         typer.Option(min=1, help="Also replay the last N calls of the conversation, per strategy."),
@@ -123,9 +126,36 @@ def bench(
         typer.Option(
             metavar="NAME",
             help="Also run a workload on the embedded simulator: mixed (interleaved "
-            "conversations with idle gaps, every strategy and peer; about 3 minutes).",
+            "conversations with idle gaps that state facts and ask about them later, every "
+            "strategy and peer; about 5 minutes).",
         ),
     ] = None,
+    workload_profile: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="Run the workload's simulator as a server profile: openai-hosted, deepseek, "
+            "vllm-h100-7b, llama-cpu, or all (one after another). Default: the simulator's "
+            "default latency at half speed.",
+        ),
+    ] = None,
+    frontier: Annotated[
+        bool,
+        typer.Option(
+            "--frontier",
+            help="Run each workload strategy at every point of its own knob (budget, "
+            'max_tokens, trigger and keep) and write the points as "frontier" (about 20 '
+            "minutes per profile).",
+        ),
+    ] = False,
+    workload_answers: Annotated[
+        bool,
+        typer.Option(
+            "--workload-answers",
+            help="With --workload-endpoint on a real model: answer each fact question greedily "
+            "(temperature 0, 32 tokens) and score the answers.",
+        ),
+    ] = False,
     workload_endpoint: Annotated[
         bool,
         typer.Option(
@@ -135,9 +165,10 @@ def bench(
             "window llm.context_window (default 8,192).",
         ),
     ] = False,
-    workload_strategies: Annotated[
+    workload_strategies_option: Annotated[
         str | None,
         typer.Option(
+            "--workload-strategies",
             metavar="NAMES",
             help="Comma-separated strategies of the workload to run (default: all), e.g. "
             "none,prefix_stable,cost_aware.",
@@ -145,7 +176,7 @@ def bench(
     ] = None,
     workload_calls: Annotated[
         int | None,
-        typer.Option(min=1, help="Calls per conversation of the workload (default 16)."),
+        typer.Option(min=1, help="Calls per conversation of the workload (default 17)."),
     ] = None,
     workload_conversations: Annotated[
         int | None,
@@ -169,13 +200,23 @@ def bench(
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
     if workload not in (None, "mixed"):
         raise ValueError(f"--workload {workload!r}: the only workload is 'mixed'.")
+    if runs == 0 and not (quality or workload or turns):
+        raise ValueError(
+            "--runs 0 skips the four modes, so give something else to run: --quality, "
+            "--workload mixed or --turns N."
+        )
+    if runs == 0 and baseline is not None:
+        raise ValueError("--baseline compares the trimmed + streaming mode: give --runs 1 or more.")
     shape = workload_shape(
         workload,
         endpoint=workload_endpoint,
         budget=budget,
         calls=workload_calls,
         conversations=workload_conversations,
-        strategies=workload_strategies,
+        strategies=workload_strategies_option,
+        profile=workload_profile,
+        frontier=frontier,
+        answers=workload_answers,
     )
     settings = with_channel_overrides(
         load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
@@ -189,28 +230,31 @@ def bench(
     if plot is not None:
         require_matplotlib()
 
-    with open_endpoint(settings) as (endpoint_settings, simulator), _progress(plan) as advance:
+    with open_endpoint(settings) as (endpoint_settings, simulator), _progress("bench") as advance:
         report = run_bench(
-            endpoint_settings, conversation, plan, simulator=simulator, on_call=advance
+            endpoint_settings,
+            conversation,
+            plan,
+            simulator=simulator,
+            on_call=_counted(advance, plan.calls()),
         )
 
     retention = run_quality() if quality else None
-    mixed = None
-    if shape is not None:
-        mixed_workload, only = shape
-        if workload_endpoint and settings.llm.context_window:
-            mixed_workload = replace(mixed_workload, context_window=settings.llm.context_window)
-        mixed = run_mixed_workload(
-            mixed_workload,
-            settings=settings,
+    mixed = (
+        _run_workloads(
+            shape,
+            settings,
             messages=conversation if messages is not None else None,
-            base_url=settings.llm.base_url if workload_endpoint else None,
-            only=only,
-            on_call=lambda call: print(f"workload: {call}", file=sys.stderr, flush=True),
+            endpoint=workload_endpoint,
         )
+        if shape is not None
+        else []
+    )
 
     console = Console()
-    console.print(modes_table(report))
+    if report.modes:
+        console.print(Text(modes_title(report)), soft_wrap=True)
+        console.print(modes_table(report))
     breakdown = saving_breakdown(report)
     if breakdown is not None:
         console.print(breakdown.describe())
@@ -225,20 +269,26 @@ def bench(
             )
     if retention is not None:
         console.print(quality_table(retention))
-    if mixed is not None:
-        console.print(Text(workload_table(mixed)), soft_wrap=True)
+    for run in mixed:
+        console.print(Text(workload_table(run)), soft_wrap=True)
+        if run.frontier:
+            console.print(Text(frontier_table(run)), soft_wrap=True)
     for failure in report.failures():
         console.print(Text(f"Failed: {failure}"), style="bold red", soft_wrap=True)
     if json_file is not None:
         document = report.to_json()
         if retention is not None:
             document["quality"] = [row.to_json() for row in retention]
-        if mixed is not None:
-            document["workload"] = mixed
+        if len(mixed) == 1:
+            document["workload"] = mixed[0].to_json()
+        elif mixed:
+            document["workloads"] = [run.to_json() for run in mixed]
+        if any(run.frontier for run in mixed):
+            document["frontier"] = combined_frontier(mixed)
         json_file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         console.print(f"Wrote {json_file}")
     if plot is not None:
-        write_plot(report, plot, quality=retention)
+        write_plot(report, plot, quality=retention, frontier=[r for r in mixed if r.frontier])
         console.print(f"Wrote {plot}")
     if baseline_ms is not None:
         limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
@@ -246,6 +296,26 @@ def bench(
         console.print(verdict.describe())
         if not verdict.passed:
             raise typer.Exit(code=1)
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """What the ``--workload*`` options ask for.
+
+    Attributes:
+        shape: The workload's shape.
+        only: The strategies to run; ``None``: all.
+        profiles: The simulator's server profiles, one run each; ``(None,)``: the default
+            simulator (or the endpoint).
+        frontier: Sweep every strategy's knob.
+        answers: Answer and score the fact questions.
+    """
+
+    shape: MixedWorkload
+    only: list[str] | None
+    profiles: tuple[str | None, ...]
+    frontier: bool
+    answers: bool
 
 
 def workload_shape(
@@ -256,22 +326,27 @@ def workload_shape(
     calls: int | None,
     conversations: int | None,
     strategies: str | None,
-) -> tuple[MixedWorkload, list[str] | None] | None:
+    profile: str | None = None,
+    frontier: bool = False,
+    answers: bool = False,
+) -> WorkloadPlan | None:
     """The workload the ``--workload*`` options ask for, checked before any call.
 
     Returns:
-        The workload and the strategies to run (``None``: all), or ``None`` without
-        ``--workload``.
+        The plan, or ``None`` without ``--workload``.
 
     Raises:
-        ValueError: When a ``--workload-*`` option comes without ``--workload``, or names an
-            unknown strategy.
+        ValueError: When a ``--workload-*`` option (or ``--frontier``) comes without
+            ``--workload``, names an unknown strategy or profile, or options conflict.
     """
     given = {
         "--workload-endpoint": endpoint or None,
         "--workload-calls": calls,
         "--workload-conversations": conversations,
         "--workload-strategies": strategies,
+        "--workload-profile": profile,
+        "--frontier": frontier or None,
+        "--workload-answers": answers or None,
     }
     if workload is None:
         stray = [option for option, value in given.items() if value is not None]
@@ -281,12 +356,30 @@ def workload_shape(
     only = None
     if strategies is not None:
         only = [name.strip() for name in strategies.split(",") if name.strip()]
-        unknown = sorted(set(only) - set(STRATEGIES))
+        unknown = sorted(set(only) - set(workload_strategies()))
         if unknown or not only:
             raise ValueError(
                 f"--workload-strategies {strategies!r}: unknown {unknown or 'none given'}; "
-                f"choose from {', '.join(STRATEGIES)}."
+                f"choose from {', '.join(workload_strategies())}."
             )
+    if profile is not None and endpoint:
+        raise ValueError(
+            "--workload-profile sets up the simulator; with --workload-endpoint the workload "
+            "runs on the endpoint: give one of them."
+        )
+    if answers and not endpoint:
+        raise ValueError(
+            "--workload-answers scores a real model's answers (the simulator answers filler): "
+            "add --workload-endpoint and a --base-url serving a model."
+        )
+    profiles: tuple[str | None, ...] = (profile,)
+    if profile is not None:
+        from agent_latency.sim import server_profile, server_profiles
+
+        if profile == ALL_PROFILES:
+            profiles = tuple(p.name for p in server_profiles())
+        else:
+            profiles = (server_profile(profile).name,)  # an unknown name fails here
     shape = MixedWorkload()
     changes: dict[str, int] = {}
     if calls is not None:
@@ -295,7 +388,41 @@ def workload_shape(
         changes["conversations"] = conversations
     if budget is not None and endpoint:
         changes["budget"] = budget
-    return replace(shape, **changes), only
+    return WorkloadPlan(replace(shape, **changes), only, profiles, frontier, answers)
+
+
+def _run_workloads(
+    plan: WorkloadPlan,
+    settings: Settings,
+    *,
+    messages: list[Any] | None,
+    endpoint: bool,
+) -> list[WorkloadReport]:
+    """Runs the workload once per profile asked for, one after another."""
+    shape = plan.shape
+    if endpoint and settings.llm.context_window:
+        shape = replace(shape, context_window=settings.llm.context_window)
+    reports = []
+    for profile in plan.profiles:
+        with _progress(f"workload {profile or ''}".strip()) as advance:
+            reports.append(
+                run_mixed_workload(
+                    shape,
+                    settings=settings,
+                    messages=messages,
+                    profile=profile,
+                    base_url=settings.llm.base_url if endpoint else None,
+                    only=plan.only,
+                    frontier=plan.frontier,
+                    answers=plan.answers,
+                    on_call=partial(_forward, advance),
+                )
+            )
+    return reports
+
+
+def _forward(advance: Advance, call: WorkloadProgress) -> None:
+    advance(call.done, call.total, call.step)
 
 
 def check_output_file(option: str, path: Path) -> None:
@@ -315,167 +442,59 @@ def check_output_file(option: str, path: Path) -> None:
         raise ValueError(f"{option} {path}: cannot write there (permission denied).")
 
 
-@contextlib.contextmanager
-def _progress(plan: BenchPlan) -> Iterator[ProgressCallback]:
-    """Yields the per-call progress callback: a live bar on a terminal, plain lines otherwise.
+Advance = Callable[[int, int, str], None]
+"""(calls done, calls in all, what the last call was)."""
 
-    Progress goes to stderr, so stdout holds only the results; when stderr is not a terminal (a
-    log file, CI), each call prints one line, so a long run shows that it is alive.
+
+def _counted(advance: Advance, total: int) -> Callable[[str], None]:
+    """The bench's per-call callback (a step name) as one that counts the calls."""
+    done = 0
+
+    def on_call(step: str) -> None:
+        nonlocal done
+        done += 1
+        advance(done, total, step)
+
+    return on_call
+
+
+@contextlib.contextmanager
+def _progress(phase: str) -> Iterator[Advance]:
+    """Yields the progress callback of one phase, on stderr (stdout holds only the results).
+
+    On a terminal: one updating line (a bar, the count and the last call), gone at the end.
+    Otherwise (a log file, CI): a line at each tenth of the calls, so a long run shows that it
+    is alive without a line per call.
     """
     stderr = Console(stderr=True)
-    total = plan.calls()
     if not stderr.is_terminal:
-        done = 0
         started = time.monotonic()
+        shown = [0]
 
-        def line(step: str) -> None:
-            nonlocal done
-            done += 1
-            elapsed = time.monotonic() - started
-            print(f"bench: {done}/{total} {step} ({elapsed:,.0f} s)", file=sys.stderr, flush=True)
+        def line(done: int, total: int, step: str) -> None:
+            tenth = done * _PROGRESS_LINES // total if total else _PROGRESS_LINES
+            if tenth > shown[0] or done == total:
+                shown[0] = _PROGRESS_LINES if done == total else tenth
+                elapsed = time.monotonic() - started
+                print(
+                    f"{phase}: {done}/{total} calls, {step} ({elapsed:,.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         yield line
         return
     with Progress(
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn(f"{phase}: " + "[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=stderr,
         transient=True,
     ) as progress:
-        task = progress.add_task("warm-up", total=total)
+        task = progress.add_task("starting", total=None)
 
-        def advance(step: str) -> None:
-            progress.update(task, advance=1, description=step)
+        def advance(done: int, total: int, step: str) -> None:
+            progress.update(task, completed=done, total=total, description=step)
 
         yield advance
-
-
-def _ms(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-def _change(value: float, base: ModeResult, is_baseline: bool, *, ttft: bool) -> str:
-    if is_baseline or not base.ok:
-        return "—"
-    baseline = base.ttft_ms(0.5) if ttft else base.total_ms(0.5)
-    return f"{(value / baseline - 1) * 100:+.0f}%"
-
-
-def _add_figures(
-    table: Table, headers: Sequence[str], labels: Sequence[str], rows: Sequence[Sequence[str]]
-) -> None:
-    """Adds right-aligned figure columns after the label column, and one row per label."""
-    for column, header in enumerate(headers):
-        # Exactly as wide as the widest figure or header word: headers wrap, figures are never
-        # cut (rich shrinks columns with a mere minimum width below it on narrow terminals).
-        widest = max([len(row[column]) for row in rows] + [max(map(len, header.split()))])
-        table.add_column(header, justify="right", width=widest)
-    for label, row in zip(labels, rows, strict=True):
-        table.add_row(label, *row)
-
-
-def modes_table(report: BenchReport) -> Table:
-    """Returns the single-turn table: one row per mode, compared with untrimmed + blocking."""
-    where = "embedded simulator" if report.simulated else report.endpoint
-    table = Table(
-        **_NARROW,
-        caption_justify="left",
-        title=f"agent-latency bench · {where} · model {report.model} · budget {report.budget}",
-        caption=(
-            f"Times in ms: p50/p95 of {report.runs} run{'' if report.runs == 1 else 's'} per "
-            "mode, interleaved, after one "
-            f"warm-up; Δ: p50 change vs {BASELINE_MODE.label}. Blocking: TTFT = total (the "
-            "first text arrives with the whole answer). Every prompt starts with a unique "
-            "request id, so no server prefix cache serves it."
-        ),
-    )
-    table.add_column("mode", no_wrap=True)
-    base = report.mode(BASELINE_MODE)
-    rows = [
-        (
-            f"{result.input_tokens:,}",
-            _ms(result.ttft_ms(0.5)),
-            _ms(result.ttft_ms(0.95)),
-            _ms(result.total_ms(0.5)),
-            _ms(result.total_ms(0.95)),
-            _change(result.ttft_ms(0.5), base, result.mode == BASELINE_MODE, ttft=True),
-            _change(result.total_ms(0.5), base, result.mode == BASELINE_MODE, ttft=False),
-        )
-        if result.ok
-        else ("—", _FAILED, "—", "—", "—", "—", "—")
-        for result in report.modes
-    ]
-    headers = ("tokens", "TTFT p50", "TTFT p95", "total p50", "total p95", "Δ TTFT", "Δ total")
-    labels = [
-        f"[bold]{result.mode.label}[/bold]" if result.mode == GATED_MODE else result.mode.label
-        for result in report.modes
-    ]
-    _add_figures(table, headers, labels, rows)
-    return table
-
-
-def turns_table(report: BenchReport) -> Table:
-    """Returns the multi-turn table: one row per strategy."""
-    calls = max(len(result.samples) for result in report.turns)
-    table = Table(
-        **_NARROW,
-        caption_justify="left",
-        title=f"Multi-turn replay · last {calls} model call{'' if calls == 1 else 's'} · "
-        f"budget {report.budget}",
-        caption=(
-            "TTFT in ms. Each strategy replays the conversation call by call as one streamed "
-            "session. Cached: prompt tokens the server reported taking from its prefix cache. "
-            "Prefilled: the rest, which the first token waits for."
-        ),
-    )
-    table.add_column("strategy", no_wrap=True)
-    rows = []
-    for result in report.turns:
-        if not result.ok:
-            rows.append((_FAILED, "—", "—", "—", "—", "—"))
-            continue
-        cached = result.cached_tokens
-        rows.append(
-            (
-                _ms(result.mean_ttft_ms),
-                _ms(result.p95_ttft_ms),
-                f"{result.prompt_tokens:,}",
-                "n/a" if cached is None else f"{cached:,}",
-                "n/a" if cached is None else f"{cached / result.prompt_tokens:.0%}",
-                "n/a" if cached is None else f"{result.prompt_tokens - cached:,}",
-            )
-        )
-    headers = ("mean TTFT", "p95 TTFT", "prompt tokens", "cached", "hit", "prefilled")
-    _add_figures(table, headers, [r.strategy.label for r in report.turns], rows)
-    return table
-
-
-def quality_table(rows: Sequence[QualityRow]) -> Table:
-    """Returns the retention table: one row per strategy and budget."""
-    table = Table(
-        **_NARROW,
-        caption_justify="left",
-        title="Retention · facts the latest question needs that survive the trim",
-        caption=(
-            "Generated agent conversations (English and Chinese, 12-48 rounds) whose last "
-            "question needs one fact stated at a known place. All: the share whose fact's "
-            "answer is still in what is sent; then by place: the head, a middle and the tail "
-            "round, an old and the current tool result, and a rule the user stated once. TTFT "
-            "(ms): what the simulator's latency model predicts for the mean prompt sent."
-        ),
-    )
-    table.add_column("strategy", no_wrap=True)
-    headers = ("budget", "all", *_PLACE_HEADERS.values(), "TTFT")
-    figures = [
-        (
-            f"{row.budget:,}",
-            f"{row.retention:.0%}",
-            *(f"{row.by_place[p]:.0%}" for p in _PLACE_HEADERS),
-            _ms(row.model_ttft_ms),
-        )
-        for row in rows
-    ]
-    _add_figures(table, headers, [row.strategy for row in rows], figures)
-    return table

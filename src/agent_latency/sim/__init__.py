@@ -42,7 +42,22 @@ Latency model:
     expiry (``cache_lifetime_s`` sets one, e.g. 300 for OpenAI's 5 to 10 minutes).
     ``usage.prompt_tokens_details.cached_tokens`` reports the reuse. A request may opt out with
     ``"cache_prompt": false`` (llama.cpp's field). Requests are served concurrently without
-    contention: the model is one of an unloaded server.
+    contention: the model is one of an unloaded server. Other cache rules: a minimum cached
+    prefix (``cache_min_tokens``, OpenAI's 1,024 tokens) and llama.cpp's per-slot caches
+    (``cache_slots``); see :mod:`agent_latency.sim._cache`.
+
+    Every answer also carries llama.cpp's ``timings`` object (``cache_n``, ``prompt_n``,
+    ``prompt_ms``, ``predicted_n``, ``predicted_ms`` and their per-token and per-second rates;
+    ``cache_n + prompt_n`` is ``usage.prompt_tokens``): ``prompt_ms`` is the prefill above
+    without ``overhead_ms``, ``predicted_ms`` runs from the first output token to the last. A
+    blocking answer has it at the top level, a stream in its last chunk (the usage chunk with
+    ``stream_options.include_usage``, else the chunk with the finish reason), as llama-server
+    sends it.
+
+Server profiles:
+    :func:`server_profiles` lists configurations that mimic the servers people run
+    (``openai-hosted``, ``deepseek``, ``vllm-h100-7b``, ``llama-cpu``), each with the sources of
+    its figures; :func:`server_profile` finds one by name (docs/benchmarks.md).
 
 Answers are deterministic: filler words, or tool calls when tools are offered and the
 conversation ends with a user message (or ``tool_choice`` requires one): the tools the latest
@@ -53,7 +68,12 @@ and JSON with ``NaN`` or ``Infinity`` (400).
 
 Serving: ``Ctrl-C`` stops at once: requests in progress end (a blocking one with a 503, a stream
 with an error event), a request whose client is gone is dropped as soon as it goes, and a client
-that has not sent a request's headers within ``header_timeout_s`` gets a 408.
+that has not sent a whole request (headers and body) within ``header_timeout_s`` gets a 408; a
+request whose body is still arriving when the server stops gets a 503.
+
+Exports: ``DEFAULT_MODEL``, ``RunningSimulator``, ``ServerProfile``, ``SimulatorConfig``,
+``SimulatorStats``, ``create_app``, ``run_simulator``, ``running_simulator``,
+``server_profile``, ``server_profiles``.
 
 Example:
     >>> from agent_latency.sim import SimulatorConfig, running_simulator
@@ -61,16 +81,31 @@ Example:
     ...     print(sim.base_url, sim.stats.requests)
 """
 
+try:
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ModuleNotFoundError as exc:  # the server stack is the `sim` extra
+    # Still a ModuleNotFoundError naming the missing module: the CLI names its own extra.
+    raise ModuleNotFoundError(
+        f"agent_latency.sim needs the sim extra ({exc.name} is not installed): "
+        "pip install 'agent-latency[sim]'",
+        name=exc.name,
+    ) from exc
+
 from ._app import SimulatorStats, create_app
 from ._config import DEFAULT_MODEL, SimulatorConfig
+from ._profiles import ServerProfile, server_profile, server_profiles
 from ._server import RunningSimulator, run_simulator, running_simulator
 
 __all__ = [
     "DEFAULT_MODEL",
     "RunningSimulator",
+    "ServerProfile",
     "SimulatorConfig",
     "SimulatorStats",
     "create_app",
     "run_simulator",
     "running_simulator",
+    "server_profile",
+    "server_profiles",
 ]

@@ -12,6 +12,8 @@ DEFAULT_MODEL = LLMSettings().model
 
 
 _OWNER = "SimulatorConfig"
+USAGE_FORMATS = ("openai", "deepseek")
+"""The shapes of ``usage`` the simulator can answer with."""
 
 
 def _fail(option: str, value: object, rule: str) -> ValueError:
@@ -51,15 +53,25 @@ class SimulatorConfig:
             ``max_tokens`` exceeds it gets OpenAI's 400 ``context_length_exceeded``
             (``None``: no limit).
         tokenizer: The tokenizer that counts prompt tokens: a known name (``"cl100k"``,
-            ``"o200k"``, ``"qwen"``, ``"llama3"``) or a model name.
+            ``"o200k"``, ``"qwen"``, ``"llama3"``) or a model name; ``None``: the served model's
+            own (the first of ``model``), as its server would count (:attr:`prompt_tokenizer`).
         prefix_cache: Reuse the longest token prefix shared with a cached prompt, as vLLM and
             llama.cpp do. A request may also opt out with ``"cache_prompt": false``.
         cache_tokens: Capacity of the prefix cache in tokens, shared by all conversations; the
             least recently used blocks are evicted first.
         cache_block_tokens: The cache's unit: only whole blocks of this many tokens are reused
-            (vLLM: 16; 1 reuses any shared prefix, as SGLang does).
+            (vLLM: 16; OpenAI: 128; 1 reuses any shared prefix, as SGLang does).
+        cache_min_tokens: A cached prefix shorter than this is not reused (OpenAI: 1,024).
+        cache_slots: Per-slot caches as llama.cpp's server keeps them (``--parallel``): each of
+            this many slots holds the last prompt it served, a prompt goes to the slot sharing
+            most of it or else the least recently used one, so more conversations than slots
+            evict each other (``None``: one block cache shared by all, as vLLM's).
         cache_lifetime_s: Idle time after which a cached block expires (``None``: never, as in
             vLLM; OpenAI keeps a prefix 5 to 10 minutes).
+        timings: Send llama.cpp's ``timings`` object with each answer (llama-server does;
+            OpenAI, DeepSeek and vLLM do not).
+        usage_format: ``"openai"`` (``prompt_tokens_details.cached_tokens``) or ``"deepseek"``
+            (also ``prompt_cache_hit_tokens`` and ``prompt_cache_miss_tokens``).
         api_key: When set, requests must send ``Authorization: Bearer <api_key>``. Masked in
             the repr.
         model: The model name, or names, served; requests for another model get a 404.
@@ -74,8 +86,9 @@ class SimulatorConfig:
         buffered: Hold every streamed chunk until the answer is complete, as a buffering proxy
             does: streaming is on, yet the first token arrives with the last.
         max_body_bytes: Largest request body accepted; larger ones get a 413.
-        header_timeout_s: A client that has not sent a request's whole head (request line and
-            headers) this long after connecting or after its previous answer is disconnected.
+        header_timeout_s: A client that has not sent a whole request (request line, headers and
+            body) this long after connecting or after its previous answer gets a 408 and is
+            disconnected; the time to answer a complete request is not counted.
     """
 
     overhead_ms: float = 200.0
@@ -84,11 +97,15 @@ class SimulatorConfig:
     decode_tokens_per_s: float = 50.0
     answer_tokens: int = 64
     context_window: int | None = None
-    tokenizer: str = "cl100k"
+    tokenizer: str | None = "cl100k"
     prefix_cache: bool = True
     cache_tokens: int = 100_000
     cache_block_tokens: int = 16
+    cache_min_tokens: int = 0
+    cache_slots: int | None = None
     cache_lifetime_s: float | None = None
+    timings: bool = True
+    usage_format: str = "openai"
     api_key: str | None = None
     model: str | tuple[str, ...] = DEFAULT_MODEL
     error_rate: float = 0.0
@@ -110,10 +127,17 @@ class SimulatorConfig:
         _check_int("answer_tokens", self.answer_tokens, minimum=1)
         if self.context_window is not None:
             _check_int("context_window", self.context_window, minimum=1)
-        if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
-            raise _fail("tokenizer", self.tokenizer, "must be a tokenizer or model name")
+        if self.tokenizer is not None and (
+            not isinstance(self.tokenizer, str) or not self.tokenizer.strip()
+        ):
+            raise _fail("tokenizer", self.tokenizer, "must be a tokenizer or model name, or None")
         _check_int("cache_block_tokens", self.cache_block_tokens, minimum=1)
         _check_int("cache_tokens", self.cache_tokens, minimum=self.cache_block_tokens)
+        _check_int("cache_min_tokens", self.cache_min_tokens, minimum=0)
+        if self.cache_slots is not None:
+            _check_int("cache_slots", self.cache_slots, minimum=1)
+        if self.usage_format not in USAGE_FORMATS:
+            raise _fail("usage_format", self.usage_format, f"must be one of {USAGE_FORMATS}")
         if self.cache_lifetime_s is not None:
             _check_number("cache_lifetime_s", self.cache_lifetime_s, positive=True)
         _check_rate("error_rate", self.error_rate)
@@ -126,7 +150,7 @@ class SimulatorConfig:
         for option in ("stall_after_chunks", "reset_after_chunks"):
             if getattr(self, option) is not None:
                 _check_int(option, getattr(self, option), minimum=1)
-        for option in ("prefix_cache", "buffered"):
+        for option in ("prefix_cache", "buffered", "timings"):
             checked_bool(_OWNER, option, getattr(self, option))
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             # Never echo a key-like value back, even a malformed one.
@@ -160,6 +184,11 @@ class SimulatorConfig:
             prompt_tokens: The whole prompt: the context each of them attends over.
         """
         return self.overhead_ms + self.prefill_ms(uncached_tokens, prompt_tokens)
+
+    @property
+    def prompt_tokenizer(self) -> str:
+        """The tokenizer that counts prompt tokens: ``tokenizer``, else the served model's name."""
+        return self.tokenizer if self.tokenizer is not None else self.models[0]
 
     @property
     def models(self) -> tuple[str, ...]:
