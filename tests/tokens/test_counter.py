@@ -436,3 +436,64 @@ def test_content_parts_that_are_not_json_still_count() -> None:
     # Content parts may hold any Python object; a cache key must never crash the count.
     message = HumanMessage(content=[{"type": "text", "text": "hi", "meta": {1, 2}}])
     assert TokenCounter().count_message(message) > 0
+
+
+# --- OpenAI dicts and lone surrogates (issue 23, items 6 and 8) --------------------------------
+
+OPENAI_DICTS: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21 C"},
+]
+
+
+@pytest.mark.parametrize("model", ["gpt-3.5-turbo", "qwen-7b-chat", "llama-3.1-8b"])
+def test_openai_dicts_count_as_the_messages_they_stand_for(model: str) -> None:
+    counter = TokenCounter.for_model(model)
+    messages = convert_to_messages(OPENAI_DICTS)
+
+    assert counter.count_messages(OPENAI_DICTS) == counter.count_messages(messages)
+    assert counter.count_request(OPENAI_DICTS, [WEATHER]) == counter.count_request(
+        messages, [WEATHER]
+    )
+    with pytest.raises(ValueError, match="Message 1"):
+        counter.count_messages([OPENAI_DICTS[0], {"role": "wizard", "content": "x"}])
+
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}},
+}
+# What json.loads gives for a page cut in the middle of an emoji: a lone high surrogate.
+TRUNCATED = json.loads('"Forecast for Paris: sunny \\ud83c"')
+
+
+@pytest.mark.parametrize("model", ["gpt-3.5-turbo", "gpt-4o", "qwen-7b-chat", "llama-3.1-8b"])
+def test_a_lone_surrogate_counts_as_the_replacement_character_the_server_reads(
+    model: str,
+) -> None:
+    counter = TokenCounter.for_model(model)
+    mended = TRUNCATED.replace("\ud83c", "\ufffd")
+    pair = "\ud83c\udf1e"  # a pair left split in a Python string: the JSON joins it again
+
+    assert counter.count_text(TRUNCATED) == counter.count_text(mended)
+    assert counter.count_text(pair) == counter.count_text("🌞")
+    assert counter.encode(TRUNCATED) == counter.encode(mended)
+    assert counter.count_messages([{"role": "user", "content": TRUNCATED}]) == (
+        counter.count_messages([HumanMessage(mended)])
+    )
+    call = AIMessage("", tool_calls=[{"name": "f", "args": {"page": TRUNCATED}, "id": "c"}])
+    assert counter.count_message(call) == counter.count_message(
+        AIMessage("", tool_calls=[{"name": "f", "args": {"page": mended}, "id": "c"}])
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -173,3 +174,24 @@ def test_shortening_is_remembered_per_message_and_target() -> None:
     assert shortener.shorten(message, 120)[0] is not first
     equal_but_new = ToolMessage("word " * 400, tool_call_id="c")
     assert shortener.shorten(equal_but_new, 100)[0] is not first
+
+
+@pytest.mark.parametrize("model", ["gpt-3.5-turbo", "qwen-7b-chat", "llama-3.1-8b"])
+def test_a_lone_surrogate_in_any_message_is_counted_and_trimmed(model: str) -> None:
+    # json.loads of a page cut inside an emoji gives a lone surrogate; before, every trim
+    # crashed with the tokenizer's TypeError naming no message.
+    cut = json.loads('"\\ud83d"')
+    counter = TokenCounter.for_model(model)
+    messages: list[Any] = [
+        SystemMessage(f"Answer briefly {cut}"),
+        HumanMessage(f"Summarise the page {cut}"),
+        AIMessage("", tool_calls=[{"name": "fetch", "args": {"url": f"x{cut}"}, "id": "c1"}]),
+        ToolMessage(("page text " * 400) + cut, tool_call_id="c1"),
+        {"role": "user", "content": f"and the title? {cut}"},
+    ]
+
+    result = PriorityTrimmer(300, token_counter=counter).trim(messages)
+
+    assert not result.over_budget and result.decisions[3].action == "shortened"
+    assert result.tokens_before == counter.count_messages(messages)
+    assert result.tokens_after == counter.count_messages(result.messages)

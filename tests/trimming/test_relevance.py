@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent_latency import LatencyCallbackHandler, PriorityTrimmer, TokenCounter
 from agent_latency.bench._quality import PLACES, make_case, retained, run_quality
-from agent_latency.trimming._relevance import TermCache, bm25_scores, term_coverage, terms
+from agent_latency.trimming._relevance import TermCache, bm25_scores, terms
 
 COUNTER = TokenCounter()
 
@@ -51,12 +51,10 @@ def test_a_query_without_terms_scores_every_round_zero() -> None:
     assert bm25_scores("?", [["anything"], ["else"]], TermCache()) == [0.0, 0.0]
 
 
-def test_term_coverage_is_the_share_of_question_terms_still_sent() -> None:
+def test_the_terms_found_are_the_question_terms_some_text_holds() -> None:
     cache = TermCache()
-    assert term_coverage("door code Lyra", ["the door code", "nothing"], cache) == pytest.approx(
-        2 / 3
-    )
-    assert term_coverage("?", ["x"], cache) is None
+    assert cache.found("door code Lyra", ["the door code", "nothing"]) == {"door", "code"}
+    assert cache.found("?", ["x"]) == set()
 
 
 def conversation(rounds: int, needle_round: int) -> list[BaseMessage]:
@@ -172,3 +170,24 @@ def test_the_retention_proxy_reaches_the_chat_span_and_its_metric(
     assert chat.attributes["agent_latency.trim.question_retention"] == 0.0
     (point,) = metric_points("agent_latency.client.question_retention")
     assert (point.count, point.sum) == (1, 0.0)
+
+
+def test_question_retention_counts_what_shortening_the_question_removed() -> None:
+    # Before, the shortened question counted as context that still held its own words: 1.0.
+    question = HumanMessage(
+        "Which door code opens the Lyra warehouse? "
+        + " ".join(f"detail{n}" for n in range(120))
+        + " Answer with the code."
+    )
+    messages: list[BaseMessage] = [
+        SystemMessage("You answer from the conversation."),
+        HumanMessage("Where is the Lyra warehouse?"),
+        AIMessage("The Lyra warehouse door code is 4471-KX."),
+        question,
+    ]
+    budget = COUNTER.count_messages([messages[0], question]) - 60
+
+    result = PriorityTrimmer(budget, token_counter=COUNTER, prefix_stable=False).trim(messages)
+
+    assert result.decisions[-1].action == "shortened" and not result.over_budget
+    assert result.question_retention is not None and result.question_retention < 0.5

@@ -13,6 +13,9 @@ model by its name.
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 import weakref
 import zlib
 from collections.abc import Mapping, Sequence
@@ -21,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from langchain_core.messages import BaseMessage
 
 from agent_latency._caches import LRUCache, snapshot, stamp, unchanged
-from agent_latency._wire import content_key, wire_message, wire_role, wire_tools
+from agent_latency._wire import coerce_messages, content_key, wire_message, wire_role, wire_tools
 from agent_latency.tokens._framing import (
     Piece,
     Special,
@@ -39,9 +42,11 @@ from agent_latency.tokens._vocabularies import (
 __all__ = ["TokenCounter", "TokenCounting"]
 
 _CONTENT_CACHE_BYTES = 64 * 1024 * 1024
+_TOOL_CACHE_BYTES = 8 * 1024 * 1024
 _SYNTHETIC_IDS = 1 << 30  # ids of framing tokens a vocabulary lacks: past every real vocabulary
 _OPAQUE_ID = _SYNTHETIC_IDS - 1
-_KEY_BYTES = 200  # what a content-cache entry costs besides its text
+_ENTRY_BYTES = 200  # what a cache entry costs besides the strings it holds
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @runtime_checkable
@@ -74,8 +79,8 @@ class TokenCounting(Protocol):
     def count_framing(self, messages: Sequence[BaseMessage]) -> int:
         """Returns what a request adds to its messages: BOS, default system prompt, priming."""
 
-    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
-        """Returns the messages' tokens plus :meth:`count_framing`."""
+    def count_messages(self, messages: Sequence[BaseMessage | Mapping[str, Any]]) -> int:
+        """Returns the messages' tokens plus :meth:`count_framing` (OpenAI dicts accepted)."""
 
     def count_tools(self, tools: Sequence[Any]) -> int:
         """Returns the tokens of tool definitions as the template renders them."""
@@ -85,11 +90,11 @@ class TokenCounting(Protocol):
 
     def count_request(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[BaseMessage | Mapping[str, Any]],
         tools: Sequence[Any] = (),
         response_format: Mapping[str, Any] | None = None,
     ) -> int:
-        """Returns the prompt tokens of a whole request."""
+        """Returns the prompt tokens of a whole request (OpenAI dicts accepted)."""
 
 
 class TokenCounter:
@@ -97,9 +102,11 @@ class TokenCounter:
 
     Counts are cached per message, twice: by object identity, for as long as the message lives (a
     conversation passed again costs a dictionary look-up per message, however long it is; a
-    message edited in place, even inside its list content, is counted again), and by content
-    (equal messages built anew, e.g. from OpenAI dicts, are not tokenised again; bounded by
-    ``cache_size`` entries and 64 MiB of text).
+    message edited in place, even inside its list content, is counted again; the entry ends
+    with the message), and by content (equal messages built anew, e.g. from OpenAI dicts, are
+    not tokenised again; bounded by ``cache_size`` entries and 64 MiB of the strings they are
+    keyed by, as ``sys.getsizeof`` counts them). Tool definitions' counts are remembered for
+    256 tool lists and at most 8 MiB (twice their JSON: the snapshot an edit is told by).
 
     Args:
         encoding: A vocabulary name (``cl100k_base``, ``o200k_base``, ``qwen``, ``qwen3.6``,
@@ -135,7 +142,7 @@ class TokenCounter:
         # id -> (weak reference, stamp, count)
         self._by_identity: dict[int, tuple[Any, ...]] = {}
         self._by_content = LRUCache(cache_size, _CONTENT_CACHE_BYTES)
-        self._tool_counts = LRUCache(256)
+        self._tool_counts = LRUCache(256, _TOOL_CACHE_BYTES)
         self._request_counts: dict[str | None, int] = {}
         self.tokenized_messages = 0
         """How many messages were tokenised (cache misses) since creation; for tests and tuning."""
@@ -198,16 +205,28 @@ class TokenCounter:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Returns the token ids of ``text``."""
-        return self._vocab.encode(text)
+        """Returns the token ids of ``text`` (see :func:`as_sent` for lone surrogates)."""
+        try:
+            return self._vocab.encode(text)
+        except (TypeError, ValueError):  # a tokenizer's refusal of a lone surrogate
+            sent = as_sent(text)
+            if sent is text:
+                raise
+            return self._vocab.encode(sent)
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Returns the text of ``tokens``."""
         return self._vocab.decode(tokens)
 
     def count_text(self, text: str) -> int:
-        """Returns the number of tokens in ``text``."""
-        return self._vocab.count(text)
+        """Returns the number of tokens in ``text`` (see :func:`as_sent` for lone surrogates)."""
+        try:
+            return self._vocab.count(text)
+        except (TypeError, ValueError):  # a tokenizer's refusal of a lone surrogate
+            sent = as_sent(text)
+            if sent is text:
+                raise
+            return self._vocab.count(sent)
 
     def count_message(self, message: BaseMessage) -> int:
         """Returns the tokens one message adds to a prompt, framing included."""
@@ -219,7 +238,7 @@ class TokenCounter:
         if count is None:
             self.tokenized_messages += 1
             count = self._count_pieces(self._framing.message(wire_message(message)))
-            self._by_content.put(key, count, _KEY_BYTES + len(key[1]))
+            self._by_content.put(key, count, _key_bytes(key))
         self._remember(message, count)
         return int(count)
 
@@ -232,9 +251,18 @@ class TokenCounter:
             count = self._request_counts[first] = self._count_pieces([*head, *tail])
         return count
 
-    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
-        """Returns the prompt tokens of a whole conversation, framing and reply priming included."""
-        return sum(map(self.count_message, messages)) + self.count_framing(messages)
+    def count_messages(self, messages: Sequence[BaseMessage | Mapping[str, Any]]) -> int:
+        """Returns the prompt tokens of a whole conversation, framing and reply priming included.
+
+        Args:
+            messages: LangChain messages and/or OpenAI-format dicts (as the trimmer takes them).
+
+        Raises:
+            TypeError: When an item is not a message (naming its index).
+            ValueError: When an OpenAI-format dict is malformed (naming its index).
+        """
+        converted = coerce_messages(messages)
+        return sum(map(self.count_message, converted)) + self.count_framing(converted)
 
     def count_tools(self, tools: Sequence[Any]) -> int:
         """Returns the tokens of tool definitions as the template renders them.
@@ -250,8 +278,10 @@ class TokenCounter:
         entry = self._tool_counts.get(key)
         if entry is not None and entry[0] == tools:  # a snapshot: catches edits in place
             return int(entry[1])
-        count = self._count_pieces(self._framing.tools(wire_tools(tools)))
-        self._tool_counts.put(key, ([snapshot(t) for t in tools], count))
+        wire = wire_tools(tools)
+        count = self._count_pieces(self._framing.tools(wire))
+        weight = _ENTRY_BYTES + 2 * len(json.dumps(wire, default=str))
+        self._tool_counts.put(key, ([snapshot(t) for t in tools], count), weight)
         return count
 
     def count_response_format(self, response_format: Mapping[str, Any]) -> int:
@@ -260,11 +290,15 @@ class TokenCounter:
 
     def count_request(
         self,
-        messages: Sequence[BaseMessage],
+        messages: Sequence[BaseMessage | Mapping[str, Any]],
         tools: Sequence[Any] = (),
         response_format: Mapping[str, Any] | None = None,
     ) -> int:
-        """Returns the prompt tokens of a whole request: messages, framing, tools, format."""
+        """Returns the prompt tokens of a whole request: messages, framing, tools, format.
+
+        ``messages`` are LangChain messages and/or OpenAI-format dicts, as for
+        :meth:`count_messages`.
+        """
         total = self.count_messages(messages) + self.count_tools(tools)
         if response_format is not None:
             total += self.count_response_format(response_format)
@@ -292,7 +326,7 @@ class TokenCounter:
             elif isinstance(piece, Special):
                 count += 1
             elif piece:
-                count += self._vocab.count(piece)
+                count += self.count_text(piece)
         return count
 
     def _ids(self, pieces: Sequence[Piece]) -> list[int]:
@@ -304,7 +338,7 @@ class TokenCounter:
                 found = self._vocab.special_id(piece)
                 ids.append(_synthetic_id(piece) if found is None else found)
             elif piece:
-                ids += self._vocab.encode(piece)
+                ids += self.encode(piece)
         return ids
 
     def _remember(self, message: BaseMessage, count: int) -> None:
@@ -332,6 +366,25 @@ def _vocabulary(encoding: object) -> Vocabulary:
         f"TokenCounter: encoding must be a vocabulary name ({', '.join(TOKENIZER_CHOICES[:-2])}) "
         f"or a tokenizer.json path, got {type(encoding).__name__}."
     )
+
+
+def as_sent(text: str) -> str:
+    """``text`` as a server reads it from the JSON a client sends (``text`` itself if the same).
+
+    A Python string can hold lone UTF-16 surrogates (``json.loads`` of a truncated page gives
+    them), which no tokenizer takes. The client's JSON escapes them (``"\\ud800"``), and the
+    server decodes a pair as its character and a lone one as U+FFFD: so they are counted.
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _key_bytes(key: tuple[Any, ...]) -> int:
+    """What a content-cache entry holds: the strings of its key (content, name, id, calls)."""
+    role, text, name, tool_call_id, calls = key
+    strings = [role, text, name or "", tool_call_id or "", *(s for call in calls for s in call)]
+    return _ENTRY_BYTES + sum(map(sys.getsizeof, strings))
 
 
 def _synthetic_id(special: str) -> int:

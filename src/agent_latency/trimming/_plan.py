@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from itertools import compress
 
@@ -24,7 +24,7 @@ from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._decisions import Action, MessageDecision, Rule
 from agent_latency.trimming._options import TrimOptions
-from agent_latency.trimming._relevance import TermCache, bm25_scores, term_coverage, text_of
+from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._rounds import Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 
@@ -42,7 +42,11 @@ class Plan:
         texts: Their texts (shared with later trims: not to be modified, like ``counts``).
         sizes: Their tokens as they will be sent (shortened copies' own counts).
         budget: The most tokens the request may have.
-        tokens: Tokens of the request as planned: the kept messages plus ``overhead``.
+        tokens: Tokens of the request as planned: the kept messages, ``overhead`` and the
+            framing of what is sent.
+        framing: The per-request framing of what is sent: it depends on the first message
+            sent (Qwen's and Llama 3.1's templates add a default system turn when that is not
+            a system message), so dropping the first message can cost more than it saves.
         shortened: The copies to send in place of shortened messages, by index.
     """
 
@@ -51,6 +55,9 @@ class Plan:
         "classes",
         "counts",
         "dropped",
+        "first",
+        "frame",
+        "framing",
         "messages",
         "must_keep",
         "rules",
@@ -68,15 +75,31 @@ class Plan:
         texts: list[str],
         *,
         overhead: int,
+        framing: Callable[[BaseMessage | None], int],
         budget: int,
         shortener: MessageShortener,
     ) -> None:
+        """Plans ``messages`` all kept.
+
+        Args:
+            messages: The input messages.
+            counts: Their tokens.
+            texts: Their texts.
+            overhead: The tokens of what the request sends besides its messages and framing.
+            framing: The per-request framing of a request whose first message is the one given
+                (``None``: no message).
+            budget: The most tokens the request may have.
+            shortener: Makes the shortened copies.
+        """
         self.messages = messages
         self.counts = counts
         self.texts = texts
         self.sizes = list(counts)
         self.budget = budget
-        self.tokens = sum(counts) + overhead
+        self.frame = framing
+        self.first: int | None = 0 if messages else None
+        self.framing = framing(messages[0] if messages else None)
+        self.tokens = sum(counts) + overhead + self.framing
         self.shortener = shortener
         self.classes: list[PriorityClass] = ["history"] * len(messages)
         self.rules: list[Rule] = ["fits"] * len(messages)
@@ -104,6 +127,30 @@ class Plan:
                 dropped[index] = True
                 self.tokens -= sizes[index]
             rules[index] = rule
+        if self.first is not None and dropped[self.first]:
+            first = self._first_kept(())
+            framing = self._framing_of(first)
+            self.tokens += framing - self.framing
+            self.first, self.framing = first, framing
+
+    def saving(self, indices: Sequence[int]) -> int:
+        """The tokens dropping ``indices`` would save, the change of framing included."""
+        saved = sum(self.sizes[i] for i in indices if not self.dropped[i])
+        if self.first is None or self.first not in indices:
+            return saved
+        return saved + self.framing - self._framing_of(self._first_kept(frozenset(indices)))
+
+    def _first_kept(self, also_dropped: Collection[int]) -> int | None:
+        """The first message neither dropped nor in ``also_dropped``."""
+        dropped = self.dropped
+        start = self.first or 0
+        return next(
+            (i for i in range(start, len(dropped)) if not dropped[i] and i not in also_dropped),
+            None,
+        )
+
+    def _framing_of(self, first: int | None) -> int:
+        return self.frame(None if first is None else self.messages[first])
 
     def shorten(self, index: int, target: int, rule: Rule) -> int:
         """Plans the message at ``index`` shortened toward ``target``; returns the tokens saved.
@@ -141,6 +188,10 @@ class Plan:
         """Each sent message's tokens as sent, in output order."""
         return tuple(compress(self.sizes, map(operator.not_, self.dropped)))
 
+    def question(self) -> int | None:
+        """The index of the latest user message, if any (a unit of its own: one message)."""
+        return self.classes.index("latest_user") if "latest_user" in self.classes else None
+
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
         totals: dict[PriorityClass, int] = dict.fromkeys(PRIORITY_CLASSES, 0)
@@ -177,7 +228,6 @@ class _Block:
 
     priority_class: PriorityClass
     indices: list[int]
-    tokens: int
 
 
 def classify(plan: Plan, units: list[Unit]) -> None:
@@ -280,8 +330,11 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
         # Rounding up to the step never reaches into a class that the exact excess spares.
         if dropped >= goal or (dropped >= excess and block.priority_class != previous_class):
             break
+        saved = plan.saving(block.indices)
+        if saved <= 0:  # the first message, whose drop adds a default system turn as large
+            continue
         plan.drop(block.indices, "dropped_for_budget")
-        dropped += block.tokens
+        dropped += saved
         previous_class = block.priority_class
 
 
@@ -301,7 +354,7 @@ def _drop_order(
 
     def block(priority_class: PriorityClass, members: list[Unit]) -> _Block:
         indices = [index for unit in members for index in unit.indices]
-        return _Block(priority_class, indices, sum(map(plan.sizes.__getitem__, indices)))
+        return _Block(priority_class, indices)
 
     order: list[_Block] = []
     for priority_class in reversed(options.priority_order):
@@ -344,50 +397,62 @@ def _history_drop_order(
 
 
 def shorten_must_keep(plan: Plan) -> None:
-    """Shortens the largest must-keep tool results, then the latest user message."""
+    """Shortens the largest must-keep tool results, then the latest user message if that fits.
+
+    The latest user message is the question being answered: it is shortened only when that makes
+    the request fit, and never below :data:`MIN_SHORTENED_TOKENS`. When even that would not fit,
+    what no trim removes overflows the budget already, and the question is sent whole (the result
+    says ``over_budget`` and what overflows).
+    """
     excess = plan.tokens - plan.budget
     if excess <= 0:
         return
     kept = [i for i in range(len(plan.messages)) if plan.must_keep[i] and not plan.dropped[i]]
     tool_results = [i for i in kept if isinstance(plan.messages[i], ToolMessage)]
     tool_results.sort(key=lambda i: (-plan.sizes[i], i))
-    latest_user = [
-        i for i in kept if plan.classes[i] == "latest_user" and role_of(plan.messages[i]) == "user"
-    ]
-    for index in tool_results + latest_user:
+    for index in tool_results:
         target = max(MIN_SHORTENED_TOKENS, plan.sizes[index] - excess)
         if target < plan.sizes[index]:
             excess -= plan.shorten(index, target, "shortened_to_fit")
         if excess <= 0:
             return
+    question = plan.question()
+    if question is None or not plan.must_keep[question]:
+        return
+    target = plan.sizes[question] - excess
+    if target >= MIN_SHORTENED_TOKENS:
+        copy, size = plan.shortener.shorten(plan.messages[question], target)
+        if size <= target:
+            plan.substitute(question, copy, size, "shortened_to_fit")
 
 
 def question_retention(plan: Plan, output: list[BaseMessage], terms: TermCache) -> float | None:
     """Of the latest user message's terms found elsewhere in the input, the share still sent.
 
-    1.0 when nothing was dropped or shortened; ``None`` when the question has no terms, or
-    shares none with the rest of the input.
+    A term counts as still sent when another message sent holds it and, if the question was
+    shortened, the question's copy still asks it: the terms its shortening removed count as lost
+    (and among those wanted). 1.0 when nothing was dropped or shortened; ``None`` when there is
+    no such term.
 
     Args:
         plan: The decided plan.
         output: ``plan.output()``.
         terms: Where term counts are remembered between calls.
     """
-    # The latest user message is a unit of its own: its class marks exactly one message.
-    if "latest_user" not in plan.classes:
-        return None
-    question = plan.classes.index("latest_user")
-    if plan.dropped[question]:
+    question = plan.question()
+    if question is None or plan.dropped[question]:
         return None
     message, text = plan.messages[question], plan.texts[question]
     if not plan.shortened and not any(plan.dropped):
         return 1.0 if terms.counts(text) else None
+    copy = plan.shortened.get(question)
+    lost = terms.counts(text).keys() - terms.counts(text_of(copy)).keys() if copy else set()
     # Both lists mostly grow by the newest messages from call to call: the cache reads only
     # what is new (slot names each list).
     others = plan.texts[:question] + plan.texts[question + 1 :]
-    available = term_coverage(text, others, terms, "input")
-    if not available:
+    wanted = terms.found(text, others, "input") | lost
+    if not wanted:
         return None
-    sent = [text_of(m) for m in output if m is not message]
-    kept = term_coverage(text, sent, terms, "sent") or 0.0
-    return round(min(kept / available, 1.0), 4)
+    sent = [text_of(m) for m in output if m is not message and m is not copy]
+    kept = (terms.found(text, sent, "sent") & wanted) - lost
+    return round(len(kept) / len(wanted), 4)

@@ -4,7 +4,8 @@ Terms are lower-cased words of letters and digits, and for Chinese, Japanese and
 whose words are not separated by spaces, overlapping character pairs (a one-character run is its
 own term). Rounds are ranked by Okapi BM25 against the terms of the latest user message, so a
 round that mentions the rare words of the question ranks above one that only shares common
-words. Term counts are cached by text, so a growing conversation analyses each message once.
+words. Term counts are cached by text, so a growing conversation analyses each message once;
+every cache is bounded by bytes as well as entries (see :class:`TermCache`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import compress, count
@@ -24,7 +26,9 @@ from agent_latency._caches import LRUCache
 _K1: Final = 1.2
 _B: Final = 0.75
 _CACHE_ENTRIES: Final = 16_384
+_CACHE_BYTES: Final = 16 * 1024 * 1024
 _SCORE_ENTRIES: Final = 16
+_SCORE_BYTES: Final = 4 * 1024 * 1024
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
@@ -98,16 +102,28 @@ _STOPWORDS: Final = frozenset(
 
 
 class TermCache:
-    """Term counts of texts, cached by text and bounded; safe to share between threads."""
+    """Term counts of texts, cached by text; safe to share between threads.
 
-    def __init__(self, max_entries: int = _CACHE_ENTRIES) -> None:
-        self._cache = LRUCache(max_entries)
+    Bounded by bytes, not only by entries: the term counts of texts, with the texts they are
+    keyed by, take at most ``max_bytes`` (16 MiB by default: the counts of a 20 KB text weigh
+    about ten times the text); the scores and searches remembered per question and the texts
+    they were made of, at most 4 MiB each. A text is held until it is evicted, also after its
+    message died (a string cannot be weakly referenced); the bytes are those ``sys.getsizeof``
+    reports for the strings and the counts.
+
+    Args:
+        max_entries: How many texts' term counts are remembered at most.
+        max_bytes: How many bytes they, with their texts, take at most.
+    """
+
+    def __init__(self, max_entries: int = _CACHE_ENTRIES, max_bytes: int = _CACHE_BYTES) -> None:
+        self._cache = LRUCache(max_entries, max_bytes)
         # Scores by (query, texts): an agent's tool steps ask the same question of the same
         # history, so only a new question or a changed history is scored again.
-        self.scores = LRUCache(_SCORE_ENTRIES)
+        self.scores = LRUCache(_SCORE_ENTRIES, _SCORE_BYTES)
         # Per (query, slot): the texts last searched and the query terms found in them. An
         # agent's next call searches the same texts and a few new ones: only those are read.
-        self._found = LRUCache(_SCORE_ENTRIES)
+        self._found = LRUCache(_SCORE_ENTRIES, _SCORE_BYTES)
 
     def counts(self, text: str) -> Counter[str]:
         """Returns how often each term occurs in ``text`` (shared: do not modify it)."""
@@ -149,7 +165,7 @@ class TermCache:
                 break
         else:
             read = len(texts)
-        self._found.put((query, slot), (texts, first, read))
+        self._found.put((query, slot), (texts, first, read), text_bytes([query, *texts]))
         return set(first)
 
     def _entry(self, text: str) -> tuple[Counter[str], int]:
@@ -157,8 +173,14 @@ class TermCache:
         if found is None:
             bag = Counter(terms(text))
             found = (bag, sum(bag.values()))
-            self._cache.put(text, found)
+            weight = sys.getsizeof(text) + sys.getsizeof(bag) + text_bytes(bag)
+            self._cache.put(text, found, weight)
         return found
+
+
+def text_bytes(texts: Iterable[str]) -> int:
+    """The bytes the strings ``texts`` take (what a cache keyed or valued by them holds)."""
+    return sum(map(sys.getsizeof, texts))
 
 
 def text_of(message: BaseMessage) -> str:
@@ -174,8 +196,15 @@ def text_of(message: BaseMessage) -> str:
 
 def terms(text: str) -> list[str]:
     """Splits ``text`` into relevance terms (see the module docstring)."""
+    lowered = text.lower()
+    if not _CJK.search(lowered):  # most texts: one pass, no per-word regex
+        return [
+            word
+            for word in _WORD.findall(lowered)
+            if (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS
+        ]
     found: list[str] = []
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(lowered):
         for run in _CJK.findall(word):
             found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
         rest = _CJK.sub(" ", word).split()
@@ -202,7 +231,8 @@ def bm25_scores(query: str, documents: Sequence[Iterable[str]], cache: TermCache
     if remembered is not None:
         return list(remembered)
     scores = _scores(query, key[1], cache)
-    cache.scores.put(key, scores)
+    weight = text_bytes([query, *(text for texts in key[1] for text in texts)])
+    cache.scores.put(key, scores, weight)
     return list(scores)
 
 
@@ -237,26 +267,3 @@ def _scores(query: str, documents: Sequence[Sequence[str]], cache: TermCache) ->
             )
         )
     return scores
-
-
-def term_coverage(
-    query: str, kept: Sequence[str], cache: TermCache, slot: str = ""
-) -> float | None:
-    """Returns the share of the query's terms that still occur in the kept context.
-
-    A proxy for what a trim cost the answer: 1.0 when every salient word of the question is
-    still somewhere in what is sent besides the question itself.
-
-    Args:
-        query: The latest user message's text.
-        kept: The texts of the other messages that are sent.
-        cache: Where term counts are remembered between calls.
-        slot: As for :meth:`TermCache.found`.
-
-    Returns:
-        A share from 0.0 to 1.0, or ``None`` when the question has no terms.
-    """
-    wanted = cache.counts(query)
-    if not wanted:
-        return None
-    return len(cache.found(query, kept, slot)) / len(wanted)

@@ -9,6 +9,7 @@ in its bindings; :func:`extras_of_model` reads them from there.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,6 +23,7 @@ from agent_latency._caches import LRUCache
 from agent_latency.tokens import TokenCounting
 
 _CACHE_SIZE = 32
+_CACHE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,9 @@ class ExtrasCounter:
     An agent sends the same tool objects on every call: they are converted once, then looked up
     by identity and compared with a snapshot taken then (a deep copy of a tool dict or a dict
     ``response_format``, a ``BaseTool``'s name, description and ``args_schema``), so an edit in
-    place is counted anew; the counter counts them as its chat template renders them.
+    place is counted anew; the counter counts them as its chat template renders them. It
+    remembers 32 requests' tools and at most 8 MiB (twice the JSON of their definitions: the
+    snapshot and the definitions).
 
     Args:
         counter: The token counter.
@@ -99,7 +103,7 @@ class ExtrasCounter:
 
     def __init__(self, counter: TokenCounting) -> None:
         self._counter = counter
-        self._cache = LRUCache(_CACHE_SIZE)
+        self._cache = LRUCache(_CACHE_SIZE, _CACHE_BYTES)
 
     def count(self, request: RequestExtras) -> tuple[int, int]:
         """Returns the tokens of the tool definitions and of the response format of a request.
@@ -121,7 +125,7 @@ class ExtrasCounter:
             self._counter.count_tools(tools) if tools else 0,
             self._count_response_format(request.response_format),
         )
-        self._cache.put(key, (request, seen, counts))
+        self._cache.put(key, (request, seen, counts), _json_bytes([tools, request.response_format]))
         return counts
 
     def describe(self, request: RequestExtras) -> list[tuple[str, str, int]]:
@@ -136,12 +140,13 @@ class ExtrasCounter:
             return cast(list[tuple[str, str, int]], entry[2])
         seen = _snapshot(request)
         described = []
-        for tool in wire_tools(request.tools, strict=request.strict):
+        tools = wire_tools(request.tools, strict=request.strict)
+        for tool in tools:
             function = tool.get("function") or {}
             name = str(function.get("name") or tool.get("type") or "")
             text = f"{name.replace('_', ' ')} {function.get('description') or ''}"
             described.append((name, text, self._counter.count_tools([tool])))
-        self._cache.put(key, (request, seen, described))
+        self._cache.put(key, (request, seen, described), _json_bytes(tools))
         return described
 
     def _count_response_format(self, value: object) -> int:
@@ -151,6 +156,11 @@ class ExtrasCounter:
             function = convert_to_openai_tool(cast(Any, value))["function"]
             value = {"type": "json_schema", "json_schema": function}
         return self._counter.count_response_format(value)
+
+
+def _json_bytes(value: object) -> int:
+    """About what a cache entry of tool definitions holds: twice their JSON (copy and original)."""
+    return 2 * len(json.dumps(value, default=str))
 
 
 def _same(cached: RequestExtras, request: RequestExtras, *, response_format: bool = True) -> bool:

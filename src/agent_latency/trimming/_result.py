@@ -133,6 +133,8 @@ class TrimResult:
     # Works the decisions out on first access (a trim in an agent loop rarely reads them).
     _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
     _decided: tuple[MessageDecision, ...] | None = field(default=None, repr=False, compare=False)
+    # Whether the latest user message is sent as it was given (over budget: it is, see _plan).
+    _question_whole: bool = field(default=True, repr=False, compare=False)
     # What a prompt not worked out by this trim says its overrun is, and its fix (from_decisions).
     _stated_cause: str | None = field(default=None, repr=False, compare=False)
     _stated_hint: str | None = field(default=None, repr=False, compare=False)
@@ -239,7 +241,10 @@ class TrimResult:
             "latest_user_tokens": must_keep["latest_user"],
             "tool_call_tokens": must_keep["tool_result"] + must_keep["history"],
         }
-        parts = [(hint, name, sizes[key]) for key, name, hint in _FIXED_PARTS if sizes[key]]
+        names = {key: name for key, name, _ in _FIXED_PARTS}
+        if self._question_whole:
+            names["latest_user_tokens"] += " (sent whole)"
+        parts = [(hint, names[key], sizes[key]) for key, _, hint in _FIXED_PARTS if sizes[key]]
         return sorted(parts, key=lambda part: -part[2])
 
     @cached_property

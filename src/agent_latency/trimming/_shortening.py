@@ -19,11 +19,12 @@ MARKER = "\n[... {removed} tokens removed ...]\n"
 """Put where the middle of a shortened text was."""
 
 MIN_SHORTENED_TOKENS = 32
-"""The smallest target a message is shortened to: framing, a marker and a little text."""
+"""The fewest tokens a shortened copy has: framing, a marker and a little text (in every
+language: a cut inside a character can lose a token or two, which are given back)."""
 
 _CHARS_PER_TOKEN_WINDOW = 8
 """Characters read per wanted token before tokenising a head or tail; doubled when too few."""
-_MAX_ATTEMPTS = 4
+_MAX_ATTEMPTS = 6
 
 
 class MessageShortener:
@@ -48,10 +49,14 @@ class MessageShortener:
 
         The copy keeps as much of the head and tail of the text as fits beside the marker. When
         even the marker alone does not fit (a tiny target, large non-text parts or a long
-        ``tool_call_id``), the copy holds the marker only and its count exceeds ``target``. A
+        ``tool_call_id``), the copy holds the marker only and its count exceeds ``target``; when
+        no cut lands between :data:`MIN_SHORTENED_TOKENS` and ``target`` (retokenising adds a
+        token or two at the cut), the copy is the smallest above ``target``. A
         shortened copy is never larger than the message: a message already within ``target``,
-        or one whose text costs no more than the marker, is returned as is. List content becomes
-        one text part followed by the non-text parts.
+        or one whose text costs no more than the marker, is returned as is. Nor is it smaller than
+        :data:`MIN_SHORTENED_TOKENS` (or ``target`` if less) while it keeps some text: where
+        every shorter copy would be, the message is returned as is. List content becomes one
+        text part followed by the non-text parts.
 
         Args:
             message: The message to shorten; never modified.
@@ -74,25 +79,44 @@ class MessageShortener:
         text_tokens = count - framing
         marker_tokens = self._counter.count_text(MARKER.format(removed=text_tokens))
         keep = max(target - framing - marker_tokens, 0)
-        attempts = 1
-        while True:
-            head_tokens, tail_tokens = (keep + 1) // 2, keep // 2
-            shortened = _with_text(
-                message,
-                self._head(text, head_tokens)
-                + MARKER.format(removed=max(text_tokens - keep, 0))
-                + self._tail(text, tail_tokens),
-                others,
-            )
-            shortened_count = self._counter.count_message(shortened)
+        floor = min(MIN_SHORTENED_TOKENS, target)
+        # Text cut at token boundaries can retokenise a little longer, and a cut inside a
+        # character loses it: the tokens of text kept are searched between a keep known to give
+        # a copy below the floor and one known to exceed the target.
+        below = above = None
+        nearest: tuple[BaseMessage, int] | None = None  # the smallest copy above the target
+        for _ in range(_MAX_ATTEMPTS):
+            shortened, shortened_count = self._copy(message, text, others, keep, text_tokens)
             if shortened_count >= count:
                 return message, count  # the marker would cost more than the text it replaces
-            if shortened_count <= target or keep == 0:
+            if keep == 0 or floor <= shortened_count <= target:
                 return shortened, shortened_count
-            # Text cut at token boundaries can retokenise a little longer: take the excess off,
-            # and settle for the marker alone rather than trying forever.
-            keep = 0 if attempts == _MAX_ATTEMPTS else max(keep - (shortened_count - target), 0)
-            attempts += 1
+            if shortened_count > target:
+                if nearest is None or shortened_count < nearest[1]:
+                    nearest = (shortened, shortened_count)
+                above, keep = keep, max(keep - (shortened_count - target), 0)
+            else:
+                below, keep = keep, keep + floor - shortened_count
+            if below is not None and above is not None:
+                if above - below <= 1:
+                    break
+                keep = (below + above) // 2
+        # No copy between the floor and the target: the one nearest above it, else (every
+        # shorter copy fell below the floor) the message as it is.
+        return nearest or (message, count)
+
+    def _copy(
+        self, message: BaseMessage, text: str, others: list[Any], keep: int, text_tokens: int
+    ) -> tuple[BaseMessage, int]:
+        """A copy keeping about ``keep`` tokens of ``text`` around the marker, and its count."""
+        shortened = _with_text(
+            message,
+            self._head(text, (keep + 1) // 2)
+            + MARKER.format(removed=max(text_tokens - keep, 0))
+            + self._tail(text, keep // 2),
+            others,
+        )
+        return shortened, self._counter.count_message(shortened)
 
     def _head(self, text: str, tokens: int) -> str:
         """Returns about the first ``tokens`` tokens of ``text``, tokenising only a window."""

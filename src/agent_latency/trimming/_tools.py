@@ -33,14 +33,15 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from agent_latency._caches import LRUCache
 from agent_latency._wire import role_of
-from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
+from agent_latency.trimming._relevance import TermCache, bm25_scores, text_bytes, text_of
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras
 
 logger = logging.getLogger(__name__)
 
 _NEEDED_SHARE: Final = 0.8  # of the best match's score: a question needs the tools this close
 _MAX_NEEDED: Final = 3
-_CHOICES: Final = LRUCache(256)
+_CHOICES: Final = LRUCache(256, 4 * 1024 * 1024)
+"""Choices by (tools, budget, pins, turns): 256 of them and 4 MiB of the questions they hold."""
 # Neither user nor assistant messages: a warm call reads every message, and a type look-up is
 # cheaper than isinstance on message classes.
 _OTHER_KINDS: Final = frozenset({SystemMessage, ToolMessage})
@@ -120,15 +121,20 @@ def select_tools(
             choice = _Choice(frozenset(), (-1,) * len(described))
             for number, turn in enumerate(turns[:-1]):
                 choice = _step(catalogue, choice, number, turn, first=number == 0)
-            _CHOICES.put(before_key, (described, choice))
+            _CHOICES.put(before_key, (described, choice), _weight(turns[:-1]))
         choice = _step(catalogue, choice, len(turns) - 1, turns[-1], first=len(turns) == 1)
-        _CHOICES.put(key, (described, choice))
+        _CHOICES.put(key, (described, choice), _weight(turns))
         _warn_if_forced_over(catalogue, turns[-1][1])
     if len(choice.kept) == len(described):
         return request, ()
     kept = tuple(tool for i, tool in enumerate(request.tools) if i in choice.kept)
     dropped = tuple(name for i, (name, _, _) in enumerate(described) if i not in choice.kept)
     return replace(request, tools=kept), dropped
+
+
+def _weight(turns: tuple[_Turn, ...]) -> int:
+    """The bytes a choice's key holds: its questions and the names of the tools they called."""
+    return text_bytes(q for q, _ in turns if q) + text_bytes(n for _, c in turns for n in c)
 
 
 def _turns(messages: Sequence[BaseMessage]) -> tuple[_Turn, ...]:

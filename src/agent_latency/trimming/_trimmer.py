@@ -456,16 +456,17 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
                 terms=self.term_cache,
             )
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
-        framing = input_framing = self.token_counter.count_framing(messages)
         factor = self.calibration.factor if self.calibration is not None else 1.0
         plan = Plan(
             messages,
             counts,
             texts,
-            overhead=tool_tokens + response_format_tokens + framing,
+            overhead=tool_tokens + response_format_tokens,
+            framing=self._framing,
             budget=math.floor(self.budget / factor),
             shortener=self._shortener,
         )
+        input_framing = plan.framing
         options = self.options
         classify(plan, units)
         mark_kept(plan, units, options)
@@ -478,11 +479,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
         output = plan.output()
-        if _first(output) is not _first(messages):  # the framing depends on the first role
-            sent_framing = self.token_counter.count_framing(output)
-            plan.tokens += sent_framing - framing
-            framing = sent_framing
         must_keep = plan.must_keep_by_class()
+        question = plan.question()
         return TrimResult(
             messages=output,
             tokens_before=sum(counts) + tool_tokens + response_format_tokens + input_framing,
@@ -496,7 +494,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             elapsed_ms=(time.perf_counter() - started) * 1000,
             tool_tokens=tool_tokens,
             response_format_tokens=response_format_tokens,
-            framing_tokens=framing,
+            framing_tokens=plan.framing,
             must_keep_tokens=sum(must_keep.values()),
             tools=request.tools if self.tool_budget is not None else None,
             dropped_tools=dropped_tools,
@@ -506,9 +504,10 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             priority_classes=tuple(plan.classes),
             sent_message_tokens=plan.sent_sizes(),
             _must_keep_by_class=must_keep,
+            _question_whole=question is not None and question not in plan.shortened,
             _decide=plan.decisions,
         )
 
-
-def _first(messages: list[BaseMessage]) -> BaseMessage | None:
-    return messages[0] if messages else None
+    def _framing(self, first: BaseMessage | None) -> int:
+        """The per-request framing of a request whose first message is ``first``."""
+        return self.token_counter.count_framing(() if first is None else (first,))
