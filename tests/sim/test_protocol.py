@@ -96,6 +96,28 @@ def test_blocking_answer_reports_usage_as_the_token_counter_counts(sim: RunningS
     assert response.usage.total_tokens == response.usage.prompt_tokens + FAST.answer_tokens
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_deepseek_usage_also_reports_cache_hits_and_misses(stream: bool) -> None:
+    config = SimulatorConfig(overhead_ms=0, answer_tokens=2, usage_format="deepseek")
+    with running_simulator(config) as deepseek:
+        client = client_for(deepseek)
+        options: dict[str, Any] = (
+            {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        )
+        first = [*QUESTION[:1], {"role": "user", "content": "word " * 200}]
+        client.chat.completions.create(model=DEFAULT_MODEL, messages=first)
+        answer = client.chat.completions.create(
+            model=DEFAULT_MODEL, messages=[*first, *QUESTION[1:]], **options
+        )
+        usage = list(answer)[-1].usage if stream else answer.usage
+
+    assert usage is not None and usage.model_extra is not None
+    cached = usage.prompt_tokens_details.cached_tokens
+    assert cached > 0
+    assert usage.model_extra["prompt_cache_hit_tokens"] == cached
+    assert usage.model_extra["prompt_cache_miss_tokens"] == usage.prompt_tokens - cached
+
+
 @pytest.mark.parametrize("cap_field", ["max_tokens", "max_completion_tokens"])
 def test_output_caps_cut_the_answer_with_finish_reason_length(
     sim: RunningSimulator, cap_field: str

@@ -241,3 +241,23 @@ def test_a_one_token_answer_reports_null_rates_where_llama_cpp_would_divide_by_z
     assert timings["prompt_ms"] == 0
     assert timings["prompt_per_second"] is None
     assert timings["prompt_per_token_ms"] == 0
+
+
+def test_a_server_that_sends_no_timings_sends_none_blocking_or_streamed() -> None:
+    # OpenAI, DeepSeek and vLLM send no timings: their profiles set timings=False.
+    with running_simulator(SimulatorConfig(overhead_ms=0, answer_tokens=3, timings=False)) as sim:
+        client = client_for(sim)
+        blocking = client.chat.completions.create(model=DEFAULT_MODEL, messages=question("Hi?"))
+        streamed = list(
+            client.chat.completions.create(
+                model=DEFAULT_MODEL,
+                messages=question("Hi?"),
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+
+    assert blocking.usage is not None and blocking.usage.prompt_tokens > 0
+    assert "timings" not in (blocking.model_extra or {})
+    assert streamed[-1].usage is not None
+    assert all("timings" not in (chunk.model_extra or {}) for chunk in streamed)

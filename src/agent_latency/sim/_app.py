@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import Send
 
 from ._answer import Answer, compose_answer
-from ._cache import PrefixCache
+from ._cache import prefix_cache_for
 from ._config import SimulatorConfig
 from ._guards import (
     ClientGone,
@@ -173,11 +173,7 @@ class Simulator:
     def __init__(self, config: SimulatorConfig) -> None:
         self.config = config
         self._tokenizer = PromptTokenizer.for_config(config)
-        self._prefix_cache = PrefixCache(
-            capacity_tokens=config.cache_tokens,
-            block_tokens=config.cache_block_tokens,
-            lifetime_s=config.cache_lifetime_s,
-        )
+        self._prefix_cache = prefix_cache_for(config)
         self._random = random.Random(config.seed)
         self._stats = _StatsRecorder()
         self.sleeper = Sleeper()
@@ -235,8 +231,8 @@ class Simulator:
                         "finish_reason": plan.answer.finish_reason,
                     }
                 ],
-                "usage": plan.usage(),
-                "timings": plan.timings(),  # llama.cpp's, beside usage
+                "usage": self._usage(plan),
+                **self._timings(plan),  # llama.cpp's, beside usage
             }
         )
 
@@ -317,10 +313,21 @@ class Simulator:
         last = chunk({}, plan.answer.finish_reason)
         if plan.request.include_usage:
             due_events.append(_sse(last))
-            last = {**envelope, "choices": [], "usage": plan.usage()}
-        due_events.append(_sse({**last, "timings": plan.timings()}))
+            last = {**envelope, "choices": [], "usage": self._usage(plan)}
+        due_events.append(_sse({**last, **self._timings(plan)}))
         due_events.append(b"data: [DONE]\n\n")
         yield b"".join(due_events)
+
+    def _usage(self, plan: _Plan) -> dict[str, Any]:
+        usage = plan.usage()
+        if self.config.usage_format == "deepseek":  # beside OpenAI's cached_tokens, as DeepSeek
+            usage["prompt_cache_hit_tokens"] = plan.cached_tokens
+            usage["prompt_cache_miss_tokens"] = plan.prompt_tokens - plan.cached_tokens
+        return usage
+
+    def _timings(self, plan: _Plan) -> dict[str, Any]:
+        """The ``timings`` field where the server sends llama.cpp's, else nothing."""
+        return {"timings": plan.timings()} if self.config.timings else {}
 
     @staticmethod
     async def _held_until_end(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -25,14 +25,13 @@ from typing import Any
 from agent_latency._caches import LRUCache
 from agent_latency.tokens import TokenCounter
 
+from ._config import SimulatorConfig
 from ._protocol import ChatRequest
 
 _TOKEN_BYTES = 4  # array typecode "I"
 _MESSAGE_CACHE_ENTRIES = 4096
 _MESSAGE_CACHE_BYTES = 64 * 1024 * 1024
 _KEY_BYTES = 16
-DEFAULT_TOKENIZER = "cl100k"
-"""Counts as ``TokenCounter()`` does: cl100k_base with OpenAI's framing."""
 
 
 def _ordered_json(value: object) -> str:
@@ -57,14 +56,15 @@ class PromptTokenizer:
         self._framing = lru_cache(maxsize=16)(self._framing_tokens)
 
     @classmethod
-    def for_config(cls, config: Any) -> PromptTokenizer:
-        """Returns the tokenizer a :class:`~agent_latency.sim.SimulatorConfig` asks for.
+    def for_config(cls, config: SimulatorConfig) -> PromptTokenizer:
+        """Returns the tokenizer a :class:`~agent_latency.sim.SimulatorConfig` asks for: its
+        ``prompt_tokenizer`` (``tokenizer``, else the served model's own).
 
         Raises:
-            ValueError: When its ``tokenizer`` cannot be used offline (e.g. ``"server"``).
+            ValueError: When it cannot be used offline (e.g. ``"server"``).
         """
-        name = getattr(config, "tokenizer", DEFAULT_TOKENIZER)
-        if isinstance(name, str) and name.strip().lower() == "server":
+        name = config.prompt_tokenizer
+        if name.strip().lower() == "server":
             raise ValueError(
                 "SimulatorConfig: tokenizer 'server' would make the simulator ask itself. "
                 "Fix: use a tokenizer name (cl100k, o200k, qwen, llama3) or a model name."
