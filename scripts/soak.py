@@ -64,14 +64,10 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
-from agent_latency.bench._results import percentile
 from agent_latency.config import Settings, build_chat_model
 from agent_latency.sim import DEFAULT_MODEL
-from agent_latency.telemetry._handler import LatencyCallbackHandler, LatencyRecord
-from agent_latency.telemetry._run_state import RunState
-from agent_latency.telemetry._setup import configure_telemetry
-from agent_latency.trimming._middleware import TrimmingMiddleware
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.telemetry import LatencyCallbackHandler, LatencyRecord, configure_telemetry
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 
 BUDGET = 600
 ROUNDS = 8
@@ -191,9 +187,19 @@ def rss_mb() -> float:
 
 
 def live_run_states() -> int:
-    """Run states the handler kept that are still alive anywhere (0 when nothing leaked)."""
+    """Run states the handler kept that are still alive anywhere (0 when nothing leaked).
+
+    The telemetry package's run-state classes are not public: they are found by their name
+    (``RunState`` and its subclasses) among the objects of that package.
+    """
     gc.collect()
-    return sum(isinstance(item, RunState) for item in gc.get_objects())
+    return sum(_is_run_state(type(item)) for item in gc.get_objects())
+
+
+def _is_run_state(cls: type) -> bool:
+    return cls.__module__.startswith("agent_latency.telemetry") and any(
+        base.__name__ == "RunState" for base in cls.__mro__
+    )
 
 
 @dataclass
@@ -523,10 +529,10 @@ def soak(
 def _quantiles(values: Sequence[float]) -> str:
     if not values:
         return "no samples"
-    return (
-        f"p50 {percentile(values, 0.5):.3f} ms, p90 {percentile(values, 0.9):.3f} ms, "
-        f"p99 {percentile(values, 0.99):.3f} ms, max {max(values):.3f} ms"
-    )
+    # NumPy's default ("linear") quantiles, as the bench reports them.
+    cuts = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else None
+    p50, p90, p99 = (cuts[q - 1] if cuts else values[0] for q in (50, 90, 99))
+    return f"p50 {p50:.3f} ms, p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {max(values):.3f} ms"
 
 
 def report(result: SoakResult, *, warm_up: int) -> str:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from langchain.agents import create_agent
@@ -51,7 +52,6 @@ from agent_latency import (
     TrimmingMiddleware,
     build_chat_model,
 )
-from agent_latency._redaction import display_url
 from agent_latency.sim import SimulatorConfig, running_simulator
 
 MESSAGE_BUDGET = 6_000
@@ -393,6 +393,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _host(base_url: str) -> str:
+    """The endpoint's host and port, for the table's title (never its user info or path)."""
+    parts = urlsplit(base_url)
+    return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+
+
 def main(
     argv: Sequence[str] | None = None, *, simulator: SimulatorConfig | None = None
 ) -> dict[str, list[Summary]]:
@@ -421,9 +427,7 @@ def main(
     )
     setups: dict[str, list[Summary]] = {}
     if args.base_url is not None:
-        setups[f"{model} at {display_url(args.base_url)}"] = compare(
-            args.base_url, model, args, counter
-        )
+        setups[f"{model} at {_host(args.base_url)}"] = compare(args.base_url, model, args, counter)
     else:
         for title, options in (
             ("prefix cache on (default)", {}),
