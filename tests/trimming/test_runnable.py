@@ -14,6 +14,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.fakes import Recorder
 
@@ -189,6 +190,38 @@ def test_with_the_latency_handler_the_trim_and_the_model_call_share_one_trace(
     assert chat_attributes[TRIM_TOKENS_AFTER] == dict(trim_span.attributes or {})[TRIM_TOKENS_AFTER]
     assert chat_attributes[TRIM_BUDGET] == BUDGET
     assert handler.open_runs == 0
+
+
+class TrimTracer(BaseCallbackHandler):
+    """A handler that offers the tracer trims run under it record with (TrimTracerProvider)."""
+
+    def __init__(self, provider: TracerProvider | None) -> None:
+        self.provider = provider
+
+    def tracer_for_trims(self) -> trace.Tracer:
+        if self.provider is None:
+            raise RuntimeError("handler bug")
+        return self.provider.get_tracer("handler")
+
+
+async def test_a_trim_under_a_handler_that_offers_a_tracer_records_with_it(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    # The handler's provider (e.g. configure_telemetry(set_global=False)'s), not the trimmer's.
+    handlers = TracerProvider()
+    handler_spans = InMemorySpanExporter()
+    handlers.add_span_processor(SimpleSpanProcessor(handler_spans))
+    trimmer = PriorityTrimmer(BUDGET, token_counter=COUNTER, tracer_provider=tracer_provider)
+
+    trimmer.invoke(conversation(), {"callbacks": [TrimTracer(handlers)]})
+    await trimmer.ainvoke(conversation(), {"callbacks": [TrimTracer(handlers)]})
+
+    assert [s.name for s in handler_spans.get_finished_spans()] == [TRIM_SPAN_NAME] * 2
+    assert span_exporter.get_finished_spans() == ()
+    # A handler whose tracer fails: the trim records with its own, and goes on.
+    expected = trimmer.trim(conversation()).messages
+    assert trimmer.invoke(conversation(), {"callbacks": [TrimTracer(None)]}) == expected
+    assert len(span_exporter.get_finished_spans()) == 2
 
 
 def test_trimmer_repr_names_its_options_and_no_content() -> None:

@@ -236,3 +236,28 @@ def test_random_conversations_keep_within_the_tool_budget_unless_forced(seed: in
                 assert sum(single[n] for n in names) <= budget
                 assert result.tool_tokens <= budget
         messages.append(AIMessage("Done."))
+
+
+def test_a_tool_forced_over_the_budget_in_one_turn_does_not_stay_over_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    budget = 150  # the weather tool's 109 tokens fit, the hotel tool's 218 do not
+    trimmer = PriorityTrimmer(50_000, token_counter=COUNTER, tools=CATALOGUE, tool_budget=budget)
+    # The model calls a tool that was not sent (it saw an older tool list): forced in, over it.
+    first_turn = [
+        HumanMessage("Will it rain in Lisbon on Saturday? Check the weather."),
+        AIMessage("", tool_calls=[{"name": "book_hotel_room", "args": {}, "id": "c1"}]),
+        ToolMessage("booked", tool_call_id="c1"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="agent_latency.trimming._tools"):
+        forced = trimmer.trim(first_turn)
+    assert "book_hotel_room" in kept_names(forced) and forced.tool_tokens > budget
+    assert "book_hotel_room" in caplog.records[-1].getMessage()
+    caplog.clear()
+
+    # The next question: nothing forces the tools over the budget any more.
+    with caplog.at_level(logging.WARNING, logger="agent_latency.trimming._tools"):
+        later = trimmer.trim([*first_turn, AIMessage("Booked."), HumanMessage("And on Sunday?")])
+
+    assert later.tool_tokens <= budget
+    assert not caplog.records

@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_function
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic import Field, create_model
+from pydantic import BaseModel, Field, create_model
 from support.fakes import Recorder
 
 from agent_latency import build_chat_model
@@ -192,6 +194,47 @@ def test_in_a_chain_for_model_counts_the_tools_bound_to_the_model(simulator: Any
     assert trim.tool_tokens == trimmer.token_counter.count_tools(TOOLS) >= 8_000
     assert calls.server_tokens == [trim.tokens_after] and trim.tokens_after <= 12_000
     assert trimmer.trim(history(30)).tool_tokens == 0  # the trimmer itself is unchanged
+
+
+class Trip(BaseModel):
+    """A trip the user plans."""
+
+    city: str = Field(description="The city the trip goes to.")
+    days: int = Field(description="How many days it lasts.")
+    budget_eur: float = Field(description="The budget in euros.")
+
+
+def test_for_model_looks_through_structured_output_and_fallbacks(simulator: Any) -> None:
+    # Before, each of these counted 0 tool and response-format tokens: the schema went uncounted.
+    settings = settings_for(simulator, MODEL_QWEN, 12_000)
+    model = build_chat_model(settings)
+    trimmer = PriorityTrimmer.from_settings(settings, prefix_stable=False)
+    messages = [HumanMessage("Plan three days in Lisbon for 900 euros.")]
+    schema_tokens = trimmer.token_counter.count_tools([Trip])
+
+    calling = model.with_structured_output(Trip, method="function_calling", include_raw=True)
+    calls = Recorder()
+    (trimmer.for_model(calling) | calling).invoke(messages, {"callbacks": [calls]})
+    (trim,) = calls.trims
+    assert trim.tool_tokens == schema_tokens > 40
+    assert calls.server_tokens == [trim.tokens_after]  # the simulator prefilled what we counted
+
+    fallbacks = model.bind_tools([Trip]).with_fallbacks([model])
+    assert trimmer.for_model(fallbacks).trim(messages).tool_tokens == schema_tokens
+
+    # OpenAI's counter puts a json_schema response format in the prompt; Qwen's template does not.
+    openai = PriorityTrimmer(12_000)
+    schema = model.with_structured_output(Trip, method="json_schema")
+    sent = {"type": "json_schema", "json_schema": {**convert_to_openai_function(Trip)}}
+    sent["json_schema"]["schema"] = sent["json_schema"].pop("parameters")
+    expected = openai.token_counter.count_response_format(sent)
+    assert openai.for_model(schema).trim(messages).response_format_tokens == expected > 40
+
+
+def test_for_model_says_when_it_finds_no_chat_model() -> None:
+    hidden = RunnableLambda(lambda messages: messages)
+    with pytest.raises(TypeError, match=r"no chat model found in the RunnableLambda.*tools="):
+        PriorityTrimmer(1000).for_model(hidden)
 
 
 def test_the_langgraph_hook_counts_the_prompt_and_tools_langgraph_adds(simulator: Any) -> None:

@@ -3,7 +3,9 @@
 The trimmer counts them against the budget as they go on the wire: tools as ``bind_tools``
 converts them (``convert_to_openai_tool``), the response format as the dict sent. A model bound
 with tools in a chain (``model.bind_tools(tools)``, ``.bind(...)``, ``.with_retry()``) carries them
-in its bindings; :func:`extras_of_model` reads them from there.
+in its bindings, and so does the model inside ``with_structured_output(...)`` (a tool with
+function calling, a ``response_format`` with json_schema or json_mode) and the primary of
+``with_fallbacks(...)``; :func:`extras_of_model` reads them from there.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from langchain_core.runnables import Runnable
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.runnables import Runnable, RunnableParallel, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
+from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -69,10 +73,12 @@ def extras(
 
 
 def extras_of_model(model: object) -> RequestExtras:
-    """Returns the tools and response format bound to ``model`` (``bind_tools``, ``bind``).
+    """Returns the tools and response format bound to ``model`` (see the module docstring).
 
     Raises:
-        TypeError: When ``model`` is not a LangChain Runnable.
+        TypeError: When ``model`` is not a LangChain Runnable, or no chat model is found in it
+            (e.g. a ``RunnableLambda`` around one): the message says to pass ``tools=`` and
+            ``response_format=`` to the trimmer instead.
     """
     if not isinstance(model, Runnable):
         raise TypeError(
@@ -80,9 +86,26 @@ def extras_of_model(model: object) -> RequestExtras:
             f"model.bind_tools(tools)), got {type(model).__name__}."
         )
     kwargs: dict[str, Any] = {}
-    while isinstance(model, RunnableBindingBase):  # .bind_tools().bind().with_retry() nest
-        kwargs = {**model.kwargs, **kwargs}  # the outer binding wins
-        model = model.bound
+    found: Runnable[Any, Any] | None = model
+    while found is not None and not isinstance(found, BaseLanguageModel):
+        if isinstance(found, RunnableBindingBase):  # .bind_tools().bind().with_retry() nest
+            kwargs = {**found.kwargs, **kwargs}  # the outer binding wins
+            found = found.bound
+        elif isinstance(found, RunnableWithFallbacks):  # the fallbacks run only on failure
+            found = found.runnable
+        elif isinstance(found, RunnableSequence):  # with_structured_output: model | parser
+            found = found.first
+        elif isinstance(found, RunnableParallel):  # ... with include_raw: {"raw": model} | ...
+            found = found.steps__.get("raw")
+        else:
+            found = None
+    if found is None:
+        raise TypeError(
+            "PriorityTrimmer.for_model: no chat model found in the "
+            f"{type(model).__name__} given (looked through bindings, with_structured_output and "
+            "with_fallbacks), so its tools cannot be counted. Fix: pass the model itself, or "
+            "give PriorityTrimmer(tools=..., response_format=...) what it sends."
+        )
     # The tools are already wire dicts; a bound ``strict`` was applied when they were converted.
     return extras(kwargs.get("tools"), kwargs.get("response_format"))
 
@@ -152,8 +175,9 @@ class ExtrasCounter:
     def _count_response_format(self, value: object) -> int:
         if value is None:
             return 0
-        if not isinstance(value, Mapping):
-            function = convert_to_openai_tool(cast(Any, value))["function"]
+        if not isinstance(value, Mapping):  # a schema, sent as ChatOpenAI converts it
+            function = dict(convert_to_openai_tool(cast(Any, value))["function"])
+            function["schema"] = function.pop("parameters", {})
             value = {"type": "json_schema", "json_schema": function}
         return self._counter.count_response_format(value)
 

@@ -15,7 +15,9 @@ order, and a new question changes it only when the tools kept do not hold the to
 5. the others, by relevance to the question.
 
 A tool called in a turn is kept from then on unless a later change evicts it (the least recently
-called or needed go first). The choice is a pure function of the messages (the same messages
+called or needed go first). Only the pinned tools and those called in the current turn may take
+the tools past the budget (with a warning): a call to a tool that was not sent forces it in for
+the rest of its turn, and the next question chooses again within the budget. The choice is a pure function of the messages (the same messages
 always give the same tools, in any process); it changes at most at a new user question, or
 within a turn when the model called a tool that was not sent. The kept tools are sent in their
 original order. Replays are remembered per conversation prefix, so an agent's next call costs a
@@ -167,7 +169,7 @@ def _step(
     # A needed tool that cannot fit at all must not make every question a change.
     needed = tuple(i for i in _needed(scores) if catalogue.tokens[i] <= room)
     kept = choice.kept
-    if first or not kept.issuperset(needed):
+    if first or not kept.issuperset(needed) or _over_budget(catalogue, kept):
         kept = _choose(catalogue, choice, scores, needed, forced=())
     last_used = list(choice.last_used)
     for i in needed:
@@ -178,6 +180,13 @@ def _step(
     for i in called:
         last_used[i] = number
     return _Choice(kept, tuple(last_used))
+
+
+def _over_budget(catalogue: _Catalogue, kept: frozenset[int]) -> bool:
+    """Whether ``kept`` exceeds the budget by more than the pinned tools force."""
+    tokens = catalogue.tokens
+    pinned = sum(tokens[i] for i in catalogue.pinned)
+    return sum(tokens[i] for i in kept) > max(catalogue.budget, pinned)
 
 
 def _needed(scores: list[float]) -> tuple[int, ...]:
