@@ -19,6 +19,7 @@ from agent_latency.config import LLMSettings, Settings
 from agent_latency.doctor import CheckResult, CheckStatus, Endpoint, printable, run_checks
 from agent_latency.doctor._checks import (
     check_api_root,
+    check_prefill,
     check_prefix_cache,
     check_streaming,
     check_tokenizer,
@@ -31,6 +32,7 @@ from agent_latency.doctor._probes import (
     ServerUsage,
     StreamProbe,
     TokenizerProbe,
+    fitting_size,
 )
 from agent_latency.sim import SimulatorConfig, running_simulator
 
@@ -284,3 +286,31 @@ def test_impossible_prompt_tokens_fail_one_check_and_nothing_else_breaks(
     assert [r.name for r in results if r.status is CheckStatus.FAIL] == ["server usage"]
     assert by_name["latency model"].status is CheckStatus.PASS
     assert "-" not in by_name["prefill"].fix  # no negative budget is suggested
+
+
+# --- a slow server: the prefill probes shrink to fit the probe timeout ------------------------
+
+
+def test_prefill_probes_on_a_slow_server_fit_the_probe_timeout() -> None:
+    # 2 ms per prompt token: the 2,000-token probe would take 4 s, past a 3 s probe timeout (a
+    # CPU llama-server prefilling ~100 tokens/s timed out on doctor's 10 s this way).
+    slow = SimulatorConfig(**{**FAST, "overhead_ms": 20.0, "prefill_ms_per_token": 2.0})
+    with running_simulator(slow) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192))
+        with Endpoint(settings, timeout_s=3.0) as endpoint:
+            samples = endpoint.probe_prefill()
+
+    assert isinstance(samples, list), samples
+    sizes = [sample.prompt_tokens for sample in samples]
+    assert len(sizes) == 2 and 200 <= sizes[0] < sizes[1] < 1000
+    assert all(sample.ttft_ms < 3000 for sample in samples)
+    assert "the probes went up to" in check_prefill(samples, settings).message
+
+
+def test_a_size_is_cut_to_what_the_probes_so_far_predict_fits() -> None:
+    first = [PrefillSample(200, 1000.0)]  # 5 ms per token, fixed costs included
+
+    assert fitting_size(200, [], 500.0) == 200
+    assert fitting_size(1000, first, 5000.0) == 1000
+    assert fitting_size(2000, first, 5000.0) == 1000
+    assert fitting_size(2000, first, 1200.0) is None  # 240 tokens: too close to 200 to add much

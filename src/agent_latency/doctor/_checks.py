@@ -18,6 +18,7 @@ from agent_latency._wire import MAX_REPORTED_TOKENS, ServerUsage
 from agent_latency.config import Settings
 from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._probes import (
+    PREFILL_PROBE_TOKENS,
     HttpReply,
     LimitProbe,
     PrefillSample,
@@ -267,7 +268,9 @@ def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> Check
             f"TTFT did not grow with prompt size (about {fit.intercept_ms:.0f} ms): prefill is too "
             f"fast to limit token_budget {budget}",
         )
-    cost = f"≈ {fit.ms_per_1k_tokens:.0f} ms per 1k prompt tokens + {fit.intercept_ms:.0f} ms fixed"
+    cost = (
+        f"≈ {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens + {fit.intercept_ms:,.0f} ms fixed"
+    )
     if limit == 0:
         return CheckResult(
             "prefill",
@@ -276,6 +279,12 @@ def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> Check
             "use a faster or less loaded server, or raise first_token_warn_ms",
         )
     found = f"{cost}; TTFT stays under {warn_ms} ms up to ≈ {limit:,} prompt tokens"
+    largest = max(sample.prompt_tokens for sample in samples)
+    if largest < PREFILL_PROBE_TOKENS[-1] / 2:
+        found += (
+            f" (the probes went up to {largest:,} tokens only: larger ones would not have been "
+            "answered within the probe timeout)"
+        )
     if limit >= budget:
         return CheckResult("prefill", CheckStatus.PASS, f"{found} (token_budget {budget:,})")
     return CheckResult(

@@ -34,6 +34,10 @@ STREAM_PROBE_TOKENS: Final = 32
 STREAM_PROBE_PROMPT: Final = "Count from 1 to 30, separated by spaces. Write only the numbers."
 """A prompt that any chat model answers at length, so the stream has chunks to time."""
 PREFILL_PROBE_TOKENS: Final = (200, 1000, 2000)
+PROBE_TIME_SHARE: Final = 0.5
+"""A prefill probe is sized to take at most this share of the probe timeout (by the probes
+before it), so that a slow server still answers it."""
+_MIN_SIZE_STEP: Final = 1.5
 TOKENIZER_PROBE_PROMPT: Final = (
     "Reply with one word. A customer in Berlin asks where order A2-7781 is; the carrier scanned "
     "it at the Leipzig hub yesterday at 18:40 and expects delivery on Thursday before noon. "
@@ -318,18 +322,25 @@ class Endpoint:
     def probe_prefill(
         self, sizes: Sequence[int] = PREFILL_PROBE_TOKENS
     ) -> list[PrefillSample] | HttpReply:
-        """Times one-token blocking answers to prompts of ``sizes`` tokens.
+        """Times one-token blocking answers to prompts of ``sizes`` tokens, smallest first.
 
         Each prompt starts with a fresh random tag, so no prefix cache can shorten its prefill.
+        A slow server (a CPU prefilling 100 tokens a second) would not answer the largest within
+        the probe timeout: a size the probes so far predict to take more than
+        :data:`PROBE_TIME_SHARE` of it is cut to what fits, and dropped when that adds little
+        to the sizes already sent (see :func:`fitting_sizes`).
 
         Returns:
-            One sample per size, or the first reply that failed.
+            One sample per size sent, or the first reply that failed.
         """
         filler_tokens = self._counter.encode(_FILLER * (max(sizes) // 8 + 1))
         samples: list[PrefillSample] = []
-        for size in sizes:
+        for size in sorted(sizes):
+            fits = fitting_size(size, samples, self.timeout_s * 1000 * PROBE_TIME_SHARE)
+            if fits is None:
+                break
             prompt = f"[{uuid.uuid4().hex}] Reply with one word. " + self._counter.decode(
-                filler_tokens[:size]
+                filler_tokens[:fits]
             )
             sample = self.time_prompt(prompt)
             if isinstance(sample, HttpReply):
@@ -435,6 +446,22 @@ class TokenizerProbe:
     tools: tuple[dict[str, Any], ...] = ()
     tools_reply: HttpReply | None = None
     tools_usage: ServerUsage = field(default_factory=ServerUsage)
+
+
+def fitting_size(size: int, samples: Sequence[PrefillSample], within_ms: float) -> int | None:
+    """The prompt size to probe next: ``size``, or less where the probes so far predict that
+    ``size`` tokens take more than ``within_ms``; ``None`` when what fits is not at least
+    :data:`_MIN_SIZE_STEP` times the largest size probed (it would add nothing to the fit).
+
+    The prediction is the slowest probe's time per prompt token, fixed costs included: it errs
+    toward smaller probes.
+    """
+    if not samples:
+        return size
+    ms_per_token = max(s.ttft_ms / max(s.prompt_tokens, 1) for s in samples)
+    fits = min(size, int(within_ms / ms_per_token)) if ms_per_token > 0 else size
+    largest = max(s.prompt_tokens for s in samples)
+    return fits if fits >= largest * _MIN_SIZE_STEP else None
 
 
 def listed_models(body: Any) -> list[str]:
