@@ -18,6 +18,8 @@ EXPECTED_PUBLIC_NAMES = [
     "CostAwareTrimmer",
     "LLMSettings",
     "LatencyCallbackHandler",
+    "LatencyCoefficients",
+    "LatencyModel",
     "LatencyRecord",
     "MessageDecision",
     "MetricsSettings",

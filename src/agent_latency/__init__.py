@@ -5,9 +5,12 @@ once; the callback handler measures both as OpenTelemetry spans and metrics.
 
 The parts, each a subpackage: :mod:`agent_latency.trimming` (the trimmer and the agent
 middleware), :mod:`agent_latency.telemetry` (the callback handler and the OpenTelemetry setup),
-:mod:`agent_latency.bench` and :mod:`agent_latency.doctor` (the tooling behind the CLI),
-:mod:`agent_latency.sim` (the latency simulator) and :mod:`agent_latency.semconv` (every
-telemetry name to query). The names below are the ones most programs need.
+:mod:`agent_latency.tokens` (counting in the model's own tokens), :mod:`agent_latency.config`
+(the two settings files and the channel), :mod:`agent_latency.bench` and
+:mod:`agent_latency.doctor` (the tooling behind the CLI), :mod:`agent_latency.sim` (the latency
+simulator) and :mod:`agent_latency.semconv` (every telemetry name to query); docs/architecture.md
+draws them. The names below are the ones most programs need. ``LatencyModel`` is the learned
+time-to-first-token model of an endpoint that ``CostAwareTrimmer`` decides with.
 
 ``TrimmingMiddleware`` needs the ``agents`` extra (``pip install 'agent-latency[agents]'``); it is
 imported on first use, so everything else works without langchain and langgraph.
@@ -17,6 +20,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
+from agent_latency._latency_model import LatencyCoefficients, LatencyModel
 from agent_latency._trace_link import RunContextProvider
 from agent_latency.config import (
     ConfigError,
@@ -61,6 +65,8 @@ __all__ = [
     "CostAwareTrimmer",
     "LLMSettings",
     "LatencyCallbackHandler",
+    "LatencyCoefficients",
+    "LatencyModel",
     "LatencyRecord",
     "MessageDecision",
     "MetricsSettings",
