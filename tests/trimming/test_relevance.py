@@ -11,7 +11,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency import LatencyCallbackHandler, PriorityTrimmer, TokenCounter
-from agent_latency.bench._quality import PLACES, make_case, retained, run_quality
+from agent_latency.bench import make_case, needle_places, retained, run_quality
 from agent_latency.trimming._relevance import TermCache, bm25_scores, terms
 
 COUNTER = TokenCounter()
@@ -107,7 +107,7 @@ def test_relevance_never_splits_a_tool_unit_and_keeps_the_rules(
 
 
 def test_generated_cases_state_their_fact_where_they_say() -> None:
-    for place in PLACES:
+    for place in needle_places():
         for language in ("en", "zh"):
             case = make_case(0, place, language, 12)
             assert retained(case, case.messages), (place, language)

@@ -15,25 +15,27 @@ what each means). The rules are in docs/trimming.md.
 :class:`CostAwareTrimmer` wraps a trimmer for multi-turn conversations: per conversation it sends
 the previous prompt plus the new messages while the server's prefix cache is warm, and cuts when
 the latency model of the endpoint predicts an earlier first token from it (docs/trimming.md);
-``deep_cut_budgets`` gives the budgets of its deep cuts (``DEEP_CUT_FRACTIONS`` of the budget by
-default).
+:class:`LatestCall` is what it remembers of a conversation's latest call (for
+:meth:`CostAwareTrimmer.trim_after`, where the caller keeps it); ``deep_cut_budgets`` gives the
+budgets of its deep cuts (``DEEP_CUT_FRACTIONS`` of the budget by default).
 
 Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``,
-``DEEP_CUT_FRACTIONS``, ``MessageDecision``, ``PriorityClass``, ``PriorityTrimmer``,
-``RULE_EXPLANATIONS``, ``Rule``, ``TrimOptions``, ``TrimResult``, ``TrimmingMiddleware``,
-``deep_cut_budgets``.
+``DEEP_CUT_FRACTIONS``, ``LatestCall``, ``MessageDecision``, ``PriorityClass``,
+``PriorityTrimmer``, ``RULE_EXPLANATIONS``, ``Rule``, ``TrimOptions``, ``TrimResult``,
+``TrimmingMiddleware``, ``deep_cut_budgets``.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from agent_latency.config import PriorityClass
+from agent_latency.trimming._choice import CostAwareChoice
 from agent_latency.trimming._cost_aware import (
     DEEP_CUT_FRACTIONS,
     CostAwareTrimmer,
     deep_cut_budgets,
 )
 from agent_latency.trimming._decisions import RULE_EXPLANATIONS, Action, MessageDecision, Rule
-from agent_latency.trimming._forecast import CostAwareChoice
+from agent_latency.trimming._latest_call import LatestCall
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._result import ClassFigures, TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -48,6 +50,7 @@ __all__ = [  # noqa: RUF022
     "CostAwareChoice",
     "CostAwareTrimmer",
     "DEEP_CUT_FRACTIONS",
+    "LatestCall",
     "MessageDecision",
     "PriorityClass",
     "PriorityTrimmer",

@@ -15,11 +15,7 @@ from agent_latency import semconv
 from agent_latency._trace_link import TRIM_FIELDS
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.tokens import PromptCalibration
-from agent_latency.trimming._decisions import RULE_EXPLANATIONS as RULE_EXPLANATIONS
-from agent_latency.trimming._decisions import MessageDecision as MessageDecision
-
-# The two re-exports are transitional: for cli/_trim and _conversations, until they import
-# agent_latency.trimming and _decisions (requested in the team notes).
+from agent_latency.trimming._decisions import MessageDecision
 
 UsageReceiver = Callable[[int | None, int | None, float | None], object]
 """Takes a model call's prompt tokens, cached prompt tokens (as the server reported them) and
@@ -82,7 +78,9 @@ class TrimResult:
         dropped_messages: How many input messages are not in ``messages``.
         shortened_messages: How many messages were sent shortened.
         over_budget: Whether the request sent exceeds ``effective_budget``: the fixed part
-            alone (see :attr:`over_budget_cause`) does not fit.
+            alone does not fit (the latest user message is then sent whole), or
+            (``CostAwareTrimmer``) an append on a warm cache went past the budget, up to the
+            hard limit; :attr:`over_budget_cause` says which.
         elapsed_ms: How long the trim took.
         tool_tokens: Tokens of the tool definitions sent (structured-output tools included).
         response_format_tokens: Tokens of the ``response_format`` schema sent.

@@ -11,7 +11,8 @@ are recorded on the span and propagate unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from langchain_core.callbacks.manager import (
     AsyncCallbackManagerForChainRun,
@@ -28,6 +29,16 @@ from agent_latency.semconv import TRIM_SPAN_NAME
 logger = logging.getLogger("agent_latency.trimming")
 
 RunManager = CallbackManagerForChainRun | AsyncCallbackManagerForChainRun
+_Default = TypeVar("_Default", Tracer, None)
+
+
+class HasHandlers(Protocol):
+    """A run manager or callback manager: what holds a run's callback handlers."""
+
+    @property
+    def handlers(self) -> Sequence[object]:
+        """The run's callback handlers."""
+        ...
 
 
 def start_span(tracer: Tracer, context: Context | None) -> Span:
@@ -63,10 +74,15 @@ def run_context(run_manager: RunManager) -> Context | None:
     )
 
 
-def run_tracer(run_manager: RunManager, default: Tracer) -> Tracer:
-    """The tracer of the first of the run's handlers that offers one, else ``default``."""
+def run_tracer(callbacks: HasHandlers, default: _Default) -> Tracer | _Default:
+    """The tracer of the first of the run's handlers that offers one, else ``default``.
+
+    Args:
+        callbacks: The run manager (or a callback manager) of the run the trim is part of.
+        default: What to use when no handler offers a tracer, or one fails to.
+    """
     try:
-        return find_trim_tracer(run_manager.handlers) or default
+        return find_trim_tracer(callbacks.handlers) or default
     except Exception:  # a handler's failure must not fail the trim
         logger.warning("agent-latency: a handler's tracer_for_trims() failed", exc_info=True)
         return default

@@ -17,11 +17,11 @@ order, and a new question changes it only when the tools kept do not hold the to
 A tool called in a turn is kept from then on unless a later change evicts it (the least recently
 called or needed go first). Only the pinned tools and those called in the current turn may take
 the tools past the budget (with a warning): a call to a tool that was not sent forces it in for
-the rest of its turn, and the next question chooses again within the budget. The choice is a pure function of the messages (the same messages
-always give the same tools, in any process); it changes at most at a new user question, or
-within a turn when the model called a tool that was not sent. The kept tools are sent in their
-original order. Replays are remembered per conversation prefix, so an agent's next call costs a
-pass over the messages and a look-up.
+the rest of its turn, and the next question chooses again within the budget. The choice is a
+pure function of the messages (the same messages always give the same tools, in any process); it
+changes at most at a new user question, or within a turn when the model called a tool that was
+not sent. The kept tools are sent in their original order. Replays are remembered per
+conversation prefix, so an agent's next call costs a pass over the messages and a look-up.
 """
 
 from __future__ import annotations
