@@ -314,3 +314,31 @@ def test_a_size_is_cut_to_what_the_probes_so_far_predict_fits() -> None:
     assert fitting_size(1000, first, 5000.0) == 1000
     assert fitting_size(2000, first, 5000.0) == 1000
     assert fitting_size(2000, first, 1200.0) is None  # 240 tokens: too close to 200 to add much
+
+
+class DropsKeptAliveConnection(httpx.HTTPTransport):
+    """Forwards to the simulator, but the first POST finds its kept-alive connection closed by
+    the server before any answer, as llama-server's do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and not self.dropped:
+            self.dropped += 1
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return super().handle_request(request)
+
+
+def test_a_connection_the_server_closed_between_probes_is_not_a_failed_check() -> None:
+    # Reported against llama-server: "FAIL streaming: ... RemoteProtocolError: Server
+    # disconnected without sending a response."
+    transport = DropsKeptAliveConnection()
+    with running_simulator(SimulatorConfig(**FAST)) as sim:
+        checks = _by_name(
+            Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192)), transport
+        )
+
+    assert transport.dropped == 1
+    assert [name for name, found in checks.items() if not found.startswith("pass")] == []

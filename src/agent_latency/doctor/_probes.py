@@ -202,6 +202,24 @@ class ServerProps:
     renders_tools: bool | None
 
 
+class _RetriesStaleConnection(httpx.BaseTransport):
+    """Sends a request once more when the server closed the kept-alive connection it went out
+    on before answering (llama-server closes idle and long-used ones: "Server disconnected
+    without sending a response" on the next probe). Probes are safe to repeat."""
+
+    def __init__(self, transport: httpx.BaseTransport) -> None:
+        self._transport = transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return self._transport.handle_request(request)
+        except httpx.RemoteProtocolError:
+            return self._transport.handle_request(request)
+
+    def close(self) -> None:
+        self._transport.close()
+
+
 class Endpoint:
     """Small real requests to the configured OpenAI-compatible endpoint.
 
@@ -228,7 +246,10 @@ class Endpoint:
         self._secret = key.get_secret_value() if key is not None else None
         headers = {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
         self._client = httpx.Client(
-            headers=headers, timeout=self.timeout_s, transport=transport, follow_redirects=True
+            headers=headers,
+            timeout=self.timeout_s,
+            transport=_RetriesStaleConnection(transport or httpx.HTTPTransport()),
+            follow_redirects=True,
         )
         self._counter = TokenCounter()  # builds prompts of a known size; any tokenizer would do
 
