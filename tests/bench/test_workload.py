@@ -4,6 +4,7 @@ strategy and peer, retention of the planted facts, refused requests, the frontie
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from agent_latency.bench import (
     WorkloadProgress,
     run_mixed_workload,
     workload_strategies,
+    write_frontier_plot,
 )
 from agent_latency.bench._contenders import budget_points
 from agent_latency.bench._mixed import schedule
@@ -290,3 +292,26 @@ def test_the_frontier_runs_every_point_of_each_knob_and_marks_one_default_per_st
     # A larger budget sends more context.
     stable = [e for e in points if e["strategy"] == "prefix_stable"]
     assert [e["context_tokens"] for e in stable] == sorted(e["context_tokens"] for e in stable)
+
+
+def test_the_frontier_plot_draws_one_panel_per_profile_from_the_json_entries(
+    tmp_path: Path,
+) -> None:
+    entries = [
+        {
+            "profile": profile,
+            "strategy": strategy,
+            "knob": {"budget": budget},
+            "default": budget == 2,
+            "mean_wait_ms": 100.0 * budget,
+            "retention": budget / 4,
+            "context_tokens": 1000.0 * budget,
+        }
+        for profile in ("vllm-h100-7b", "llama-cpu", "openai-hosted")
+        for strategy in ("prefix_stable", "trim_messages_exact")
+        for budget in (1, 2, 3)
+    ]
+    write_frontier_plot(entries, tmp_path / "frontier.png")
+    assert (tmp_path / "frontier.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="no frontier entries"):
+        write_frontier_plot([], tmp_path / "empty.png")

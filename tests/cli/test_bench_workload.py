@@ -82,6 +82,8 @@ def test_the_frontier_on_a_server_profile_writes_every_point(
             "2",  # the last question round and the final call
             "--workload-conversations",
             "1",
+            "--plot",
+            str(tmp_path / "frontier.png"),
             "--json",
             str(tmp_path / "bench.json"),
         ]
@@ -103,6 +105,7 @@ def test_the_frontier_on_a_server_profile_writes_every_point(
     assert workload["simulator"]["cache_block_tokens"] == 16
     assert workload["simulator"]["clock_scale"] == 1.0  # a fast profile runs at its own speed
     assert "Frontier on the simulator as vllm-h100-7b" in " ".join(captured.out.split())
+    assert (tmp_path / "frontier.png").read_bytes().startswith(b"\x89PNG")
     # Without a terminal, a few progress lines, not one per call.
     lines = captured.err.splitlines()
     assert 1 <= len(lines) <= 10 and all(

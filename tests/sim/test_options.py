@@ -159,3 +159,27 @@ def test_the_tokenizer_is_the_served_models_own_unless_one_is_named() -> None:
     assert SimulatorConfig(tokenizer=None, model="gemma-3-270m").prompt_tokenizer == "gemma-3-270m"
     assert SimulatorConfig(tokenizer=None, model=("a", "b")).prompt_tokenizer == "a"
     assert SimulatorConfig(tokenizer="o200k", model="gemma-3-270m").prompt_tokenizer == "o200k"
+
+
+def test_the_simulator_counts_in_the_served_models_own_tokens_by_default() -> None:
+    # Issue 23 item 13: it counted cl100k with OpenAI's framing whatever the model: a Chinese
+    # conversation 2,004 tokens by the simulator, 1,355 by the trimmer (Qwen, the default model).
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_openai import ChatOpenAI
+
+    from agent_latency import Settings, TokenCounter
+    from agent_latency.sim import running_simulator
+
+    messages = [
+        SystemMessage("你是一个物流公司的客服助手，回答要简洁。"),
+        HumanMessage(
+            "关于区域仓库的发货延迟以及承运商调整后的取件时间表，第12项记录显示处理时间为30分钟。"
+        ),
+    ]
+    model = Settings().llm.model
+    with running_simulator(SimulatorConfig(overhead_ms=1, decode_tokens_per_s=5000)) as sim:
+        chat = ChatOpenAI(model=model, base_url=sim.base_url, api_key="none", max_tokens=2)
+        answer = chat.invoke(messages)
+    counted = answer.usage_metadata["input_tokens"]  # type: ignore[index]
+    assert counted == TokenCounter.for_model(model).count_messages(messages)
+    assert counted != TokenCounter().count_messages(messages)  # not cl100k's count

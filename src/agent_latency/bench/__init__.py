@@ -16,7 +16,8 @@ refused requests. A report's parts (:class:`ModeResult`, :class:`Sample`,
 :class:`StrategyResult` of a replay :class:`Strategy`) are values anyone can read or build.
 :func:`run_quality` is the model-free retention benchmark (``--quality``:
 generated needle cases at :func:`needle_places`, :func:`make_case`, :func:`retained`).
-:func:`write_plot` draws a report (matplotlib, optional). The tables are the CLI's.
+:func:`write_plot` draws a report, :func:`write_frontier_plot` the ``"frontier"`` entries of
+one or more ``--json`` documents (matplotlib, optional). The tables are the CLI's.
 
 Exports: ``BenchPlan``, ``BenchReport``, ``EndpointError``, ``MixedWorkload``, ``Mode``,
 ``ModeResult``, ``NeedleCase``, ``ProgressCallback``, ``QualityRow``, ``RequestRefused``,
@@ -24,7 +25,7 @@ Exports: ``BenchPlan``, ``BenchReport``, ``EndpointError``, ``MixedWorkload``, `
 ``WorkloadReport``, ``check_regression``, ``combined_frontier``, ``load_baseline``,
 ``load_scenario``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
 ``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
-``saving_breakdown``, ``workload_strategies``, ``write_plot``.
+``saving_breakdown``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
 """
 
 from agent_latency.bench._contenders import workload_strategies
@@ -39,7 +40,7 @@ from agent_latency.bench._measurements import (
     percentile,
 )
 from agent_latency.bench._mixed import MixedWorkload
-from agent_latency.bench._plot import require_matplotlib, write_plot
+from agent_latency.bench._plot import require_matplotlib, write_frontier_plot, write_plot
 from agent_latency.bench._quality import (
     NeedleCase,
     QualityRow,
@@ -86,5 +87,6 @@ __all__ = [
     "run_quality",
     "saving_breakdown",
     "workload_strategies",
+    "write_frontier_plot",
     "write_plot",
 ]

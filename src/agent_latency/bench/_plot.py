@@ -10,7 +10,7 @@ global backend switch).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -69,7 +69,12 @@ def write_plot(
     ]
     rows = [top] if top else []
     if frontier:
-        rows.append([partial(_frontier_panel, run=run) for run in frontier])
+        rows.append(
+            [
+                partial(_frontier_panel, entries=run.frontier_json(), title=_where(run))
+                for run in frontier
+            ]
+        )
     columns = max((len(row) for row in rows), default=1)
     height = 4.8 if not frontier else 4.8 * (len(rows) - 1) + 7.0
     figure = Figure(
@@ -136,47 +141,83 @@ def _sweep_panel(sweep_axes: Any, *, report: BenchReport) -> None:
 _PEERS: Final = ("none", "hard_limit", "trim_messages", "context_editing", "summarization")
 
 
-def _frontier_panel(axes: Any, *, run: WorkloadReport) -> None:
+def _frontier_panel(axes: Any, *, entries: Sequence[Mapping[str, Any]], title: str) -> None:
     """Mean wait against retention: one line per strategy through its knob's points, in the
     order of the context they send; the default point a star."""
-    colors = [f"C{i}" for i in range(10)]
-    strategies = list(dict.fromkeys(point.strategy for point in run.frontier))
+    strategies = list(dict.fromkeys(str(entry["strategy"]) for entry in entries))
     for index, strategy in enumerate(strategies):
-        points = [
-            p
-            for p in run.frontier
-            if p.strategy == strategy and p.retention is not None and p.mean_wait_ms is not None
-        ]
-        points.sort(key=lambda p: p.context_tokens or 0.0)
+        points = sorted(
+            (
+                e
+                for e in entries
+                if e["strategy"] == strategy
+                and e.get("retention") is not None
+                and e.get("mean_wait_ms") is not None
+            ),
+            key=lambda e: e.get("context_tokens") or 0.0,
+        )
         if not points:
             continue
         peer = strategy.startswith(_PEERS)
-        color = colors[index % len(colors)]
+        color = f"C{index % 10}"
         axes.plot(
-            [100 * (p.retention or 0.0) for p in points],
-            [p.mean_wait_ms for p in points],
-            marker="o" if not peer else "s",
+            [100 * e["retention"] for e in points],
+            [e["mean_wait_ms"] for e in points],
+            marker="s" if peer else "o",
             markersize=4,
             linestyle="--" if peer else "-",
             color=color,
             label=strategy,
         )
-        for p in points:
-            if p.default:
+        for e in points:
+            if e.get("default"):
                 axes.plot(
-                    [100 * (p.retention or 0.0)],
-                    [p.mean_wait_ms],
+                    [100 * e["retention"]],
+                    [e["mean_wait_ms"]],
                     marker="*",
                     markersize=13,
                     color=color,
                     markeredgecolor="black",
                 )
-    profile = run.where.profile or ("simulator" if run.where.simulated else run.where.model)
-    axes.set_title(f"Frontier · {profile}: wait against retention (★ default)")
+    axes.set_title(f"Frontier · {title}: wait against retention (★ default)")
     axes.set_xlabel("needed facts still sent, % (retention)")
     axes.set_ylabel("mean wait, ms (TTFT + trim)")
     axes.set_ylim(bottom=0)
     axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+
+
+def _where(run: WorkloadReport) -> str:
+    return run.where.profile or ("simulator" if run.where.simulated else run.where.model)
+
+
+def write_frontier_plot(entries: Sequence[Mapping[str, Any]], path: str | Path) -> None:
+    """Draws ``"frontier"`` entries (of one ``--json`` document or several) into a PNG file at
+    ``path``: one panel per profile (or endpoint), one line per strategy.
+
+    Raises:
+        ValueError: When matplotlib is missing, or there are no entries.
+        OSError: When the file cannot be written.
+    """
+    require_matplotlib()
+    if not entries:
+        raise ValueError("write_frontier_plot: no frontier entries to draw.")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    profiles = list(dict.fromkeys(str(e.get("profile") or "endpoint") for e in entries))
+    columns = min(2, len(profiles))
+    rows = -(-len(profiles) // columns)
+    figure = Figure(figsize=(10 * columns, 6.5 * rows), layout="constrained")
+    FigureCanvasAgg(figure)
+    grid = figure.subplots(rows, columns, squeeze=False)
+    for index, axes in enumerate(grid.flat):
+        if index >= len(profiles):
+            axes.set_visible(False)
+            continue
+        profile = profiles[index]
+        chosen = [e for e in entries if str(e.get("profile") or "endpoint") == profile]
+        _frontier_panel(axes, entries=chosen, title=profile)
+    figure.savefig(Path(path), dpi=100)
 
 
 def _quality_panel(axes: Any, *, rows: Sequence[QualityRow]) -> None:

@@ -91,8 +91,9 @@ def bench(
         int,
         typer.Option(
             min=0,
-            help="Timed calls per mode; 0 skips the four-mode table (about 20 s on the "
-            "simulator), e.g. for --quality, --workload or --turns alone.",
+            help="Timed calls per mode; 0 skips the four-mode table and the plot's prefill "
+            "sweep (about 20 s each on the simulator), e.g. for --quality, --workload or --turns "
+            "alone.",
         ),
     ] = 5,
     turns: Annotated[
@@ -222,7 +223,8 @@ def bench(
         load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
     )
     conversation = load_scenario(messages)
-    plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None)
+    # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
+    plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None and runs > 0)
     baseline_ms = load_baseline(baseline) if baseline is not None else None
     for option, path in (("--json", json_file), ("--plot", plot)):
         if path is not None:

@@ -97,7 +97,7 @@ class SimulatorConfig:
     decode_tokens_per_s: float = 50.0
     answer_tokens: int = 64
     context_window: int | None = None
-    tokenizer: str | None = "cl100k"
+    tokenizer: str | None = None
     prefix_cache: bool = True
     cache_tokens: int = 100_000
     cache_block_tokens: int = 16
