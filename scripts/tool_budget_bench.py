@@ -418,7 +418,7 @@ def main(
     args = parser.parse_args(argv)
     config = simulator or SimulatorConfig()
     model = args.model or config.models[0]
-    counter = TokenCounter.for_model(config.tokenizer if args.base_url is None else model)
+    counter = TokenCounter.for_model(config.prompt_tokenizer if args.base_url is None else model)
     every = counter.count_tools(agent_tools())
     print(
         f"{len(CATALOGUE)} tools, {every:,} tokens of definitions; {args.conversations} "
