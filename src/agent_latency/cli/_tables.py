@@ -189,7 +189,8 @@ def quality_table(rows: Sequence[QualityRow]) -> Table:
 
 # -- the mixed workload ---------------------------------------------------------------------------
 
-_NAME_WIDTH: Final = 25
+_NAME_WIDTH: Final = 26
+_KNOB_WIDTH: Final = 25
 
 
 def _figure(value: float | None, form: str = ",.0f") -> str:
@@ -201,7 +202,7 @@ def _share(value: float | None) -> str:
 
 
 def _knob(knob: Mapping[str, int]) -> str:
-    return " ".join(f"{name} {value:,}" for name, value in knob.items()) or "—"
+    return ", ".join(f"{name} {value:,}" for name, value in knob.items()) or "—"
 
 
 def _where(report: WorkloadReport) -> str:
@@ -279,12 +280,14 @@ def _caption(report: WorkloadReport) -> str:
 def frontier_table(report: WorkloadReport) -> str:
     """Every point of the frontier as plain text, by strategy, with its knob."""
     rows = [
-        f"{'strategy':<{_NAME_WIDTH}}{'knob':<22}{'mean':>7}{'p95':>7}{'kept':>6}{'context':>8}",
+        f"{'strategy':<{_NAME_WIDTH}}{'knob':<{_KNOB_WIDTH}}{'mean':>6}{'p95':>6}{'kept':>6}"
+        f"{'context':>8}",
     ]
     for run in report.frontier:
         rows.append(
-            f"{run.strategy:<{_NAME_WIDTH}}{_knob(run.knob) + (' *' if run.default else ''):<22}"
-            f"{_figure(run.mean_wait_ms):>7}{_figure(run.p95_wait_ms):>7}"
+            f"{run.strategy:<{_NAME_WIDTH}}"
+            f"{_knob(run.knob) + (' *' if run.default else ''):<{_KNOB_WIDTH}}"
+            f"{_figure(run.mean_wait_ms):>6}{_figure(run.p95_wait_ms):>6}"
             f"{_share(run.retention):>6}{_figure(run.context_tokens):>8}"
         )
     rows.append(
