@@ -191,3 +191,87 @@ def test_question_retention_counts_what_shortening_the_question_removed() -> Non
 
     assert result.decisions[-1].action == "shortened" and not result.over_budget
     assert result.question_retention is not None and result.question_retention < 0.5
+
+
+# --- The head and tail rounds are a preference, not a wall (issue 22, deliver 4) -------------
+
+NEEDLES = {
+    "en": (
+        "Note for later: the staging database listens on port 6432.",
+        "Noted: the staging database is on port 6432.",
+        "Which port does the staging database listen on?",
+    ),
+    "zh": (
+        "请记住：测试数据库监听的端口是6432。",
+        "好的，测试数据库的端口是6432。",
+        "测试数据库监听的端口是多少？",
+    ),
+}
+FILLER = {
+    "en": "Here is the status of ticket {n}: the customer asked about invoices and shipping. " * 4,
+    "zh": "这是工单{n}的情况：客户询问了发票和运输的问题，我们已经回复。" * 3,
+}
+
+
+def needle_conversation(language: str, needle_round: int = 5) -> list[BaseMessage]:
+    """12 rounds of 140-180 tokens, a fact stated once in a middle round, asked about at the end."""
+    said, noted, question = NEEDLES[language]
+    messages: list[BaseMessage] = [SystemMessage("You are a support assistant.")]
+    for n in range(12):
+        if n == needle_round:
+            messages += [HumanMessage(said), AIMessage(noted)]
+            continue
+        messages += [
+            HumanMessage(FILLER[language].format(n=n)),
+            AIMessage(FILLER[language].format(n=n + 100)),
+        ]
+    return [*messages, HumanMessage(question)]
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_needed_middle_round_survives_when_head_and_tail_alone_fill_the_budget(
+    language: str,
+) -> None:
+    messages = needle_conversation(language)
+    needle = messages[1 + 2 * 5]
+    head_and_tail = [*messages[1:5], *messages[-9:-1]]  # 2 head rounds and 4 tail rounds
+    assert COUNTER.count_messages(head_and_tail) > 700 - COUNTER.count_messages(
+        [messages[0], messages[-1]]
+    )
+
+    result = PriorityTrimmer(
+        700,
+        token_counter=COUNTER,
+        history_selection="relevance",
+        history_keep_head=2,
+        history_keep_tail=4,
+    ).trim(messages)
+
+    assert needle in result.messages and result.messages[-1] is messages[-1]
+    assert result.tokens_after <= 700 and not result.over_budget
+    assert result.question_retention == 1.0
+
+
+def test_with_room_for_head_and_tail_they_stay_protected() -> None:
+    messages = needle_conversation("en")
+    budget = COUNTER.count_messages(messages) - 150  # one middle round has to go
+
+    result = PriorityTrimmer(budget, token_counter=COUNTER, history_selection="relevance").trim(
+        messages
+    )
+
+    kept = set(map(id, result.messages))
+    assert all(id(m) in kept for m in [*messages[1:5], *messages[-9:-1]])  # head and tail kept
+    assert messages[1 + 2 * 5] in result.messages and 0 < result.dropped_messages < 12
+
+
+def test_by_age_head_and_tail_that_do_not_fit_yield_to_the_newest_rounds() -> None:
+    messages = needle_conversation("en")
+    rounds = [messages[1 + 2 * n : 3 + 2 * n] for n in range(12)]
+    newest = [m for r in rounds[-5:] for m in r]
+    budget = COUNTER.count_messages([messages[0], *newest, messages[-1]])  # five rounds' room
+
+    result = PriorityTrimmer(budget, token_counter=COUNTER, prefix_stable=False).trim(messages)
+
+    # Before, the first head round was kept in place of the newest middle round.
+    assert result.messages == [messages[0], *newest, messages[-1]]

@@ -452,8 +452,7 @@ def test_every_rule_is_explained_once_and_the_docs_table_says_the_same() -> None
     from pathlib import Path
     from typing import get_args
 
-    from agent_latency.trimming import Rule
-    from agent_latency.trimming import RULE_EXPLANATIONS
+    from agent_latency.trimming import RULE_EXPLANATIONS, Rule
 
     assert list(RULE_EXPLANATIONS) == list(get_args(Rule))
     docs = (Path(__file__).resolve().parents[2] / "docs" / "trimming.md").read_text("utf-8")

@@ -326,7 +326,7 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
     goal = _rounded_up(excess, options)
     dropped = 0
     previous_class: PriorityClass | None = None
-    for block in _drop_order(plan, units, options, terms):
+    for block in _drop_order(plan, units, options, terms, goal):
         # Rounding up to the step never reaches into a class that the exact excess spares.
         if dropped >= goal or (dropped >= excess and block.priority_class != previous_class):
             break
@@ -344,8 +344,9 @@ def _rounded_up(excess: int, options: TrimOptions) -> int:
 
 
 def _drop_order(
-    plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache
+    plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache, goal: int
 ) -> list[_Block]:
+    """The droppable units in drop order, ``goal`` tokens to be taken off."""
     droppable: dict[PriorityClass, list[Unit]] = {c: [] for c in options.priority_order}
     for unit in units:
         first = unit.indices[0]
@@ -357,27 +358,38 @@ def _drop_order(
         return _Block(priority_class, indices)
 
     order: list[_Block] = []
+    before = 0  # the tokens of the classes dropped before the history
     for priority_class in reversed(options.priority_order):
         members = droppable[priority_class]
         if priority_class == "history":
-            rounds = _history_drop_order(plan, members, options, terms)
+            history = sum(_size(plan, unit) for unit in members)
+            room = history - max(goal - before, 0)  # what the budget leaves for the history
+            rounds = _history_drop_order(plan, members, options, terms, room)
             order.extend(block("history", r) for r in rounds)
         elif priority_class == "system":
             # The first system message usually holds the main instructions: it goes last.
             order.extend(block("system", [unit]) for unit in reversed(members))
         else:
             order.extend(block(priority_class, [unit]) for unit in members)
+        before += sum(_size(plan, unit) for unit in members)
     return order
 
 
+def _size(plan: Plan, unit: Unit) -> int:
+    """The tokens of a unit as planned now."""
+    return sum(plan.sizes[index] for index in unit.indices)
+
+
 def _history_drop_order(
-    plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache
+    plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache, room: int
 ) -> list[list[Unit]]:
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
     With ``history_selection="relevance"`` the middle rounds go least relevant to the latest
-    user message first (BM25; oldest first among equally relevant ones); the head and tail
-    rules stay.
+    user message first (BM25; oldest first among equally relevant ones). The head and tail
+    rounds are a preference, not a wall: when they alone take more than ``room`` (what the
+    budget leaves for the history), every round is ranked with the rest (by relevance, or by
+    age: the newest kept first), so the round the question needs is not the one dropped.
     """
     rounds: dict[int, list[Unit]] = {}
     for unit in units:
@@ -387,11 +399,13 @@ def _history_drop_order(
     tail_start = max(len(ordered) - options.history_keep_tail, 0)
     head_end = min(options.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
+    if sum(_size(plan, unit) for r in (*head, *tail) for unit in r) > room:
+        head, middle, tail = [], ordered, []
     if options.history_selection == "relevance" and len(middle) > 1:
-        pairs = zip(plan.texts, plan.classes, strict=True)
-        question = next((text for text, c in pairs if c == "latest_user"), "")
+        question = plan.question()
+        query = "" if question is None else plan.texts[question]
         texts = [[plan.texts[i] for u in r for i in u.indices] for r in middle]
-        scores = bm25_scores(question, texts, terms)
+        scores = bm25_scores(query, texts, terms)
         middle = [middle[k] for k in sorted(range(len(middle)), key=lambda k: scores[k])]
     return middle + head[::-1] + tail  # the history erodes outwards from its middle
 
