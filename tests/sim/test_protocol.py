@@ -89,7 +89,8 @@ def test_blocking_answer_reports_usage_as_the_token_counter_counts(sim: RunningS
     assert choice.finish_reason == "stop"
     assert response.model == DEFAULT_MODEL
     assert response.usage is not None
-    assert response.usage.prompt_tokens == TokenCounter().count_messages(
+    # The simulator counts in the served model's own tokens, as its server would.
+    assert response.usage.prompt_tokens == TokenCounter.for_model(DEFAULT_MODEL).count_messages(
         convert_to_messages(QUESTION)
     )
     assert response.usage.completion_tokens == FAST.answer_tokens
