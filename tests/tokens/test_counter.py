@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import tiktoken
 from langchain_core.messages import (
@@ -18,7 +17,7 @@ from langchain_core.messages import (
     HumanMessage,
     convert_to_messages,
 )
-from langchain_openai import ChatOpenAI
+from support.wire import sent_request
 
 from agent_latency.tokens import TokenCounter
 
@@ -228,41 +227,11 @@ def test_counting_does_not_mutate_messages() -> None:
 
 def test_counts_what_chat_openai_actually_sends() -> None:
     """The reference rule applied to the request body ChatOpenAI sends gives the same count."""
-    bodies: list[dict[str, Any]] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return httpx.Response(200, json=_completion())
-
-    model = ChatOpenAI(
-        model="m",
-        api_key="sk-test",  # type: ignore[arg-type]
-        base_url="http://127.0.0.1:9/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
     messages = _reference_messages()
 
-    model.invoke(messages)
+    body = sent_request(messages, [])
 
-    assert openai_rule(bodies[0]["messages"]) == TokenCounter().count_messages(messages)
-
-
-def _completion() -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "ok"},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
+    assert openai_rule(body["messages"]) == TokenCounter().count_messages(messages)
 
 
 # --- Offline ---------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ import re
 import sys
 import weakref
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
@@ -47,6 +47,7 @@ _SYNTHETIC_IDS = 1 << 30  # ids of framing tokens a vocabulary lacks: past every
 _OPAQUE_ID = _SYNTHETIC_IDS - 1
 _ENTRY_BYTES = 200  # what a cache entry costs besides the strings it holds
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -206,13 +207,7 @@ class TokenCounter:
 
     def encode(self, text: str) -> list[int]:
         """Returns the token ids of ``text`` (see :func:`as_sent` for lone surrogates)."""
-        try:
-            return self._vocab.encode(text)
-        except (TypeError, ValueError):  # a tokenizer's refusal of a lone surrogate
-            sent = as_sent(text)
-            if sent is text:
-                raise
-            return self._vocab.encode(sent)
+        return _tokenized(self._vocab.encode, text)
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Returns the text of ``tokens``."""
@@ -220,13 +215,7 @@ class TokenCounter:
 
     def count_text(self, text: str) -> int:
         """Returns the number of tokens in ``text`` (see :func:`as_sent` for lone surrogates)."""
-        try:
-            return self._vocab.count(text)
-        except (TypeError, ValueError):  # a tokenizer's refusal of a lone surrogate
-            sent = as_sent(text)
-            if sent is text:
-                raise
-            return self._vocab.count(sent)
+        return _tokenized(self._vocab.count, text)
 
     def count_message(self, message: BaseMessage) -> int:
         """Returns the tokens one message adds to a prompt, framing included."""
@@ -378,6 +367,17 @@ def as_sent(text: str) -> str:
     if _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _tokenized(tokenize: Callable[[str], _T], text: str) -> _T:
+    """``tokenize(text)``; of the text as sent where the tokenizer refuses a lone surrogate."""
+    try:
+        return tokenize(text)
+    except (TypeError, ValueError):
+        sent = as_sent(text)
+        if sent is text:  # another refusal: the tokenizer's own error
+            raise
+        return tokenize(sent)
 
 
 def _key_bytes(key: tuple[Any, ...]) -> int:
