@@ -17,7 +17,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from agent_latency.config import LLMSettings, Settings, StreamingSettings, build_chat_model
 from agent_latency.config._chat_model import CompatibleChatOpenAI
@@ -64,6 +64,9 @@ class ChatServer:
     base_url: str
     received: list[Received] = field(default_factory=list)
     vllm: bool = False  # answer as vLLM with --enable-per-request-metrics, not as llama-server
+    # The server's timing on the finish chunk too, not only on the last (usage) chunk: these
+    # figures there, or the final ones when {}.
+    finish_chunk_timing: dict[str, Any] | None = None
 
 
 # llama-server's timings of the answer (tools/server/server-task.cpp, result_timings::to_json).
@@ -84,12 +87,20 @@ def _running_timings(predicted_n: int) -> dict[str, Any]:
 
 
 def _completion(
-    stream: bool, *, include_usage: bool = True, per_token: bool = False, vllm: bool = False
+    stream: bool,
+    *,
+    include_usage: bool = True,
+    per_token: bool = False,
+    vllm: bool = False,
+    finish_chunk_timing: dict[str, Any] | None = None,
+    content: str = "ok",
 ) -> bytes:
     """A llama-server answer: ``timings`` at the top level of a body, on a stream's last chunk
     (the usage chunk with include_usage, else the finish chunk), and with ``timings_per_token``
     running figures on every content chunk too. Or vLLM's: ``metrics`` at the top level of a
-    body, on the usage chunk of a stream (none without include_usage)."""
+    body, on the usage chunk of a stream (none without include_usage). With
+    ``finish_chunk_timing`` the finish chunk carries a timing too (those figures, or the final
+    ones when empty), as a server or proxy that repeats it on every closing chunk does."""
     timing = {"metrics": VLLM_METRICS} if vllm else {"timings": TIMINGS}
     base = {"id": "chatcmpl-1", "created": 0, "model": "stand-in"}
     usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
@@ -101,7 +112,7 @@ def _completion(
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": "ok"},
+                        "message": {"role": "assistant", "content": content},
                         "finish_reason": "stop",
                     }
                 ],
@@ -111,10 +122,13 @@ def _completion(
         ).encode()
     chunk = base | {"object": "chat.completion.chunk"}
     events = [
-        chunk | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
-        chunk | {"choices": [{"index": 0, "delta": {"content": "!"}}]},
+        chunk | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": content}}]},
+        chunk | {"choices": [{"index": 0, "delta": {"content": "!" if content == "ok" else ""}}]},
         chunk | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     ]
+    if finish_chunk_timing is not None:
+        name = "metrics" if vllm else "timings"
+        events[2][name] = finish_chunk_timing or timing[name]
     if per_token:
         for predicted_n, event in enumerate(events[:2], start=1):
             event["timings"] = _running_timings(predicted_n)
@@ -140,6 +154,9 @@ def chat_server() -> Iterator[ChatServer]:
                 include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
                 per_token=body.get("timings_per_token") is True,
                 vllm=server_record.vllm,
+                finish_chunk_timing=server_record.finish_chunk_timing,
+                # Structured output (json_mode, json_schema) is parsed by the client: JSON.
+                content='{"text": "ok"}' if "response_format" in body else "ok",
             )
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
@@ -499,6 +516,50 @@ def test_running_timings_on_every_chunk_leave_the_stream_whole(chat_server: Chat
     assert chat_server.received[-1].body["timings_per_token"] is True
     assert answer.content == "ok!"
     assert answer.response_metadata["timings"] == TIMINGS
+
+
+@pytest.mark.parametrize(
+    "finish_chunk_timing",
+    [{}, _running_timings(2)],
+    ids=["the same figures", "running figures"],
+)
+@pytest.mark.parametrize("vllm", [False, True], ids=["llama.cpp", "vLLM"])
+def test_a_timing_on_the_finish_and_the_usage_chunk_is_kept_once(
+    chat_server: ChatServer, finish_chunk_timing: dict[str, Any], vllm: bool
+) -> None:
+    # LangChain merges a stream's chunks: two different floats under one key raised TypeError
+    # into the caller's stream, and two equal counts were summed (prompt_n 2 read as 4).
+    chat_server.vllm = vllm
+    chat_server.finish_chunk_timing = finish_chunk_timing
+    model = build_chat_model(_settings(chat_server.base_url), streaming=True)
+    answer = _answer(model, streaming=True)
+    assert answer.content == "ok!"
+    name, final = ("metrics", VLLM_METRICS) if vllm else ("timings", TIMINGS)
+    # The first closing chunk's figures: the answer was complete when it was sent.
+    assert answer.response_metadata[name] == (finish_chunk_timing or final)
+    assert model.invoke([HumanMessage("hi")]).response_metadata[name] == (
+        finish_chunk_timing or final
+    )
+
+
+class _Answer(BaseModel):
+    text: str
+
+
+# langchain-openai dumps openai's stream events, whose snapshot holds the parsed model.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+@pytest.mark.parametrize("method", ["json_schema", "json_mode", "function_calling"])
+@pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streamed"])
+def test_structured_output_keeps_the_servers_timings(
+    chat_server: ChatServer, method: str, streaming: bool
+) -> None:
+    # A response_format is streamed through openai's beta stream, whose events carry the chunk
+    # under "chunk": the timings on its last chunk were lost, and with them the split.
+    model = build_chat_model(_settings(chat_server.base_url), streaming=streaming)
+    structured = model.with_structured_output(_Answer, method=method, include_raw=True)
+    result: Any = structured.invoke([HumanMessage("hi")])
+    assert result["parsed"] == _Answer(text="ok") or method == "function_calling"
+    assert result["raw"].response_metadata["timings"] == TIMINGS
 
 
 @pytest.mark.parametrize(

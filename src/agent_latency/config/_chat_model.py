@@ -6,6 +6,7 @@ Imported on first use (``agent_latency.build_chat_model``): it loads langchain_o
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 import openai
@@ -90,7 +91,9 @@ class CompatibleChatOpenAI(ChatOpenAI):
     timing of the call, which ChatOpenAI drops, in the answer's ``response_metadata``:
     llama.cpp's top-level ``timings`` (how long it prefilled, how many prompt tokens it took
     from its cache) and vLLM's per-request ``metrics``, from the body of a blocking call and
-    from the last chunk of a stream, where the servers put them.
+    from the closing chunk of a stream, where the servers put them (a structured output's
+    stream too). A stream keeps the first closing chunk's figures only: LangChain merges the
+    chunks, and two different figures under one name would fail the caller's stream.
     """
 
     output_limit_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
@@ -130,15 +133,29 @@ class CompatibleChatOpenAI(ChatOpenAI):
         generation_chunk = super()._convert_chunk_to_generation_chunk(
             chunk, default_chunk_class, base_generation_info
         )
-        if generation_chunk is None or not _ends_stream(chunk):
+        # A response_format's stream (openai's beta stream) wraps each chunk in an event.
+        raw = chunk.get("chunk") if chunk.get("type") == "chunk" else chunk
+        if generation_chunk is None or not isinstance(raw, dict) or not _ends_stream(raw):
             # Only the stream's end: with timings_per_token every chunk carries running
             # figures, and LangChain's merge of the chunks refuses two different floats.
             return generation_chunk
         for name in _SERVER_TIMINGS:
-            timings = chunk.get(name)
+            timings = raw.get(name)
             if isinstance(timings, dict):
                 generation_chunk.message.response_metadata[name] = dict(timings)
         return generation_chunk
+
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        kept: set[str] = set()
+        for generation_chunk in super()._stream(*args, **kwargs):
+            _keep_timings_once(generation_chunk, kept)
+            yield generation_chunk
+
+    async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        kept: set[str] = set()
+        async for generation_chunk in super()._astream(*args, **kwargs):
+            _keep_timings_once(generation_chunk, kept)
+            yield generation_chunk
 
 
 def _ends_stream(chunk: dict[str, Any]) -> bool:
@@ -147,3 +164,17 @@ def _ends_stream(chunk: dict[str, Any]) -> bool:
     if not choices:
         return True
     return any(isinstance(c, dict) and c.get("finish_reason") for c in choices)
+
+
+def _keep_timings_once(generation_chunk: ChatGenerationChunk, kept: set[str]) -> None:
+    """Drops a server timing that an earlier chunk of the same stream already carried.
+
+    A server or proxy may repeat it on the finish chunk and the usage chunk; LangChain's merge
+    of the two would raise on two different floats.
+    """
+    metadata = generation_chunk.message.response_metadata
+    for name in _SERVER_TIMINGS:
+        if name in metadata:
+            if name in kept:
+                del metadata[name]
+            kept.add(name)
