@@ -1,12 +1,104 @@
-"""The trimmer's caches stay bounded, whatever the conversations it sees."""
+"""The trimmer's caches stay bounded, by entries and by bytes, whatever the conversations it sees.
+
+Memory is measured with tracemalloc (the bytes Python allocated and still holds), never with
+wall time or the process's RSS, which the allocator and other tests move.
+"""
 
 from __future__ import annotations
 
-from langchain_core.messages import HumanMessage, ToolMessage
+import gc
+import random
+import string
+import tracemalloc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer
+from agent_latency.trimming._relevance import TermCache
 from agent_latency.trimming._shortening import MessageShortener
+
+MIB = 1024 * 1024
+# The documented bounds of what a default trimmer and its counter hold (docs/reliability.md):
+# the counter's content cache 64 MiB and its tool counts 8 MiB; the term cache 16 MiB and its
+# scores and searches 4 MiB each; tool-choice and request caches 4 + 8 MiB. Plus room for what
+# is bounded by entries (256 shortened copies, 4,096 stubs, 16 conversation memos).
+BOUND = (64 + 8 + 16 + 4 + 4 + 4 + 8 + 8) * MIB
+
+_RNG = random.Random(23)
+_WORDS = [
+    "".join(_RNG.choice(string.ascii_lowercase) for _ in range(_RNG.randint(3, 9)))
+    for _ in range(5000)
+]
+_TEXT = " ".join(_RNG.choice(_WORDS) for _ in range(60_000))
+
+
+def tool_result(i: int, size: int = 20_000) -> str:
+    """A distinct ~20 KB tool result of words (a slice of one long text, numbered)."""
+    start = (i * 7919) % (len(_TEXT) - size)
+    return f"record {i}: " + _TEXT[start : start + size]
+
+
+def conversation(i: int) -> list[BaseMessage]:
+    return [
+        SystemMessage("You answer from the tool results."),
+        HumanMessage(f"What does record {i} say about the shipment?"),
+        AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": i}, "id": f"c{i}"}]),
+        ToolMessage(tool_result(i), tool_call_id=f"c{i}"),
+    ]
+
+
+def held() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+@pytest.fixture
+def tracing() -> Iterator[None]:
+    yield
+    tracemalloc.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("tracing")
+def test_ten_thousand_conversations_with_a_20_kb_tool_result_hold_a_bounded_amount() -> None:
+    # A default trimmer, over budget on every call: the tool result is shortened and the retention
+    # proxy reads every text. The first 9,000 conversations fill every cache past its bound
+    # untraced (tracing costs ~25 ms a trim); the last 1,000 are traced, so what they leave held
+    # is what the caches keep of them in place of the earlier ones: at most the bounds.
+    trimmer = PriorityTrimmer(1000)
+    probe: weakref.ref[BaseMessage] | None = None
+    for i in range(10_000):
+        if i == 9_000:
+            gc.collect()
+            tracemalloc.start()
+        messages = conversation(i)
+        result = trimmer.trim(messages)
+        assert result.shortened_messages == 1 and result.question_retention is not None
+        if i > 9_000 and i % 250 == 0:
+            assert held() < BOUND, i  # fails early: before, each conversation left ~200 KB held
+        probe = weakref.ref(messages[-1])
+        del messages, result
+    trimmer.trim([HumanMessage("one more")])  # lets go of what the dead messages left
+
+    assert probe is not None and probe() is None  # no cache keeps a message alive
+    assert held() < BOUND
+
+
+@pytest.mark.usefixtures("tracing")
+def test_the_term_cache_is_bounded_by_bytes_not_by_entries() -> None:
+    cache = TermCache(max_bytes=2 * MIB)
+    tracemalloc.start()
+    before = held()
+    for i in range(120):  # ~200 KB of term counts per 20 KB text: 24 MB unbounded
+        text = tool_result(i)
+        assert cache.counts(text)[f"{i}"] == 1
+        del text
+
+    assert held() - before < 2.5 * MIB
 
 
 def test_token_and_shortening_caches_stay_bounded_over_many_distinct_messages() -> None:

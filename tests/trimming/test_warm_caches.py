@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._relevance import TermCache, terms
-from agent_latency.trimming._rounds import ConversationCache, group_units
+from agent_latency.trimming._rounds import AnalysisMemo, group_units
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 BUDGET = 400
@@ -171,7 +171,7 @@ def test_counter_recounts_a_tool_call_added_to_an_empty_list_in_place() -> None:
 def test_conversation_cache_matches_a_fresh_analysis_on_random_agent_loops() -> None:
     rng = random.Random(11)
     counter = TokenCounter()
-    cache = ConversationCache(counter)
+    cache = AnalysisMemo(counter)
     base = conversation()
     for _ in range(200):
         messages = list(base)

@@ -9,13 +9,14 @@ before the first user message form round 0. Messages are classified by the OpenA
 sent with, so a ``ChatMessage(role="user")`` is a user message.
 
 An agent trims its whole conversation before every model call: the same message objects and a
-few new ones. :class:`ConversationCache` remembers, per conversation, each message's tokens, text
-and unit, and works out only the messages after the remembered ones. Whether those are unchanged
-is checked on every call, for every message, in bulk: the same object, the same content, name and
-tool-call id objects, and the fields that can change in place (tool calls, list content, a role)
-equal to a copy taken when the message was first seen (:func:`~agent_latency._caches.stamp`,
-the rule every per-message cache follows; its one known limit is an edit to an equal value of
-another type, such as a tool-call argument ``1`` set to ``1.0``).
+few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
+conversation, each message's tokens, text and unit, and works out only the messages after the
+remembered ones. Whether those are unchanged is checked on every call, for every message, in
+bulk: the same object, the same content, name and tool-call id objects, and the fields that can
+change in place (tool calls, list content, a role) equal to a copy taken when the message was
+first seen (:func:`~agent_latency._caches.stamp`, the rule every per-message cache follows; its
+one known limit is an edit to an equal value of another type, such as a tool-call argument ``1``
+set to ``1.0``).
 """
 
 from __future__ import annotations
@@ -166,8 +167,8 @@ class _Memo:
     round: int
 
 
-class ConversationCache:
-    """Counts, texts and units of conversations, worked out once per message while it is unchanged.
+class AnalysisMemo:
+    """The analysis of conversations: counts, texts and units, once per message while unchanged.
 
     Remembers the last state of a few conversations (told apart by their first two messages);
     a call reuses what it remembers for the longest unchanged first part of the messages. Holds

@@ -49,7 +49,7 @@ from agent_latency.trimming._plan import (
 from agent_latency.trimming._relevance import TermCache
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
 from agent_latency.trimming._result import TrimResult
-from agent_latency.trimming._rounds import ConversationCache
+from agent_latency.trimming._rounds import AnalysisMemo
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._span import (
     areport_trim,
@@ -166,7 +166,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         counter = self.token_counter
         self.term_cache = TermCache()
         self._shortener = MessageShortener(counter)
-        self._conversations = ConversationCache(counter)
+        self._analyses = AnalysisMemo(counter)
         self.compactor = Compactor(counter)
         self._extras_counter = ExtrasCounter(counter)
         self._extras = extras(options.tools, options.response_format)
@@ -444,7 +444,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         messages = coerce_messages(value)
-        counts, texts, units = self._conversations.analyse(messages)
+        counts, texts, units = self._analyses.analyse(messages)
         dropped_tools: tuple[str, ...] = ()
         if self.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
