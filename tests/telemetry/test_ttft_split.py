@@ -312,6 +312,57 @@ def test_a_buffered_stream_is_named_not_blamed_on_the_prompt(
     assert "token_budget" not in message and "not the prompt" not in message
 
 
+def test_a_fast_server_is_not_taken_for_a_buffer_when_it_says_how_long_it_decoded(
+    clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 1,500 tokens/s (a small model on a GPU, a fast hosted API): 40 chunks 0.67 ms apart, and
+    # the server says it decoded for as long as they took to arrive; its prefill held up the
+    # first token. Judged by the chunk gaps alone this was "buffered, the prompt is not the cause".
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 1310.0, "predicted_ms": 26.0}
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        streamed_call(handler, clock, ttft_ms=1420, chunk_gap_ms=0.67, timings=timings, chunks=40)
+    (message,) = slow_warnings(caplog)
+    assert "1,310 ms prefill of 1,845 uncached tokens" in message
+    assert "keep its prefix cache warm" in message
+    assert "buffer" not in message
+
+
+def test_a_buffer_that_held_back_less_than_the_prefill_took_gets_the_prefill_hint(
+    clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A proxy buffered a 40-token answer the server decoded in 26 ms, after a 1,310 ms prefill:
+    # the buffer cost 26 ms of the 1,420, the prompt the rest.
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 1310.0, "predicted_ms": 26.0}
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        streamed_call(handler, clock, ttft_ms=1420, chunk_gap_ms=0.004, timings=timings, chunks=40)
+    (message,) = slow_warnings(caplog)
+    assert "1,310 ms prefill" in message and "buffer" not in message
+
+
+def test_a_fast_stream_on_the_wire_gets_the_prefill_hint_not_the_buffering_one(
+    tracer_provider: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast = SimulatorConfig(
+        overhead_ms=5,
+        prefill_ms_per_token=1.0,
+        decode_tokens_per_s=1500,
+        answer_tokens=40,
+        prefix_cache=False,
+    )
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, ttft_warn_ms=100, log_every_request=False
+    )
+    with running_simulator(fast) as sim, caplog.at_level(logging.WARNING):
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        model = build_chat_model(settings)
+        list(model.stream(conversation("What is an invoice?"), config={"callbacks": [handler]}))
+    (message,) = slow_warnings(caplog)
+    assert "keep its prefix cache warm" in message
+    assert "buffer" not in message
+
+
 def test_a_buffered_stream_on_the_wire_gets_the_buffering_hint(
     tracer_provider: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -43,7 +43,7 @@ from agent_latency.telemetry._log import FailureLog, logger
 from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
 from agent_latency.telemetry._run_state import ModelRunState, RunState
 from agent_latency.telemetry._run_tree import end_span, error_type, outcome
-from agent_latency.telemetry._split import is_buffered, slow_cause, split_ttft
+from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
 from agent_latency.telemetry._timing import call_timing
 from agent_latency.tokens import TokenCounter
 
@@ -298,7 +298,11 @@ class ModelCallTracer:
             record,
             state.trim,
             split=split,
-            cause=slow_cause(split, buffered=is_buffered(state.chunks, timing.mean_chunk_gap_s)),
+            cause=slow_cause(
+                split,
+                buffered=is_buffered(state.chunks, timing.mean_chunk_gap_s),
+                held_ms=held_back_ms(state.chunks, timing.mean_chunk_gap_s, usage.decode_ms),
+            ),
             threshold_ms=(
                 options.ttft_error_ms if timing.ttft_level == "error" else options.ttft_warn_ms
             ),

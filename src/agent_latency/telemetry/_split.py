@@ -96,7 +96,7 @@ class SlowCause(Enum):
     """What held up a slow first token, as the chunks and the server tell it."""
 
     BUFFERED = "buffered"
-    """Every chunk arrived at once: the client or a proxy buffered the stream."""
+    """The chunks arrived at once: the client or a proxy held the stream back."""
     QUEUE_OR_NETWORK = "queue_or_network"
     """Most of the wait was not the server's prefill: client, network or the server's queue."""
     PREFILL = "prefill"
@@ -107,7 +107,11 @@ class SlowCause(Enum):
 
 def is_buffered(chunks: int, mean_chunk_gap_s: float | None) -> bool:
     """Whether a stream's chunks arrived in one burst (a mean gap under
-    :data:`BUFFERED_MEAN_GAP_MS`, over at least :data:`MIN_JUDGED_CHUNKS` chunks)."""
+    :data:`BUFFERED_MEAN_GAP_MS`, over at least :data:`MIN_JUDGED_CHUNKS` chunks).
+
+    A server streaming faster than 1,000 tokens/s looks the same: :func:`held_back_ms` tells
+    the two apart when the server says how long it decoded.
+    """
     return (
         chunks >= MIN_JUDGED_CHUNKS
         and mean_chunk_gap_s is not None
@@ -115,17 +119,50 @@ def is_buffered(chunks: int, mean_chunk_gap_s: float | None) -> bool:
     )
 
 
-def slow_cause(split: TtftSplit | None, *, buffered: bool) -> SlowCause:
-    """What held up a first token: a buffered stream first, then the larger part of the split.
+def held_back_ms(
+    chunks: int, mean_chunk_gap_s: float | None, server_decode_ms: float | None
+) -> float | None:
+    """How long a buffer held a stream's first chunk back, by the server's own decode time.
+
+    A live stream's chunks arrive over about as long as the server took to generate them; a
+    buffered one's all at once, its first chunk late by the rest of that time.
+
+    Args:
+        chunks: The stream's content chunks.
+        mean_chunk_gap_s: The mean wait between them (``CallTiming.mean_chunk_gap_s``).
+        server_decode_ms: How long the server says it generated the answer.
+
+    Returns:
+        The server's decode time less the time the chunks took to arrive (never below 0), or
+        ``None`` when the server did not say or the stream had fewer than 2 chunks.
+    """
+    if server_decode_ms is None or mean_chunk_gap_s is None or chunks < 2:
+        return None
+    return max(0.0, server_decode_ms - mean_chunk_gap_s * 1e3 * (chunks - 1))
+
+
+def slow_cause(split: TtftSplit | None, *, buffered: bool, held_ms: float | None) -> SlowCause:
+    """What held up a first token: the largest of the server's part, a buffer's and the rest.
 
     Args:
         split: The call's split, if the server said enough for one.
         buffered: Whether the stream's chunks arrived in one burst (:func:`is_buffered`).
+        held_ms: How long a buffer held the first chunk back (:func:`held_back_ms`), when the
+            server said how long it decoded; without it a burst is taken for a buffer.
     """
-    if buffered:
+    if split is None or held_ms is None:
+        if buffered:
+            return SlowCause.BUFFERED
+        if split is None:
+            return SlowCause.UNKNOWN
+        held_ms = 0.0
+    server_ms = split.server_prefill_ms + (split.server_decode_ms or 0.0)
+    # A buffer's delay is part of the remainder: the first chunk cannot come before the last
+    # token was generated, so a server decoding for longer than that is not believed past it.
+    held_ms = min(held_ms, split.remainder_ms)
+    rest_ms = split.remainder_ms - held_ms
+    if held_ms > server_ms and held_ms > rest_ms:
         return SlowCause.BUFFERED
-    if split is None:
-        return SlowCause.UNKNOWN
-    if split.remainder_ms > split.server_prefill_ms + (split.server_decode_ms or 0.0):
+    if rest_ms > server_ms:
         return SlowCause.QUEUE_OR_NETWORK
     return SlowCause.PREFILL
