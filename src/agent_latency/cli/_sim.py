@@ -37,8 +37,11 @@ def sim(
         int | None, typer.Option(help="Refuse prompt + max_tokens above this; default no limit.")
     ] = _DEFAULT.context_window,
     tokenizer: Annotated[
-        str,
-        typer.Option(help="Counts prompt tokens: cl100k, o200k, qwen, llama3 or a model name."),
+        str | None,
+        typer.Option(
+            help="Counts prompt tokens: cl100k, o200k, qwen, llama3 or a model name; "
+            "default: the served model's own."
+        ),
     ] = _DEFAULT.tokenizer,
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse cached prompt prefixes.")

@@ -40,13 +40,13 @@ if TYPE_CHECKING:
     from agent_latency.config._chat_model import build_chat_model
 
 __all__ = [
-    "ConfigError",
     "HISTORY_SELECTIONS",
+    "MAX_TOKENS_PARAMS",
+    "PRIORITY_CLASSES",
+    "ConfigError",
     "HistorySelection",
     "LLMSettings",
-    "MAX_TOKENS_PARAMS",
     "MetricsSettings",
-    "PRIORITY_CLASSES",
     "PriorityClass",
     "PromptSettings",
     "Settings",

@@ -28,11 +28,11 @@ from agent_latency.tokens._vocabularies import (
 
 __all__ = [
     "IMAGE_PART_TYPES",
-    "PromptCalibration",
     "TOKENIZER_CHOICES",
+    "VOCABULARY_NAMES",
+    "PromptCalibration",
     "TokenCounter",
     "TokenCounting",
-    "VOCABULARY_NAMES",
     "Vocabulary",
     "calibration_for",
     "load_vocabulary",

@@ -44,17 +44,17 @@ if TYPE_CHECKING:
     from agent_latency.trimming._middleware import TrimmingMiddleware
 
 # In sorted() order, as tests/test_public_api.py checks (ruff's RUF022 sorts constants first).
-__all__ = [  # noqa: RUF022
+__all__ = [
+    "DEEP_CUT_FRACTIONS",
+    "RULE_EXPLANATIONS",
     "Action",
     "ClassFigures",
     "CostAwareChoice",
     "CostAwareTrimmer",
-    "DEEP_CUT_FRACTIONS",
     "LatestCall",
     "MessageDecision",
     "PriorityClass",
     "PriorityTrimmer",
-    "RULE_EXPLANATIONS",
     "Rule",
     "TrimOptions",
     "TrimResult",
