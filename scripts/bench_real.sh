@@ -294,9 +294,11 @@ if wrong:
              f"framing ({counter.name}) does not count what the chat template renders")
 EOF
 
-# 7. The bench: four modes, the multi-turn replay and the prefill sweep, with a short answer cap
-# (a 2,048-token default would let this small model ramble) and a timeout above the slowest
-# prefill. The trimmer counts through the server's /tokenize with SmolLM2's framing.
+# 7. doctor against the server, with the bench's configuration: its slots, streamed usage, the
+# tokenizer probe (English, Chinese, tool definitions) and where each probe's first token went.
+# The trimmer counts through the server's /tokenize with SmolLM2's framing; answers are capped
+# short (a 2,048-token default would let this small model ramble), the timeout is above the
+# slowest prefill.
 config_dir=$(mktemp -d)
 cat >"$config_dir/config.toml" <<EOF
 [llm]
@@ -305,25 +307,42 @@ tokenizer = "server"
 timeout_seconds = 900
 context_window = $SLOT_CTX
 max_tokens_param = "max_tokens"
+[llm.prompt]
+token_budget = $BUDGET
 EOF
 cat >"$config_dir/settings.json" <<EOF
 {"streaming": {"maxTokens": $MAX_TOKENS, "temperature": 0.1}}
 EOF
+doctor_status=0
+env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency doctor \
+    --config "$config_dir/config.toml" --settings "$config_dir/settings.json" \
+    --base-url "$base_url" >"$OUT/doctor.txt" 2>&1 || doctor_status=$?
+grep -E '^(FAIL|WARN)  |^PASS  (server|first token):|passed, ' "$OUT/doctor.txt" | sed 's/^/    /'
+((doctor_status <= 1)) || step_failed "doctor" "agent-latency doctor failed; see $OUT/doctor.txt"
+
+# 8. The bench: four modes, the multi-turn replay and the prefill sweep.
 # No key goes to the local server; 100 columns fit the tables' five-digit millisecond values.
 bench=(env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench
     --config "$config_dir/config.toml" --settings "$config_dir/settings.json"
     --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET")
+# llama-server logs each request's prefill ("prompt eval time = X ms / N tokens"); those of the
+# bench follow the ones counted here.
+timed_before=$(grep -c 'prompt eval time' "$OUT/server.log" || true)
 run "${bench[@]}" --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
     || step_failed "the bench" "agent-latency bench failed; see the message above and $OUT/server.log"
 
-# 8. Our count of every trimmed prompt next to the server's usage.prompt_tokens (llama-server
-# reports usage on streamed calls too), against the budget.
-check_counts() {
-    .venv/bin/python - "$1" "$2" <<'EOF'
+# 9. Our count of every trimmed prompt next to the server's usage.prompt_tokens and cached
+# tokens (llama-server reports usage on streamed calls too), against the budget; then where each
+# replay strategy's first token went: the server's prefill of each call (its log, matched call by
+# call: the tokens it prefilled are the prompt's less the cached ones) and the rest.
+.venv/bin/python - "$OUT/bench.json" "$OUT/counts.json" "$OUT/server.log" "$timed_before" \
+    <<'EOF' || fail "a trimmed prompt went over its budget by the server's count; see $OUT/counts.json"
 import json
+import re
 import sys
 
-calls = json.load(open(sys.argv[1]))["calls"]
+document = json.load(open(sys.argv[1]))
+calls = document["calls"]
 json.dump(calls, open(sys.argv[2], "w"), indent=1)
 missing = [c["step"] for c in calls if c["server_input_tokens"] is None]
 if missing:
@@ -346,20 +365,39 @@ worst = max((c["server_input_tokens"] / c["budget"] for c in fits), default=0)
 print(f"bench-real: {len(fits)} trimmed calls that fit: max server/budget {worst:.3f}, "
       f"{len(over)} over; ours - server over all {len(calls)} calls: {min(error):+d} to "
       f"{max(error):+d} tokens")
+
+timed = re.findall(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens", open(sys.argv[3]).read())
+timed = timed[int(sys.argv[4]) : int(sys.argv[4]) + len(calls)]
+aligned = len(timed) == len(calls) and all(
+    c.get("cached_tokens") is None or int(n) == c["server_input_tokens"] - c["cached_tokens"]
+    for c, (_, n) in zip(calls, timed)
+)
+if not aligned:
+    print("bench-real: the server log's prefills do not match the bench's calls; no split")
+else:
+    print("bench-real: the replay's mean wait split by the server's prefill (server.log)")
+    print(f"    {'strategy':<24} {'mean TTFT':>9} {'prefill':>8} {'rest':>6} {'prefilled':>9} {'cached':>7}")
+    for strategy in document["turns"]["strategies"]:
+        mine = [(c, float(ms)) for c, (ms, _) in zip(calls, timed)
+                if c["step"].startswith(strategy["label"] + ": call ")]
+        if not mine or strategy["error"]:
+            continue
+        prefill = sum(ms for _, ms in mine) / len(mine)
+        ttft = strategy["ttft_ms"]["mean"]
+        prefilled = sum(c["server_input_tokens"] - (c["cached_tokens"] or 0) for c, _ in mine)
+        print(f"    {strategy['label']:<24} {ttft:>9,.0f} {prefill:>8,.0f} {ttft - prefill:>6,.0f} "
+              f"{prefilled:>9,} {sum(c['cached_tokens'] or 0 for c, _ in mine):>7,}")
 sys.exit(1 if over else 0)
 EOF
-}
-check_counts "$OUT/bench.json" "$OUT/counts.json" \
-    || fail "a trimmed prompt went over its budget by the server's count; see $OUT/counts.json"
 
-# 9. Needle questions, trimmed and untrimmed (SmolLM2 answers them: the control is meaningful).
+# 10. Needle questions, trimmed and untrimmed (SmolLM2 answers them: the control is meaningful).
 if ((NEEDLE_SEEDS > 0)); then
     run .venv/bin/python scripts/real_needles.py --base-url "$base_url" --model "$MODEL_NAME" \
         --budget "$BUDGET" --seeds "$NEEDLE_SEEDS" --json "$OUT/needles.json" \
         || step_failed "the needle questions" "scripts/real_needles.py failed"
 fi
 
-# 10. The mixed workload on the server, once per conversation count: fewer conversations than
+# 11. The mixed workload on the server, once per conversation count: fewer conversations than
 # slots (each keeps its slot's cache) and more (they evict each other). A strategy whose request
 # the server refuses is recorded and the others run on.
 IFS=, read -r -a workload_sizes <<<"$WORKLOAD"
@@ -373,7 +411,7 @@ for conversations in "${workload_sizes[@]}"; do
         || step_failed "the $name" "the mixed workload failed; see $OUT/$name.log"
 done
 
-# 11. The server's own counters (llama-server --metrics), as Prometheus scrapes them.
+# 12. The server's own counters (llama-server --metrics), as Prometheus scrapes them.
 .venv/bin/python -c 'import sys, urllib.request
 sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=30).read().decode())' \
     "http://127.0.0.1:$port" >"$OUT/metrics.txt" || step_failed "/metrics" "GET /metrics failed"

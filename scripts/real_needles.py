@@ -14,15 +14,15 @@ trimmed (budget ``--budget``, history selected by ``age`` and by ``relevance``),
 - identical: the same answer text.
 
 The control is the untrimmed accuracy: a model that cannot find the fact in the whole
-conversation says nothing about what trimming costs. Below 50%, the script says the signal is
-weak instead of claiming agreement. A trimmed prompt identical to the untrimmed one is not sent
-again (greedy decoding gives the same answer).
+conversation says nothing about what trimming costs (Gemma 3 270M, a base model, answered none).
+Below 50%, the script says the signal is weak instead of claiming agreement. A trimmed prompt
+identical to the untrimmed one is not sent again (greedy decoding gives the same answer).
 
 Run it with the project's environment against a running llama.cpp server (``make bench-real``
-does, see docs/real-model.md)::
+does, with SmolLM2-135M-Instruct; see docs/real-model.md)::
 
     .venv/bin/python scripts/real_needles.py --base-url http://127.0.0.1:PORT/v1 \\
-        --model gemma-3-270m --json build/bench-real/needles.json
+        --model smollm2-135m-instruct --json build/bench-real/needles.json
 """
 
 from __future__ import annotations
@@ -35,26 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
-
 from agent_latency import PriorityTrimmer, build_chat_model
 from agent_latency.bench._quality import PLACES, NeedleCase, make_case, retained
 from agent_latency.config import Settings
 
 STRATEGIES = ("age", "relevance")
 WEAK_BELOW = 0.5
-# llama-cpp-python's server refuses an assistant message whose content is null (HTTP 500), and
-# langchain-openai sends null for a tool call without text: such calls get a short note.
-_CALL_NOTE = "Searching the records."
-
-
-def _sendable(case: NeedleCase) -> list[BaseMessage]:
-    return [
-        m.model_copy(update={"content": _CALL_NOTE})
-        if isinstance(m, AIMessage) and m.tool_calls and not m.content
-        else m
-        for m in case.messages
-    ]
 
 
 def correct(case: NeedleCase, answer: str) -> bool:
@@ -103,7 +89,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     rows = []
     started = time.perf_counter()
     for number, case in enumerate(cases, start=1):
-        messages = _sendable(case)
+        messages = case.messages
         untrimmed = str(chat.invoke(messages).content)
         row: dict[str, Any] = {
             "place": case.place,
