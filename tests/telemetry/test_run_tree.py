@@ -451,3 +451,43 @@ def test_a_trim_whose_run_failed_is_not_handed_on(
     (chat,) = by_name(span_exporter.get_finished_spans())["chat"]
     assert not any(key.startswith("agent_latency.trim.") for key in chat.attributes or {})
     assert handler.open_runs == 0
+
+
+@pytest.mark.parametrize("attached", ["model and call", "chain and call", "twice in one list"])
+def test_a_handler_attached_twice_traces_each_run_once(
+    attached: str,
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # LangChain delivers every callback once per listing, so the second start of each run
+    # pushed the first out: an extra 'abandoned' span and record, a warning about a stream
+    # kept open, and every chunk counted twice (half the real gap between chunks).
+    from agent_latency import LLMSettings, Settings, build_chat_model
+    from agent_latency.sim import SimulatorConfig, running_simulator
+
+    records: list[LatencyRecord] = []
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, on_record=records.append, log_every_request=False
+    )
+    sim_config = SimulatorConfig(overhead_ms=5, decode_tokens_per_s=500, answer_tokens=6)
+    with running_simulator(sim_config) as sim, caplog.at_level(logging.WARNING):
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        model = build_chat_model(settings, streaming=True)
+        chain = RunnableLambda(lambda messages: messages, name="prepare") | model
+        runnable, callbacks = {
+            "model and call": (model.with_config(callbacks=[handler]), [handler]),
+            "chain and call": (chain.with_config(callbacks=[handler]), [handler]),
+            "twice in one list": (chain, [handler, handler]),
+        }[attached]
+        runnable.invoke([HumanMessage("hi")], config={"callbacks": callbacks})
+
+    spans = span_exporter.get_finished_spans()
+    names = Counter(span.name for span in spans)
+    assert names[f"chat {sim.config.models[0]}"] == 1
+    assert all(count == 1 for count in names.values()), names
+    assert {span.attributes[semconv.OUTCOME] for span in spans} == {"ok"}
+    (record,) = records
+    assert (record.outcome, record.chunks) == ("ok", 6)
+    assert handler.open_runs == 0
+    assert not [r for r in caplog.records if "without an end callback" in r.getMessage()]

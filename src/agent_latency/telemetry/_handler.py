@@ -255,6 +255,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if self._tree.is_repeated_start(run_id, parent_run_id):
+            return
         prompt = messages[0] if messages else []
         content = messages_json(prompt) if self.capture_content else None
         self._start_model(
@@ -273,6 +275,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Traces a completion-model (text in, text out) call like a chat call."""
+        if self._tree.is_repeated_start(run_id, parent_run_id):
+            return
         content = prompts_json(prompts) if self.capture_content else None
         self._start_model(
             _TEXT_COMPLETION, serialized, run_id, parent_run_id, metadata, kwargs, content, None
@@ -291,7 +295,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             content = bool(
                 token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
             )
-            self._calls.chunk(self._tree.get(run_id), content=content)
+            self._calls.chunk(self._tree.get(run_id), content=content, delivered=chunk)
         except Exception as exc:
             self.failures.report("on_llm_new_token", exc)
 
@@ -299,7 +303,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         """Times a chunk of LangChain's v2 streaming protocol (used instead of new-token)."""
         try:
             content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
-            self._calls.chunk(self._tree.get(run_id), content=content)
+            self._calls.chunk(self._tree.get(run_id), content=content, delivered=event)
         except Exception as exc:
             self.failures.report("on_stream_event", exc)
 
@@ -325,7 +329,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._tree.start_chain(serialized, run_id, parent_run_id, tags, metadata, kwargs)
+        if not self._tree.is_repeated_start(run_id, parent_run_id):
+            self._tree.start_chain(serialized, run_id, parent_run_id, tags, metadata, kwargs)
 
     @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -346,7 +351,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._tree.start_tool(serialized, input_str, run_id, parent_run_id, inputs, kwargs)
+        if not self._tree.is_repeated_start(run_id, parent_run_id):
+            self._tree.start_tool(serialized, input_str, run_id, parent_run_id, inputs, kwargs)
 
     @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -368,7 +374,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         # Not traced, but registered so that runs under a retriever still find their parent.
-        self._tree.start_untraced(run_id, parent_run_id)
+        if not self._tree.is_repeated_start(run_id, parent_run_id):
+            self._tree.start_untraced(run_id, parent_run_id)
 
     @guarded
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:

@@ -175,17 +175,23 @@ class ModelCallTracer:
             server=endpoint,
         )
 
-    def chunk(self, state: RunState | None, *, content: bool) -> None:
+    def chunk(self, state: RunState | None, *, content: bool, delivered: object = None) -> None:
         """Times a streamed chunk of the open run ``state`` (ignored unless a model call's).
 
         Args:
             state: The run the chunk belongs to.
             content: Whether the chunk carries text or a tool-call fragment; the empty
                 end-of-stream chunk and a role-only first delta mark the call streamed only.
+            delivered: The chunk object LangChain passed, if any: the same one again is the
+                handler listed twice, and not a second chunk.
         """
         now_ns = _now_ns()
         if not isinstance(state, ModelRunState):
             return
+        if delivered is not None:
+            if delivered is state.last_delivery:
+                return
+            state.last_delivery = delivered
         state.streamed = True
         if not content:
             return

@@ -73,6 +73,8 @@ class ModelRunState(RunState):
         stalls: How many waits exceeded ``stall_ns``.
         trim: The trim that prepared this call, when there was one.
         server: The endpoint's host and port, when the integration says.
+        last_delivery: The latest chunk (or stream event) delivered, so the same one delivered
+            again, to a handler listed twice, is not counted twice.
     """
 
     model: str | None = None
@@ -88,6 +90,7 @@ class ModelRunState(RunState):
     stalls: int = 0
     trim: PendingTrim | None = None
     server: tuple[str, int] | None = None
+    last_delivery: object = None
 
     def add_chunk(self, now_ns: int) -> int:
         """Records a content chunk.

@@ -103,6 +103,15 @@ class RunTree:
         """The open run ``run_id``, or ``None``."""
         return self._runs.get(run_id)
 
+    def is_repeated_start(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
+        """Whether a run's start is delivered again: it is open under the same parent and
+        nothing has happened in it since (LangChain calls a handler listed twice, e.g. in a
+        model's ``with_config`` and the call's config, once per listing)."""
+        state = self._runs.get(run_id)
+        if state is None or state.parent_run_id != parent_run_id or state.children:
+            return False
+        return not isinstance(state, ModelRunState) or state.last_delivery is None
+
     def parent_context(self, parent_run_id: UUID | None) -> Context:
         """The context a run under ``parent_run_id`` starts in."""
         parent = self._runs.get(parent_run_id)
