@@ -190,12 +190,16 @@ def snapshot(value: Any) -> Any:
 class MessageCache:
     """A bounded, thread-safe map from (a message, a key about it) to what it yields.
 
+    A value must not hold the message itself: the entry ends when the message dies, which a
+    strong reference in the value would prevent.
+
     Args:
         max_entries: How many entries it holds at most.
+        max_weight: The most total weight (e.g. bytes of text) of the values; ``None``: no limit.
     """
 
-    def __init__(self, max_entries: int) -> None:
-        self._cache = LRUCache(max_entries)
+    def __init__(self, max_entries: int, max_weight: int | None = None) -> None:
+        self._cache = LRUCache(max_entries, max_weight)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -207,7 +211,7 @@ class MessageCache:
             return entry[2]
         return None
 
-    def put(self, message: BaseMessage, key: Hashable, value: Any) -> None:
+    def put(self, message: BaseMessage, key: Hashable, value: Any, weight: int = 1) -> None:
         """Remembers ``value`` for ``message`` at ``key`` (include ``id(message)`` in the key).
 
         Content that cannot be copied is not remembered: its edits could not be told later.
@@ -216,4 +220,5 @@ class MessageCache:
             seen = stamp(message)
         except Exception:
             return
-        self._cache.put(key, (weakref.ref(message, self._cache.on_death(key)), seen, value))
+        entry = (weakref.ref(message, self._cache.on_death(key)), seen, value)
+        self._cache.put(key, entry, weight)

@@ -25,7 +25,8 @@ MIB = 1024 * 1024
 # The documented bounds of what a default trimmer and its counter hold (docs/reliability.md):
 # the counter's content cache 64 MiB and its tool counts 8 MiB; the term cache 16 MiB and its
 # scores and searches 4 MiB each; tool-choice and request caches 4 + 8 MiB. Plus room for what
-# is bounded by entries (256 shortened copies, 4,096 stubs, 16 conversation memos).
+# is bounded by entries or held little here (the shortened copies, 16 MiB at most, ~1.5 MiB in
+# this test; 4,096 stubs; 16 conversation memos).
 BOUND = (64 + 8 + 16 + 4 + 4 + 4 + 8 + 8) * MIB
 
 _RNG = random.Random(23)
@@ -112,3 +113,27 @@ def test_token_and_shortening_caches_stay_bounded_over_many_distinct_messages() 
     assert counter.tokenized_messages >= 1_000  # every message was new: nothing served twice
     assert len(counter._by_content) <= 64 and len(counter._by_identity) <= 64
     assert len(shortener._cache) <= 16
+
+
+def test_a_message_short_enough_already_is_not_kept_alive_by_the_shortener() -> None:
+    shortener = MessageShortener(TokenCounter())
+    message = ToolMessage("a short result", tool_call_id="c")
+    copy, _ = shortener.shorten(message, 500)
+    assert copy is message  # nothing to cut: the message itself comes back
+    assert shortener.shorten(message, 500)[0] is message  # and again, from the cache
+    gone = weakref.ref(message)
+    del message, copy
+    gc.collect()
+    assert gone() is None
+    shortener.shorten(ToolMessage("x", tool_call_id="d"), 500)  # a look-up lets go of the dead
+    assert len(shortener._cache) == 1
+
+
+def test_the_shortened_copies_are_bounded_by_bytes(tracing: None) -> None:
+    shortener = MessageShortener(TokenCounter(), cache_size=10_000, cache_bytes=MIB // 2)
+    alive = [ToolMessage(tool_result(i, 60_000), tool_call_id=f"c{i}") for i in range(200)]
+    before = held()
+    for message in alive:  # each copy keeps 6,000 tokens (~12 KB) of its 60 KB text: 2.4 MB
+        shortener.shorten(message, 6_000)
+    assert len(shortener._cache) < 50
+    assert held() - before < MIB

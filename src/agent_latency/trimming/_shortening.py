@@ -25,6 +25,8 @@ language: a cut inside a character can lose a token or two, which are given back
 _CHARS_PER_TOKEN_WINDOW = 8
 """Characters read per wanted token before tokenising a head or tail; doubled when too few."""
 _MAX_ATTEMPTS = 6
+CACHE_BYTES = 16 * 1024 * 1024
+"""The most text the shortened copies remembered by one shortener hold."""
 
 
 class MessageShortener:
@@ -40,9 +42,11 @@ class MessageShortener:
         cache_size: How many shortened messages are remembered.
     """
 
-    def __init__(self, counter: TokenCounting, *, cache_size: int = 256) -> None:
+    def __init__(
+        self, counter: TokenCounting, *, cache_size: int = 256, cache_bytes: int = CACHE_BYTES
+    ) -> None:
         self._counter = counter
-        self._cache = MessageCache(cache_size)  # thread-safe on its own
+        self._cache = MessageCache(cache_size, cache_bytes)  # thread-safe on its own
 
     def shorten(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
@@ -63,11 +67,15 @@ class MessageShortener:
             target: The most tokens the copy may count, framing included.
         """
         key = (id(message), target)
-        found: tuple[BaseMessage, int] | None = self._cache.get(message, key)
+        found: tuple[BaseMessage | None, int] | None = self._cache.get(message, key)
         if found is None:
-            found = self._shorten_uncached(message, target)
-            self._cache.put(message, key, found)
-        return found
+            copy, count = self._shorten_uncached(message, target)
+            # The message itself is remembered as None: the entry must not keep it alive.
+            kept = None if copy is message else copy
+            found = (kept, count)
+            self._cache.put(message, key, found, _text_bytes(kept))
+        shortened = found[0]
+        return (message if shortened is None else shortened), found[1]
 
     def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         count = self._counter.count_message(message)
@@ -168,3 +176,11 @@ def _split_content(
         else:
             others.append(part)
     return texts, others
+
+
+def _text_bytes(message: BaseMessage | None) -> int:
+    """About what a cached copy holds: the length of its content (at least 1)."""
+    if message is None:
+        return 1
+    content = message.content
+    return max(1, len(content) if isinstance(content, str) else len(str(content)))
