@@ -19,7 +19,7 @@ from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
 
 from opentelemetry.context import Context
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Tracer, get_current_span
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
@@ -66,8 +66,9 @@ class TrimTracerProvider(Protocol):
     span lands in the handler's tracer provider beside its parent, not in the global one.
     """
 
-    def tracer_for_trims(self) -> Tracer:
-        """Returns the tracer the trim span is started with."""
+    def tracer_for_trims(self) -> Tracer | None:
+        """Returns the tracer the trim span is started with; ``None`` when the handler's spans
+        go nowhere (a no-op provider), so that another handler's tracer records it."""
         ...
 
 
@@ -75,7 +76,9 @@ def find_trim_tracer(handlers: Iterable[object]) -> Tracer | None:
     """The tracer of the first handler among ``handlers`` that offers one, if any."""
     for handler in handlers:
         if isinstance(handler, TrimTracerProvider):
-            return handler.tracer_for_trims()
+            tracer = handler.tracer_for_trims()
+            if tracer is not None:
+                return tracer
     return None
 
 
@@ -87,14 +90,15 @@ def find_run_context(handlers: Iterable[object], run_id: UUID | None) -> Context
         run_id: The run whose span should become the parent.
 
     Returns:
-        The first context a handler provides, or ``None`` when no handler traces the run.
+        The first context a handler provides whose span is a real one (a handler whose spans
+        go nowhere gives an invalid one), or ``None`` when no handler traces the run.
     """
     if run_id is None:
         return None
     for handler in handlers:
         if isinstance(handler, RunContextProvider):
             context = handler.otel_context_for_run(run_id)
-            if context is not None:
+            if context is not None and get_current_span(context).get_span_context().is_valid:
                 return context
     return None
 

@@ -102,3 +102,65 @@ def test_an_application_owned_global_provider_gets_no_trim_span() -> None:
         """
     )
     subprocess.run([sys.executable, "-c", program], check=True, timeout=120)
+
+
+def test_a_handler_without_telemetry_listed_first_leaves_the_trim_span_to_the_one_with_it(
+    otlp_receiver: OTLPReceiver,
+) -> None:
+    # A handler kept for on_record or its log lines, whose spans go nowhere (a no-op provider),
+    # listed before the telemetry's: the trim span followed it into nowhere, or (its run's
+    # context holding an invalid span) started a trace of its own.
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    from agent_latency import LatencyCallbackHandler
+
+    records: list[object] = []
+    silent = LatencyCallbackHandler(
+        tracer_provider=trace.NoOpTracerProvider(), on_record=records.append
+    )
+    telemetry = configure_telemetry(
+        exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+    )
+    model = GenericFakeChatModel(messages=iter([AIMessage("done")]))
+    chain = PriorityTrimmer(budget=60) | model
+    history = [HumanMessage(f"old question {turn} " * 10) for turn in range(6)]
+    chain.invoke(history, config={"callbacks": [silent, telemetry.handler()]})
+    telemetry.shutdown()
+
+    assert len(records) == 1  # the silent handler still measured the call
+    spans = otlp_receiver.spans()
+    by_id = {span.span_id: span for span in spans}
+    (trim,) = [span for span in spans if span.name == semconv.TRIM_SPAN_NAME]
+    assert by_id[trim.parent_span_id].name == "chain PriorityTrimmer"
+    assert len({span.trace_id for span in spans}) == 1
+
+
+def test_a_handler_on_an_unset_global_provider_leaves_the_trim_span_to_the_one_with_telemetry() -> (
+    None
+):
+    # In a fresh interpreter, so that no global provider is set: a handler made without
+    # providers records into the global one, which records nothing yet.
+    program = textwrap.dedent(
+        """
+        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        from langchain_core.messages import AIMessage, HumanMessage
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from agent_latency import LatencyCallbackHandler, PriorityTrimmer, configure_telemetry
+
+        ours = InMemorySpanExporter()
+        with configure_telemetry(exporter="none", set_global=False) as telemetry:
+            telemetry.tracer_provider.add_span_processor(SimpleSpanProcessor(ours))
+            model = GenericFakeChatModel(messages=iter([AIMessage("done")]))
+            chain = PriorityTrimmer(budget=60) | model
+            history = [HumanMessage(f"old question {turn} " * 10) for turn in range(6)]
+            handlers = [LatencyCallbackHandler(), telemetry.handler()]
+            chain.invoke(history, config={"callbacks": handlers})
+
+        spans = {span.context.span_id: span for span in ours.get_finished_spans()}
+        (trim,) = [span for span in spans.values() if span.name == "agent_latency.trim"]
+        assert spans[trim.parent.span_id].name == "chain PriorityTrimmer"
+        """
+    )
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=120)

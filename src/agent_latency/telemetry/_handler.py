@@ -136,6 +136,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         max_runs = checked_int(_OWNER, "max_open_runs", max_open_runs, minimum=1)
         super().__init__()
         self.failures = FailureLog()
+        self._tracer_provider = tracer_provider
         self._tracer = trace.get_tracer(
             _SCOPE, tracer_provider=tracer_provider, schema_url=semconv.SCHEMA_URL
         )
@@ -237,9 +238,13 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             self.failures.report("otel_context_for_run", exc)
             return None
 
-    def tracer_for_trims(self) -> trace.Tracer:
+    def tracer_for_trims(self) -> trace.Tracer | None:
         """Returns the handler's tracer, so a trim run under it records its span into the
-        handler's tracer provider, beside its parent (a ``TrimTracerProvider``)."""
+        handler's tracer provider, beside its parent (a ``TrimTracerProvider``); ``None`` when
+        that provider records nothing (a no-op one, or the global one before it is set)."""
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        if isinstance(provider, trace.NoOpTracerProvider | trace.ProxyTracerProvider):
+            return None
         return self._tracer
 
     # -- model calls ---------------------------------------------------------------------------
