@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_latency import PriorityTrimmer, build_chat_model
-from agent_latency.bench._quality import PLACES, NeedleCase, make_case, retained
+from agent_latency.bench import NeedleCase, make_case, needle_places, retained
 from agent_latency.config import Settings
 
 STRATEGIES = ("age", "relevance")
@@ -84,7 +84,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     cases = [
         make_case(seed, place, "en", options.rounds)
         for seed in range(options.seeds)
-        for place in PLACES
+        for place in needle_places()
     ]
     rows = []
     started = time.perf_counter()
@@ -145,7 +145,7 @@ def summary(results: dict[str, Any]) -> list[str]:
     by_place = ", ".join(
         f"{place} {sum(r['untrimmed']['correct'] for r in rows if r['place'] == place)}/"
         f"{sum(r['place'] == place for r in rows)}"
-        for place in PLACES
+        for place in needle_places()
     )
     lines.append(f"  untrimmed correct by place: {by_place}")
     if control < WEAK_BELOW * n:

@@ -64,6 +64,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
+from agent_latency.bench import percentile
 from agent_latency.config import Settings, build_chat_model
 from agent_latency.sim import DEFAULT_MODEL
 from agent_latency.telemetry import LatencyCallbackHandler, LatencyRecord, configure_telemetry
@@ -197,8 +198,11 @@ def live_run_states() -> int:
 
 
 def _is_run_state(cls: type) -> bool:
-    return cls.__module__.startswith("agent_latency.telemetry") and any(
-        base.__name__ == "RunState" for base in cls.__mro__
+    module = getattr(cls, "__module__", None)  # a descriptor on some built-in metaclasses
+    return (
+        isinstance(module, str)
+        and module.startswith("agent_latency.telemetry")
+        and any(base.__name__ == "RunState" for base in cls.__mro__)
     )
 
 
@@ -529,9 +533,7 @@ def soak(
 def _quantiles(values: Sequence[float]) -> str:
     if not values:
         return "no samples"
-    # NumPy's default ("linear") quantiles, as the bench reports them.
-    cuts = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else None
-    p50, p90, p99 = (cuts[q - 1] if cuts else values[0] for q in (50, 90, 99))
+    p50, p90, p99 = (percentile(values, q) for q in (0.5, 0.9, 0.99))
     return f"p50 {p50:.3f} ms, p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {max(values):.3f} ms"
 
 
