@@ -265,6 +265,31 @@ def test_with_room_for_head_and_tail_they_stay_protected() -> None:
     assert messages[1 + 2 * 5] in result.messages and 0 < result.dropped_messages < 12
 
 
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_best_matching_round_outlasts_a_head_and_tail_that_leave_it_no_room(
+    language: str,
+) -> None:
+    # Head and tail (one round each) fit the budget, but not beside the needed middle round:
+    # the head goes, the round that matches the question best stays.
+    messages = needle_conversation(language)
+    needle = messages[1 + 2 * 5]
+    first, last = messages[1:3], messages[-3:-1]
+    budget = COUNTER.count_messages([messages[0], *first, *last, messages[-1]]) + 20
+    assert COUNTER.count_messages(messages[11:13]) > 20  # the needle round does not fit beside
+
+    result = PriorityTrimmer(
+        budget,
+        token_counter=COUNTER,
+        history_selection="relevance",
+        history_keep_head=1,
+        history_keep_tail=1,
+        prefix_stable=False,
+    ).trim(messages)
+
+    assert needle in result.messages and not result.over_budget
+    assert messages[1] not in result.messages
+
+
 def test_by_age_head_and_tail_that_do_not_fit_keep_eroding_from_the_middle() -> None:
     # By age nothing tells which round the question needs, so the head and tail keep their
     # place: the middle goes first, then the head from its end; the first round, which often

@@ -386,10 +386,11 @@ def _history_drop_order(
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
     With ``history_selection="relevance"`` the middle rounds go least relevant to the latest
-    user message first (BM25; oldest first among equally relevant ones). There the head and
-    tail rounds are a preference, not a wall: when they alone take more than ``room`` (what the
-    budget leaves for the history), every round is ranked by relevance, so the round the
-    question needs is not the one dropped. By age, nothing tells which round the question needs:
+    user message first (BM25; oldest first among equally relevant ones), and the round that
+    matches it best goes last, after the head and the tail. There the head and tail rounds are a
+    preference, not a wall: when they alone take more than ``room`` (what the budget leaves for
+    the history), every round is ranked by relevance, so the round the question needs is not the
+    one dropped. By age, nothing tells which round the question needs:
     the history keeps eroding from its middle, the head before the tail (the first rounds often
     hold the task's rules; measured with ``agent-latency bench --runs 0 --quality``, ranking all
     rounds newest first kept 39% of the needed facts at budget 3,000 where this order keeps 50%).
@@ -402,16 +403,24 @@ def _history_drop_order(
     tail_start = max(len(ordered) - options.history_keep_tail, 0)
     head_end = min(options.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
-    relevance = options.history_selection == "relevance"
-    if relevance and sum(_size(plan, unit) for r in (*head, *tail) for unit in r) > room:
-        head, middle, tail = [], ordered, []
-    if relevance and len(middle) > 1:
-        question = plan.question()
-        query = "" if question is None else plan.texts[question]
-        texts = [[plan.texts[i] for u in r for i in u.indices] for r in middle]
-        scores = bm25_scores(query, texts, terms)
-        middle = [middle[k] for k in sorted(range(len(middle)), key=lambda k: scores[k])]
-    return middle + head[::-1] + tail  # the history erodes outwards from its middle
+    if options.history_selection != "relevance":
+        return middle + head[::-1] + tail  # the history erodes outwards from its middle
+    question = plan.question()
+    query = "" if question is None else plan.texts[question]
+    texts = [[plan.texts[i] for u in r for i in u.indices] for r in ordered]
+    scores = dict(zip(map(id, ordered), bm25_scores(query, texts, terms), strict=True))
+
+    def least_relevant_first(rounds: list[list[Unit]]) -> list[list[Unit]]:
+        return sorted(rounds, key=lambda r: scores[id(r)])  # stable: oldest first among equals
+
+    if sum(_size(plan, unit) for r in (*head, *tail) for unit in r) > room:
+        return least_relevant_first(ordered)
+    # The round that matches the question best is the last to go, after the head and tail.
+    best = max(ordered, key=lambda r: scores[id(r)])
+    if scores[id(best)] <= 0:
+        return least_relevant_first(middle) + head[::-1] + tail
+    rest = [[r for r in part if r is not best] for part in (middle, head, tail)]
+    return least_relevant_first(rest[0]) + rest[1][::-1] + rest[2] + [best]
 
 
 def shorten_must_keep(plan: Plan) -> None:
