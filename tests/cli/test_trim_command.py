@@ -153,3 +153,41 @@ def test_a_bad_request_body_exits_2_with_one_line_naming_the_file(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err
     assert re.search(pattern, err)
+
+
+def test_a_lone_surrogate_is_written_back_as_the_escape_it_was_read_as(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As json.loads of a truncated page gives it: the trim counted it, then writing the output
+    # failed with "'utf-8' codec can't encode character '\ud800' ...: surrogates not allowed".
+    monkeypatch.chdir(tmp_path)
+    path, output = tmp_path / "conversation.json", tmp_path / "trimmed.json"
+    path.write_text(
+        '[{"role": "user", "content": "\\u4f60\\u597d, half a pair: \\ud800 and a smile '
+        '\\ud83d\\ude00"}]',
+        encoding="utf-8",
+    )
+
+    assert main(["trim", str(path), "--output", str(output)]) == 0
+
+    written = output.read_text(encoding="utf-8")
+    assert "你好" in written and "😀" in written  # the text as text, not as escapes
+    assert json.loads(written) == json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("where", ["a directory", "a missing folder"])
+def test_an_output_path_that_cannot_be_written_is_named_before_the_trim(
+    where: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path if where == "a directory" else tmp_path / "missing" / "trimmed.json"
+
+    assert main(["trim", str(_conversation(tmp_path)), "--output", str(output)]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before trimming, not after the table
+    (line,) = captured.err.strip().splitlines()
+    assert f"--output {output}" in line and "Fix:" in line

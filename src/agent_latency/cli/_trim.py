@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +17,8 @@ from agent_latency.config import load_settings
 from agent_latency.trimming import RULE_EXPLANATIONS, PriorityTrimmer, TrimResult
 
 _ACTION_STYLES = {"kept": "green", "dropped": "red", "shortened": "yellow"}
+# json.loads joins an escaped surrogate pair into one character: a surrogate left is a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def render_trim_table(result: TrimResult, counted_with: str) -> Table:
@@ -115,6 +118,8 @@ def trim(
     Tokens are counted with the tokenizer of the configured model (llm.model, llm.tokenizer);
     the tools and response format of a request body count against the budget.
     """
+    if output is not None:
+        _check_output(output)
     loaded = load_settings(config, settings)
     request = load_request_file(file)
     options: dict[str, Any] = {"tools": request.tools, "response_format": request.response_format}
@@ -127,4 +132,27 @@ def trim(
         trimmed: Any = [_wire_message(message) for message in result.messages]
         if isinstance(request.document, dict):
             trimmed = {**request.document, "messages": trimmed}
-        output.write_text(json.dumps(trimmed, ensure_ascii=False, indent=2) + "\n", "utf-8")
+        text = json.dumps(trimmed, ensure_ascii=False, indent=2) + "\n"
+        # A lone surrogate (read from an escape) is no UTF-8: written back as that escape.
+        text = _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+        try:
+            output.write_text(text, "utf-8")
+        except OSError as exc:
+            raise ValueError(
+                f"--output {output}: cannot be written ({exc.strerror or type(exc).__name__}). "
+                "Fix: give a file path you may write to."
+            ) from None
+
+
+def _check_output(output: Path) -> None:
+    """Refuses an output path that cannot become a file, before the trim is shown."""
+    if output.is_dir():
+        raise ValueError(
+            f"--output {output}: is a directory. Fix: give a file path, e.g. "
+            f"{output / 'trimmed.json'}."
+        )
+    if not output.parent.is_dir():
+        raise ValueError(
+            f"--output {output}: the folder {output.parent} does not exist. Fix: create it, "
+            "or give a path in an existing folder."
+        )
