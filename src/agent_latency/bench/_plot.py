@@ -144,6 +144,10 @@ _PEERS: Final = ("none", "hard_limit", "trim_messages", "context_editing", "summ
 def _frontier_panel(axes: Any, *, entries: Sequence[Mapping[str, Any]], title: str) -> None:
     """Mean wait against retention: one line per strategy through its knob's points, in the
     order of the context they send; the default point a star."""
+    from matplotlib import colormaps
+
+    tab20 = colormaps["tab20"]  # 20 distinct colours: one per strategy line
+    palette = [tab20(i) for i in range(20)]
     strategies = list(dict.fromkeys(str(entry["strategy"]) for entry in entries))
     for index, strategy in enumerate(strategies):
         points = sorted(
@@ -159,7 +163,7 @@ def _frontier_panel(axes: Any, *, entries: Sequence[Mapping[str, Any]], title: s
         if not points:
             continue
         peer = strategy.startswith(_PEERS)
-        color = f"C{index % 10}"
+        color = palette[index % len(palette)]
         axes.plot(
             [100 * e["retention"] for e in points],
             [e["mean_wait_ms"] for e in points],
