@@ -17,6 +17,7 @@ from agent_latency.bench import (
     write_frontier_plot,
 )
 from agent_latency.bench._contenders import budget_points
+from agent_latency.bench._facts import Fact
 from agent_latency.bench._mixed import schedule
 from agent_latency.bench._workload_report import CallRecord, StrategyRun
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -59,6 +60,7 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer(
         assert entry["context_tokens"] == pytest.approx(entry["prompt_tokens"] / 6, abs=0.1)
         assert len(entry["per_call"]) == 6
         assert sum(call["facts_kept"] for call in entry["per_call"]) == entry["facts_kept"]
+        assert set(entry["retention_by"]) == {"where", "same_words", "language"}
         # Per call: our count, the server's and its cached tokens (the simulator counts in the
         # model's tokens, as the trimmers do).
         for call in entry["per_call"]:
@@ -315,3 +317,34 @@ def test_the_frontier_plot_draws_one_panel_per_profile_from_the_json_entries(
     assert (tmp_path / "frontier.png").read_bytes().startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="no frontier entries"):
         write_frontier_plot([], tmp_path / "empty.png")
+
+
+def test_retention_is_broken_down_by_the_kind_of_fact() -> None:
+    user = Fact("24117", "s", "q", "a", "en", "user", same_words=True)
+    tool = Fact("QC-1234", "s", "q", "a", "zh", "tool_result", same_words=False)
+    run = StrategyRun(
+        "s",
+        {},
+        True,
+        (
+            record(needed=1, kept=1, fact=user),
+            record(needed=1, kept=0, fact=tool),
+            record(needed=1, kept=1, fact=tool),
+            record(needed=0, kept=0),
+        ),
+        6144,
+    )
+    assert run.retention_by() == {
+        "where": {"tool_result": 0.5, "user": 1.0},
+        "same_words": {"false": 0.5, "true": 1.0},
+        "language": {"en": 1.0, "zh": 0.5},
+    }
+    entry = run.to_json()
+    assert entry["retention_by"] == run.retention_by()
+    assert entry["per_call"][1]["fact"] == {
+        "value": "QC-1234",
+        "where": "tool_result",
+        "language": "zh",
+        "same_words": False,
+    }
+    assert entry["per_call"][3]["fact"] is None

@@ -54,6 +54,7 @@ def test_a_reduced_workload_runs_on_the_benchs_endpoint(tmp_path: Path, capsys: 
     assert "Over limit: calls whose prompt exceeded the hard limit" in text
     assert "Invalid: calls an OpenAI endpoint would reject" in text
     assert "or that the server refused." in text
+    assert "Kept, by the kind of fact the question needs" in text
 
 
 def test_workload_options_are_checked_before_any_call(capsys: object) -> None:

@@ -327,6 +327,7 @@ def run_mixed_workload(
                         refused=None,
                         needed=int(fact is not None),
                         kept=kept,
+                        fact=fact,
                     )
                     try:
                         call = meter.stream(answering if answers and fact else timed, sent)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_latency.bench._facts import Fact
 from agent_latency.bench._measurements import percentile
 from agent_latency.bench._mixed import MixedWorkload
 
@@ -40,6 +41,7 @@ class CallRecord:
         server_prefill_ms: How long the server said it prefilled, where it said so.
         ttft_remainder_ms: The rest of the time to first token (client, network, queue), where
             the server said how long it prefilled.
+        fact: The fact the call's question needs, if any.
     """
 
     conversation: int
@@ -58,6 +60,7 @@ class CallRecord:
     answered: bool | None = None
     server_prefill_ms: float | None = None
     ttft_remainder_ms: float | None = None
+    fact: Fact | None = None
 
     @property
     def sent_tokens(self) -> int:
@@ -82,6 +85,14 @@ class CallRecord:
             "answered": self.answered,
             "server_prefill_ms": _rounded(self.server_prefill_ms),
             "ttft_remainder_ms": _rounded(self.ttft_remainder_ms),
+            "fact": None
+            if self.fact is None
+            else {
+                "value": self.fact.value,
+                "where": self.fact.where,
+                "language": self.fact.language,
+                "same_words": self.fact.same_words,
+            },
         }
 
 
@@ -136,6 +147,23 @@ class StrategyRun:
         needed = sum(call.needed for call in self.calls)
         return sum(call.kept for call in self.calls) / needed if needed else None
 
+    def retention_by(self) -> dict[str, dict[str, float]]:
+        """The retention by the kind of fact: where it was stated (``user``, ``tool_result``),
+        whether the question used its words (``same_words``: ``"true"``/``"false"``), its
+        language (``en``, ``zh``); a kind no call needed is left out."""
+        shares: dict[str, dict[str, float]] = {}
+        for kind, of in (
+            ("where", lambda f: f.where),
+            ("same_words", lambda f: str(f.same_words).lower()),
+            ("language", lambda f: f.language),
+        ):
+            needed: dict[str, list[int]] = {}
+            for call in self.calls:
+                if call.fact is not None:
+                    needed.setdefault(of(call.fact), []).append(call.kept)
+            shares[kind] = {value: sum(kept) / len(kept) for value, kept in sorted(needed.items())}
+        return shares
+
     @property
     def answer_accuracy(self) -> float | None:
         """The share of the fact questions answered right (a refused one is wrong); ``None``
@@ -183,6 +211,7 @@ class StrategyRun:
             "retention": None if self.retention is None else round(self.retention, 4),
             "facts_needed": sum(c.needed for c in self.calls),
             "facts_kept": sum(c.kept for c in self.calls),
+            "retention_by": _shares(self.retention_by()),
             "answer_accuracy": _fraction(self.answer_accuracy),
             "context_tokens": _rounded(self.context_tokens),
             "prefilled_tokens": self.prefilled_tokens,
@@ -211,6 +240,7 @@ class StrategyRun:
             "mean_wait_ms": _rounded(self.mean_wait_ms),
             "p95_wait_ms": _rounded(self.p95_wait_ms),
             "retention": None if self.retention is None else round(self.retention, 4),
+            "retention_by": _shares(self.retention_by()),
             "context_tokens": _rounded(self.context_tokens),
             "answer_accuracy": _fraction(self.answer_accuracy),
             "prefilled_tokens": self.prefilled_tokens,
@@ -228,6 +258,12 @@ def _mean(values: Sequence[float | None]) -> float | None:
 def _sum(values: Sequence[int | None]) -> int | None:
     reported = [value for value in values if value is not None]
     return sum(reported) if reported else None
+
+
+def _shares(by: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    return {
+        kind: {value: round(share, 4) for value, share in of.items()} for kind, of in by.items()
+    }
 
 
 def _fraction(value: float | None) -> float | None:

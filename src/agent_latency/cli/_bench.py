@@ -46,6 +46,7 @@ from agent_latency.cli._tables import (
     modes_table,
     modes_title,
     quality_table,
+    retention_by_kind_table,
     turns_table,
     workload_table,
 )
@@ -273,6 +274,7 @@ def bench(
         console.print(quality_table(retention))
     for run in mixed:
         console.print(Text(workload_table(run)), soft_wrap=True)
+        console.print(Text(retention_by_kind_table(run)), soft_wrap=True)
         if run.frontier:
             console.print(Text(frontier_table(run)), soft_wrap=True)
     for failure in report.failures():

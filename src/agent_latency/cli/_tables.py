@@ -277,6 +277,36 @@ def _caption(report: WorkloadReport) -> str:
     return text
 
 
+_BY_KIND: Final = (
+    ("where", "user", "user"),
+    ("where", "tool_result", "tool"),
+    ("same_words", "true", "same"),
+    ("same_words", "false", "other"),
+    ("language", "en", "en"),
+    ("language", "zh", "zh"),
+)
+"""The retention-by-kind columns: (kind, value, header)."""
+
+
+def retention_by_kind_table(report: WorkloadReport) -> str:
+    """The workload's retention by the kind of fact, one strategy (default point) a row."""
+    rows = [
+        f"{'strategy':<{_NAME_WIDTH}}{'all':>6}"
+        + "".join(f"{header:>7}" for _, _, header in _BY_KIND)
+    ]
+    for run in report.strategies:
+        by = run.retention_by()
+        rows.append(
+            f"{run.strategy:<{_NAME_WIDTH}}{_share(run.retention):>6}"
+            + "".join(f"{_share(by[kind].get(value)):>7}" for kind, value, _ in _BY_KIND)
+        )
+    rows.append(
+        "Kept, by the kind of fact the question needs: stated in a user message or inside a tool "
+        "result; asked in the words it was stated in (same) or in other words; English or Chinese."
+    )
+    return "\n".join(rows)
+
+
 def frontier_table(report: WorkloadReport) -> str:
     """Every point of the frontier as plain text, by strategy, with its knob."""
     rows = [
