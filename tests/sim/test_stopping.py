@@ -300,3 +300,25 @@ def test_the_help_reads_whole_at_80_columns(
 def sim_command_options() -> list[str]:
     command = get_command(app).commands["sim"]  # type: ignore[attr-defined]
     return [name for param in command.params for name in (*param.opts, *param.secondary_opts)]
+
+
+@pytest.mark.parametrize(
+    ("options", "counted_as"),
+    [((), "qwen + qwen framing"), (("--tokenizer", "qwem"), "cl100k_base + openai framing")],
+    ids=["the served model's own", "a misspelt name"],
+)
+def test_the_listening_line_says_what_prompt_tokens_are_counted_in(
+    options: tuple[str, ...], counted_as: str
+) -> None:
+    # A name it does not know is taken for a model's and counted as cl100k, and nothing said
+    # so: a typo (qwem for qwen) counted every prompt in another vocabulary, unseen.
+    command = [sys.executable, "-m", "agent_latency.cli", "sim", "--port", "0", *options]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stderr is not None
+        line = child.stderr.readline()
+    finally:
+        child.kill()
+        child.wait(EXIT_WAIT_S)
+    assert re.search(r"127\.0\.0\.1:\d+/v1", line)
+    assert f"prompt tokens counted as {counted_as}" in line

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import typer
 
 from agent_latency.sim import SimulatorConfig, run_simulator
+from agent_latency.tokens import TokenCounter
 
 _DEFAULT = SimulatorConfig()
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -107,12 +108,16 @@ def sim(
     if model is not None:
         options["model"] = model
     config = SimulatorConfig(**options)  # type: ignore[arg-type]
+    # Said, because a name it does not know is taken for a model's and counted as cl100k.
+    counted_as = TokenCounter.for_model(config.prompt_tokenizer).name
     run_simulator(
         config,
         host=host,
         port=port,
         log_level=log_level,
         on_listening=lambda url: typer.echo(
-            f"agent-latency simulator on {url} (Ctrl-C to stop)", err=True
+            f"agent-latency simulator on {url}, prompt tokens counted as {counted_as} "
+            "(Ctrl-C to stop)",
+            err=True,
         ),
     )
