@@ -16,7 +16,8 @@
 # slot), BENCH_REAL_THREADS (1), BENCH_REAL_REPACK (auto: off on CPUs with AMX),
 # BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD (1,3: the
 # workload's conversation counts, one run each; empty skips it), BENCH_REAL_WORKLOAD_CALLS (9),
-# BENCH_REAL_JOBS (build jobs: the number of cores), BENCH_REAL_OUT (build/bench-real).
+# BENCH_REAL_FRONTIER (0; 1 adds --frontier to the workload), BENCH_REAL_JOBS (build jobs: the
+# number of cores), BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -398,16 +399,20 @@ if ((NEEDLE_SEEDS > 0)); then
 fi
 
 # 11. The mixed workload on the server, once per conversation count: fewer conversations than
-# slots (each keeps its slot's cache) and more (they evict each other). A strategy whose request
-# the server refuses is recorded and the others run on.
+# slots (each keeps its slot's cache) and more (they evict each other), every strategy and peer,
+# each fact question answered greedily (answer accuracy); with BENCH_REAL_FRONTIER=1 each
+# strategy at every point of its knob too (hours on 2 cores). A strategy whose request the server
+# refuses is recorded and the others run on.
+frontier=()
+[[ ${BENCH_REAL_FRONTIER:-0} == 1 ]] && frontier=(--frontier)
 IFS=, read -r -a workload_sizes <<<"$WORKLOAD"
 for conversations in "${workload_sizes[@]}"; do
     name=workload-$conversations
     echo "bench-real: the mixed workload, $conversations conversation(s) × $WORKLOAD_CALLS calls" \
         "on $PARALLEL slots (log: $OUT/$name.log)"
-    run "${bench[@]}" --runs 1 --workload mixed --workload-endpoint \
+    run "${bench[@]}" --runs 0 --workload mixed --workload-endpoint --workload-answers \
         --workload-conversations "$conversations" --workload-calls "$WORKLOAD_CALLS" \
-        --json "$OUT/$name.json" 2>"$OUT/$name.log" \
+        "${frontier[@]}" --json "$OUT/$name.json" 2>"$OUT/$name.log" \
         || step_failed "the $name" "the mixed workload failed; see $OUT/$name.log"
 done
 
