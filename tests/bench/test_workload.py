@@ -348,3 +348,22 @@ def test_retention_is_broken_down_by_the_kind_of_fact() -> None:
         "same_words": False,
     }
     assert entry["per_call"][3]["fact"] is None
+
+
+def test_an_untimed_warm_up_call_comes_before_the_first_strategys_calls() -> None:
+    # The simulator's first request loads its tokenizer and tokenises every message (2.6 s on
+    # the shipped scenario); it fell on the first strategy's first call (`none`'s mean wait).
+    with running_simulator(replace(FAST, tokenizer=Settings().llm.model)) as sim:
+        report = run_mixed_workload(
+            MixedWorkload(conversations=1, calls=2),
+            settings=Settings(llm=LLMSettings(model=sim.config.models[0])),
+            base_url=sim.base_url,
+            only=["none"],
+        )
+        served = sim.stats
+    (run,) = report.strategies
+    assert len(run.calls) == 2
+    assert served.requests == 1 + 2  # the warm-up, then the two timed calls
+    # The warm-up sent the longest prompt: as long as the last call's, give or take its marker.
+    warm_up = served.prompt_tokens - sum(call.tokens for call in run.calls)
+    assert abs(warm_up - run.calls[-1].tokens) < 10

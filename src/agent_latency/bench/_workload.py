@@ -20,10 +20,12 @@ speed, scaled down only where a cold prefill of the budget would take over a sec
 converting the request, a few ms per thousand tokens) is not scaled, so it weighs more than it
 would against a real endpoint.
 
-The user's wait of a call is its time to first token, plus the time its strategy took to prepare
-the prompt (a trim; for ``SummarizationMiddleware`` its summary call to the same server).
-Retention is the share of the facts the calls' questions need that are still in what was sent;
-with ``answers`` the fact questions are answered greedily (temperature 0) and scored.
+Before the contenders, one untimed call sends the longest prompt, so that what a server does on
+its first request (the simulator loads its tokenizer) falls on no strategy's time. The user's
+wait of a call is its time to first token, plus the time its strategy took to prepare the prompt
+(a trim; for ``SummarizationMiddleware`` its summary call to the same server). Retention is the
+share of the facts the calls' questions need that are still in what was sent; with ``answers``
+the fact questions are answered greedily (temperature 0) and scored.
 """
 
 from __future__ import annotations
@@ -180,6 +182,20 @@ def _latency(simulator: SimulatorConfig, scale: float | None) -> dict[str, Any]:
     }
 
 
+def _warm_up(meter: CallMeter, model: Any, messages: list[BaseMessage], settings: Settings) -> None:
+    """One untimed call of the longest prompt before the contenders: the server loads what it
+    loads on a first request (a tokenizer, the messages' tokens) on nobody's time.
+
+    A refused warm-up (a prompt too long for the server) is left for the contenders to record.
+    """
+    try:
+        meter.stream(model, with_request_id(messages, "warm-up"))
+    except openai.APIError as exc:
+        error = explain_api_error(exc, settings)
+        if not isinstance(error, RequestRefused):
+            raise error from None
+
+
 def _label(knob: Any) -> str:
     return ",".join(f"{name}={value}" for name, value in knob.items()) or "-"
 
@@ -291,6 +307,7 @@ def run_mixed_workload(
             chosen = [
                 c for c in contenders(kit, frontier=frontier) if only is None or c.strategy in only
             ]
+            _warm_up(meter, timed, conversations[0][: points[-1]], channel.settings)
             total = len(chosen) * len(turns)
             runs = []
             for index, contender in enumerate(chosen):
