@@ -341,6 +341,45 @@ def test_a_buffer_that_held_back_less_than_the_prefill_took_gets_the_prefill_hin
     assert "1,310 ms prefill" in message and "buffer" not in message
 
 
+@pytest.mark.parametrize(
+    ("chunks", "chunk_gap_ms", "ttft_ms"),
+    [(20, 5.0, 959.0), (1, 0.0, 904.0)],
+    ids=["reasoning before the answer", "a tool call sent whole"],
+)
+def test_output_generated_before_the_first_content_chunk_is_named_not_blamed_on_the_queue(
+    chunks: int,
+    chunk_gap_ms: float,
+    ttft_ms: float,
+    clock: Clock,
+    tracer_provider: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # llama-server decoded for 900 ms after a 100 ms prefill, but the first content chunk came
+    # only after most of it: a reasoning model's thinking (reasoning_content, which is no
+    # content to LangChain) or a tool call the server sends once complete. That was logged as
+    # "client, network and queue: not the prompt; look at the server's load", or as a buffer.
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, ttft_warn_ms=500, log_every_request=False
+    )
+    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 100.0, "predicted_ms": 900.0}
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        streamed_call(
+            handler,
+            clock,
+            ttft_ms=ttft_ms,
+            chunk_gap_ms=chunk_gap_ms,
+            timings=timings,
+            chunks=chunks,
+        )
+    (message,) = slow_warnings(caplog)
+    # What the server says it generated less what the client saw arrive, within the remainder.
+    held = min(900 - chunk_gap_ms * (chunks - 1), ttft_ms - 100)
+    assert f"100 ms prefill of 1,845 uncached tokens, {held:,.0f} ms generating before" in message
+    assert f"{ttft_ms - 100 - held:,.0f} ms client, network and queue" in message
+    assert "reasoning" in message and "tool call" in message
+    assert "server's load" not in message and "buffers the stream" not in message
+
+
 def test_a_fast_stream_on_the_wire_gets_the_prefill_hint_not_the_buffering_one(
     tracer_provider: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

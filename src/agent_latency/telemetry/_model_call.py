@@ -300,6 +300,12 @@ class ModelCallTracer:
             server_decode_ms=split.server_decode_ms if split else None,
             ttft_remainder_ms=split.remainder_ms if split else None,
         )
+        spread_ms = (
+            None
+            if state.first_chunk_ns is None
+            else (state.last_chunk_ns - state.first_chunk_ns) / 1e6
+        )
+        held_ms = held_back_ms(split, spread_ms, usage.decode_ms if state.streamed else None)
         log_record(
             record,
             state.trim,
@@ -307,8 +313,9 @@ class ModelCallTracer:
             cause=slow_cause(
                 split,
                 buffered=is_buffered(state.chunks, timing.mean_chunk_gap_s),
-                held_ms=held_back_ms(state.chunks, timing.mean_chunk_gap_s, usage.decode_ms),
+                held_ms=held_ms,
             ),
+            held_ms=held_ms,
             threshold_ms=(
                 options.ttft_error_ms if timing.ttft_level == "error" else options.ttft_warn_ms
             ),

@@ -146,6 +146,12 @@ _HINT_QUEUE = (
     "{split}: not the prompt, so trimming will not help; look at the server's load (queued "
     "requests, busy slots) and the network between client and server."
 )
+_HINT_UNSEEN = (
+    "{split}: the server generated output before the first content chunk, a reasoning model's "
+    "thinking (reasoning_content, which is no content to the stream) or a tool call it sends "
+    "whole once complete (or a proxy held the stream back). Trimming will not shorten that "
+    "part; less reasoning will (a lower reasoning effort, or thinking off)."
+)
 _HINT_PREFILL = (
     "{split}: lower prompt.token_budget or trim history so the server prefills less, or keep "
     "its prefix cache warm (an unchanged prefix is not prefilled again)."
@@ -153,12 +159,18 @@ _HINT_PREFILL = (
 
 
 def _hint(
-    record: LatencyRecord, trim: PendingTrim | None, split: TtftSplit | None, cause: SlowCause
+    record: LatencyRecord,
+    trim: PendingTrim | None,
+    split: TtftSplit | None,
+    cause: SlowCause,
+    held_ms: float | None,
 ) -> str:
     if cause is SlowCause.BUFFERED:
         return _HINT_BUFFERED.format(
             chunks=record.chunks, ttft=record.ttft_ms or 0.0, total=record.total_ms
         )
+    if cause is SlowCause.UNSEEN_OUTPUT and split is not None and held_ms is not None:
+        return _HINT_UNSEEN.format(split=split.describe(unseen_ms=held_ms))
     if cause is SlowCause.QUEUE_OR_NETWORK and split is not None:
         return _HINT_QUEUE.format(split=split.describe())
     fixed = None if trim is None else trim.attributes.get(semconv.TRIM_OVER_BUDGET_CAUSE)
@@ -175,13 +187,15 @@ def log_record(
     *,
     split: TtftSplit | None,
     cause: SlowCause,
+    held_ms: float | None,
     threshold_ms: float,
     every_request: bool,
 ) -> None:
     """Logs a call: a WARNING or ERROR when its TTFT crossed a threshold, INFO if asked.
 
-    The hint of a slow streamed call follows what held it up: a buffered stream, the client,
-    network or queue, or the prefill (the trim, or the part no trim removes, when that alone is
+    The hint of a slow streamed call follows what held it up: a buffered stream, output the
+    server generated before the first content chunk, the client, network or queue, or the
+    prefill (the trim, or the part no trim removes, when that alone is
     over the budget).
 
     Args:
@@ -189,6 +203,7 @@ def log_record(
         trim: The trim that prepared it, if any.
         split: Where its time to first token went, when the server said.
         cause: What held the first token up.
+        held_ms: How long the server generated before the first content chunk, if it said.
         threshold_ms: The threshold its ``ttft_level`` crossed (unused for ``"ok"``).
         every_request: Whether to log the INFO line of every call.
     """
@@ -203,7 +218,7 @@ def log_record(
         level = logging.ERROR if record.ttft_level == "error" else logging.WARNING
         common = (record.model, record.ttft_ms, threshold_ms, shown_tokens, budget)
         if record.streaming:
-            logger.log(level, _SLOW_STREAMED, *common, _hint(record, trim, split, cause))
+            logger.log(level, _SLOW_STREAMED, *common, _hint(record, trim, split, cause, held_ms))
         else:
             logger.log(level, _SLOW_BLOCKING, *common)
     if every_request:

@@ -47,16 +47,25 @@ class TtftSplit:
     remainder_ms: float
     prefilled_tokens: int | None = None
 
-    def describe(self) -> str:
+    def describe(self, *, unseen_ms: float | None = None) -> str:
         """The split in words: ``of 1,420 ms to the first token: 1,310 ms prefill of 1,845
-        uncached tokens, 110 ms client, network and queue``."""
+        uncached tokens, 110 ms client, network and queue``.
+
+        Args:
+            unseen_ms: Of the remainder, how long the server generated before the first
+                content chunk (:func:`held_back_ms`), named apart when given.
+        """
         tokens = self.prefilled_tokens
         prefilled = "" if tokens is None else f" of {tokens:,} uncached tokens"
         decode = self.server_decode_ms
         decoded = "" if decode is None else f", {decode:,.0f} ms decoding the answer"
+        rest = self.remainder_ms
+        if unseen_ms:
+            decoded += f", {unseen_ms:,.0f} ms generating before the first content chunk"
+            rest -= unseen_ms
         return (
             f"of {self.ttft_ms:,.0f} ms to the first token: {self.server_prefill_ms:,.0f} ms "
-            f"prefill{prefilled}{decoded}, {self.remainder_ms:,.0f} ms client, network and queue"
+            f"prefill{prefilled}{decoded}, {rest:,.0f} ms client, network and queue"
         )
 
 
@@ -97,6 +106,9 @@ class SlowCause(Enum):
 
     BUFFERED = "buffered"
     """The chunks arrived at once: the client or a proxy held the stream back."""
+    UNSEEN_OUTPUT = "unseen_output"
+    """The server generated for most of the wait before the first content chunk: reasoning
+    tokens that are no content, or a tool call sent whole."""
     QUEUE_OR_NETWORK = "queue_or_network"
     """Most of the wait was not the server's prefill: client, network or the server's queue."""
     PREFILL = "prefill"
@@ -120,35 +132,43 @@ def is_buffered(chunks: int, mean_chunk_gap_s: float | None) -> bool:
 
 
 def held_back_ms(
-    chunks: int, mean_chunk_gap_s: float | None, server_decode_ms: float | None
+    split: TtftSplit | None, spread_ms: float | None, server_decode_ms: float | None
 ) -> float | None:
-    """How long a buffer held a stream's first chunk back, by the server's own decode time.
+    """How long the server generated before a stream's first content chunk, by its own word.
 
-    A live stream's chunks arrive over about as long as the server took to generate them; a
-    buffered one's all at once, its first chunk late by the rest of that time.
+    A live stream's content chunks arrive over about as long as the server took to generate
+    them. When they arrive over less, the rest came before the first of them: a buffer held the
+    stream back, or the server generated output that is no content to LangChain (a reasoning
+    model's thinking, in ``reasoning_content``) or sent a tool call whole once complete.
 
     Args:
-        chunks: The stream's content chunks.
-        mean_chunk_gap_s: The mean wait between them (``CallTiming.mean_chunk_gap_s``).
+        split: The call's split: what came before the first content chunk is part of its
+            remainder, and a server saying it generated for longer is not believed past it.
+        spread_ms: From the first content chunk to the last (0 for one chunk); ``None``
+            without a content chunk.
         server_decode_ms: How long the server says it generated the answer.
 
     Returns:
-        The server's decode time less the time the chunks took to arrive (never below 0), or
-        ``None`` when the server did not say or the stream had fewer than 2 chunks.
+        The server's decode time less the spread (never below 0, at most the remainder), or
+        ``None`` when the server did not say or no content arrived.
     """
-    if server_decode_ms is None or mean_chunk_gap_s is None or chunks < 2:
+    if server_decode_ms is None or spread_ms is None:
         return None
-    return max(0.0, server_decode_ms - mean_chunk_gap_s * 1e3 * (chunks - 1))
+    held_ms = max(0.0, server_decode_ms - spread_ms)
+    return held_ms if split is None else min(held_ms, split.remainder_ms)
 
 
 def slow_cause(split: TtftSplit | None, *, buffered: bool, held_ms: float | None) -> SlowCause:
-    """What held up a first token: the largest of the server's part, a buffer's and the rest.
+    """What held up a first token: the largest of the server's prefill, the output it generated
+    before the first content chunk, and the rest.
 
     Args:
         split: The call's split, if the server said enough for one.
         buffered: Whether the stream's chunks arrived in one burst (:func:`is_buffered`).
-        held_ms: How long a buffer held the first chunk back (:func:`held_back_ms`), when the
-            server said how long it decoded; without it a burst is taken for a buffer.
+        held_ms: How long the server generated before the first content chunk
+            (:func:`held_back_ms`), when it said how long it decoded; without it a burst is
+            taken for a buffer. When that is the largest part, a burst names a buffer, else
+            the server's own unseen output.
     """
     if split is None or held_ms is None:
         if buffered:
@@ -157,12 +177,9 @@ def slow_cause(split: TtftSplit | None, *, buffered: bool, held_ms: float | None
             return SlowCause.UNKNOWN
         held_ms = 0.0
     server_ms = split.server_prefill_ms + (split.server_decode_ms or 0.0)
-    # A buffer's delay is part of the remainder: the first chunk cannot come before the last
-    # token was generated, so a server decoding for longer than that is not believed past it.
-    held_ms = min(held_ms, split.remainder_ms)
     rest_ms = split.remainder_ms - held_ms
     if held_ms > server_ms and held_ms > rest_ms:
-        return SlowCause.BUFFERED
+        return SlowCause.BUFFERED if buffered else SlowCause.UNSEEN_OUTPUT
     if rest_ms > server_ms:
         return SlowCause.QUEUE_OR_NETWORK
     return SlowCause.PREFILL
