@@ -243,6 +243,41 @@ def slow_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+def slow_hint(
+    tracer_provider: Any,
+    clock: Clock,
+    caplog: pytest.LogCaptureFixture,
+    *,
+    ttft_ms: float,
+    chunk_gap_ms: float,
+    chunks: int = 20,
+    prompt_ms: float | None = None,
+    predicted_ms: float | None = None,
+) -> str:
+    """The hint of the one slow-first-token warning of a streamed call, after a prefill of
+    1,845 uncached tokens in ``prompt_ms`` and ``predicted_ms`` of decoding, by llama-server's
+    timings (none when ``prompt_ms`` is ``None``)."""
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, ttft_warn_ms=500, log_every_request=False
+    )
+    timings = (
+        None
+        if prompt_ms is None
+        else {"cache_n": 0, "prompt_n": 1845, "prompt_ms": prompt_ms, "predicted_ms": predicted_ms}
+    )
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        streamed_call(
+            handler,
+            clock,
+            ttft_ms=ttft_ms,
+            chunk_gap_ms=chunk_gap_ms,
+            timings=timings,
+            chunks=chunks,
+        )
+    (message,) = slow_warnings(caplog)
+    return message
+
+
 @pytest.mark.parametrize(
     ("prompt_ms", "says", "never"),
     [
@@ -263,11 +298,15 @@ def test_the_hint_names_the_larger_part_of_the_first_tokens_time(
     tracer_provider: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
-    timings = {"cache_n": 55, "prompt_n": 1845, "prompt_ms": prompt_ms, "predicted_ms": 400.0}
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        streamed_call(handler, clock, ttft_ms=1420, chunk_gap_ms=20, timings=timings)
-    (message,) = slow_warnings(caplog)
+    message = slow_hint(
+        tracer_provider,
+        clock,
+        caplog,
+        ttft_ms=1420,
+        chunk_gap_ms=20,
+        prompt_ms=prompt_ms,
+        predicted_ms=400.0,
+    )
     assert "of 1,420 ms to the first token" in message
     for words in says:
         assert words in message
@@ -291,10 +330,7 @@ def test_vllms_per_request_metrics_split_the_first_token_too(
 def test_without_the_servers_timings_the_hint_is_the_trim_one(
     clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        streamed_call(handler, clock, ttft_ms=1420, chunk_gap_ms=20, timings=None)
-    (message,) = slow_warnings(caplog)
+    message = slow_hint(tracer_provider, clock, caplog, ttft_ms=1420, chunk_gap_ms=20)
     assert "lower prompt.token_budget" in message and "to the first token" not in message
 
 
@@ -302,43 +338,53 @@ def test_a_buffered_stream_is_named_not_blamed_on_the_prompt(
     clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Issue 23 item 10: every chunk of a 508-token answer within 2 ms of the first, 1,397 ms in.
-    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
-    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 300.0, "predicted_ms": 1000.0}
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        streamed_call(handler, clock, ttft_ms=1397, chunk_gap_ms=0.004, timings=timings, chunks=508)
-    (message,) = slow_warnings(caplog)
+    message = slow_hint(
+        tracer_provider,
+        clock,
+        caplog,
+        ttft_ms=1397,
+        chunk_gap_ms=0.004,
+        chunks=508,
+        prompt_ms=300.0,
+        predicted_ms=1000.0,
+    )
     assert "508 chunks arrived in one burst" in message
     assert "the client or a proxy buffers the stream" in message
     assert "token_budget" not in message and "not the prompt" not in message
 
 
-def test_a_fast_server_is_not_taken_for_a_buffer_when_it_says_how_long_it_decoded(
-    clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("chunk_gap_ms", "why"),
+    [
+        # 1,500 tokens/s (a small model on a GPU, a fast hosted API): 40 chunks 0.67 ms apart,
+        # as long as the server says it decoded. Judged by the chunk gaps alone this was
+        # "buffered, the prompt is not the cause".
+        (0.67, "a fast server"),
+        # A proxy buffered the 40-token answer decoded in 26 ms: 26 ms of the 1,420.
+        (0.004, "a short buffer"),
+    ],
+    ids=["a fast server", "a short buffer"],
+)
+def test_a_prefill_bound_stream_gets_the_prefill_hint_even_when_its_chunks_come_fast(
+    chunk_gap_ms: float,
+    why: str,
+    clock: Clock,
+    tracer_provider: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # 1,500 tokens/s (a small model on a GPU, a fast hosted API): 40 chunks 0.67 ms apart, and
-    # the server says it decoded for as long as they took to arrive; its prefill held up the
-    # first token. Judged by the chunk gaps alone this was "buffered, the prompt is not the cause".
-    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
-    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 1310.0, "predicted_ms": 26.0}
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        streamed_call(handler, clock, ttft_ms=1420, chunk_gap_ms=0.67, timings=timings, chunks=40)
-    (message,) = slow_warnings(caplog)
-    assert "1,310 ms prefill of 1,845 uncached tokens" in message
+    message = slow_hint(
+        tracer_provider,
+        clock,
+        caplog,
+        ttft_ms=1420,
+        chunk_gap_ms=chunk_gap_ms,
+        chunks=40,
+        prompt_ms=1310.0,
+        predicted_ms=26.0,
+    )
+    assert "1,310 ms prefill of 1,845 uncached tokens" in message, why
     assert "keep its prefix cache warm" in message
     assert "buffer" not in message
-
-
-def test_a_buffer_that_held_back_less_than_the_prefill_took_gets_the_prefill_hint(
-    clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A proxy buffered a 40-token answer the server decoded in 26 ms, after a 1,310 ms prefill:
-    # the buffer cost 26 ms of the 1,420, the prompt the rest.
-    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
-    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 1310.0, "predicted_ms": 26.0}
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        streamed_call(handler, clock, ttft_ms=1420, chunk_gap_ms=0.004, timings=timings, chunks=40)
-    (message,) = slow_warnings(caplog)
-    assert "1,310 ms prefill" in message and "buffer" not in message
 
 
 @pytest.mark.parametrize(
@@ -358,20 +404,16 @@ def test_output_generated_before_the_first_content_chunk_is_named_not_blamed_on_
     # only after most of it: a reasoning model's thinking (reasoning_content, which is no
     # content to LangChain) or a tool call the server sends once complete. That was logged as
     # "client, network and queue: not the prompt; look at the server's load", or as a buffer.
-    handler = LatencyCallbackHandler(
-        tracer_provider=tracer_provider, ttft_warn_ms=500, log_every_request=False
+    message = slow_hint(
+        tracer_provider,
+        clock,
+        caplog,
+        ttft_ms=ttft_ms,
+        chunk_gap_ms=chunk_gap_ms,
+        chunks=chunks,
+        prompt_ms=100.0,
+        predicted_ms=900.0,
     )
-    timings = {"cache_n": 0, "prompt_n": 1845, "prompt_ms": 100.0, "predicted_ms": 900.0}
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        streamed_call(
-            handler,
-            clock,
-            ttft_ms=ttft_ms,
-            chunk_gap_ms=chunk_gap_ms,
-            timings=timings,
-            chunks=chunks,
-        )
-    (message,) = slow_warnings(caplog)
     # What the server says it generated less what the client saw arrive, within the remainder.
     held = min(900 - chunk_gap_ms * (chunks - 1), ttft_ms - 100)
     assert f"100 ms prefill of 1,845 uncached tokens, {held:,.0f} ms generating before" in message
