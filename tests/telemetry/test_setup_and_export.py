@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import socket
 import subprocess
@@ -314,3 +315,44 @@ def test_grpc_without_the_grpc_extra_names_the_extra(monkeypatch: pytest.MonkeyP
         monkeypatch.setitem(sys.modules, f"opentelemetry.exporter.otlp.proto.grpc.{module}", None)
     with pytest.raises(ImportError, match=r"pip install 'agent-latency\[grpc\]'"):
         configure_telemetry(exporter="otlp-grpc", endpoint=closed_port_endpoint(), set_global=False)
+
+
+def test_captured_content_with_a_lone_surrogate_reaches_the_collector_escaped(
+    otlp_receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As json.loads of a truncated page gives it. OTLP carries UTF-8, which a lone surrogate is
+    # not: the exporter dropped gen_ai.input.messages (and a tool's arguments and result) with
+    # an ERROR and a traceback per attribute.
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(city: str) -> str:
+        """Looks up a city."""
+        return f"sunny in {city} \udc00"
+
+    # The openai client cannot send one (its JSON encoder refuses it); other integrations and
+    # fakes can, and tools see what the model or the application hands them.
+    telemetry = configure_telemetry(
+        exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+    )
+    handler = telemetry.handler(capture_content=True)
+    model = GenericFakeChatModel(messages=iter([AIMessage("an answer \udbff")]))
+    with caplog.at_level(logging.WARNING):
+        model.invoke([HumanMessage("half a pair: \ud800!")], config={"callbacks": [handler]})
+        lookup.invoke({"city": "Par\ud800is"}, config={"callbacks": [handler]})
+        telemetry.shutdown()
+
+    spans = {span.name: span for span in otlp_receiver.spans()}
+    chat = spans["chat"].attributes
+    assert json.loads(chat[gen_ai.GEN_AI_INPUT_MESSAGES])[0]["parts"][0]["content"] == (
+        "half a pair: \ud800!"
+    )
+    assert (
+        "an answer \udbff"
+        in json.loads(chat[gen_ai.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]["content"]
+    )
+    tool_span = spans["execute_tool lookup"].attributes
+    assert json.loads(tool_span[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"city": "Par\ud800is"}
+    assert tool_span[gen_ai.GEN_AI_TOOL_CALL_RESULT] == "sunny in Par\\ud800is \\udc00"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

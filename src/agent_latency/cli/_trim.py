@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,8 +16,6 @@ from agent_latency.config import load_settings
 from agent_latency.trimming import RULE_EXPLANATIONS, PriorityTrimmer, TrimResult
 
 _ACTION_STYLES = {"kept": "green", "dropped": "red", "shortened": "yellow"}
-# json.loads joins an escaped surrogate pair into one character: a surrogate left is a lone one.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def render_trim_table(result: TrimResult, counted_with: str) -> Table:
@@ -133,10 +130,9 @@ def trim(
         if isinstance(request.document, dict):
             trimmed = {**request.document, "messages": trimmed}
         text = json.dumps(trimmed, ensure_ascii=False, indent=2) + "\n"
-        # A lone surrogate (read from an escape) is no UTF-8: written back as that escape.
-        text = _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
         try:
-            output.write_text(text, "utf-8")
+            # A lone surrogate (read from an escape) is no UTF-8: written back as that escape.
+            output.write_bytes(text.encode("utf-8", "backslashreplace"))
         except OSError as exc:
             raise ValueError(
                 f"--output {output}: cannot be written ({exc.strerror or type(exc).__name__}). "

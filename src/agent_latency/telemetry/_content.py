@@ -13,9 +13,16 @@ from agent_latency._wire import role_of
 from agent_latency.telemetry._langchain import first_str
 
 
+def attribute_text(text: str) -> str:
+    """``text`` as OTLP can carry it: a lone UTF-16 surrogate (``json.loads`` of a truncated page
+    gives them), which no UTF-8 holds and the exporter drops the attribute for, is written as
+    its escape (``\\ud800``); in JSON text that escape reads back as the same string."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def to_json(value: object) -> str:
     """``value`` as JSON; what JSON cannot hold is written as its ``str``."""
-    return json.dumps(value, default=str, ensure_ascii=False)
+    return attribute_text(json.dumps(value, default=str, ensure_ascii=False))
 
 
 def _parts(message: BaseMessage) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
 from agent_latency._trace_link import PendingTrim
-from agent_latency.telemetry._content import to_json
+from agent_latency.telemetry._content import attribute_text, to_json
 from agent_latency.telemetry._langchain import is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
@@ -171,7 +171,7 @@ class RunTree:
             attributes[gen_ai.GEN_AI_TOOL_DESCRIPTION] = description
         if self._capture_content:
             attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = (
-                to_json(inputs) if inputs is not None else input_str
+                to_json(inputs) if inputs is not None else attribute_text(input_str)
             )
         self._start_span(run_id, parent_run_id, f"{_EXECUTE_TOOL} {name}", attributes)
 
@@ -205,7 +205,7 @@ class RunTree:
             result = getattr(output, "content", output)
             state.span.set_attribute(
                 gen_ai.GEN_AI_TOOL_CALL_RESULT,
-                result if isinstance(result, str) else to_json(result),
+                attribute_text(result) if isinstance(result, str) else to_json(result),
             )
 
     def keep_trim(self, run_id: UUID, data: object) -> None:
