@@ -185,6 +185,9 @@ def test_the_split_believes_the_server_only_up_to_the_clients_own_wait() -> None
     assert blocking is not None
     assert (blocking.server_decode_ms, blocking.remainder_ms) == (300, 100)
     assert "300 ms decoding the answer" in blocking.describe()
+    # A cached repeat prefills one token (doctor's probe: 883 of 884 cached).
+    one = split_ttft(40.0, prefill_ms=3.0, prefilled_tokens=1, streamed=True)
+    assert one is not None and "3 ms prefill of 1 uncached token," in one.describe()
 
 
 # -- the hint of a slow first token follows the split (issue 23 item 10) ----------------------

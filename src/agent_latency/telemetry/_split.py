@@ -56,7 +56,8 @@ class TtftSplit:
                 content chunk (:func:`held_back_ms`), named apart when given.
         """
         tokens = self.prefilled_tokens
-        prefilled = "" if tokens is None else f" of {tokens:,} uncached tokens"
+        plural = "" if tokens == 1 else "s"
+        prefilled = "" if tokens is None else f" of {tokens:,} uncached token{plural}"
         decode = self.server_decode_ms
         decoded = "" if decode is None else f", {decode:,.0f} ms decoding the answer"
         rest = self.remainder_ms
