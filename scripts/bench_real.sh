@@ -15,8 +15,10 @@
 # BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_PARALLEL (2 slots), BENCH_REAL_SLOT_CTX (32768 tokens per
 # slot), BENCH_REAL_THREADS (1), BENCH_REAL_REPACK (auto: off on CPUs with AMX),
 # BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD (1,3: the
-# workload's conversation counts, one run each; empty skips it), BENCH_REAL_WORKLOAD_CALLS (9),
-# BENCH_REAL_FRONTIER (0; 1 adds --frontier to the workload), BENCH_REAL_JOBS (build jobs: the
+# workload's conversation counts, one run each; empty skips it), BENCH_REAL_WORKLOAD_CALLS (every
+# call of its scenario),
+# BENCH_REAL_WORKLOAD_SCENARIO (small: scripts/scenarios/real_small.json; shipped: the bench's
+# own), BENCH_REAL_FRONTIER (0; 1 adds --frontier to the workload), BENCH_REAL_JOBS (build jobs: the
 # number of cores), BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -52,7 +54,7 @@ THREADS=${BENCH_REAL_THREADS:-1}
 REPACK=${BENCH_REAL_REPACK:-auto}
 NEEDLE_SEEDS=${BENCH_REAL_NEEDLE_SEEDS:-2}
 WORKLOAD=${BENCH_REAL_WORKLOAD-1,3}
-WORKLOAD_CALLS=${BENCH_REAL_WORKLOAD_CALLS:-9}
+WORKLOAD_CALLS=${BENCH_REAL_WORKLOAD_CALLS:-} # default: every call of the scenario (9, or 17)
 JOBS=${BENCH_REAL_JOBS:-$(nproc)}
 OUT=${BENCH_REAL_OUT:-build/bench-real}
 STARTUP_TIMEOUT_S=120
@@ -325,11 +327,13 @@ grep -E '^(FAIL|WARN)  |^PASS  (server|first token):|passed, ' "$OUT/doctor.txt"
 # No key goes to the local server; 100 columns fit the tables' five-digit millisecond values.
 bench=(env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench
     --config "$config_dir/config.toml" --settings "$config_dir/settings.json"
-    --base-url "$base_url" --model "$MODEL_NAME" --messages "$SCENARIO" --budget "$BUDGET")
+    --base-url "$base_url" --model "$MODEL_NAME" --budget "$BUDGET")
+scenario=(--messages "$SCENARIO")
 # llama-server logs each request's prefill ("prompt eval time = X ms / N tokens"); those of the
 # bench follow the ones counted here.
 timed_before=$(grep -c 'prompt eval time' "$OUT/server.log" || true)
-run "${bench[@]}" --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" --plot "$OUT/bench.png" \
+run "${bench[@]}" "${scenario[@]}" --runs "$RUNS" --turns "$TURNS" --json "$OUT/bench.json" \
+    --plot "$OUT/bench.png" \
     || step_failed "the bench" "agent-latency bench failed; see the message above and $OUT/server.log"
 
 # 9. Our count of every trimmed prompt next to the server's usage.prompt_tokens and cached
@@ -405,13 +409,21 @@ fi
 # refuses is recorded and the others run on.
 frontier=()
 [[ ${BENCH_REAL_FRONTIER:-0} == 1 ]] && frontier=(--frontier)
+# The small scenario states one fact and asks about it once per conversation; the shipped one
+# (BENCH_REAL_WORKLOAD_SCENARIO=shipped: 17 calls, facts in rounds and tool results, English and
+# Chinese) asks about many, at about four times the prefill.
+workload_scenario=("${scenario[@]}") calls=${WORKLOAD_CALLS:-9}
+if [[ ${BENCH_REAL_WORKLOAD_SCENARIO:-small} == shipped ]]; then
+    workload_scenario=() calls=${WORKLOAD_CALLS:-17}
+fi
 IFS=, read -r -a workload_sizes <<<"$WORKLOAD"
 for conversations in "${workload_sizes[@]}"; do
     name=workload-$conversations
-    echo "bench-real: the mixed workload, $conversations conversation(s) × $WORKLOAD_CALLS calls" \
+    echo "bench-real: the mixed workload, $conversations conversation(s) × $calls calls" \
         "on $PARALLEL slots (log: $OUT/$name.log)"
-    run "${bench[@]}" --runs 0 --workload mixed --workload-endpoint --workload-answers \
-        --workload-conversations "$conversations" --workload-calls "$WORKLOAD_CALLS" \
+    run "${bench[@]}" "${workload_scenario[@]}" --runs 0 --workload mixed --workload-endpoint \
+        --workload-answers \
+        --workload-conversations "$conversations" --workload-calls "$calls" \
         "${frontier[@]}" --json "$OUT/$name.json" 2>"$OUT/$name.log" \
         || step_failed "the $name" "the mixed workload failed; see $OUT/$name.log"
 done
