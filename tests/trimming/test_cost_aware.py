@@ -10,6 +10,8 @@ import pytest
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    HumanMessage,
+    SystemMessage,
     ToolMessage,
     convert_to_messages,
 )
@@ -23,7 +25,12 @@ from agent_latency.trimming import PriorityTrimmer, TrimResult
 from agent_latency.trimming._cache_state import CacheState, cache_state
 
 # The latency model is the cost-aware trimmer's (the module it is imported in).
-from agent_latency.trimming._cost_aware import MIN_OBSERVATIONS, CostAwareTrimmer, LatencyModel
+from agent_latency.trimming._cost_aware import (
+    MIN_OBSERVATIONS,
+    CostAwareTrimmer,
+    LatencyModel,
+    _fastest_keeping_context,
+)
 from agent_latency.trimming._latest_call import LatestCall
 
 
@@ -83,11 +90,21 @@ def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
 
 
 def replay(
-    trimmer: CostAwareTrimmer, clock: Clock, points: list[int], gap: float = 10.0
+    trimmer: CostAwareTrimmer,
+    clock: Clock,
+    points: list[int],
+    gap: float = 10.0,
+    *,
+    held: bool = False,
 ) -> Iterator:
+    """Each call of the conversation up to each point, ``gap`` seconds apart; with ``held`` the
+    server reports each time that it held the prefix expected cached."""
     for end in points:
         clock.now += gap
-        yield trimmer.choose(SCENARIO[:end], key="c")
+        choice = trimmer.choose(SCENARIO[:end], key="c")
+        if held:
+            choice.result.on_usage(choice.result.tokens_after, choice.record.expected, None)
+        yield choice
 
 
 def test_without_a_key_it_is_the_plain_trimmer(clock: Clock) -> None:
@@ -130,14 +147,17 @@ def test_first_call_is_cold_and_a_warm_call_appends_to_the_prompt_as_sent(clock:
     assert second.result.dropped_messages == first.result.dropped_messages
 
 
-def test_idle_past_the_lifetime_cuts_instead_of_appending(clock: Clock) -> None:
-    trimmer = cost_aware(clock)
-    list(replay(trimmer, clock, [POINTS[12]]))
-    (after_idle,) = replay(trimmer, clock, [POINTS[13]], gap=301.0)
-    assert after_idle.cache_state == "expired"
-    assert after_idle.option in {"cut", "deep_cut"}
-    assert after_idle.predicted_ms[after_idle.option] < after_idle.predicted_ms["append"]
-    assert after_idle.result.tokens_after <= trimmer.trimmer.budget
+def test_idle_past_the_lifetime_nothing_is_assumed_cached(clock: Clock) -> None:
+    idle, busy = cost_aware(clock), cost_aware(Clock())
+    for trimmer in (idle, busy):
+        list(replay(trimmer, trimmer._clock, POINTS[10:13], held=True))  # type: ignore[arg-type]
+    (after_idle,) = replay(idle, clock, [POINTS[13]], gap=301.0)
+    (warm,) = replay(busy, busy._clock, [POINTS[13]])  # type: ignore[arg-type]
+    assert (after_idle.cache_state, warm.cache_state) == ("expired", "warm")
+    assert warm.option == "append"
+    assert after_idle.predicted_ms["append"] > warm.predicted_ms["append"]  # all prefilled
+    assert after_idle.predicted_ms["cut"] >= warm.predicted_ms["cut"]
+    assert after_idle.result.tokens_after <= idle.hard_limit
 
 
 def test_the_hard_limit_is_never_exceeded(clock: Clock) -> None:
@@ -266,16 +286,18 @@ def test_inside_a_run_the_key_is_the_runs_thread_id(clock: Clock) -> None:
 def test_a_warm_call_the_server_did_not_cache_makes_the_next_assume_nothing_cached(
     clock: Clock,
 ) -> None:
-    trimmer = cost_aware(clock)
-    _, second = replay(trimmer, clock, [POINTS[12], POINTS[13]])
-    assert second.option == "append"
-    assert second.result.on_usage is not None
-    second.result.on_usage(second.result.tokens_after, 0, None)  # the server: none reused
-    (third,) = replay(trimmer, clock, [POINTS[14]])
-    assert third.cache_state == "evicted"
-    # Nothing is assumed cached: appending prefills the whole, larger, prompt and loses.
-    assert third.option != "append"
-    assert third.predicted_ms[third.option] < third.predicted_ms["append"]
+    missed, held = cost_aware(clock), cost_aware(Clock())
+    lasts = [
+        list(replay(trimmer, trimmer._clock, POINTS[10:14], held=True))[-1]  # type: ignore[arg-type]
+        for trimmer in (missed, held)
+    ]
+    assert [last.option for last in lasts] == ["append", "append"]
+    lasts[0].result.on_usage(lasts[0].result.tokens_after, 0, None)  # the server: none reused
+    (after_miss,) = replay(missed, clock, [POINTS[14]])
+    (after_hit,) = replay(held, held._clock, [POINTS[14]])  # type: ignore[arg-type]
+    assert (after_miss.cache_state, after_hit.cache_state) == ("evicted", "warm")
+    # Nothing is assumed cached: the append's whole prompt is predicted prefilled.
+    assert after_miss.predicted_ms["append"] > after_hit.predicted_ms["append"]
 
 
 def test_reported_cache_hits_keep_the_cache_warm_and_no_report_judges_by_time(
@@ -303,6 +325,7 @@ def record(
         actions=(),
         shortened={},
         request_digest=b"",
+        level=3000,
         input_tokens=0,
         at=0.0,
         growth=0.0,
@@ -619,7 +642,7 @@ def test_one_eviction_report_under_a_small_budget_is_not_evicted_for_good(clock:
     )
     counter = TokenCounter()
     states, previous = [], None
-    for index, end in enumerate(POINTS[11:17]):
+    for index, end in enumerate(POINTS[11:18]):
         clock.now += 10
         choice = trimmer.choose(SCENARIO[:end], key="c")
         states.append(choice.cache_state)
@@ -630,10 +653,10 @@ def test_one_eviction_report_under_a_small_budget_is_not_evicted_for_good(clock:
                 break
             shared += counter.count_message(message)
         assert choice.result.on_usage is not None
-        choice.result.on_usage(choice.result.tokens_after, 0 if index == 1 else shared, None)
+        choice.result.on_usage(choice.result.tokens_after, 0 if index == 3 else shared, None)
         previous = sent
-    assert states[:3] == ["cold", "warm", "evicted"]  # the report of 0 cached: a miss
-    assert "evicted" not in states[4:]  # the next calls' reports show the cache holds it again
+    assert states[3:5] == ["warm", "evicted"]  # the report of none of 1,214 tokens cached: a miss
+    assert "evicted" not in states[5:]  # the next calls' reports show the cache holds it again
 
 
 def test_from_settings_records_a_trim_span_without_a_key() -> None:
@@ -671,7 +694,9 @@ def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock
     allowed = cost_aware(clock, tracer_provider=provider)
     for end in POINTS[11:]:
         clock.now += 10
-        allowed.trim(SCENARIO[:end], key="c")
+        result = allowed.trim(SCENARIO[:end], key="c")
+        assert result.on_usage is not None
+        result.on_usage(result.tokens_after, result.tokens_after, None)  # all of it cached
     spans = [s.attributes or {} for s in exporter.get_finished_spans()]
     for attributes in spans:
         over = attributes[semconv.TRIM_TOKENS_AFTER] > attributes[semconv.TRIM_EFFECTIVE_BUDGET]
@@ -682,7 +707,7 @@ def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock
     assert all("warm cache" in str(a[semconv.TRIM_OVER_BUDGET_CAUSE]) for a in over_budget)
 
     within = cost_aware(clock, allow_over_budget_on_warm_cache=False)
-    choices = list(replay(within, clock, POINTS[11:]))
+    choices = list(replay(within, clock, POINTS[11:], held=True))
     assert all(c.result.tokens_after <= c.result.effective_budget for c in choices)
     assert not any(c.result.over_budget for c in choices)
     assert "append" in {c.option for c in choices}  # it still appends while that fits
@@ -761,3 +786,99 @@ def test_a_record_holds_no_input_message_alive(clock: Clock) -> None:
     del conversation, kept, choice
     gc.collect()
     assert gone() is None  # only the shortened copies it sent are kept
+
+
+# --- context kept: an append never sends less than the cut; less context must be clearly faster
+
+
+def plain_cut(end: int) -> TrimResult:
+    return PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO[:end])
+
+
+def test_an_append_sends_at_least_what_the_cut_sends(clock: Clock) -> None:
+    trimmer = cost_aware(clock, deep_trimmers=[])
+    choices = list(replay(trimmer, clock, POINTS[10:], held=True))
+    assert "append" in {c.option for c in choices}
+    for choice, end in zip(choices, POINTS[10:], strict=True):
+        cut = plain_cut(end)
+        for sent, plain in zip(choice.result.decisions, cut.decisions, strict=True):
+            assert sent.tokens_after >= plain.tokens_after, (end, sent.index)
+
+
+def places(*questions: str) -> list[BaseMessage]:
+    """Six described places, then the questions (each answered but the last)."""
+    messages: list[BaseMessage] = [SystemMessage("You answer about the places described.")]
+    for place in ("lighthouse", "glacier", "volcano", "harbour", "orchard", "canyon"):
+        description = f"The {place}: " + f"the {place} is old and the {place} is large. " * 40
+        messages += [HumanMessage(f"Describe the {place}."), AIMessage(description)]
+    for question in questions[:-1]:
+        messages += [HumanMessage(question), AIMessage("It is old.")]
+    return [*messages, HumanMessage(questions[-1])]
+
+
+def test_no_append_leaves_out_the_round_a_relevance_cut_keeps_for_the_new_question(
+    clock: Clock,
+) -> None:
+    # The previous prompt kept the lighthouse's round for its question; the next question asks
+    # about the volcano, whose round that prompt had left out: appending would not send it.
+    relevance = PriorityTrimmer(1200, history_selection="relevance", history_keep_tail=1)
+    trimmer = CostAwareTrimmer(
+        relevance,
+        context_window=8192,
+        reserve_for_output=2048,
+        clock=clock,
+        latency_model=learned(),
+    )
+    first = trimmer.choose(places("What about the lighthouse?"), key="k")
+    assert "Describe the volcano." not in [m.text for m in first.result.messages]
+    clock.now += 10
+    conversation = places("What about the lighthouse?", "And what about the volcano?")
+    second = trimmer.choose(conversation, key="k")
+    assert "append" not in second.predicted_ms
+    assert second.result.messages == relevance.trim(conversation).messages
+    assert "Describe the volcano." in [m.text for m in second.result.messages]
+
+
+def test_no_prompt_larger_than_the_cut_is_bet_on_a_cache_not_yet_seen_to_hold(
+    clock: Clock,
+) -> None:
+    # Other conversations can evict this one's prompt where it cannot see them (llama.cpp's
+    # slots): until the server has held one of its prompts, it sends nothing larger than the cut.
+    silent = cost_aware(clock, deep_trimmers=[])
+    for choice, end in zip(replay(silent, clock, POINTS[10:20]), POINTS[10:20], strict=True):
+        assert choice.result.tokens_after <= plain_cut(end).tokens_after
+    holding = cost_aware(Clock(), deep_trimmers=[])
+    choices = list(replay(holding, holding._clock, POINTS[10:20], held=True))  # type: ignore[arg-type]
+    larger = [
+        c
+        for c, end in zip(choices, POINTS[10:20], strict=True)
+        if c.result.tokens_after > plain_cut(end).tokens_after
+    ]
+    assert larger and {c.option for c in larger} == {"append"}
+    assert choices[-1].record.hits[0] / choices[-1].record.hits[1] > 0.5
+
+
+@pytest.mark.parametrize(
+    ("predicted", "warm", "chosen"),
+    [
+        ({"append": 100.0, "cut": 95.0}, True, "append"),  # on a warm cache, not 10% faster
+        ({"append": 100.0, "cut": 85.0}, True, "cut"),
+        ({"append": 100.0, "cut": 95.0}, False, "cut"),  # elsewhere the faster one
+        ({"cut": 100.0, "deep_cut": 95.0}, False, "cut"),  # a deep cut: 10% faster, anywhere
+        ({"cut": 100.0, "deep_cut": 85.0}, False, "deep_cut"),
+        ({"append": 100.0, "cut": 120.0, "deep_cut": 92.0}, True, "append"),
+    ],
+)
+def test_less_context_must_be_predicted_clearly_faster(
+    predicted: dict[Any, float], warm: bool, chosen: str
+) -> None:
+    assert _fastest_keeping_context(predicted, warm=warm) == chosen
+
+
+def test_deep_cuts_are_opted_into() -> None:
+    from agent_latency import Settings
+    from agent_latency.trimming import DEEP_CUT_FRACTIONS
+
+    assert CostAwareTrimmer.from_settings(Settings()).deep_trimmers == ()
+    opted = CostAwareTrimmer.from_settings(Settings(), deep_cut_fractions=DEEP_CUT_FRACTIONS)
+    assert len(opted.deep_trimmers) == len(DEEP_CUT_FRACTIONS)

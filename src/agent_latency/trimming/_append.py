@@ -1,5 +1,8 @@
 """The append-only prompt: the previous prompt as sent, then the messages added since.
 
+It never sends less context than a fresh trim to the budget the previous prompt was cut to (the
+cut's, or a deep cut's): where the previous prompt left out a message that trim sends now, or
+sent a shorter copy of it (a history round relevance now ranks higher), there is no append.
 It is a trim of this call's input like any other, recounted and checked as the plain trimmer
 would: it is made only when the input extends the previous call's input unchanged (every
 earlier message digested alike, so an edit in place, such as a tool result the application
@@ -34,6 +37,7 @@ def appended(
     cut: TrimResult,
     counter: TokenCounting,
     *,
+    at_least: TrimResult,
     hard_limit: int,
 ) -> TrimResult | None:
     """The previous prompt as sent plus the new messages, as a trim of ``inputs``.
@@ -44,12 +48,15 @@ def appended(
         before: The previous prompt, made of ``inputs`` (:meth:`LatestCall.sent_prompt`).
         cut: The plain trim of ``inputs``: the classes, counts, orphans, tools and budget.
         counter: The trimmer's counter.
+        at_least: A trim of ``inputs`` the append must send no less of, message for message.
         hard_limit: The hard limit, by our count (for ``over_budget_cause``).
 
     Returns:
-        The trim, or ``None`` when a new message cannot follow the previous prompt.
+        The trim, or ``None`` when the previous prompt left out something ``at_least`` sends
+        (the append would send less context than it), or when a new message cannot follow it.
     """
     planned = cut.decisions  # the plain trim's, for each message's role, class and count
+    floor = at_least.decisions
     decisions = []
     for index, (action, rule) in enumerate(previous.actions):
         plain = planned[index]
@@ -59,6 +66,8 @@ def appended(
             size = counter.count_message(previous.shortened[index])
         else:
             size = plain.tokens
+        if size < floor[index].tokens_after:
+            return None  # the previous prompt left out (some of) what the floor sends
         decisions.append(
             MessageDecision(
                 index, plain.role, plain.priority_class, action, rule, plain.tokens, size

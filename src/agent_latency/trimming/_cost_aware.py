@@ -5,8 +5,9 @@ conversation's cache is warm, sending the previous prompt *as sent* plus the new
 (``append``) prefills only the new messages; every cut prefills everything from the cut point.
 When the cache is cold (the conversation's first call, or its tools changed), has expired (idle
 longer than the cache lifetime) or was evicted (the server reported fewer cached tokens than it
-should have held), everything is prefilled anyway and the smallest prompt wins: a ``cut`` to the
-budget, or a ``deep_cut`` below it that also leaves room for later calls to append again.
+should have held), everything is prefilled anyway and the ``cut`` to the budget is sent (or,
+opted into with ``deep_cut_fractions``, a ``deep_cut`` below it that leaves room for later
+calls to append again, at the cost of the history it leaves out).
 
 What the budget means. For the plain :class:`PriorityTrimmer` it is the most prompt tokens a
 request sends, tools and framing included; only when what no trim removes exceeds it is a
@@ -26,14 +27,19 @@ call's time to first token, passed on by the callback handler through the trim r
 across restarts and replicas. For each call it predicts the mean time to first token over the
 next ``horizon_calls`` calls of every option with a
 :class:`~agent_latency._latency_model.LatencyModel`, assuming the conversation keeps growing as
-it has and the calls after this one find the cache warm; it sends the option predicted fastest.
-Two rules keep context: a deep cut is considered only when the input does not fit the budget,
-and on a warm cache a cut replaces ``append`` only when predicted at least 10% faster. Until the
-latency model has seen :data:`MIN_OBSERVATIONS` calls or probes of the endpoint, it trusts no
-prediction and sends the cut (the plain trimmer's prompt): priors fitted to one server mislead
-on another, and a server that reports no usage when streaming (llama-cpp-python) teaches it
-nothing but doctor's probes. Without a key or a record it is the plain :class:`PriorityTrimmer`
-it wraps, in a trim span of its own.
+it has, and that a warm cache holds the prompt as often as the server held this conversation's
+prompts (:data:`~agent_latency.trimming._cache_state.Hits`, from none: no prompt is sent larger
+than the cut on a bet the server has not yet been seen to win). It sends the option predicted
+fastest, by rules that keep context: an append never sends less than a fresh trim to the budget
+its prompt was cut to; on a cache that holds (warm, and the server held at least half of the
+conversation's prompts) a cut replaces the append, and anywhere a deep cut replaces either, only
+when predicted at least 10% faster; a deep cut is considered only when the input does not fit
+the budget. Until the latency model has seen
+:data:`MIN_OBSERVATIONS` calls or probes of the endpoint, it trusts no prediction and sends the
+cut (the plain trimmer's prompt): priors fitted to one server mislead on another, and a server
+that reports no usage when streaming (llama-cpp-python) teaches it nothing but doctor's probes.
+Without a key or a record it is the plain :class:`PriorityTrimmer` it wraps, in a trim span of
+its own.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency._wire import coerce_messages
 from agent_latency.config import Settings
 from agent_latency.trimming._append import appended, cached_prefix
-from agent_latency.trimming._cache_state import CacheState, cache_state
+from agent_latency.trimming._cache_state import NO_HITS, CacheState, cache_state
 from agent_latency.trimming._choice import CostAwareChoice, Option
 from agent_latency.trimming._decisions import Action, Rule
 from agent_latency.trimming._fingerprints import MessageDigests, request_digest, sequence_digest
@@ -89,13 +95,16 @@ logger = logging.getLogger("agent_latency.trimming")
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 """The context window assumed when ``llm.context_window`` is not set: the smallest in common use."""
 DEEP_CUT_FRACTIONS: Final = (0.4, 0.5)
-"""The deep cuts' budgets, as fractions of the budget, in :meth:`CostAwareTrimmer.from_settings`:
-the deepest that holds what no trim removes makes the deep cut."""
+"""Deep cuts' budgets to opt into, as fractions of the budget
+(``CostAwareTrimmer.from_settings(settings, deep_cut_fractions=DEEP_CUT_FRACTIONS)``): the
+deepest that holds what no trim removes makes the deep cut. Off by default: on the mixed
+workload a deep cut sent the system prompt and the question and lost the facts the question
+needed (docs/trimming.md)."""
 MIN_OBSERVATIONS: Final = 2.5
 """The evidence (:attr:`LatencyModel.observations`, older calls discounted) before the latency
 model's predictions choose, with less the cut is sent: three calls, or doctor's three prefill
 probes."""
-_SWITCH_MARGIN: Final = 0.9  # on a warm cache a cut replaces append if predicted 10% faster
+_SWITCH_MARGIN: Final = 0.9  # less context must be predicted 10% faster (see below)
 _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
 _OWNER: Final = "CostAwareTrimmer"
@@ -223,7 +232,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         settings: Settings,
         *,
         latency_model: LatencyModel | None = None,
-        deep_cut_fractions: Sequence[float] = DEEP_CUT_FRACTIONS,
+        deep_cut_fractions: Sequence[float] = (),
         **options: Any,
     ) -> CostAwareTrimmer:
         """Builds a cost-aware trimmer from ``settings``.
@@ -236,8 +245,8 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         Args:
             settings: Loaded settings.
             latency_model: Overrides the shared latency model.
-            deep_cut_fractions: The deep cuts' budgets as fractions of the budget (each between 0
-                and 1); empty: no deep cuts.
+            deep_cut_fractions: Deep cuts' budgets as fractions of the budget (each between 0
+                and 1), e.g. :data:`DEEP_CUT_FRACTIONS`; empty (the default): no deep cuts.
             **options: Keyword options of :class:`CostAwareTrimmer`
                 (``allow_over_budget_on_warm_cache``, ``horizon_calls``, ``max_conversations``,
                 ``clock``, ``tracer_provider``) and of :meth:`PriorityTrimmer.from_settings`
@@ -404,6 +413,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         digests = self._digests.of_all(inputs)
         sends = request_digest(cut, request)
         missed = previous is not None and previous.server_missed()
+        hits = NO_HITS if previous is None else previous.hits_after()
         state = cache_state(
             at=None if previous is None else previous.at,
             missed=missed,
@@ -427,12 +437,13 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             predicted: dict[Option, float] = {}
         else:
             candidates, predicted = self._predict(
-                inputs, request, cut, previous, before, state, growth
+                inputs, request, cut, previous, before, state, growth, hits[0] / hits[1]
             )
-            option = min(predicted, key=predicted.__getitem__)
-            warm_append = predicted.get("append") if state == "warm" else None
-            if warm_append is not None and predicted[option] > warm_append * _SWITCH_MARGIN:
-                option = "append"  # on a warm cache a cut loses context: it must be clearly faster
+            # On a cache that holds (taken as warm, and the server held at least half of the
+            # conversation's prompts so) the append's context is kept unless a cut is clearly
+            # faster.
+            holds = state == "warm" and hits[0] >= hits[1] / 2
+            option = _fastest_keeping_context(predicted, warm=holds)
         chosen = candidates[option]
         chosen_sends = request_digest(chosen, request)
         # What a warm cache holds of it: the evidence the server's report of this call gives.
@@ -445,12 +456,15 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             chosen,
             digests,
             chosen_sends,
+            # The budget the prompt was cut to: an append keeps its base's.
+            level=previous.level if option == "append" and previous is not None else chosen.budget,
             at=now,
             growth=growth,
             state=state,
             expected=expected,
             missed=missed,
             miss_after_ms=miss_after_ms,
+            hits=hits,
         )
         result = dataclasses.replace(chosen, on_usage=record.report_usage)
         return CostAwareChoice(result, state, option, predicted, self.hard_limit, record)
@@ -476,21 +490,42 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         before: list[BaseMessage] | None,
         state: CacheState,
         growth: float,
+        hit_rate: float,
     ) -> tuple[dict[Option, TrimResult], dict[Option, float]]:
         """The options open to this call, each with its predicted mean TTFT over the horizon."""
         # The limits are in the server's tokens, the trims count in ours (calibration).
         hard_limit = int(self.hard_limit / cut.calibration_factor)
         ceiling = hard_limit if self.allow_over_budget_on_warm_cache else cut.effective_budget
         held = before if state == "warm" and before is not None else []
+
+        def prefilled(result: TrimResult) -> int:
+            # What a warm cache holds of it, as often as the server held this conversation's.
+            cached = cached_prefix(result, held, self._digests)
+            return result.tokens_after - round(hit_rate * cached)
+
         candidates: dict[Option, tuple[TrimResult, int]] = {}  # option -> (result, prefilled)
+        deep_trimmer = next((deep for deep in self.deep_trimmers if _fits(cut, deep)), None)
+        deep: TrimResult | None = None
         if previous is not None and before is not None:
+            # The append must send at least what a trim to the budget its prompt was cut to
+            # sends now: the cut's, or after a deep cut that deep cut's.
+            base = next((d for d in self.deep_trimmers if d.budget == previous.level), None)
+            floor = cut
+            if base is not None and previous.level != cut.budget:
+                floor = base.trim(inputs, **request)
+                deep = floor if base is deep_trimmer else None
             append = appended(
-                previous, inputs, before, cut, self.trimmer.token_counter, hard_limit=hard_limit
+                previous,
+                inputs,
+                before,
+                cut,
+                self.trimmer.token_counter,
+                at_least=floor,
+                hard_limit=hard_limit,
             )
             if append is not None and append.tokens_after <= ceiling:
-                reused = cached_prefix(append, held, self._digests)
-                candidates["append"] = (append, append.tokens_after - reused)
-        candidates["cut"] = (cut, cut.tokens_after - cached_prefix(cut, held, self._digests))
+                candidates["append"] = (append, prefilled(append))
+        candidates["cut"] = (cut, prefilled(cut))
         # A deep cut is not worked out when appending on a warm cache has room for the whole
         # horizon: then it could win only by a smaller context, rarely by the switch margin.
         room_ahead = (
@@ -502,12 +537,10 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         )
         # Nor when what no trim removes would not fit its budget: it would only repeat the cut,
         # flagged (and logged) as over a budget that the request does not exceed.
-        deep_trimmer = next((deep for deep in self.deep_trimmers if _fits(cut, deep)), None)
         if deep_trimmer is not None and cut.changed and not room_ahead:
-            deep = deep_trimmer.trim(inputs, **request)
+            deep = deep or deep_trimmer.trim(inputs, **request)
             if deep.tokens_after < cut.tokens_after:
-                fresh = deep.tokens_after - cached_prefix(deep, held, self._digests)
-                candidates["deep_cut"] = (deep, fresh)
+                candidates["deep_cut"] = (deep, prefilled(deep))
         # A later forced cut is assumed to look like the smallest cut now, on a warm cache.
         reset = min(
             (r.tokens_after, fresh) for o, (r, fresh) in candidates.items() if o != "append"
@@ -593,6 +626,20 @@ def _record(
 
 
 _ACTION_AND_RULE: Final = operator.attrgetter("action", "rule")
+
+
+def _fastest_keeping_context(predicted: Mapping[Option, float], *, warm: bool) -> Option:
+    """The option predicted fastest, where one that sends less context must be clearly faster.
+
+    On a cache that holds (``warm``) a cut replaces the append (which sends at least what the
+    cut sends) only when predicted :data:`_SWITCH_MARGIN` faster; a deep cut replaces the cut
+    or the append so too, whatever the cache.
+    """
+    fuller: Option = "append" if "append" in predicted else "cut"
+    if predicted["cut"] < predicted[fuller] * (_SWITCH_MARGIN if warm else 1.0):
+        fuller = "cut"
+    deep = predicted.get("deep_cut")
+    return "deep_cut" if deep is not None and deep < predicted[fuller] * _SWITCH_MARGIN else fuller
 
 
 def thread_id_of(config: RunnableConfig) -> str | None:

@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from agent_latency._latency_model import LatencyModel
 from agent_latency.trimming._cache_state import TIMING_EVIDENCE_RATIO
 
-# Transitional, until trimming/__init__ imports it from _choice (asked of its owner).
-from agent_latency.trimming._choice import CostAwareChoice as CostAwareChoice
-
 
 @dataclass(frozen=True)
 class Forecast:

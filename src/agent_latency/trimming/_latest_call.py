@@ -24,7 +24,7 @@ from agent_latency._validation import (
     is_integer,
     is_number,
 )
-from agent_latency.trimming._cache_state import CacheState, server_missed
+from agent_latency.trimming._cache_state import NO_HITS, CacheState, Hits, held, hits_after
 from agent_latency.trimming._decisions import Action, Rule
 from agent_latency.trimming._fingerprints import sequence_digest
 
@@ -48,6 +48,8 @@ class LatestCall:
         actions: What was done to each input message, and by which rule.
         shortened: The copies sent in place of the shortened input messages, by index.
         request_digest: The digest of the tools and response format sent.
+        level: The budget the prompt was cut to (a deep cut's, or the cut's); an append keeps
+            the one of the prompt it extends.
         input_tokens: The input messages' tokens.
         at: When, by the trimmer's clock, in seconds.
         growth: Tokens the conversation adds per call, smoothed.
@@ -59,6 +61,8 @@ class LatestCall:
             prefix; ``None`` when the predictions are too close to tell.
         reported_cached: The server's cached prompt tokens of the call, once reported.
         timed_miss: Whether the call's first token came after ``miss_after_ms``, once reported.
+        hits: How often the server held the conversation's prompts before this call (not
+            counting its report: :meth:`hits_after`).
     """
 
     inputs: int
@@ -66,6 +70,7 @@ class LatestCall:
     actions: tuple[tuple[Action, Rule], ...]
     shortened: Mapping[int, BaseMessage]
     request_digest: bytes
+    level: int
     input_tokens: int
     at: float
     growth: float
@@ -75,6 +80,7 @@ class LatestCall:
     miss_after_ms: float | None = None
     reported_cached: int | None = None
     timed_miss: bool | None = None
+    hits: Hits = NO_HITS
 
     def report_usage(
         self, prompt_tokens: int | None, cached_tokens: int | None, ttft_ms: float | None
@@ -93,15 +99,23 @@ class LatestCall:
         elif self.miss_after_ms is not None and is_number(ttft_ms):
             self.timed_miss = ttft_ms > self.miss_after_ms
 
-    def server_missed(self) -> bool:
-        """Whether, as of this call's report, the server does not hold what it was sent."""
-        return server_missed(
+    def held(self) -> bool | None:
+        """What this call's report says of the cache (see ``_cache_state.held``)."""
+        return held(
             state=self.state,
             expected=self.expected,
             reported_cached=self.reported_cached,
             timed_miss=self.timed_miss,
-            missed_before=self.missed,
         )
+
+    def hits_after(self) -> Hits:
+        """How often the server held the conversation's prompts, this call's report included."""
+        return hits_after(self.hits, self.held())
+
+    def server_missed(self) -> bool:
+        """Whether, as of this call's report, the server does not hold what it was sent."""
+        found = self.held()
+        return self.missed if found is None else not found
 
     def extended_by(self, digests: Sequence[bytes]) -> bool:
         """Whether the messages of ``digests`` are this call's input with others after it."""
@@ -133,6 +147,7 @@ class LatestCall:
             "actions": runs,
             "shortened": [[i, message_to_dict(m)] for i, m in sorted(self.shortened.items())],
             "request_digest": self.request_digest.hex(),
+            "level": self.level,
             "input_tokens": self.input_tokens,
             "at": self.at,
             "growth": self.growth,
@@ -142,6 +157,7 @@ class LatestCall:
             "miss_after_ms": self.miss_after_ms,
             "reported_cached": self.reported_cached,
             "timed_miss": self.timed_miss,
+            "hits": list(self.hits),
         }
 
     @classmethod
@@ -193,6 +209,7 @@ def _read(value: object) -> LatestCall:
         actions=tuple(actions),
         shortened=shortened,
         request_digest=bytes.fromhex(value["request_digest"]),
+        level=_count(value, "level"),
         input_tokens=_count(value, "input_tokens"),
         at=_number(value, "at"),
         growth=_number(value, "growth"),
@@ -202,6 +219,7 @@ def _read(value: object) -> LatestCall:
         miss_after_ms=_optional(value, "miss_after_ms", _number),
         reported_cached=_optional(value, "reported_cached", _count),
         timed_miss=_optional(value, "timed_miss", _flag),
+        hits=_hits(value["hits"]),
     )
 
 
@@ -218,6 +236,17 @@ def _number(value: Mapping[str, Any], name: str) -> float:
 
 def _flag(value: Mapping[str, Any], name: str) -> bool:
     return checked_bool(_OWNER, name, value[name])
+
+
+def _hits(value: Any) -> Hits:
+    held_calls, calls = value
+    hits = (
+        checked_number(_OWNER, "hits", held_calls, minimum=0),
+        checked_number(_OWNER, "hits", calls, minimum=0, above=True),
+    )
+    if hits[0] > hits[1]:
+        raise ValueError(f"hits: {hits[0]} held of {hits[1]} calls")
+    return hits
 
 
 def _optional(value: Mapping[str, Any], name: str, read: Any) -> Any:
