@@ -27,7 +27,9 @@ from support.wire import sent_request
 from agent_latency._wire import (
     ServerUsage,
     coerce_messages,
+    escape_surrogates,
     load_messages_file,
+    load_request_file,
     role_of,
     usage_of_body,
     usage_of_message,
@@ -264,7 +266,9 @@ def test_load_messages_file(tmp_path: Path, wrap: bool) -> None:
     [
         (None, "file not found"),
         ('[{"role": "user",\n "content": }]', "line 2"),
-        (b"\xff\xfe[]", "cannot be read"),
+        (b"\xff\xfe[\x00]\x00", "the file is UTF-16 text. Fix: save it as UTF-8"),
+        (b"[\x93]", "not UTF-8 text (byte 1). Fix: save it as UTF-8"),
+        ('[{"type": "human", "data": {"content": "hi"}}]', "a LangChain message dump"),
         ('[{"role": "user", "content": "ok"}, {"role": "wizard", "content": "x"}]', "Message 1"),
         ('"just a string"', "list of messages"),
     ],
@@ -454,3 +458,48 @@ def test_impossible_vllm_metrics_are_named() -> None:
     read = usage_of_body({"metrics": {"time_to_first_token_ms": "fast", "generation_time_ms": -3}})
     assert (read.prefill_ms, read.decode_ms) == (None, None)
     assert set(read.invalid) == {"prefill_ms", "decode_ms"}
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "notepad.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(OPENAI_CONVERSATION).encode())
+    _assert_openai_conversation(load_messages_file(path))
+
+
+@pytest.mark.parametrize(
+    ("tool", "named"),
+    [
+        ({"type": "function"}, "tools[0].function must be an object with a 'name'"),
+        (
+            {"type": "function", "function": {"name": "f", "parameters": "notadict"}},
+            "tools[0].function.parameters must be a JSON schema object",
+        ),
+        ("get_weather", "tools[0] must be an object with a 'type'"),
+    ],
+)
+def test_a_request_file_with_a_tool_openai_refuses_names_it(
+    tmp_path: Path, tool: object, named: str
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps({"messages": OPENAI_CONVERSATION, "tools": [tool]}))
+    with pytest.raises(ValueError, match=re.escape(named)):
+        load_request_file(path)
+
+
+def test_another_kind_of_tool_is_left_to_the_server(tmp_path: Path) -> None:
+    path = tmp_path / "request.json"
+    custom = {"type": "custom", "custom": {"name": "grammar"}}
+    path.write_text(json.dumps({"messages": OPENAI_CONVERSATION, "tools": [custom]}))
+    assert load_request_file(path).tools == [custom]
+
+
+def test_wire_tools_names_a_tool_it_cannot_convert() -> None:
+    with pytest.raises(ValueError, match=r"tool 1 \(int\) cannot be converted"):
+        wire_tools([{"type": "function", "function": {"name": "f"}}, 42])
+
+
+@pytest.mark.parametrize("text", ["plain", "naïve 中文", "half \ud800 pair", "\udfff"])
+def test_escape_surrogates_gives_utf8_that_json_reads_back(text: str) -> None:
+    escaped = escape_surrogates(text)
+    escaped.encode("utf-8")  # never raises
+    assert json.loads(f'"{escaped}"') == text

@@ -89,21 +89,69 @@ def wire_message(message: BaseMessage) -> dict[str, Any]:
     return wire
 
 
-def wire_tools(tools: Sequence[Any]) -> list[Mapping[str, Any]]:
-    """Returns tool definitions as OpenAI wire dicts (``{"type": "function", ...}``).
+def wire_tools(tools: Sequence[Any], *, strict: bool | None = None) -> list[Mapping[str, Any]]:
+    """Returns tool definitions as ChatOpenAI sends them: OpenAI wire dicts.
 
     Args:
-        tools: Wire dicts, or anything ``convert_to_openai_tool`` accepts (LangChain tools,
-            functions, JSON or Pydantic schemas), as ``bind_tools`` converts them.
+        tools: Wire dicts (``{"type": "function", ...}``), or anything ``convert_to_openai_tool``
+            accepts (LangChain tools, functions, JSON or Pydantic schemas), as ``bind_tools``
+            converts them.
+        strict: ``bind_tools``' ``strict``: when given, every definition is converted with it.
+
+    Raises:
+        ValueError: Naming the index of a tool that cannot be converted.
     """
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
-    return [
-        tool
-        if isinstance(tool, Mapping) and tool.get("type") == "function"
-        else convert_to_openai_tool(tool)
-        for tool in tools
-    ]
+    converted: list[Mapping[str, Any]] = []
+    for index, tool in enumerate(tools):
+        if strict is None and isinstance(tool, Mapping) and tool.get("type") == "function":
+            converted.append(tool)
+            continue
+        try:
+            converted.append(convert_to_openai_tool(tool, strict=strict))
+        except Exception as exc:  # LangChain raises ValueError, TypeError or pydantic's errors
+            raise ValueError(
+                f"tool {index} ({type(tool).__name__}) cannot be converted to an OpenAI tool "
+                f"definition ({type(exc).__name__}); pass a BaseTool, a function with a "
+                "docstring, a pydantic model or an OpenAI tool dict."
+            ) from None
+    return converted
+
+
+def openai_message(message: BaseMessage) -> dict[str, Any]:
+    """Returns ``message`` as a whole OpenAI-format dict, as a request body holds it.
+
+    With the calls whose arguments are not JSON: ChatOpenAI sends them, and
+    ``convert_to_openai_messages`` alone would leave them out, orphaning their results.
+    """
+    from langchain_core.messages import convert_to_openai_messages
+
+    wire: dict[str, Any] = convert_to_openai_messages(message)
+    invalid = getattr(message, "invalid_tool_calls", None)
+    if invalid:
+        wire["tool_calls"] = [
+            *wire.get("tool_calls", []),
+            *(
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["args"]},
+                }
+                for call in invalid
+            ),
+        ]
+    return wire
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate written as its escape (``\\ud800``).
+
+    ``json.loads`` of a truncated page gives such strings, and no UTF-8 can hold them: where
+    text leaves the process (a span, a file, an error body) they are written as the escape,
+    which JSON reads back as the same string.
+    """
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def content_key(message: BaseMessage) -> tuple[Any, ...]:
@@ -271,6 +319,12 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         raise ValueError(
             f"Message {index}: unknown role {shown}; use one of {sorted(_KNOWN_ROLES)}."
         )
+    if "content" not in item and isinstance(item.get("data"), Mapping):
+        raise ValueError(
+            f"Message {index}: a LangChain message dump ({{'type': ..., 'data': {{...}}}}), not "
+            "an OpenAI-format message. Fix: load it with "
+            "langchain_core.messages.messages_from_dict, or write {'role': ..., 'content': ...}."
+        )
     _check_content(item.get("content"), index, role)
     try:
         return _with_invalid_calls(item) or convert_to_messages([dict(item)])[0]
@@ -316,7 +370,10 @@ def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     """
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise ValueError(f"{path}: the file is UTF-16 text. Fix: save it as UTF-8.")
+        return json.loads(raw.decode("utf-8-sig"))  # a BOM (Windows Notepad writes one) is fine
     except FileNotFoundError:
         raise ValueError(f"{path}: file not found; give the path of {what}.") from None
     except json.JSONDecodeError as exc:
@@ -326,8 +383,12 @@ def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to read.") from None
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
-    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {exc.start}). Fix: save it as UTF-8."
+        ) from None
+    except ValueError as exc:
+        if str(exc).startswith(f"{path}:"):
+            raise
         raise ValueError(
             f"{path}: a number has more than {sys.get_int_max_str_digits()} digits. "
             "Fix: shorten it to a real value."
@@ -383,9 +444,10 @@ def load_request_file(path: str | Path) -> RequestFile:
     if not isinstance(tools, list):
         raise ValueError(f"{path}: 'tools' must be a list of OpenAI tool objects.")
     for index, tool in enumerate(tools):
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("type"), str):
+        problem = _tool_problem(tool)
+        if problem is not None:
             raise ValueError(
-                f"{path}: tool {index} must be an object with a 'type', e.g. "
+                f"{path}: tools[{index}]{problem}, e.g. "
                 '{"type": "function", "function": {"name": ..., "parameters": {...}}}.'
             )
     response_format = request.get("response_format")
@@ -395,6 +457,20 @@ def load_request_file(path: str | Path) -> RequestFile:
             '{"type": "json_schema", "json_schema": {...}}.'
         )
     return RequestFile(messages, tools, response_format, data)
+
+
+def _tool_problem(tool: object) -> str | None:
+    """What makes ``tool`` a definition OpenAI refuses (HTTP 400), or ``None``."""
+    if not isinstance(tool, Mapping) or not isinstance(tool.get("type"), str):
+        return " must be an object with a 'type'"
+    if tool["type"] != "function":
+        return None  # another kind of tool (e.g. "custom"): OpenAI's to judge
+    function = tool.get("function")
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        return ".function must be an object with a 'name'"
+    if "parameters" in function and not isinstance(function["parameters"], Mapping):
+        return ".function.parameters must be a JSON schema object"
+    return None
 
 
 # --- Back: what the server reported about a call ---------------------------------------------

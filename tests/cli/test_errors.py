@@ -67,7 +67,7 @@ CASES = [
     (["trim", "missing.json"], "missing.json: file not found"),
     (["trim", "broken.json"], "broken.json: not valid JSON at line 1"),
     (["trim", "empty.json"], "empty.json: not valid JSON"),
-    (["trim", "binary.json"], "binary.json: cannot be read"),
+    (["trim", "binary.json"], "binary.json: the file is UTF-16 text. Fix: save it as UTF-8"),
     (["trim", "folder"], "folder: cannot be read"),
     (["trim", "wizard.json"], "wizard.json: Message 0: unknown role 'wizard'"),
     (["trim", "numbers.json"], "numbers.json: Message 0"),

@@ -131,7 +131,7 @@ def test_a_request_body_counts_its_tools_and_the_caption_shows_the_fixed_part(
     ("document", "pattern"),
     [
         ({"messages": [], "tools": {"type": "function"}}, "'tools' must be a list"),
-        ({"messages": [], "tools": [7]}, "tool 0 must be an object"),
+        ({"messages": [], "tools": [7]}, "tools\\[0\\] must be an object"),
         ({"messages": [], "response_format": "json"}, "'response_format' must be an object"),
         (
             [{"role": "user", "content": [{"type": "image_url"}]}],

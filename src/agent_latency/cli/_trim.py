@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from rich.console import Console
 from rich.table import Table
 
-from agent_latency._wire import load_request_file
+from agent_latency._wire import escape_surrogates, load_request_file, openai_message
 from agent_latency.config import load_settings
 from agent_latency.trimming import RULE_EXPLANATIONS, PriorityTrimmer, TrimResult
 
@@ -67,26 +66,6 @@ def render_trim_table(result: TrimResult, counted_with: str) -> Table:
     return table
 
 
-def _wire_message(message: BaseMessage) -> dict[str, Any]:
-    """The message in OpenAI format, with the calls whose arguments are not JSON (ChatOpenAI
-    sends them; ``convert_to_openai_messages`` would leave them out, orphaning their results)."""
-    wire: dict[str, Any] = convert_to_openai_messages(message)
-    invalid = getattr(message, "invalid_tool_calls", None)
-    if invalid:
-        wire["tool_calls"] = [
-            *wire.get("tool_calls", []),
-            *(
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": call["args"]},
-                }
-                for call in invalid
-            ),
-        ]
-    return wire
-
-
 def trim(
     file: Annotated[
         Path,
@@ -126,13 +105,13 @@ def trim(
     result = trimmer.trim(request.messages)
     Console().print(render_trim_table(result, trimmer.token_counter.name))
     if output is not None:
-        trimmed: Any = [_wire_message(message) for message in result.messages]
+        trimmed: Any = [openai_message(message) for message in result.messages]
         if isinstance(request.document, dict):
             trimmed = {**request.document, "messages": trimmed}
         text = json.dumps(trimmed, ensure_ascii=False, indent=2) + "\n"
         try:
             # A lone surrogate (read from an escape) is no UTF-8: written back as that escape.
-            output.write_bytes(text.encode("utf-8", "backslashreplace"))
+            output.write_text(escape_surrogates(text), encoding="utf-8")
         except OSError as exc:
             raise ValueError(
                 f"--output {output}: cannot be written ({exc.strerror or type(exc).__name__}). "

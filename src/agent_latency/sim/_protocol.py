@@ -15,6 +15,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from agent_latency._validation import is_integer
+from agent_latency._wire import escape_surrogates
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 TOOL_CHOICES = frozenset({"none", "auto", "required"})
@@ -183,15 +184,10 @@ def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
         if found is not None:
             raise _invalid(
                 param,
-                f"the string holds a lone UTF-16 surrogate ({_escaped(found.group())} at "
+                f"the string holds a lone UTF-16 surrogate ({escape_surrogates(found.group())} at "
                 f"character {found.start()}), which is not valid Unicode. Send UTF-8 text; a "
                 "character beyond U+FFFF is escaped as a surrogate pair.",
             )
-
-
-def _escaped(text: str) -> str:
-    """Returns ``text`` with its surrogates written as escapes, so that it can be sent."""
-    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def _strings(value: object, param: str) -> Iterator[tuple[str, str]]:
@@ -205,7 +201,7 @@ def _strings(value: object, param: str) -> Iterator[tuple[str, str]]:
         elif isinstance(item, dict):
             children = []
             for key, child in item.items():
-                key_at = f"{at}.{_escaped(key)}" if at else _escaped(key)
+                key_at = f"{at}.{escape_surrogates(key)}" if at else escape_surrogates(key)
                 children += [(key_at, key), (key_at, child)]
             pending.extend(reversed(children))
         elif isinstance(item, list):

@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from agent_latency._wire import role_of
+from agent_latency._wire import escape_surrogates, role_of
 from agent_latency.telemetry._langchain import first_str
 
 
@@ -17,7 +17,7 @@ def attribute_text(text: str) -> str:
     """``text`` as OTLP can carry it: a lone UTF-16 surrogate (``json.loads`` of a truncated page
     gives them), which no UTF-8 holds and the exporter drops the attribute for, is written as
     its escape (``\\ud800``); in JSON text that escape reads back as the same string."""
-    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escape_surrogates(text)
 
 
 def to_json(value: object) -> str:

@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent_latency._caches import LRUCache
+from agent_latency._wire import wire_tools
 from agent_latency.tokens import TokenCounting
 
 _CACHE_SIZE = 32
@@ -222,22 +223,3 @@ def _snapshot(request: RequestExtras) -> list[object]:
 def _unedited(snapshot: list[object], request: RequestExtras) -> bool:
     # Equal lists compare in C; a dict against its copy, a function or class by identity.
     return _views(request) == snapshot
-
-
-def wire_tools(tools: Sequence[object], *, strict: bool | None = None) -> list[dict[str, Any]]:
-    """Returns the tool definitions as ChatOpenAI sends them.
-
-    Raises:
-        ValueError: Naming the index of a tool that cannot be converted.
-    """
-    converted: list[dict[str, Any]] = []
-    for index, tool in enumerate(tools):
-        try:
-            converted.append(convert_to_openai_tool(cast(Any, tool), strict=strict))
-        except Exception as exc:  # LangChain raises ValueError, TypeError or pydantic's errors
-            raise ValueError(
-                f"PriorityTrimmer: tool {index} ({type(tool).__name__}) cannot be converted to an "
-                f"OpenAI tool definition ({type(exc).__name__}); pass a BaseTool, a function with "
-                "a docstring, a pydantic model or an OpenAI tool dict."
-            ) from None
-    return converted
