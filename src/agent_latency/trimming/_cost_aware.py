@@ -31,10 +31,10 @@ it has, and that a warm cache holds the prompt as often as the server held this 
 prompts (:data:`~agent_latency.trimming._cache_state.Hits`, from none: no prompt is sent larger
 than the cut on a bet the server has not yet been seen to win). It sends the option predicted
 fastest, by rules that keep context: an append never sends less than a fresh trim to the budget
-its prompt was cut to; on a cache that holds (warm, and the server held at least half of the
-conversation's prompts) a cut replaces the append, and anywhere a deep cut replaces either, only
-when predicted at least 10% faster; a deep cut is considered only when the input does not fit
-the budget. Until the latency model has seen
+its prompt was cut to (so it is taken only where predicted faster than the cut, and sends at
+least what the cut would); a deep cut, which sends less, is considered only when the input does
+not fit the budget and taken only when predicted at least 10% faster. Until the latency model
+has seen
 :data:`MIN_OBSERVATIONS` calls or probes of the endpoint, it trusts no prediction and sends the
 cut (the plain trimmer's prompt): priors fitted to one server mislead on another, and a server
 that reports no usage when streaming (llama-cpp-python) teaches it nothing but doctor's probes.
@@ -104,7 +104,7 @@ MIN_OBSERVATIONS: Final = 2.5
 """The evidence (:attr:`LatencyModel.observations`, older calls discounted) before the latency
 model's predictions choose, with less the cut is sent: three calls, or doctor's three prefill
 probes."""
-_SWITCH_MARGIN: Final = 0.9  # less context must be predicted 10% faster (see below)
+_SWITCH_MARGIN: Final = 0.9  # a deep cut must be predicted 10% faster than the fuller option
 _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
 _OWNER: Final = "CostAwareTrimmer"
@@ -439,11 +439,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             candidates, predicted = self._predict(
                 inputs, request, cut, previous, before, state, growth, hits[0] / hits[1]
             )
-            # On a cache that holds (taken as warm, and the server held at least half of the
-            # conversation's prompts so) the append's context is kept unless a cut is clearly
-            # faster.
-            holds = state == "warm" and hits[0] >= hits[1] / 2
-            option = _fastest_keeping_context(predicted, warm=holds)
+            option = _fastest_keeping_context(predicted)
         chosen = candidates[option]
         chosen_sends = request_digest(chosen, request)
         # What a warm cache holds of it: the evidence the server's report of this call gives.
@@ -628,16 +624,12 @@ def _record(
 _ACTION_AND_RULE: Final = operator.attrgetter("action", "rule")
 
 
-def _fastest_keeping_context(predicted: Mapping[Option, float], *, warm: bool) -> Option:
-    """The option predicted fastest, where one that sends less context must be clearly faster.
-
-    On a cache that holds (``warm``) a cut replaces the append (which sends at least what the
-    cut sends) only when predicted :data:`_SWITCH_MARGIN` faster; a deep cut replaces the cut
-    or the append so too, whatever the cache.
-    """
-    fuller: Option = "append" if "append" in predicted else "cut"
-    if predicted["cut"] < predicted[fuller] * (_SWITCH_MARGIN if warm else 1.0):
-        fuller = "cut"
+def _fastest_keeping_context(predicted: Mapping[Option, float]) -> Option:
+    """The faster of the append (which sends at least what the cut sends) and the cut, or the
+    deep cut, which sends less, where it is predicted :data:`_SWITCH_MARGIN` faster still."""
+    fuller: Option = min(
+        (option for option in predicted if option != "deep_cut"), key=predicted.__getitem__
+    )
     deep = predicted.get("deep_cut")
     return "deep_cut" if deep is not None and deep < predicted[fuller] * _SWITCH_MARGIN else fuller
 
