@@ -303,3 +303,29 @@ def test_by_age_head_and_tail_that_do_not_fit_keep_eroding_from_the_middle() -> 
     result = PriorityTrimmer(budget, token_counter=COUNTER, prefix_stable=False).trim(messages)
 
     assert result.messages == [messages[0], *first, *newest, messages[-1]]
+
+
+def test_relevance_trims_an_agents_first_turn_with_no_history_to_rank() -> None:
+    # No user message before the question: no history rounds at all. With history ranked above
+    # the tool steps, the drop order still reaches the (empty) history: it raised "max() arg is
+    # an empty sequence".
+    messages: list[BaseMessage] = [HumanMessage("Find the order.")]
+    for k in range(4):
+        call = {"name": "search", "args": {"q": str(k)}, "id": f"c{k}"}
+        messages += [
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("result words " * 10, tool_call_id=f"c{k}"),
+        ]
+
+    assert COUNTER.count_messages(messages) > 120
+
+    result = PriorityTrimmer(
+        120,
+        token_counter=COUNTER,
+        history_selection="relevance",
+        priority_order=("system", "latest_user", "history", "tool_result"),
+    ).trim(messages)
+
+    assert result.messages[0] is messages[0] and result.messages[-2:] == messages[-2:]
+    assert result.tokens_after <= 120 and not result.over_budget
+    assert result.tokens_after == COUNTER.count_messages(result.messages)

@@ -403,7 +403,7 @@ def _history_drop_order(
     tail_start = max(len(ordered) - options.history_keep_tail, 0)
     head_end = min(options.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
-    if options.history_selection != "relevance":
+    if options.history_selection != "relevance" or not ordered:
         return middle + head[::-1] + tail  # the history erodes outwards from its middle
     question = plan.question()
     query = "" if question is None else plan.texts[question]
