@@ -329,3 +329,25 @@ def test_relevance_trims_an_agents_first_turn_with_no_history_to_rank() -> None:
     assert result.messages[0] is messages[0] and result.messages[-2:] == messages[-2:]
     assert result.tokens_after <= 120 and not result.over_budget
     assert result.tokens_after == COUNTER.count_messages(result.messages)
+
+
+@pytest.mark.parametrize("question", ["And what then?", "继续", "OK, go on."])
+def test_a_question_that_matches_no_round_keeps_the_age_order(question: str) -> None:
+    # No round shares a term with the question (stop words only, or words said nowhere else):
+    # relevance tells nothing, so the head and tail keep their place as by age. They yielded:
+    # every round ranked at 0 went oldest first, the first round (the task's rules) before the
+    # middle ones.
+    messages = [*needle_conversation("en")[:-1], HumanMessage(question)]
+    rounds = [messages[1 + 2 * n : 3 + 2 * n] for n in range(12)]
+    first, newest = rounds[0], [m for r in rounds[-4:] for m in r]
+    budget = COUNTER.count_messages([messages[0], *first, *newest, messages[-1]])  # five rounds
+
+    by_age, by_relevance = (
+        PriorityTrimmer(
+            budget, token_counter=COUNTER, prefix_stable=False, history_selection=selection
+        ).trim(messages)
+        for selection in ("age", "relevance")
+    )
+
+    assert by_age.messages == [messages[0], *first, *newest, messages[-1]]
+    assert by_relevance.messages == by_age.messages

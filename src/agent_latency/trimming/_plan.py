@@ -390,7 +390,8 @@ def _history_drop_order(
     matches it best goes last, after the head and the tail. There the head and tail rounds are a
     preference, not a wall: when they alone take more than ``room`` (what the budget leaves for
     the history), every round is ranked by relevance, so the round the question needs is not the
-    one dropped. By age, nothing tells which round the question needs:
+    one dropped (equally relevant rounds in the age order). By age, nothing tells which round
+    the question needs:
     the history keeps eroding from its middle, the head before the tail (the first rounds often
     hold the task's rules; measured with ``agent-latency bench --runs 0 --quality``, ranking all
     rounds newest first kept 39% of the needed facts at budget 3,000 where this order keeps 50%).
@@ -403,18 +404,21 @@ def _history_drop_order(
     tail_start = max(len(ordered) - options.history_keep_tail, 0)
     head_end = min(options.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
+    by_age = middle + head[::-1] + tail  # the history erodes outwards from its middle
     if options.history_selection != "relevance" or not ordered:
-        return middle + head[::-1] + tail  # the history erodes outwards from its middle
+        return by_age
     question = plan.question()
     query = "" if question is None else plan.texts[question]
     texts = [[plan.texts[i] for u in r for i in u.indices] for r in ordered]
     scores = dict(zip(map(id, ordered), bm25_scores(query, texts, terms), strict=True))
 
     def least_relevant_first(rounds: list[list[Unit]]) -> list[list[Unit]]:
-        return sorted(rounds, key=lambda r: scores[id(r)])  # stable: oldest first among equals
+        return sorted(rounds, key=lambda r: scores[id(r)])  # stable: the order given among equals
 
     if sum(_size(plan, unit) for r in (*head, *tail) for unit in r) > room:
-        return least_relevant_first(ordered)
+        # Among equally relevant rounds (all of them, for a question no round shares a term
+        # with) the age order stands: the head and tail yield to relevance only.
+        return least_relevant_first(by_age)
     # The round that matches the question best is the last to go, after the head and tail.
     best = max(ordered, key=lambda r: scores[id(r)])
     if scores[id(best)] <= 0:
