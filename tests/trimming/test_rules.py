@@ -161,6 +161,29 @@ def test_latest_user_message_can_be_dropped_when_keep_latest_user_is_false() -> 
     assert outcome.messages == messages[:3]
 
 
+@pytest.mark.parametrize("model", ["gpt-4o", "qwen2.5-7b-instruct"])
+def test_a_trim_never_sends_an_empty_request(model: str) -> None:
+    # With nothing must-keep and a budget below every message, everything was dropped: a
+    # request with no message (OpenAI answers 400), reported within budget when the framing
+    # fit. The unit ranked highest is kept, and the result says the request is over budget.
+    counter = TokenCounter.for_model(model)
+    system, question = SystemMessage(text(200)), HumanMessage("When will it arrive?" + text(40))
+    conversations = {
+        "system": [system, HumanMessage(text(50)), AIMessage("hello"), question],
+        "question": [HumanMessage(text(50)), AIMessage("hello"), question],
+    }
+    for kept, messages in conversations.items():
+        outcome = PriorityTrimmer(
+            30, keep_system=False, keep_latest_user=False, token_counter=counter
+        ).trim(messages)
+
+        assert outcome.messages == [system if kept == "system" else question]
+        assert outcome.over_budget and outcome.tokens_after > 30
+        assert outcome.tokens_after == counter.count_messages(outcome.messages)
+        name = "system messages" if kept == "system" else "the latest user message (sent whole)"
+        assert (outcome.over_budget_cause or "").startswith(name)
+
+
 def test_a_tool_call_and_all_its_parallel_results_are_dropped_together() -> None:
     messages = [
         HumanMessage("task"),

@@ -140,6 +140,10 @@ class Plan:
             return saved
         return saved + self.framing - self._framing_of(self._first_kept(frozenset(indices)))
 
+    def leaves_nothing(self, indices: Sequence[int]) -> bool:
+        """Whether dropping ``indices`` would leave no message to send."""
+        return self.first is not None and self._first_kept(frozenset(indices)) is None
+
     def _first_kept(self, also_dropped: Collection[int]) -> int | None:
         """The first message neither dropped nor in ``also_dropped``."""
         dropped = self.dropped
@@ -319,7 +323,12 @@ def compact_history(plan: Plan, options: TrimOptions, compactor: Compactor) -> N
 
 
 def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache) -> None:
-    """Drops blocks, lowest priority first, until the rest fits (rounded up to the step)."""
+    """Drops blocks, lowest priority first, until the rest fits (rounded up to the step).
+
+    Never the last block left: with nothing must-keep (``keep_system=False``,
+    ``keep_latest_user=False``) and a budget below every message, it is kept and marked
+    must-keep, so the request is valid and its overrun reported.
+    """
     excess = plan.tokens - plan.budget
     if excess <= 0:
         return
@@ -329,6 +338,11 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
     for block in _drop_order(plan, units, options, terms, goal):
         # Rounding up to the step never reaches into a class that the exact excess spares.
         if dropped >= goal or (dropped >= excess and block.priority_class != previous_class):
+            break
+        if plan.leaves_nothing(block.indices):
+            # A request needs a message (OpenAI answers an empty list with 400): the unit ranked
+            # highest stays, as if it were must-keep, and the request is over budget.
+            plan.keep(block.indices, "must_keep")
             break
         saved = plan.saving(block.indices)
         if saved <= 0:  # the first message, whose drop adds a default system turn as large
