@@ -159,6 +159,29 @@ def test_shortening_list_content_keeps_the_image_parts() -> None:
     assert message.model_dump() == before
 
 
+def test_an_anthropic_style_tool_result_block_is_shortened_like_text() -> None:
+    # The counter counts a tool_result block's nested content as the text it is (ChatOpenAI
+    # passes the block on); the shortener took the block for an image-like part it keeps
+    # whole, so the 3,000-token result stayed whole and the request went over budget.
+    nested = [{"type": "text", "text": "row " * 1500 + "total: 42"}]
+    messages = [
+        HumanMessage("Sum the rows."),
+        AIMessage("", tool_calls=[{"name": "rows", "args": {}, "id": "toolu_1"}]),
+        ToolMessage(
+            [{"type": "tool_result", "tool_use_id": "toolu_1", "content": nested}],
+            tool_call_id="toolu_1",
+        ),
+    ]
+
+    result = PriorityTrimmer(500, token_counter=COUNTER).trim(messages)
+
+    assert not result.over_budget and result.tokens_after <= 500
+    assert result.tokens_after == COUNTER.count_messages(result.messages)
+    sent = result.messages[-1]
+    assert sent.tool_call_id == "toolu_1" and "tokens removed" in sent.text
+    assert sent.text.startswith("row") and sent.text.endswith("total: 42")
+
+
 def test_a_target_below_the_marker_yields_the_marker_alone() -> None:
     message = ToolMessage("word " * 400, tool_call_id="call_with_a_long_identifier")
     shortened, count = MessageShortener(COUNTER).shorten(message, 5)

@@ -160,17 +160,23 @@ def _with_text(message: BaseMessage, text: str, others: list[Any]) -> BaseMessag
     return message.model_copy(update={"content": content})
 
 
-def _split_content(
-    content: str | list[str | dict[str, Any]] | None,
-) -> tuple[list[str], list[Any]]:
-    """Returns the texts of a message's content and its other parts (images), in order."""
+def _split_content(content: object) -> tuple[list[str], list[Any]]:
+    """Returns the texts of a message's content and its other parts (images), in order.
+
+    An Anthropic-style ``tool_result`` block's nested content counts as the text it is (as
+    the counter counts it): the copy sends its text as a text part.
+    """
     if isinstance(content, str) or content is None:  # null content is accepted as no text
         return [content or ""], []
     texts: list[str] = []
     others: list[Any] = []
-    for part in content:
+    for part in content if isinstance(content, list) else ():
         if isinstance(part, str):
             texts.append(part)
+        elif part.get("type") == "tool_result" and isinstance(part.get("content"), str | list):
+            nested_texts, nested_others = _split_content(part["content"])
+            texts += nested_texts
+            others += nested_others
         elif part.get("type") not in IMAGE_PART_TYPES and isinstance(part.get("text"), str):
             texts.append(part["text"])
         else:
