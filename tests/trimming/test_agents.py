@@ -390,3 +390,32 @@ def test_an_unreadable_record_in_the_agent_state_starts_the_conversation_anew(
     assert "taken as its first" in caplog.text
     assert isinstance(answer, ExtendedModelResponse) and answer.command is not None
     assert answer.command.update[STATE_KEY]["state"] == "cold"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("cost_aware", [False, True])
+def test_in_an_agent_the_trim_span_goes_where_the_handler_records(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, cost_aware: bool
+) -> None:
+    # The trimmer has no tracer provider of its own (the global one records nothing here):
+    # the handler's tracer records the trim beside its chat span (issue 23, item 9).
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider)
+    plain = PriorityTrimmer(BUDGET, token_counter=COUNTER)
+    trimmer: Any = (
+        CostAwareTrimmer(plain, context_window=8192, reserve_for_output=1000)
+        if cost_aware
+        else plain
+    )
+    graph = create_agent(
+        scripted_model(),
+        tools=[lookup],
+        system_prompt=SYSTEM_PROMPT,
+        middleware=[TrimmingMiddleware(trimmer)],
+    )
+    graph.invoke({"messages": long_history()}, {"callbacks": [handler]})
+    spans = span_exporter.get_finished_spans()
+    trims = [s for s in spans if s.name == TRIM_SPAN_NAME]
+    chats = [s for s in spans if s.name.startswith("chat")]
+    assert len(trims) == len(chats) == 2
+    assert all(
+        t.parent is not None and t.parent == c.parent for t, c in zip(trims, chats, strict=True)
+    )
