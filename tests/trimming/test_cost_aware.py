@@ -19,16 +19,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_latency import semconv
+from agent_latency import LatencyCoefficients, LatencyModel, semconv
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimResult
 from agent_latency.trimming._cache_state import CacheState, cache_state
-
-# The latency model is the cost-aware trimmer's (the module it is imported in).
 from agent_latency.trimming._cost_aware import (
     MIN_OBSERVATIONS,
     CostAwareTrimmer,
-    LatencyModel,
     _fastest_keeping_context,
 )
 from agent_latency.trimming._latest_call import LatestCall
@@ -445,9 +442,7 @@ def test_a_server_silent_about_its_cache_is_judged_by_the_first_tokens_time(
     from agent_latency import LatencyCallbackHandler
     from agent_latency.sim import SimulatorConfig, running_simulator
 
-    speed = replace(
-        LatencyModel().coefficients, fixed_ms=50.0, ms_per_token=0.5, ms_per_token_per_ktoken=0.0
-    )
+    speed = LatencyCoefficients(fixed_ms=50.0, ms_per_token=0.5, ms_per_token_per_ktoken=0.0)
     sim_config = SimulatorConfig(
         overhead_ms=speed.fixed_ms,
         prefill_ms_per_token=speed.ms_per_token,
@@ -718,9 +713,7 @@ def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock
     assert over_budget and {a[semconv.TRIM_OPTION] for a in over_budget} == {"append"}
     assert all("warm cache" in str(a[semconv.TRIM_OVER_BUDGET_CAUSE]) for a in over_budget)
 
-    within = cost_aware(
-        clock, allow_over_budget_on_warm_cache=False, latency_model=slow_prefill()
-    )
+    within = cost_aware(clock, allow_over_budget_on_warm_cache=False, latency_model=slow_prefill())
     choices = list(replay(within, clock, POINTS[11:], held=True))
     assert all(c.result.tokens_after <= c.result.effective_budget for c in choices)
     assert not any(c.result.over_budget for c in choices)
