@@ -267,6 +267,16 @@ def test_the_langgraph_hook_counts_the_prompt_and_tools_langgraph_adds(simulator
         (lambda t: PriorityTrimmer(tools="search"), ValueError, "tools must be a list"),
         (lambda t: PriorityTrimmer(tools=[TOOLS[0], 42]), ValueError, "tool 1 .int."),
         (lambda t: PriorityTrimmer(calibration=1.1), ValueError, "calibration must be"),
+        (
+            lambda t: PriorityTrimmer(response_format="json"),
+            ValueError,
+            r"^response_format \(str\) cannot be converted",
+        ),
+        (
+            lambda t: t.trim([HumanMessage("hi")], response_format=5),
+            ValueError,
+            r"^response_format \(int\) cannot be converted",
+        ),
     ],
 )
 def test_bad_request_options_are_refused_up_front(

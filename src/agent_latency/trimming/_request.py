@@ -133,7 +133,8 @@ class ExtrasCounter:
         """Returns the tokens of the tool definitions and of the response format of a request.
 
         Raises:
-            ValueError: When a tool cannot be converted to an OpenAI tool definition.
+            ValueError: When a tool cannot be converted to an OpenAI tool definition, or the
+                response format to a JSON schema.
         """
         if not request.tools and not request.output_tools and request.response_format is None:
             return 0, 0
@@ -177,7 +178,15 @@ class ExtrasCounter:
         if value is None:
             return 0
         if not isinstance(value, Mapping):  # a schema, sent as ChatOpenAI converts it
-            function = dict(convert_to_openai_tool(cast(Any, value))["function"])
+            try:
+                function = dict(convert_to_openai_tool(cast(Any, value))["function"])
+            except Exception as exc:  # LangChain raises ValueError, TypeError or pydantic's errors
+                raise ValueError(
+                    f"response_format ({type(value).__name__}) cannot be converted to a JSON "
+                    f"schema ({type(exc).__name__}); pass an OpenAI response_format dict "
+                    "({'type': 'json_schema', 'json_schema': {...}}), a pydantic model, a "
+                    "TypedDict or a JSON schema dict."
+                ) from None
             function["schema"] = function.pop("parameters", {})
             value = {"type": "json_schema", "json_schema": function}
         return self._counter.count_response_format(value)
