@@ -446,6 +446,9 @@ def test_from_settings_takes_the_prompt_settings() -> None:
         ({"budget": 0}, "budget"),
         ({"budget": True}, "budget"),
         ({"budget": 10.5}, "budget"),
+        # Past any context window, and past the 64-bit integers OTLP carries: the exporter
+        # logged an ERROR with a traceback for the trim span's budget on every trim.
+        ({"budget": 10**30}, "budget"),
         ({"priority_order": ("system", "history")}, "priority_order"),
         ({"priority_order": "system"}, "priority_order"),
         (

@@ -9,6 +9,7 @@ from typing import cast
 from opentelemetry.trace import TracerProvider
 
 from agent_latency._validation import checked_bool, checked_int
+from agent_latency._wire import MAX_REPORTED_TOKENS
 from agent_latency.config import (
     HISTORY_SELECTIONS,
     PRIORITY_CLASSES,
@@ -61,6 +62,11 @@ class TrimOptions:
 
     def __post_init__(self) -> None:
         checked_int(_OWNER, "budget", self.budget, minimum=1, hint="prompt tokens per model call")
+        if self.budget > MAX_REPORTED_TOKENS:
+            raise ValueError(
+                f"PriorityTrimmer: budget must be at most {MAX_REPORTED_TOKENS:,} (more prompt "
+                f"tokens than any context window holds), got {self.budget!r}."
+            )
         self._set("priority_order", _validated_order(self.priority_order))
         checked_bool(_OWNER, "keep_system", self.keep_system)
         checked_bool(_OWNER, "keep_latest_user", self.keep_latest_user)
