@@ -184,6 +184,24 @@ def test_a_trim_never_sends_an_empty_request(model: str) -> None:
         assert (outcome.over_budget_cause or "").startswith(name)
 
 
+def test_the_block_kept_for_a_valid_request_keeps_its_shortened_results_as_shortened() -> None:
+    # The round kept so that the request is not empty holds a tool result the cap shortened:
+    # its decision said "shortened" by the rule "must_keep".
+    messages = [HumanMessage("look it up"), calls("a"), result("a", 400), HumanMessage(text(60))]
+    order = ("history", "latest_user", "system", "tool_result")
+    outcome = trimmer(40, keep_latest_user=False, priority_order=order).trim(messages)
+
+    assert outcome.messages[:2] == messages[:2] and len(outcome.messages) == 3
+    decision = outcome.decisions[2]
+    assert (decision.action, decision.rule) == ("shortened", "tool_result_cap")
+    assert [d.rule for d in outcome.decisions] == [
+        "must_keep",
+        "must_keep",
+        "tool_result_cap",
+        "dropped_for_budget",
+    ]
+
+
 def test_a_tool_call_and_all_its_parallel_results_are_dropped_together() -> None:
     messages = [
         HumanMessage("task"),

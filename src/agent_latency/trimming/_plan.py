@@ -108,9 +108,11 @@ class Plan:
         self.shortened: dict[int, BaseMessage] = {}
 
     def keep(self, indices: Sequence[int], rule: Rule) -> None:
+        """Marks messages kept by ``rule``; one shortened already keeps its shortening's rule."""
         must_keep = rule in _MUST_KEEP_RULES
         for index in indices:
-            self.rules[index] = rule
+            if index not in self.shortened:
+                self.rules[index] = rule
             self.must_keep[index] = must_keep
 
     def fits(self) -> None:
