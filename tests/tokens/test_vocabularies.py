@@ -256,6 +256,9 @@ def test_a_tool_definition_edited_in_place_is_recounted() -> None:
         ("gpt-3.5-turbo", "cl100k_base + openai framing", True),
         ("meta-llama/Llama-3.1-8B-Instruct", "llama3 + llama3.1 framing", True),
         ("llama3-8b", "llama3 + llama3 framing", True),
+        # Fireworks' names (an OpenAI-compatible host): were counted as a cl100k estimate.
+        ("accounts/fireworks/models/llama-v3p1-8b-instruct", "llama3 + llama3.1 framing", True),
+        ("accounts/fireworks/models/llama-v3-8b-instruct", "llama3 + llama3 framing", True),
         ("gemma-3-4b-it", "cl100k_base + gemma framing", False),
         ("my-finetune", "cl100k_base + openai framing", False),
     ],

@@ -342,8 +342,8 @@ _FAMILIES: Final = (
     (r"qwen", "qwen", "qwen", True),
     (r"^(gpt-4o|gpt-4\.[15]|gpt-5|chatgpt-4o|gpt-oss|o[134])(\b|$)", "o200k_base", "openai", True),
     (r"^gpt-(4|3\.5)", "cl100k_base", "openai", True),
-    (r"llama-?3\.[1-9]", "llama3", "llama3.1", True),
-    (r"llama-?3", "llama3", "llama3", True),
+    (r"llama-?v?3[.p][1-9]", "llama3", "llama3.1", True),  # llama-3.1, llama3.2, llama-v3p1
+    (r"llama-?v?3", "llama3", "llama3", True),
     (r"gemma", "cl100k_base", "gemma", False),
     (r"smollm2", "cl100k_base", "smollm2", False),
 )
