@@ -251,13 +251,13 @@ class QualityRow:
 
 
 def strategies(budget: int, counter: TokenCounter) -> dict[str, Trim]:
-    """The trims compared: ours by age and by relevance, each with and without compaction, and
-    LangChain's ``trim_messages`` keeping the last messages."""
+    """The trims compared: ours by age and by relevance (the default head and tail rounds), each
+    with and without compaction, and LangChain's ``trim_messages`` keeping the last messages."""
     ours = {
         name: PriorityTrimmer(budget, token_counter=counter, **options)
         for name, options in (
-            ("age", {}),
-            ("age+compaction", {"compact_tool_results": True}),
+            ("age", {"history_selection": "age"}),
+            ("age+compaction", {"history_selection": "age", "compact_tool_results": True}),
             ("relevance", {"history_selection": "relevance"}),
             (
                 "relevance+compaction",
