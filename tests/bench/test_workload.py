@@ -78,13 +78,14 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer(
     assert report["simulator"]["tokenizer"] == Settings().llm.model
 
 
-def test_the_cost_aware_trimmer_cuts_deeper_than_the_plain_one_on_cold_calls() -> None:
-    # Doctor's probes taught the cost-aware trimmer the simulator's speed: from its first (cold)
-    # calls it predicts, and cuts deeper than the plain trimmer.
+def test_the_cost_aware_trimmer_starts_from_the_servers_speed_on_the_default_simulator() -> None:
+    # Doctor's probes teach each cost-aware point the simulator's speed before its first call.
     report = run_mixed_workload(SMALL, only=["prefix_stable", "cost_aware"]).to_json()
     by_name = {entry["name"]: entry for entry in report["strategies"]}
-    assert by_name["cost_aware"]["prompt_tokens"] < by_name["prefix_stable"]["prompt_tokens"]
+    assert report["simulator"]["latency_probes"] == 4
     assert report["simulator"]["clock_scale"] == 0.5
+    assert by_name["cost_aware"]["hard_limit_violations"] == 0
+    assert by_name["cost_aware"]["calls"] == by_name["prefix_stable"]["calls"] == 6
 
 
 def test_only_runs_the_named_strategies_and_rejects_unknown_ones() -> None:
