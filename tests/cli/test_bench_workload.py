@@ -144,3 +144,24 @@ def test_conflicting_or_unknown_workload_options_fail_before_any_call(
 ) -> None:
     assert cli.main(["bench", *args]) == 2
     assert error in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+def test_every_profile_one_after_another_writes_one_workload_each(
+    tmp_path: Path, capsys: object
+) -> None:
+    args = ["--workload-strategies", "prefix_stable", "--workload-calls", "1"]
+    args += ["--workload-conversations", "1", "--json", str(tmp_path / "bench.json")]
+    status = cli.main(
+        ["bench", "--runs", "0", "--workload", "mixed", "--workload-profile", "all", *args]
+    )
+    assert status == 0, capsys.readouterr().err  # type: ignore[attr-defined]
+    document = json.loads((tmp_path / "bench.json").read_text("utf-8"))
+    assert "workload" not in document and "frontier" not in document
+    assert [w["profile"] for w in document["workloads"]] == [
+        "openai-hosted",
+        "deepseek",
+        "vllm-h100-7b",
+        "llama-cpu",
+    ]
+    blocks = {w["profile"]: w["simulator"]["cache_block_tokens"] for w in document["workloads"]}
+    assert blocks == {"openai-hosted": 128, "deepseek": 64, "vllm-h100-7b": 16, "llama-cpu": 1}
