@@ -220,18 +220,23 @@ base_url=http://127.0.0.1:$port/v1
 server_args=(-m "$model_file" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$port"
     --parallel "$PARALLEL" --ctx-size $((PARALLEL * SLOT_CTX)) --jinja --metrics --no-webui
     --threads "$THREADS" "${repack[@]}" "${context[@]}")
-echo "llama-server ${server_args[*]}" >"$OUT/server.log"
-"$SERVER_BIN" "${server_args[@]}" >>"$OUT/server.log" 2>&1 &
-server_pid=$!
-
-deadline=$((SECONDS + STARTUP_TIMEOUT_S))
-until .venv/bin/python -c 'import sys, urllib.request
+# Started again (same port) before each workload run: a run must find no prompt of the one
+# before it in the slots' caches or the server's host-memory prompt cache (its prompts repeat).
+start_server() {
+    echo "llama-server ${server_args[*]}" >>"$OUT/server.log"
+    "$SERVER_BIN" "${server_args[@]}" >>"$OUT/server.log" 2>&1 &
+    server_pid=$!
+    local deadline=$((SECONDS + STARTUP_TIMEOUT_S))
+    until .venv/bin/python -c 'import sys, urllib.request
 urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "http://127.0.0.1:$port" 2>/dev/null; do
-    server_alive || step_failed "startup" "llama-server exited at startup; see $OUT/server.log"
-    ((SECONDS < deadline)) \
-        || fail "llama-server did not answer within ${STARTUP_TIMEOUT_S}s; see $OUT/server.log"
-    sleep 0.5
-done
+        server_alive || step_failed "startup" "llama-server exited at startup; see $OUT/server.log"
+        ((SECONDS < deadline)) \
+            || fail "llama-server did not answer within ${STARTUP_TIMEOUT_S}s; see $OUT/server.log"
+        sleep 0.5
+    done
+}
+: >"$OUT/server.log"
+start_server
 echo "bench-real: llama-server on $base_url, $PARALLEL slots of $SLOT_CTX tokens, $THREADS" \
     "thread(s), $repacking"
 
@@ -402,8 +407,18 @@ if ((NEEDLE_SEEDS > 0)); then
         || step_failed "the needle questions" "scripts/real_needles.py failed"
 fi
 
+# The server's own counters (llama-server --metrics), as Prometheus scrapes them: of the bench
+# and the needle questions, then of each workload run.
+save_metrics() {
+    .venv/bin/python -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=30).read().decode())' \
+        "http://127.0.0.1:$port" >"$1" || step_failed "/metrics" "GET /metrics failed"
+}
+save_metrics "$OUT/metrics.txt"
+
 # 11. The mixed workload on the server, once per conversation count: fewer conversations than
-# slots (each keeps its slot's cache) and more (they evict each other), every strategy and peer,
+# slots (each keeps its slot's cache) and more (they take each other's slots), every strategy and
+# peer, on a freshly started server,
 # each fact question answered greedily (answer accuracy); with BENCH_REAL_FRONTIER=1 each
 # strategy at every point of its knob too (hours on 2 cores). A strategy whose request the server
 # refuses is recorded and the others run on.
@@ -419,6 +434,8 @@ fi
 IFS=, read -r -a workload_sizes <<<"$WORKLOAD"
 for conversations in "${workload_sizes[@]}"; do
     name=workload-$conversations
+    stop_server
+    start_server
     echo "bench-real: the mixed workload, $conversations conversation(s) × $calls calls" \
         "on $PARALLEL slots (log: $OUT/$name.log)"
     run "${bench[@]}" "${workload_scenario[@]}" --runs 0 --workload mixed --workload-endpoint \
@@ -426,10 +443,6 @@ for conversations in "${workload_sizes[@]}"; do
         --workload-conversations "$conversations" --workload-calls "$calls" \
         "${frontier[@]}" --json "$OUT/$name.json" 2>"$OUT/$name.log" \
         || step_failed "the $name" "the mixed workload failed; see $OUT/$name.log"
+    save_metrics "$OUT/$name-metrics.txt"
 done
-
-# 12. The server's own counters (llama-server --metrics), as Prometheus scrapes them.
-.venv/bin/python -c 'import sys, urllib.request
-sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=30).read().decode())' \
-    "http://127.0.0.1:$port" >"$OUT/metrics.txt" || step_failed "/metrics" "GET /metrics failed"
 echo "bench-real: done; results in $OUT/: $(cd "$OUT" && ls | paste -sd' ')"
