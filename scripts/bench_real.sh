@@ -14,12 +14,13 @@
 # Knobs (environment): BENCH_REAL_RUNS (3), BENCH_REAL_TURNS (9), BENCH_REAL_BUDGET (1500),
 # BENCH_REAL_MAX_TOKENS (64), BENCH_REAL_PARALLEL (2 slots), BENCH_REAL_SLOT_CTX (32768 tokens per
 # slot), BENCH_REAL_THREADS (1), BENCH_REAL_REPACK (auto: off on CPUs with AMX),
-# BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD (1,3: the
-# workload's conversation counts, one run each; empty skips it), BENCH_REAL_WORKLOAD_CALLS (every
-# call of its scenario),
+# BENCH_REAL_CACHE_RAM (the server's --cache-ram in MiB; default its own, 8192; 0: no host-memory
+# prompt cache), BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD
+# (1,3: the workload's conversation counts, one run each; empty skips it),
 # BENCH_REAL_WORKLOAD_SCENARIO (small: scripts/scenarios/real_small.json; shipped: the bench's
-# own), BENCH_REAL_FRONTIER (0; 1 adds --frontier to the workload), BENCH_REAL_JOBS (build jobs: the
-# number of cores), BENCH_REAL_OUT (build/bench-real).
+# own), BENCH_REAL_WORKLOAD_CALLS (every call of its scenario), BENCH_REAL_FRONTIER (0; 1 adds
+# --frontier to the workload), BENCH_REAL_JOBS (build jobs: the number of cores),
+# BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -220,6 +221,10 @@ base_url=http://127.0.0.1:$port/v1
 server_args=(-m "$model_file" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$port"
     --parallel "$PARALLEL" --ctx-size $((PARALLEL * SLOT_CTX)) --jinja --metrics --no-webui
     --threads "$THREADS" "${repack[@]}" "${context[@]}")
+# llama-server keeps the prompts of slots it hands to another conversation in host memory (8 GiB
+# by default) and restores them when their conversation comes back; 0 turns that off, so that
+# more conversations than slots evict each other's cache.
+[[ -z ${BENCH_REAL_CACHE_RAM:-} ]] || server_args+=(--cache-ram "$BENCH_REAL_CACHE_RAM")
 # Started again (same port) before each workload run: a run must find no prompt of the one
 # before it in the slots' caches or the server's host-memory prompt cache (its prompts repeat).
 start_server() {
