@@ -102,10 +102,19 @@ def test_examples_round_trip_to_the_values_of_the_issue(monkeypatch: pytest.Monk
 
 def test_defaults_are_the_values_of_the_issue_without_channel() -> None:
     no_channel = dataclasses.replace(ISSUE_SETTINGS.llm, base_url=None, api_key=None)
-    # The one default that differs from the issue's files: 2048 would not fit the reserve.
+    # The defaults that differ from the issue's files: 2048 would not fit the reserve, and the
+    # history is ranked by relevance with one head and one tail round (the frontier's choice).
     answer_fits = dataclasses.replace(ISSUE_SETTINGS.streaming, max_tokens=2000)
+    frontier = dataclasses.replace(
+        ISSUE_SETTINGS.prompt,
+        history_keep_head=1,
+        history_keep_tail=1,
+        history_selection="relevance",
+    )
 
-    assert Settings() == dataclasses.replace(ISSUE_SETTINGS, llm=no_channel, streaming=answer_fits)
+    assert Settings() == dataclasses.replace(
+        ISSUE_SETTINGS, llm=no_channel, streaming=answer_fits, prompt=frontier
+    )
 
 
 def test_the_default_answer_fits_the_default_reserve() -> None:

@@ -48,22 +48,23 @@ def test_tokenizer_cache_lifetime_and_history_selection_load(tmp_path: Path) -> 
         '[llm]\ntokenizer = "o200k"\ncache_lifetime_seconds = 300.5\n',
     )
     settings = write(
-        tmp_path / "settings.json", '{"promptTrimmer": {"historySelection": "relevance"}}'
+        tmp_path / "settings.json", '{"promptTrimmer": {"historySelection": "age"}}'
     )
 
     loaded = load_settings(config, settings)
 
     assert loaded.llm.tokenizer == "o200k"
     assert loaded.llm.cache_lifetime_seconds == 300.5
-    assert loaded.prompt.history_selection == "relevance"
+    assert loaded.prompt.history_selection == "age"
 
 
-def test_the_new_settings_default_to_unset_and_age() -> None:
+def test_the_new_settings_default_to_unset_and_relevance() -> None:
     defaults = load_settings()
 
     assert defaults.llm.tokenizer is None
     assert defaults.llm.cache_lifetime_seconds is None
-    assert defaults.prompt.history_selection == "age"
+    assert defaults.prompt.history_selection == "relevance"
+    assert (defaults.prompt.history_keep_head, defaults.prompt.history_keep_tail) == (1, 1)
 
 
 @pytest.mark.parametrize(

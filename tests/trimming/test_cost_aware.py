@@ -78,16 +78,22 @@ def slow_prefill() -> LatencyModel:
     return learned(LatencyModel(replace(priors, ms_per_token=2.0, ms_per_token_per_ktoken=0.0)))
 
 
+# The cost-aware mechanics are tested on cuts by age with two head and four tail rounds (the
+# plain trimmer's defaults until the frontier chose relevance with one of each): the rounds the
+# tests name are those cuts'.
+AGE: dict[str, Any] = {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4}
+
+
 def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
     return CostAwareTrimmer(
-        PriorityTrimmer(3000, prefix_stable=True),
+        PriorityTrimmer(3000, prefix_stable=True, **AGE),
         context_window=8192,
         reserve_for_output=2048,
         cache_lifetime_s=300.0,
         clock=clock,
         **{
             "latency_model": learned(),
-            "deep_trimmers": [PriorityTrimmer(1500, prefix_stable=True)],
+            "deep_trimmers": [PriorityTrimmer(1500, prefix_stable=True, **AGE)],
             **options,
         },  # type: ignore[arg-type]
     )
@@ -113,7 +119,7 @@ def replay(
 
 def test_without_a_key_it_is_the_plain_trimmer(clock: Clock) -> None:
     trimmer = cost_aware(clock)
-    plain = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO)
+    plain = PriorityTrimmer(3000, prefix_stable=True, **AGE).trim(SCENARIO)
     assert trimmer.trim(SCENARIO).messages == plain.messages
     assert trimmer.trim(SCENARIO).messages == plain.messages  # nothing remembered
 
@@ -121,7 +127,7 @@ def test_without_a_key_it_is_the_plain_trimmer(clock: Clock) -> None:
 def test_before_enough_evidence_it_sends_the_plain_cut_and_predicts_nothing(clock: Clock) -> None:
     fresh = LatencyModel()
     trimmer = cost_aware(clock, latency_model=fresh)
-    plain = PriorityTrimmer(3000, prefix_stable=True)
+    plain = PriorityTrimmer(3000, prefix_stable=True, **AGE)
     choices = list(replay(trimmer, clock, POINTS[8:14]))
     assert [c.option for c in choices] == ["cut"] * 6
     assert all(c.predicted_ms == {} for c in choices)
@@ -253,11 +259,17 @@ def test_from_settings_builds_one_deep_trimmer_per_fraction_sharing_the_counter(
 def test_the_deep_cut_is_the_smallest_budget_that_holds_what_no_trim_removes(
     clock: Clock,
 ) -> None:
-    fixed = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO[: POINTS[12]]).fixed_tokens
-    too_small = PriorityTrimmer(fixed - 1, prefix_stable=True)
-    holds = PriorityTrimmer(fixed + 300, prefix_stable=True)
-    trimmer = cost_aware(clock, deep_trimmers=[PriorityTrimmer(1500, prefix_stable=True), holds])
-    both = cost_aware(clock, deep_trimmers=[too_small, PriorityTrimmer(1500, prefix_stable=True)])
+    fixed = (
+        PriorityTrimmer(3000, prefix_stable=True, **AGE).trim(SCENARIO[: POINTS[12]]).fixed_tokens
+    )
+    too_small = PriorityTrimmer(fixed - 1, prefix_stable=True, **AGE)
+    holds = PriorityTrimmer(fixed + 300, prefix_stable=True, **AGE)
+    trimmer = cost_aware(
+        clock, deep_trimmers=[PriorityTrimmer(1500, prefix_stable=True, **AGE), holds]
+    )
+    both = cost_aware(
+        clock, deep_trimmers=[too_small, PriorityTrimmer(1500, prefix_stable=True, **AGE)]
+    )
     (deepest,) = replay(trimmer, clock, [POINTS[12]])
     (fallback,) = replay(both, clock, [POINTS[12]])
     assert deepest.option == fallback.option == "deep_cut"
@@ -503,7 +515,7 @@ def test_the_handler_passes_a_blocking_call_no_time_to_first_token(
 
 
 def test_a_result_from_decisions_takes_its_counts_from_them() -> None:
-    base = PriorityTrimmer(3000).trim(SCENARIO[: POINTS[14]])
+    base = PriorityTrimmer(3000, **AGE).trim(SCENARIO[: POINTS[14]])
     kept_all = tuple(
         replace(d, action="kept", rule="fits", tokens_after=d.tokens) for d in base.decisions
     )
@@ -521,14 +533,14 @@ def test_a_result_from_decisions_takes_its_counts_from_them() -> None:
 def test_no_deep_cut_when_its_budget_cannot_hold_what_no_trim_removes(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cut = PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO[: POINTS[12]])
+    cut = PriorityTrimmer(3000, prefix_stable=True, **AGE).trim(SCENARIO[: POINTS[12]])
     # A deep budget just below the system prompt, the question and the framing.
     shallow = cost_aware(clock)
     too_small = CostAwareTrimmer(
-        PriorityTrimmer(3000, prefix_stable=True),
+        PriorityTrimmer(3000, prefix_stable=True, **AGE),
         context_window=8192,
         reserve_for_output=2048,
-        deep_trimmers=[PriorityTrimmer(cut.fixed_tokens - 1, prefix_stable=True)],
+        deep_trimmers=[PriorityTrimmer(cut.fixed_tokens - 1, prefix_stable=True, **AGE)],
         clock=clock,
         latency_model=learned(),
     )
@@ -635,7 +647,7 @@ def test_one_eviction_report_under_a_small_budget_is_not_evicted_for_good(clock:
     # (c) Under a small budget the shared prefixes are under 1,024 tokens, and such a prefix
     # never counted as evidence of a warm cache: one report of a miss kept it evicted.
     trimmer = CostAwareTrimmer(
-        PriorityTrimmer(1500, prefix_stable=True),
+        PriorityTrimmer(1500, prefix_stable=True, **AGE),
         context_window=8192,
         reserve_for_output=2048,
         clock=clock,
@@ -725,7 +737,7 @@ def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock
 def test_the_over_budget_setting_must_be_a_flag(value: object) -> None:
     with pytest.raises(ValueError, match="allow_over_budget_on_warm_cache must be True or False"):
         CostAwareTrimmer(
-            PriorityTrimmer(3000),
+            PriorityTrimmer(3000, **AGE),
             context_window=8192,
             reserve_for_output=2048,
             allow_over_budget_on_warm_cache=value,  # type: ignore[arg-type]
@@ -799,7 +811,7 @@ def test_a_record_holds_no_input_message_alive(clock: Clock) -> None:
 
 
 def plain_cut(end: int) -> TrimResult:
-    return PriorityTrimmer(3000, prefix_stable=True).trim(SCENARIO[:end])
+    return PriorityTrimmer(3000, prefix_stable=True, **AGE).trim(SCENARIO[:end])
 
 
 def test_an_append_sends_at_least_what_the_cut_sends(clock: Clock) -> None:

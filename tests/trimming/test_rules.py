@@ -49,6 +49,15 @@ def result(call_id: str, tokens: int, word: str = "data") -> ToolMessage:
     return ToolMessage(text(tokens, word), tool_call_id=call_id)
 
 
+# The history rules by age with two head and four tail rounds (the defaults until the frontier
+# chose relevance with one of each); relevance is tested in test_relevance.py.
+AGE: dict[str, object] = {
+    "history_selection": "age",
+    "history_keep_head": 2,
+    "history_keep_tail": 4,
+}
+
+
 def trimmer(budget: int, **options: object) -> PriorityTrimmer:
     return PriorityTrimmer(budget, token_counter=COUNTER, **options)  # type: ignore[arg-type]
 
@@ -189,7 +198,7 @@ def test_the_block_kept_for_a_valid_request_keeps_its_shortened_results_as_short
     # its decision said "shortened" by the rule "must_keep".
     messages = [HumanMessage("look it up"), calls("a"), result("a", 400), HumanMessage(text(60))]
     order = ("history", "latest_user", "system", "tool_result")
-    outcome = trimmer(40, keep_latest_user=False, priority_order=order).trim(messages)
+    outcome = trimmer(40, keep_latest_user=False, priority_order=order, **AGE).trim(messages)
 
     assert outcome.messages[:2] == messages[:2] and len(outcome.messages) == 3
     decision = outcome.decisions[2]
@@ -252,7 +261,7 @@ def test_history_is_trimmed_from_the_middle_oldest_middle_round_first() -> None:
     history = rounds(10, 40)  # head: rounds 0-1, middle: 2-5, tail: 6-9
     messages = [SystemMessage("s"), *history, HumanMessage("latest")]
     two_rounds = tokens(history[4:8]) - 3
-    outcome = trimmer(tokens(messages) - two_rounds, prefix_stable=False).trim(messages)
+    outcome = trimmer(tokens(messages) - two_rounds, prefix_stable=False, **AGE).trim(messages)
     survivors = [m.text.split()[1] for m in outcome.messages if m.text.startswith("question")]
     assert survivors == ["0", "1", "4", "5", "6", "7", "8", "9"]
 
@@ -261,7 +270,7 @@ def test_head_rounds_go_after_the_middle_and_before_the_tail() -> None:
     history = rounds(8, 40)
     messages = [*history, HumanMessage("latest")]
     budget = tokens([*history[10:], messages[-1]]) + 1  # room for the four tail rounds only
-    outcome = trimmer(budget, prefix_stable=False).trim(messages)
+    outcome = trimmer(budget, prefix_stable=False, **AGE).trim(messages)
     assert outcome.messages == [*history[10:], messages[-1]]
 
 
@@ -274,9 +283,12 @@ def test_priority_order_decides_which_class_keeps_the_budget() -> None:
         calls("b"),
         result("b", 20),
     ]
-    tools_first = trimmer(300, prefix_stable=False).trim(messages)
+    tools_first = trimmer(300, prefix_stable=False, **AGE).trim(messages)
     history_first = trimmer(
-        300, prefix_stable=False, priority_order=("system", "latest_user", "history", "tool_result")
+        300,
+        **AGE,
+        prefix_stable=False,
+        priority_order=("system", "latest_user", "history", "tool_result"),
     ).trim(messages)
     assert dropped(tools_first) == [0, 1]  # the oldest history round
     assert dropped(history_first) == [7, 8]  # the older tool call

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Final, cast
 
 from opentelemetry.trace import TracerProvider
 
@@ -15,6 +15,7 @@ from agent_latency.config import (
     PRIORITY_CLASSES,
     HistorySelection,
     PriorityClass,
+    PromptSettings,
 )
 from agent_latency.tokens import PromptCalibration, TokenCounting
 from agent_latency.trimming._request import extras
@@ -24,6 +25,9 @@ DEFAULT_BUDGET_FRACTION = 4
 """``max_tool_result_tokens`` and ``prefix_step_tokens`` default to a quarter of the budget."""
 
 _OWNER = "PriorityTrimmer"
+
+_SETTINGS = PromptSettings()
+"""The trimmer's defaults are the settings' defaults: one source for both."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,14 +45,14 @@ class TrimOptions:
             what it accepts.
     """
 
-    budget: int = 6000
-    priority_order: tuple[PriorityClass, ...] = PRIORITY_CLASSES
-    keep_system: bool = True
-    keep_latest_user: bool = True
-    history_keep_head: int = 2
-    history_keep_tail: int = 4
-    history_selection: HistorySelection = "age"
-    compact_tool_results: bool = False
+    budget: int = _SETTINGS.token_budget
+    priority_order: tuple[PriorityClass, ...] = _SETTINGS.priority_order
+    keep_system: bool = _SETTINGS.keep_system
+    keep_latest_user: bool = _SETTINGS.keep_latest_user
+    history_keep_head: int = _SETTINGS.history_keep_head
+    history_keep_tail: int = _SETTINGS.history_keep_tail
+    history_selection: HistorySelection = _SETTINGS.history_selection
+    compact_tool_results: bool = _SETTINGS.compact_tool_results
     max_tool_result_tokens: int | None = None
     prefix_stable: bool = True
     prefix_step_tokens: int | None = None
@@ -167,3 +171,7 @@ def _tool_names(value: object) -> frozenset[str]:
         if all(isinstance(name, str) for name in names):
             return frozenset(names)
     raise ValueError(f"PriorityTrimmer: pinned_tools must be a list of tool names, got {value!r}.")
+
+
+DEFAULTS: Final = TrimOptions()
+"""The options a trimmer given none has (``PriorityTrimmer()``'s keyword defaults)."""

@@ -31,11 +31,11 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer, TracerProvider
 
 from agent_latency._wire import coerce_messages
-from agent_latency.config import PRIORITY_CLASSES, HistorySelection, PriorityClass, Settings
+from agent_latency.config import HistorySelection, PriorityClass, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import pre_model_hook, system_prompt
-from agent_latency.trimming._options import TrimOptions
+from agent_latency.trimming._options import DEFAULTS, TrimOptions
 from agent_latency.trimming._plan import (
     Plan,
     cap_tool_results,
@@ -84,10 +84,14 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             ``tool_result`` and ``history`` exactly once.
         keep_system: Never drop system messages.
         keep_latest_user: Never drop the latest user message (its middle may be shortened).
-        history_keep_head: How many first history rounds are dropped only after the middle ones.
-        history_keep_tail: How many last history rounds are dropped only after the middle ones.
-        history_selection: Which middle history rounds are kept first: the newest (``"age"``)
-            or the most relevant to the latest user message (``"relevance"``, lexical BM25).
+        history_keep_head: How many first history rounds are dropped only after the middle ones
+            (default 1; with relevance, a preference that yields when they fill the budget).
+        history_keep_tail: How many last history rounds are dropped only after the middle ones
+            (default 1).
+        history_selection: Which middle history rounds are kept first: the most relevant to
+            the latest user message (``"relevance"``, lexical BM25: the default) or the newest
+            (``"age"``). The defaults are the point of the latency-quality frontier that kept
+            the needed facts best for the prompt size (docs/benchmarks.md).
         compact_tool_results: Before whole history rounds are dropped, replace their tool
             results with a one-line stub that keeps the call and the result's first line.
         max_tool_result_tokens: A tool result above this many tokens is shortened to it when
@@ -116,15 +120,15 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
 
     def __init__(
         self,
-        budget: int = 6000,
+        budget: int = DEFAULTS.budget,
         *,
-        priority_order: Sequence[str] = PRIORITY_CLASSES,
-        keep_system: bool = True,
-        keep_latest_user: bool = True,
-        history_keep_head: int = 2,
-        history_keep_tail: int = 4,
-        history_selection: HistorySelection = "age",
-        compact_tool_results: bool = False,
+        priority_order: Sequence[str] = DEFAULTS.priority_order,
+        keep_system: bool = DEFAULTS.keep_system,
+        keep_latest_user: bool = DEFAULTS.keep_latest_user,
+        history_keep_head: int = DEFAULTS.history_keep_head,
+        history_keep_tail: int = DEFAULTS.history_keep_tail,
+        history_selection: HistorySelection = DEFAULTS.history_selection,
+        compact_tool_results: bool = DEFAULTS.compact_tool_results,
         max_tool_result_tokens: int | None = None,
         prefix_stable: bool = True,
         prefix_step_tokens: int | None = None,
