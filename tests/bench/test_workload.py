@@ -69,10 +69,16 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer(
     assert by_name["none"]["retention"] == 1.0
     assert by_name["none"]["hard_limit_violations"] == 6
     assert by_name["context_editing_default"]["hard_limit_violations"] == 6
-    for name in ("hard_limit", "moving_cut", "prefix_stable", "cost_aware", "summarization"):
+    # At the default budget (6,000) SummarizationMiddleware never triggers: it counts the state
+    # approximately and without the system prompt, under 6,000, while the request is over 9,000.
+    assert by_name["summarization"]["hard_limit_violations"] == 6
+    assert by_name["summarization"]["retention"] == 1.0
+    for name in ("hard_limit", "prefix_stable", "moving_cut", "age_2_4", "cost_aware"):
         assert by_name[name]["hard_limit_violations"] == 0
-    # The simulator's summary is filler: the facts it summarised away are gone.
-    assert by_name["summarization"]["retention"] < 1.0
+    # The defaults (relevance, one head and one tail round) keep both needed facts, plain or
+    # cost-aware; the old ones (age, two and four) drop one.
+    assert by_name["prefix_stable"]["retention"] == by_name["cost_aware"]["retention"] == 1.0
+    assert by_name["age_2_4"]["retention"] == by_name["cost_aware_age_2_4"]["retention"] == 0.5
     assert report["workload"]["hard_limit"] == 8192 - 2048
     assert report["simulator"]["latency_probes"] == 4
     assert report["simulator"]["tokenizer"] == Settings().llm.model
@@ -261,21 +267,21 @@ def test_the_frontier_runs_every_point_of_each_knob_and_marks_one_default_per_st
         name: [entry["knob"] for entry in points if entry["strategy"] == name]
         for name in strategies
     }
-    assert budget_points(workload) == [1500, 2250, 3000, 4500]
+    assert budget_points(workload) == [1500, 3000, 4500, 6000]
     assert knobs["none"] == [{}]
-    assert knobs["prefix_stable"] == [{"budget": b} for b in (1500, 2250, 3000, 4500)]
+    assert knobs["prefix_stable"] == [{"budget": b} for b in (1500, 3000, 4500, 6000)]
     assert knobs["context_editing_default"] == [
         {"trigger": 100_000, "keep": 3},
-        *({"trigger": b, "keep": 3} for b in (1500, 2250, 3000, 4500)),
-        {"trigger": 3000, "keep": 1},
+        *({"trigger": b, "keep": 3} for b in (1500, 3000, 4500, 6000)),
+        {"trigger": 6000, "keep": 1},
     ]
     assert len(knobs["summarization"]) == 6
     defaults = {e["strategy"]: e["knob"] for e in points if e["default"]}
     assert defaults == {
         "none": {},
-        "prefix_stable": {"budget": 3000},
+        "prefix_stable": {"budget": 6000},
         "context_editing_default": {"trigger": 100_000, "keep": 3},
-        "summarization": {"trigger": 3000, "keep": 20},
+        "summarization": {"trigger": 6000, "keep": 20},
     }
     assert sum(e["default"] for e in points) == len(strategies)
     for entry in points:

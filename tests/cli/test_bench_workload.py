@@ -97,7 +97,7 @@ def test_the_frontier_on_a_server_profile_writes_every_point(
     frontier = document["frontier"]
     assert [(p["strategy"], p["knob"], p["default"]) for p in frontier] == [
         ("none", {}, True),
-        *(("prefix_stable", {"budget": b}, b == 3000) for b in (1500, 2250, 3000, 4500)),
+        *(("prefix_stable", {"budget": b}, b == 6000) for b in (1500, 3000, 4500, 6000)),
     ]
     assert all(p["profile"] == "vllm-h100-7b" for p in frontier)
     assert all(0 <= p["retention"] <= 1 and p["mean_wait_ms"] > 0 for p in frontier)

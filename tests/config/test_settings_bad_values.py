@@ -47,9 +47,7 @@ def test_tokenizer_cache_lifetime_and_history_selection_load(tmp_path: Path) -> 
         tmp_path / "config.toml",
         '[llm]\ntokenizer = "o200k"\ncache_lifetime_seconds = 300.5\n',
     )
-    settings = write(
-        tmp_path / "settings.json", '{"promptTrimmer": {"historySelection": "age"}}'
-    )
+    settings = write(tmp_path / "settings.json", '{"promptTrimmer": {"historySelection": "age"}}')
 
     loaded = load_settings(config, settings)
 

@@ -33,29 +33,28 @@ from agent_latency.config import Settings
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import CostAwareTrimmer, PriorityTrimmer, TrimResult
 
+_AGE_2_4: Final = {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4}
+"""The history options that were the defaults before the frontier chose relevance, 1 and 1."""
+
 OURS: Final[Mapping[str, Mapping[str, Any]]] = {
-    "moving_cut": {"prefix_stable": False},
     "prefix_stable": {},
-    "relevance": {"history_selection": "relevance"},
-    "relevance_1_1": {
-        "history_selection": "relevance",
-        "history_keep_head": 1,
-        "history_keep_tail": 1,
-    },
-    "age_1_1": {"history_keep_head": 1, "history_keep_tail": 1},
+    "moving_cut": {"prefix_stable": False},
     "compaction": {"compact_tool_results": True},
-    "relevance_1_1_compaction": {
+    "age_1_1": {"history_selection": "age", "history_keep_head": 1, "history_keep_tail": 1},
+    "relevance_2_4": {
         "history_selection": "relevance",
-        "history_keep_head": 1,
-        "history_keep_tail": 1,
-        "compact_tool_results": True,
+        "history_keep_head": 2,
+        "history_keep_tail": 4,
     },
+    "age_2_4": _AGE_2_4,
 }
-"""Our plain trimmer's lines: options over ``PriorityTrimmer.from_settings`` (``prefix_stable``:
-none, what a user gets; today prefix-stable cuts, history by age, 2 head and 4 tail rounds)."""
+"""Our plain trimmer's lines: options over ``PriorityTrimmer.from_settings``. ``prefix_stable``
+is what a user gets with none (prefix-stable cuts, history by relevance, one head and one tail
+round); each other line names the options it changes, so its meaning does not move with the
+defaults."""
 COST_AWARE: Final[Mapping[str, Mapping[str, Any]]] = {
     "cost_aware": {},
-    "cost_aware_relevance_1_1": OURS["relevance_1_1"],
+    "cost_aware_age_2_4": _AGE_2_4,
 }
 """The cost-aware trimmer's lines: options over ``CostAwareTrimmer.from_settings``."""
 
@@ -78,7 +77,7 @@ def workload_strategies() -> tuple[str, ...]:
     return STRATEGIES
 
 
-BUDGET_FRACTIONS: Final = (0.5, 0.75, 1.0, 1.5)
+BUDGET_FRACTIONS: Final = (0.25, 0.5, 0.75, 1.0)
 """The frontier's budget points, as fractions of the workload's budget (at most the hard limit)."""
 CLEAR_TOOL_USES_DEFAULT: Final = (100_000, 3)
 """``ClearToolUsesEdit()``'s own trigger and keep."""

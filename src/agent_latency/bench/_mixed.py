@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent_latency._validation import checked_int, checked_number
+from agent_latency.config import PromptSettings
 
 _OWNER = "MixedWorkload"
 
@@ -25,7 +26,8 @@ class MixedWorkload:
         calls: Model calls per conversation: the last ``calls`` call points of the conversation
             (``None``: all). The default, 17, starts at the shipped scenario's first question
             round, so every planted fact is asked about.
-        budget: The trimmers' budget (the default point of every budget knob).
+        budget: The trimmers' budget (the default point of every budget knob): the library's
+            default budget, so that the point a user gets with no options is the one measured.
         context_window: The model's context window.
         reserve_for_output: Tokens kept free for the answer; the hard limit is
             ``context_window − reserve_for_output``.
@@ -37,7 +39,7 @@ class MixedWorkload:
 
     conversations: int = 3
     calls: int | None = 17
-    budget: int = 3000
+    budget: int = PromptSettings().token_budget
     context_window: int = 8192
     reserve_for_output: int = 2048
     cache_lifetime_s: float = 300.0

@@ -163,8 +163,8 @@ def bench(
         typer.Option(
             "--workload-endpoint",
             help="Run the workload against the bench's endpoint (--base-url or llm.base_url) "
-            "instead of the simulator; its budget is --budget (default 3,000), its context "
-            "window llm.context_window (default 8,192).",
+            "instead of the simulator; its budget is --budget (default 6,000, the library's "
+            "default budget), its context window llm.context_window (default 8,192).",
         ),
     ] = False,
     workload_strategies_option: Annotated[
