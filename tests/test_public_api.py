@@ -39,6 +39,7 @@ EXPECTED_PUBLIC_NAMES = [
     "build_chat_model",
     "configure_telemetry",
     "load_settings",
+    "trimmer_from_settings",
 ]
 SUBPACKAGES = ["bench", "cli", "config", "doctor", "sim", "telemetry", "tokens", "trimming"]
 TYPE_ALIASES = {"Action", "PriorityClass", "Rule"}

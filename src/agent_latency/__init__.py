@@ -9,7 +9,8 @@ middleware), :mod:`agent_latency.telemetry` (the callback handler and the OpenTe
 (the two settings files and the channel), :mod:`agent_latency.bench` and
 :mod:`agent_latency.doctor` (the tooling behind the CLI), :mod:`agent_latency.sim` (the latency
 simulator) and :mod:`agent_latency.semconv` (every telemetry name to query); docs/architecture.md
-draws them. The names below are the ones most programs need. ``LatencyModel`` is the learned
+draws them. The names below are the ones most programs need; ``trimmer_from_settings`` builds
+the trimmer of the mode the settings name (``prompt.mode``). ``LatencyModel`` is the learned
 time-to-first-token model of an endpoint that ``CostAwareTrimmer`` decides with.
 
 ``TrimmingMiddleware`` needs the ``agents`` extra (``pip install 'agent-latency[agents]'``); it is
@@ -47,6 +48,7 @@ from agent_latency.trimming import (
     PriorityTrimmer,
     Rule,
     TrimResult,
+    trimmer_from_settings,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ __all__ = [
     "build_chat_model",
     "configure_telemetry",
     "load_settings",
+    "trimmer_from_settings",
 ]
 
 

@@ -13,7 +13,8 @@ channel's URL and key, and the chat model.
 
 Exports: ``ConfigError``, ``HISTORY_SELECTIONS``, ``HistorySelection``, ``LLMSettings``,
 ``MAX_TOKENS_PARAMS``, ``MetricsSettings``, ``PRIORITY_CLASSES``, ``PriorityClass``,
-``PromptSettings``, ``Settings``, ``StreamingSettings``, ``build_chat_model``,
+``PromptSettings``, ``Settings``, ``StreamingSettings``, ``TRIM_MODES``, ``TrimMode``,
+``build_chat_model``,
 ``check_base_url``, ``is_http_url``, ``load_settings``, ``with_channel_overrides``.
 """
 
@@ -24,6 +25,7 @@ from agent_latency.config._settings import (
     HISTORY_SELECTIONS,
     MAX_TOKENS_PARAMS,
     PRIORITY_CLASSES,
+    TRIM_MODES,
     HistorySelection,
     LLMSettings,
     MetricsSettings,
@@ -31,6 +33,7 @@ from agent_latency.config._settings import (
     PromptSettings,
     Settings,
     StreamingSettings,
+    TrimMode,
     load_settings,
     with_channel_overrides,
 )
@@ -43,6 +46,7 @@ __all__ = [
     "HISTORY_SELECTIONS",
     "MAX_TOKENS_PARAMS",
     "PRIORITY_CLASSES",
+    "TRIM_MODES",
     "ConfigError",
     "HistorySelection",
     "LLMSettings",
@@ -51,6 +55,7 @@ __all__ = [
     "PromptSettings",
     "Settings",
     "StreamingSettings",
+    "TrimMode",
     "build_chat_model",
     "check_base_url",
     "is_http_url",

@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, get_args
 from pydantic import SecretStr
 
 from agent_latency._redaction import display_url
+from agent_latency._wire import MAX_REPORTED_TOKENS
 from agent_latency.config._channel import (
     base_url_warnings,
     check_base_url,
@@ -46,6 +47,11 @@ MAX_TOKENS_PARAMS: Final = ("auto", "max_tokens", "max_completion_tokens")
 HistorySelection = Literal["age", "relevance"]
 """How the trimmer picks which middle history rounds to keep (docs/configuration.md)."""
 HISTORY_SELECTIONS: Final[tuple[HistorySelection, ...]] = get_args(HistorySelection)
+TrimMode = Literal["prefix_stable", "moving_cut", "cost_aware"]
+"""How cuts are placed: where the server's prefix cache keeps hitting (``"prefix_stable"``),
+the newest that fit (``"moving_cut"``), or per conversation by the endpoint's latency model
+(``"cost_aware"``); docs/trimming.md says which wins where."""
+TRIM_MODES: Final[tuple[TrimMode, ...]] = get_args(TrimMode)
 DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
 MAX_SECONDS: Final = 86_400
@@ -132,6 +138,8 @@ class PromptSettings:
             or those most relevant to the latest user message (``"relevance"``).
         compact_tool_results: Before whole history rounds are dropped, replace their tool
             results with a one-line stub (the call stays).
+        mode: How cuts are placed (:data:`TrimMode`); ``trimmer_from_settings`` builds the
+            trimmer of that mode.
     """
 
     token_budget: int = 6000
@@ -147,6 +155,8 @@ class PromptSettings:
     history_keep_tail: int = 1
     history_selection: HistorySelection = "relevance"
     compact_tool_results: bool = False
+    # The frontier's default too: cost-aware ties prefix-stable at best (docs/trimming.md).
+    mode: TrimMode = "prefix_stable"
 
 
 @dataclass(frozen=True)
@@ -315,7 +325,11 @@ _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
     ("streaming.chunk_timeout_ms", lambda v: v > 0, "must be > 0; e.g. 800"),
     ("streaming.temperature", lambda v: 0 <= v <= 2, "must be within [0, 2]; 0.1-0.3 for agents"),
     ("streaming.max_tokens", lambda v: v > 0, "must be > 0; e.g. 2000"),
-    ("prompt.token_budget", lambda v: v > 0, "must be > 0; e.g. 6000"),
+    (
+        "prompt.token_budget",
+        lambda v: 0 < v <= MAX_REPORTED_TOKENS,
+        f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 6000",
+    ),
     ("prompt.reserve_for_output", lambda v: v >= 0, "must be >= 0; e.g. 2000"),
     ("prompt.trim_strategy", lambda v: v == "priority", "must be 'priority' (the only strategy)"),
     (
@@ -330,6 +344,7 @@ _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
         lambda v: v in HISTORY_SELECTIONS,
         f"must be one of {', '.join(HISTORY_SELECTIONS)}",
     ),
+    ("prompt.mode", lambda v: v in TRIM_MODES, f"must be one of {', '.join(TRIM_MODES)}"),
     ("metrics.ttft_warn_ms", lambda v: v > 0, "must be > 0; e.g. 1200"),
     ("metrics.ttft_error_ms", lambda v: v > 0, "must be > 0; e.g. 2500"),
 )

@@ -61,6 +61,7 @@ TOML_SCHEMA: Final[Mapping[str, Any]] = {
             "keep_system": _Key("prompt.keep_system", "bool"),
             "keep_latest_user": _Key("prompt.keep_latest_user", "bool"),
             "trim_strategy": _Key("prompt.trim_strategy", "str"),
+            "mode": _Key("prompt.mode", "str"),
         },
     }
 }
@@ -75,6 +76,7 @@ JSON_SCHEMA: Final[Mapping[str, Any]] = {
         "historyKeepTail": _Key("prompt.history_keep_tail", "int"),
         "historySelection": _Key("prompt.history_selection", "str"),
         "compactToolResults": _Key("prompt.compact_tool_results", "bool"),
+        "mode": _Key("prompt.mode", "str"),
     },
     "streaming": {
         "enabled": _Key("streaming.enabled", "bool"),

@@ -18,11 +18,12 @@ the latency model of the endpoint predicts an earlier first token from it (docs/
 :class:`LatestCall` is what it remembers of a conversation's latest call (for
 :meth:`CostAwareTrimmer.trim_after`, where the caller keeps it); ``deep_cut_budgets`` gives the
 budgets of its deep cuts (``DEEP_CUT_FRACTIONS`` of the budget by default).
+:func:`trimmer_from_settings` builds the trimmer of the mode the settings name (``prompt.mode``).
 
 Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``,
 ``DEEP_CUT_FRACTIONS``, ``LatestCall``, ``MessageDecision``, ``PriorityClass``,
 ``PriorityTrimmer``, ``RULE_EXPLANATIONS``, ``Rule``, ``TrimOptions``, ``TrimResult``,
-``TrimmingMiddleware``, ``deep_cut_budgets``.
+``TrimmingMiddleware``, ``deep_cut_budgets``, ``trimmer_from_settings``.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from agent_latency.trimming._cost_aware import (
     deep_cut_budgets,
 )
 from agent_latency.trimming._decisions import RULE_EXPLANATIONS, Action, MessageDecision, Rule
+from agent_latency.trimming._from_settings import trimmer_from_settings
 from agent_latency.trimming._latest_call import LatestCall
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._result import ClassFigures, TrimResult
@@ -60,6 +62,7 @@ __all__ = [
     "TrimResult",
     "TrimmingMiddleware",
     "deep_cut_budgets",
+    "trimmer_from_settings",
 ]
 
 

@@ -28,7 +28,9 @@ from opentelemetry.trace import Tracer
 
 from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
 from agent_latency._wire import usage_of_message
+from agent_latency.config import Settings
 from agent_latency.trimming._cost_aware import CostAwareTrimmer, thread_id_of
+from agent_latency.trimming._from_settings import trimmer_from_settings
 from agent_latency.trimming._latest_call import LatestCall
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
@@ -95,6 +97,16 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.trimmer = trimmer
         if isinstance(trimmer, CostAwareTrimmer):
             self.state_schema = CostAwareState
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
+        """The middleware with the trimmer of ``settings.prompt.mode``.
+
+        Args:
+            settings: Loaded settings.
+            **options: Keyword options of the trimmer (see :func:`trimmer_from_settings`).
+        """
+        return cls(trimmer_from_settings(settings, **options))
 
     def wrap_model_call(
         self,

@@ -271,7 +271,9 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
 
         Args:
             settings: Loaded settings; the budget is ``settings.prompt.token_budget`` (the output
-                reserve is separate and already checked against the context window).
+                reserve is separate and already checked against the context window); cuts are
+                prefix-stable unless ``prompt.mode`` is ``"moving_cut"`` (a ``"cost_aware"``
+                trimmer is built by :func:`trimmer_from_settings`).
             **options: Keyword options of :class:`PriorityTrimmer` that win over the settings
                 (e.g. ``budget``, ``token_counter``, ``calibration``, ``tracer_provider``).
         """
@@ -285,6 +287,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             "history_keep_tail": prompt.history_keep_tail,
             "history_selection": prompt.history_selection,
             "compact_tool_results": prompt.compact_tool_results,
+            "prefix_stable": prompt.mode != "moving_cut",
         }
         if "calibration" not in options:
             from_settings["calibration"] = calibration_for(llm.base_url, llm.model)
