@@ -308,10 +308,15 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
         # Messages are not validated when mutated after construction.
         _check_content(item.content, index, item.type)
         return item
+    if isinstance(item, str):
+        return HumanMessage(item)  # as LangChain's chat models read a bare string
+    if isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[1], str | list):
+        # LangChain's (role, content) form: ("user", "hi"), ["system", "..."].
+        item = {"role": item[0], "content": item[1]}
     if not isinstance(item, Mapping):
         raise TypeError(
-            f"Message {index}: expected a LangChain message or an OpenAI-format dict, got "
-            f"{type(item).__name__}."
+            f"Message {index}: expected a LangChain message, an OpenAI-format dict, a string or "
+            f"a (role, content) pair, got {type(item).__name__}."
         )
     role = item.get("role", item.get("type"))
     if not isinstance(role, str) or role not in _KNOWN_ROLES:
@@ -325,6 +330,13 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
             "an OpenAI-format message. Fix: load it with "
             "langchain_core.messages.messages_from_dict, or write {'role': ..., 'content': ...}."
         )
+    if "content" not in item:
+        if not item.get("tool_calls"):
+            raise ValueError(
+                f"Message {index} ({role}): no 'content'. Fix: add 'content' (a string or a list "
+                "of parts; only an assistant message with tool_calls may leave it out)."
+            )
+        item = {**item, "content": ""}  # OpenAI's calls without text; LangChain wants the key
     _check_content(item.get("content"), index, role)
     try:
         return _with_invalid_calls(item) or convert_to_messages([dict(item)])[0]

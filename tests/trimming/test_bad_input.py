@@ -37,6 +37,9 @@ def trimmer(budget: int = 1000) -> PriorityTrimmer:
             "Message 1 .*content",
         ),
         ([{"role": "assistant", "tool_calls": "nope"}], ValueError, "Message 0"),
+        ([{"role": "user"}], ValueError, "Message 0 \\(user\\): no 'content'. Fix: add"),
+        ([("user",)], TypeError, "Message 0: .*a \\(role, content\\) pair, got tuple"),
+        ([("wizard", "x")], ValueError, "Message 0: unknown role 'wizard'"),
     ],
 )
 def test_bad_input_raises_a_clear_error_naming_the_item(
@@ -72,6 +75,32 @@ def test_openai_dicts_prompt_values_and_message_dicts_are_accepted() -> None:
     prompt_value = ChatPromptValue(messages=from_dicts)
     assert trimmer().trim(prompt_value).messages == from_dicts
     assert trimmer().trim({"messages": from_dicts}).messages == from_dicts
+
+
+def test_langchains_short_forms_are_accepted_as_its_chat_models_read_them() -> None:
+    # Strings and (role, content) pairs, as ChatOpenAI.invoke takes them; OpenAI's assistant
+    # message with calls and no content key.
+    messages: list[Any] = [
+        ("system", "s"),
+        ["user", "first"],
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        "next question",
+    ]
+    sent = trimmer().trim(messages).messages
+    assert [(m.type, m.content) for m in sent] == [
+        ("system", "s"),
+        ("human", "first"),
+        ("ai", ""),
+        ("tool", "done"),
+        ("human", "next question"),
+    ]
+    assert sent[2].tool_calls[0]["id"] == "c1"  # type: ignore[attr-defined]
 
 
 def test_orphan_tool_results_are_dropped_and_reported_even_when_the_input_fits(
