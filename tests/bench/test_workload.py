@@ -19,12 +19,12 @@ from agent_latency.bench import (
 from agent_latency.bench._contenders import budget_points
 from agent_latency.bench._facts import Fact
 from agent_latency.bench._mixed import schedule
+from agent_latency.bench._workload import profile_simulator, workload_simulator
 from agent_latency.bench._workload_report import CallRecord, StrategyRun
 from agent_latency.sim import SimulatorConfig, running_simulator
 
-FAST = SimulatorConfig(
-    overhead_ms=1, prefill_ms_per_token=0.002, decode_tokens_per_s=5000, answer_tokens=4
-)
+FAST_LATENCY = {"overhead_ms": 1, "prefill_ms_per_token": 0.002, "decode_tokens_per_s": 5000}
+FAST = SimulatorConfig(**FAST_LATENCY, answer_tokens=4)
 # The last three calls of each conversation: two of the last round, and the last question round
 # before them (one planted fact asked about).
 SMALL = MixedWorkload(conversations=2, calls=3, idle_every=2)
@@ -156,9 +156,9 @@ def test_bad_endpoint_options_are_refused() -> None:
 
 @pytest.mark.parametrize("on_endpoint", [False, True])
 def test_a_request_the_server_refuses_is_recorded_and_the_others_go_on(on_endpoint: bool) -> None:
-    # A 7,000-token context window: the untrimmed calls (over 9,000 tokens) get OpenAI's 400
-    # context_length_exceeded; trimmed ones fit.
-    small_window = replace(FAST, context_window=7000, tokenizer=Settings().llm.model)
+    # The workload's 8,192-token context window: the untrimmed calls (over 9,000 tokens) get
+    # OpenAI's 400 context_length_exceeded; trimmed ones fit.
+    small_window = replace(FAST, context_window=8192, tokenizer=Settings().llm.model)
     workload = MixedWorkload(conversations=1, calls=3)
     strategies = ["none", "prefix_stable", "trim_messages_exact"]
     if on_endpoint:
@@ -179,7 +179,7 @@ def test_a_request_the_server_refuses_is_recorded_and_the_others_go_on(on_endpoi
     assert untrimmed.retention == 0.0  # a refused call delivers none of its facts
     messages = untrimmed.refusals  # each names its own prompt size
     assert len(messages) == 3
-    assert all("context length is 7000 tokens" in message for message in messages), messages
+    assert all("context length is 8192 tokens" in message for message in messages), messages
     entry = untrimmed.to_json()
     assert entry["refused_requests"] == 3 and entry["refusals"] == messages
     assert entry["per_call"][0]["refused"] == messages[0]
@@ -187,6 +187,29 @@ def test_a_request_the_server_refuses_is_recorded_and_the_others_go_on(on_endpoi
     for name in ("prefix_stable", "trim_messages_exact"):
         assert all(call.refused is None for call in by_name[name].calls), name
         assert by_name[name].mean_wait_ms is not None
+
+
+def test_on_the_simulator_a_call_past_the_hard_limit_is_refused_where_the_server_would() -> None:
+    # Each call reserves the answer's room (max_tokens = reserve_for_output), as a user's
+    # settings do: OpenAI-like servers refuse a prompt past the hard limit; llama.cpp only one
+    # past the window.
+    workload = MixedWorkload(conversations=1, calls=3)
+    assert workload_simulator(workload).context_window == workload.context_window == 8192
+    hosted, _ = profile_simulator("openai-hosted", workload)
+    llama, _ = profile_simulator("llama-cpu", workload)
+    assert hosted.window_holds_max_tokens and not llama.window_holds_max_tokens
+    report = run_mixed_workload(
+        workload,
+        simulator=replace(workload_simulator(workload), **FAST_LATENCY),
+        only=["none", "hard_limit", "prefix_stable"],
+    )
+    by_name = {run.strategy: run for run in report.strategies}
+    # Untrimmed, the last calls are over 9,000 tokens: past the window itself.
+    assert by_name["none"].invalid_requests == 3
+    assert "2048 in the completion" in by_name["none"].refusals[0]
+    # At the hard limit, prompt + reserve = the window: accepted.
+    for name in ("hard_limit", "prefix_stable"):
+        assert by_name[name].invalid_requests == 0, by_name[name].refusals
 
 
 # -- retention accounting -------------------------------------------------------------------------

@@ -100,7 +100,10 @@ def test_the_frontier_on_a_server_profile_writes_every_point(
         *(("prefix_stable", {"budget": b}, b == 6000) for b in (1500, 3000, 4500, 6000)),
     ]
     assert all(p["profile"] == "vllm-h100-7b" for p in frontier)
-    assert all(0 <= p["retention"] <= 1 and p["mean_wait_ms"] > 0 for p in frontier)
+    assert all(0 <= p["retention"] <= 1 for p in frontier)
+    assert all(p["mean_wait_ms"] > 0 for p in frontier if p["strategy"] == "prefix_stable")
+    # Untrimmed, the last calls leave the answer less than its reserve: vLLM refuses them.
+    assert frontier[0]["invalid_requests"] == 2 and frontier[0]["mean_wait_ms"] is None
     workload = document["workload"]
     assert workload["profile"] == "vllm-h100-7b"
     assert workload["simulator"]["cache_block_tokens"] == 16

@@ -71,12 +71,13 @@ class WorkloadProgress(NamedTuple):
     step: str
 
 
-def workload_simulator() -> SimulatorConfig:
-    """The simulator of the mixed workload: default latency model, clock scaled, no expiry."""
+def workload_simulator(workload: MixedWorkload | None = None) -> SimulatorConfig:
+    """The simulator of the mixed workload: default latency model, clock scaled, no expiry, the
+    workload's context window (``MixedWorkload()``'s by default)."""
     from agent_latency.sim import SimulatorConfig
 
     defaults = SimulatorConfig()
-    return _fast_answers(_scaled(defaults, CLOCK_SCALE))
+    return _fast_answers(_scaled(defaults, CLOCK_SCALE), workload or MixedWorkload())
 
 
 def profile_simulator(name: str, workload: MixedWorkload) -> tuple[SimulatorConfig, float]:
@@ -94,7 +95,7 @@ def profile_simulator(name: str, workload: MixedWorkload) -> tuple[SimulatorConf
     config = server_profile(name).config
     cold = config.ttft_ms(workload.budget, workload.budget)
     scale = min(1.0, _COLD_PREFILL_LIMIT_MS / cold) if cold > 0 else 1.0
-    return _fast_answers(_scaled(config, scale)), scale
+    return _fast_answers(_scaled(config, scale), workload), scale
 
 
 def _scaled(config: SimulatorConfig, scale: float) -> SimulatorConfig:
@@ -106,8 +107,15 @@ def _scaled(config: SimulatorConfig, scale: float) -> SimulatorConfig:
     )
 
 
-def _fast_answers(config: SimulatorConfig) -> SimulatorConfig:
-    return replace(config, decode_tokens_per_s=2000.0, answer_tokens=_TIMED_ANSWER_TOKENS)
+def _fast_answers(config: SimulatorConfig, workload: MixedWorkload) -> SimulatorConfig:
+    # Short answers, whatever max_tokens a call reserves; the workload's context window, so that
+    # a request past the hard limit is refused where the profile's server refuses it.
+    return replace(
+        config,
+        decode_tokens_per_s=2000.0,
+        answer_tokens=_TIMED_ANSWER_TOKENS,
+        context_window=workload.context_window,
+    )
 
 
 def _invalid(messages: Sequence[BaseMessage]) -> bool:
@@ -158,7 +166,7 @@ def _endpoint(
     elif simulator is not None:
         scale = None  # the caller's own
     simulator = replace(
-        simulator or workload_simulator(),
+        simulator or workload_simulator(workload),
         model=settings.llm.model,
         tokenizer=_simulator_tokenizer(settings),
     )
@@ -284,8 +292,14 @@ def run_mixed_workload(
                 channel.settings, max_retries=0, max_tokens=max_tokens, **options
             )
 
-        timed = model(_TIMED_ANSWER_TOKENS, streaming=True, callbacks=meter.callbacks, **greedy)
-        answering = model(ANSWER_TOKENS, streaming=True, callbacks=meter.callbacks, **greedy)
+        # On the simulator each call reserves the answer's room, as a user's settings do
+        # (streaming.max_tokens = prompt.reserve_for_output), and is answered short; an
+        # endpoint really writes what it is allowed to.
+        on_sim = channel.simulator is not None
+        timed_tokens = workload.reserve_for_output if on_sim else _TIMED_ANSWER_TOKENS
+        answer_tokens = workload.reserve_for_output if on_sim else ANSWER_TOKENS
+        timed = model(timed_tokens, streaming=True, callbacks=meter.callbacks, **greedy)
+        answering = model(answer_tokens, streaming=True, callbacks=meter.callbacks, **greedy)
         probes: list[int] = []
         with Endpoint(channel.settings, timeout_s=llm.timeout_seconds) as endpoint:
 

@@ -244,7 +244,8 @@ class Simulator:
         inject_fault(self.config, self._random)
         prompt = self._tokenizer.tokens(chat)
         prompt_tokens = token_count(prompt)
-        check_context_window(prompt_tokens, chat.max_tokens, self.config.context_window)
+        reserved = chat.max_tokens if self.config.window_holds_max_tokens else None
+        check_context_window(prompt_tokens, reserved, self.config.context_window)
         cached = self._prefix_cache.reusable_tokens(prompt) if self._caches(chat) else 0
         uncached = prompt_tokens - cached
         first_token_at = arrival + self.config.ttft_ms(uncached, prompt_tokens) / 1000

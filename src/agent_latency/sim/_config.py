@@ -52,6 +52,9 @@ class SimulatorConfig:
         context_window: The model's context window in tokens: a request whose prompt plus
             ``max_tokens`` exceeds it gets OpenAI's 400 ``context_length_exceeded``
             (``None``: no limit).
+        window_holds_max_tokens: Whether ``max_tokens`` must fit in the window beside the
+            prompt, as OpenAI, vLLM and DeepSeek require; ``False``: only the prompt must fit
+            and the answer stops where the window fills, as llama.cpp does.
         tokenizer: The tokenizer that counts prompt tokens: a known name (``"cl100k"``,
             ``"o200k"``, ``"qwen"``, ``"llama3"``) or a model name; ``None``: the served model's
             own (the first of ``model``), as its server would count (:attr:`prompt_tokenizer`).
@@ -97,6 +100,7 @@ class SimulatorConfig:
     decode_tokens_per_s: float = 50.0
     answer_tokens: int = 64
     context_window: int | None = None
+    window_holds_max_tokens: bool = True
     tokenizer: str | None = None
     prefix_cache: bool = True
     cache_tokens: int = 100_000

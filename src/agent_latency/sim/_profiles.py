@@ -134,6 +134,7 @@ _PROFILES: Final = (
             cache_slots=2,
             cache_lifetime_s=None,
             timings=True,
+            window_holds_max_tokens=False,
         ),
         (
             "per-slot prompt cache, slot chosen by the longest shared prefix (at least 10% of "
