@@ -194,11 +194,15 @@ class DocSession:
             for documented in (f"{host}:{port}", f"localhost:{port}"):
                 self._addresses[documented] = f"127.0.0.1:{sim.port}"
 
+        serve.doc_session_serve = True  # type: ignore[attr-defined]
         with self._monkeypatch.context() as patch:
-            # Wherever the CLI took the name from (a module-level import binds it early).
+            # Wherever the CLI took the name from (a module-level import binds it early): the
+            # real function, or an earlier session's serve, which a module first imported while
+            # that session's patch was in place keeps for good.
             real = agent_latency.sim.run_simulator
             for module in list(sys.modules.values()):
-                if getattr(module, "run_simulator", None) is real:
+                bound = getattr(module, "run_simulator", None)
+                if bound is real or getattr(bound, "doc_session_serve", False):
                     patch.setattr(module, "run_simulator", serve)
             self._status = _cli.main(["sim", *options])
         captured = self._capsys.readouterr()
