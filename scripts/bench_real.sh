@@ -18,8 +18,10 @@
 # prompt cache), BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD
 # (1,3: the workload's conversation counts, one run each; empty skips it),
 # BENCH_REAL_WORKLOAD_SCENARIO (small: scripts/scenarios/real_small.json; shipped: the bench's
-# own), BENCH_REAL_WORKLOAD_CALLS (every call of its scenario), BENCH_REAL_FRONTIER (0; 1 adds
-# --frontier to the workload), BENCH_REAL_JOBS (build jobs: the number of cores),
+# own), BENCH_REAL_WORKLOAD_CALLS (every call of its scenario), BENCH_REAL_STRATEGIES (the
+# workload's strategies, a comma list passed as --workload-strategies, e.g.
+# none,prefix_stable,cost_aware; empty: all), BENCH_REAL_FRONTIER (0; 1 adds --frontier to the
+# workload), BENCH_REAL_JOBS (build jobs: the number of cores),
 # BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -429,6 +431,9 @@ save_metrics "$OUT/metrics.txt"
 # refuses is recorded and the others run on.
 frontier=()
 [[ ${BENCH_REAL_FRONTIER:-0} == 1 ]] && frontier=(--frontier)
+# BENCH_REAL_STRATEGIES: only these strategies (the bench checks the names); empty runs all.
+strategies=()
+[[ -z ${BENCH_REAL_STRATEGIES:-} ]] || strategies=(--workload-strategies "$BENCH_REAL_STRATEGIES")
 # The small scenario states one fact and asks about it once per conversation; the shipped one
 # (BENCH_REAL_WORKLOAD_SCENARIO=shipped: 17 calls, facts in rounds and tool results, English and
 # Chinese) asks about many, at about four times the prefill.
@@ -446,7 +451,7 @@ for conversations in "${workload_sizes[@]}"; do
     run "${bench[@]}" "${workload_scenario[@]}" --runs 0 --workload mixed --workload-endpoint \
         --workload-answers \
         --workload-conversations "$conversations" --workload-calls "$calls" \
-        "${frontier[@]}" --json "$OUT/$name.json" 2>"$OUT/$name.log" \
+        "${strategies[@]}" "${frontier[@]}" --json "$OUT/$name.json" 2>"$OUT/$name.log" \
         || step_failed "the $name" "the mixed workload failed; see $OUT/$name.log"
     save_metrics "$OUT/$name-metrics.txt"
 done
