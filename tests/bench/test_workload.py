@@ -212,6 +212,20 @@ def test_on_the_simulator_a_call_past_the_hard_limit_is_refused_where_the_server
         assert by_name[name].invalid_requests == 0, by_name[name].refusals
 
 
+def test_the_request_marker_counts_against_the_budget() -> None:
+    # Every call's prompt starts with a marker (its strategy, conversation and epoch); marked
+    # after the trim, the hard-limit strategy sent 6,145 and 6,146 tokens and was refused twice.
+    workload = MixedWorkload(conversations=2, calls=None)
+    report = run_mixed_workload(
+        workload,
+        simulator=replace(workload_simulator(workload), **FAST_LATENCY),
+        only=["hard_limit"],
+    )
+    (run,) = report.strategies
+    assert max(call.tokens for call in run.calls) <= workload.hard_limit
+    assert run.invalid_requests == 0, run.refusals
+
+
 # -- retention accounting -------------------------------------------------------------------------
 
 

@@ -331,17 +331,17 @@ def run_mixed_workload(
                 for turn in turns:
                     now[0] = turn.at
                     epochs[turn.conversation] += turn.idle
-                    started = time.perf_counter()
-                    prepared = strategy(
-                        turn.conversation, conversations[turn.conversation][: turn.end], turn.at
-                    )
-                    prepare_ms = (time.perf_counter() - started) * 1000
-                    fact = planted[turn.conversation].needs.get(turn.end)
                     marker = (
                         f"{contender.strategy} {index} {turn.conversation} "
                         f"epoch {epochs[turn.conversation]}"
                     )
-                    sent = with_request_id(prepared.messages, marker)
+                    # Marked before the strategy sees it, so that its budget covers the marker.
+                    marked = with_request_id(conversations[turn.conversation][: turn.end], marker)
+                    started = time.perf_counter()
+                    prepared = strategy(turn.conversation, marked, turn.at)
+                    prepare_ms = (time.perf_counter() - started) * 1000
+                    fact = planted[turn.conversation].needs.get(turn.end)
+                    sent = prepared.messages
                     tokens = counter.count_messages(sent)
                     kept = int(fact is not None and fact_kept(fact, prepared.messages))
                     record = CallRecord(
