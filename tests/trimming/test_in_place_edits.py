@@ -623,7 +623,8 @@ def test_content_that_cannot_be_copied_is_still_followed_when_edited() -> None:
 
 
 ODD = {
-    "a tuple": [SystemMessage("s"), ("user", "hi")],
+    # ("user", "hi") is a message, as LangChain's chat models read it; a one-item tuple is not.
+    "a tuple that is no (role, content) pair": [SystemMessage("s"), ("user",)],
     "None": [HumanMessage("a"), None],
     "an int as content": [HumanMessage("a"), HumanMessage("b").model_copy(update={"content": 5})],
 }
@@ -635,6 +636,15 @@ def test_odd_items_get_an_error_naming_them_from_a_warm_trimmer(messages: list[A
     trimmer.trim([SystemMessage("s"), HumanMessage("a")])
     with pytest.raises((TypeError, ValueError), match="Message 1"):
         trimmer.trim(messages)
+
+
+def test_a_role_content_pair_is_read_alike_by_a_warm_and_a_fresh_trimmer() -> None:
+    warm = PriorityTrimmer(3000)
+    warm.trim([SystemMessage("s"), HumanMessage("a")])
+    messages: list[Any] = [SystemMessage("s"), ("user", "hi")]
+    sent = warm.trim(messages).messages
+    assert sent == PriorityTrimmer(3000).trim(messages).messages
+    assert [(m.type, m.content) for m in sent] == [("system", "s"), ("human", "hi")]
 
 
 def test_a_remove_message_passed_to_the_trimmer_is_judged_alike() -> None:
