@@ -17,11 +17,14 @@
 # BENCH_REAL_CACHE_RAM (the server's --cache-ram in MiB; default its own, 8192; 0: no host-memory
 # prompt cache), BENCH_REAL_NEEDLE_SEEDS (2; 0 skips the needle questions), BENCH_REAL_WORKLOAD
 # (1,3: the workload's conversation counts, one run each; empty skips it),
-# BENCH_REAL_WORKLOAD_SCENARIO (small: scripts/scenarios/real_small.json; shipped: the bench's
-# own), BENCH_REAL_WORKLOAD_CALLS (every call of its scenario), BENCH_REAL_STRATEGIES (the
+# BENCH_REAL_WORKLOAD_SCENARIO (facts: scripts/scenarios/real_facts.json; small:
+# scripts/scenarios/real_small.json; shipped: the bench's own), BENCH_REAL_WORKLOAD_BUDGET (2500
+# for facts, else BENCH_REAL_BUDGET), BENCH_REAL_WORKLOAD_CALLS (14 for facts: every call from
+# its first question round on; 9 for small, 17 for shipped), BENCH_REAL_STRATEGIES (the
 # workload's strategies, a comma list passed as --workload-strategies, e.g.
 # none,prefix_stable,cost_aware; empty: all), BENCH_REAL_FRONTIER (0; 1 adds --frontier to the
-# workload), BENCH_REAL_JOBS (build jobs: the number of cores),
+# workload), BENCH_REAL_BENCH (1; 0 skips the bench, its count check and the needle questions: the
+# server check, doctor and the workload only), BENCH_REAL_JOBS (build jobs: the number of cores),
 # BENCH_REAL_OUT (build/bench-real).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,8 +59,9 @@ SLOT_CTX=${BENCH_REAL_SLOT_CTX:-32768}
 THREADS=${BENCH_REAL_THREADS:-1}
 REPACK=${BENCH_REAL_REPACK:-auto}
 NEEDLE_SEEDS=${BENCH_REAL_NEEDLE_SEEDS:-2}
+BENCH=${BENCH_REAL_BENCH:-1}
 WORKLOAD=${BENCH_REAL_WORKLOAD-1,3}
-WORKLOAD_CALLS=${BENCH_REAL_WORKLOAD_CALLS:-} # default: every call of the scenario (9, or 17)
+WORKLOAD_CALLS=${BENCH_REAL_WORKLOAD_CALLS:-} # default: by the scenario (14, 9 or 17)
 JOBS=${BENCH_REAL_JOBS:-$(nproc)}
 OUT=${BENCH_REAL_OUT:-build/bench-real}
 STARTUP_TIMEOUT_S=120
@@ -339,8 +343,9 @@ grep -E '^(FAIL|WARN)  |^PASS  (server|first token):|passed, ' "$OUT/doctor.txt"
 # No key goes to the local server; 100 columns fit the tables' five-digit millisecond values.
 bench=(env -u AGENT_LATENCY_API_KEY -u OPENAI_API_KEY COLUMNS=100 .venv/bin/agent-latency bench
     --config "$config_dir/config.toml" --settings "$config_dir/settings.json"
-    --base-url "$base_url" --model "$MODEL_NAME" --budget "$BUDGET")
-scenario=(--messages "$SCENARIO")
+    --base-url "$base_url" --model "$MODEL_NAME")
+scenario=(--messages "$SCENARIO" --budget "$BUDGET")
+if ((BENCH)); then
 # llama-server logs each request's prefill ("prompt eval time = X ms / N tokens"); those of the
 # bench follow the ones counted here.
 timed_before=$(grep -c 'prompt eval time' "$OUT/server.log" || true)
@@ -413,6 +418,7 @@ if ((NEEDLE_SEEDS > 0)); then
         --budget "$BUDGET" --seeds "$NEEDLE_SEEDS" --json "$OUT/needles.json" \
         || step_failed "the needle questions" "scripts/real_needles.py failed"
 fi
+fi # BENCH
 
 # The server's own counters (llama-server --metrics), as Prometheus scrapes them: of the bench
 # and the needle questions, then of each workload run.
@@ -434,20 +440,30 @@ frontier=()
 # BENCH_REAL_STRATEGIES: only these strategies (the bench checks the names); empty runs all.
 strategies=()
 [[ -z ${BENCH_REAL_STRATEGIES:-} ]] || strategies=(--workload-strategies "$BENCH_REAL_STRATEGIES")
-# The small scenario states one fact and asks about it once per conversation; the shipped one
-# (BENCH_REAL_WORKLOAD_SCENARIO=shipped: 17 calls, facts in rounds and tool results, English and
-# Chinese) asks about many, at about four times the prefill.
-workload_scenario=("${scenario[@]}") calls=${WORKLOAD_CALLS:-9}
-if [[ ${BENCH_REAL_WORKLOAD_SCENARIO:-small} == shipped ]]; then
-    workload_scenario=() calls=${WORKLOAD_CALLS:-17}
-fi
+# The workload's scenario. facts (the default): a support agent's conversation of 11 history
+# rounds (scripts/scenarios/real_facts.json, written by `scripts/make_scenario.py --tokens 4500`)
+# in which the workload plants five facts per conversation, in user messages and tool results,
+# English and Chinese, and asks about each later: ~5,000 tokens at its end, which SmolLM2 on one
+# CPU thread prefills in about 40 s. small (real_small.json) states one fact per conversation;
+# shipped (the bench's own, 17 calls) asks about six at about twice the prefill.
+case ${BENCH_REAL_WORKLOAD_SCENARIO:-facts} in
+    facts) workload_scenario=(--messages scripts/scenarios/real_facts.json)
+        calls=${WORKLOAD_CALLS:-14} workload_budget=${BENCH_REAL_WORKLOAD_BUDGET:-2500} ;;
+    small) workload_scenario=("${scenario[@]}")
+        calls=${WORKLOAD_CALLS:-9} workload_budget=${BENCH_REAL_WORKLOAD_BUDGET:-$BUDGET} ;;
+    shipped) workload_scenario=()
+        calls=${WORKLOAD_CALLS:-17} workload_budget=${BENCH_REAL_WORKLOAD_BUDGET:-$BUDGET} ;;
+    *) fail "BENCH_REAL_WORKLOAD_SCENARIO must be facts, small or shipped, got" \
+        "'$BENCH_REAL_WORKLOAD_SCENARIO'" ;;
+esac
+workload_scenario+=(--budget "$workload_budget")
 IFS=, read -r -a workload_sizes <<<"$WORKLOAD"
 for conversations in "${workload_sizes[@]}"; do
     name=workload-$conversations
     stop_server
     start_server
-    echo "bench-real: the mixed workload, $conversations conversation(s) × $calls calls" \
-        "on $PARALLEL slots (log: $OUT/$name.log)"
+    echo "bench-real: the mixed workload, $conversations conversation(s) × $calls calls," \
+        "budget $workload_budget, on $PARALLEL slots (log: $OUT/$name.log)"
     run "${bench[@]}" "${workload_scenario[@]}" --runs 0 --workload mixed --workload-endpoint \
         --workload-answers \
         --workload-conversations "$conversations" --workload-calls "$calls" \

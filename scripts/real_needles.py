@@ -5,8 +5,11 @@ fact a question needs survives the trim. This script asks a real model: the gene
 conversations of :mod:`agent_latency.bench._quality` (one fact hidden at the head, in the middle
 or the tail of the history, in an old tool result, in the current turn's tool result, or as a
 constraint the user stated once), sized for a small context window, are sent untrimmed and
-trimmed (budget ``--budget``, history selected by ``age`` and by ``relevance``), greedy
-(temperature 0) with short answers. It prints, per strategy:
+trimmed to ``--budget`` three ways, greedy (temperature 0) with short answers: ``default``, the
+trimmer a user gets with no options (``PriorityTrimmer.from_settings``: history by relevance,
+one head and one tail round); ``age_2_4``, the defaults before the latency-quality frontier
+(history by age, two head and four tail rounds); and LangChain's ``trim_messages`` keeping the
+last messages (exact counter). It prints, per strategy:
 
 - retained: the fact still occurs in the trimmed prompt (the model-free measure);
 - correct: the answer contains the fact's value (the door code; for the constraint, euros);
@@ -35,11 +38,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import BaseMessage, trim_messages
+
 from agent_latency import PriorityTrimmer, build_chat_model
 from agent_latency.bench import NeedleCase, make_case, needle_places, retained
 from agent_latency.config import Settings
 
-STRATEGIES = ("age", "relevance")
+STRATEGIES = ("default", "age_2_4", "trim_messages_last")
 WEAK_BELOW = 0.5
 
 
@@ -71,15 +76,31 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     chat = build_chat_model(
         settings, temperature=0, max_tokens=options.max_tokens, max_retries=0, streaming=False
     )
-    age = PriorityTrimmer.from_settings(settings, budget=options.budget)
-    trimmers = {
-        "age": age,
-        "relevance": PriorityTrimmer.from_settings(
-            settings,
-            budget=options.budget,
-            history_selection="relevance",
-            token_counter=age.token_counter,
-        ),
+    default = PriorityTrimmer.from_settings(settings, budget=options.budget)
+    counter = default.token_counter
+    old_defaults = PriorityTrimmer.from_settings(
+        settings,
+        budget=options.budget,
+        history_selection="age",
+        history_keep_head=2,
+        history_keep_tail=4,
+        token_counter=counter,
+    )
+
+    def last(messages: list[BaseMessage]) -> list[BaseMessage]:
+        return trim_messages(
+            messages,
+            max_tokens=options.budget,
+            token_counter=counter.count_messages,
+            strategy="last",
+            include_system=True,
+            start_on="human",
+        )
+
+    trims = {
+        "default": lambda messages: default.trim(messages).messages,
+        "age_2_4": lambda messages: old_defaults.trim(messages).messages,
+        "trim_messages_last": last,
     }
     cases = [
         make_case(seed, place, "en", options.rounds)
@@ -94,16 +115,15 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {
             "place": case.place,
             "answer": case.answer,
-            "tokens": age.token_counter.count_messages(messages),
+            "tokens": counter.count_messages(messages),
             "untrimmed": {"text": untrimmed, "correct": correct(case, untrimmed)},
         }
-        for name, trimmer in trimmers.items():
-            result = trimmer.trim(messages)
-            same = len(result.messages) == len(messages) and not result.shortened_messages
-            text = untrimmed if same else str(chat.invoke(result.messages).content)
+        for name, trim in trims.items():
+            sent = trim(list(messages))
+            text = untrimmed if sent == list(messages) else str(chat.invoke(sent).content)
             row[name] = {
-                "tokens": result.tokens_after,
-                "retained": retained(case, result.messages),
+                "tokens": counter.count_messages(sent),
+                "retained": retained(case, sent),
                 "text": text,
                 "correct": correct(case, text),
             }
@@ -130,7 +150,7 @@ def summary(results: dict[str, Any]) -> list[str]:
     lines = [
         f"Needle questions: {n} conversations ({results['rounds']} history rounds, "
         f"{tokens:,.0f} prompt tokens on average), greedy, budget {results['budget']:,}.",
-        f"  untrimmed      correct {control:>2}/{n}",
+        f"  untrimmed          correct {control:>2}/{n}",
     ]
     for name in STRATEGIES:
         kept = sum(r[name]["retained"] for r in rows)
@@ -139,7 +159,7 @@ def summary(results: dict[str, Any]) -> list[str]:
         same = sum(r[name]["text"].strip() == r["untrimmed"]["text"].strip() for r in rows)
         mean = sum(r[name]["tokens"] for r in rows) / n
         lines.append(
-            f"  {name:<14} correct {right:>2}/{n}   retained {kept:>2}/{n}   agreement "
+            f"  {name:<18} correct {right:>2}/{n}   retained {kept:>2}/{n}   agreement "
             f"{agree:>2}/{n}   identical answers {same:>2}/{n}   ({mean:,.0f} tokens on average)"
         )
     by_place = ", ".join(

@@ -290,6 +290,9 @@ def test_answers_are_scored_only_for_fact_questions_with_the_option() -> None:
     # The simulator answers filler: the question's fact is not in it.
     assert scored == [None, False, None] and run.answer_accuracy == 0.0
     assert report.to_json()["answers"] is True
+    # The answer is kept beside its score, so that a reader can see why it was wrong.
+    answers = [call["answer"] for call in report.to_json()["strategies"][0]["per_call"]]
+    assert answers[0] is None and answers[2] is None and answers[1]
 
 
 # -- the frontier ---------------------------------------------------------------------------------

@@ -168,3 +168,35 @@ def test_every_profile_one_after_another_writes_one_workload_each(
     ]
     blocks = {w["profile"]: w["simulator"]["cache_block_tokens"] for w in document["workloads"]}
     assert blocks == {"openai-hosted": 128, "deepseek": 64, "vllm-h100-7b": 16, "llama-cpu": 1}
+
+
+def test_waits_of_six_digits_stay_apart_in_the_workload_table() -> None:
+    # A CPU server's waits run to tens of seconds; the columns used to run into each other
+    # ("8,09412,798").
+    from types import SimpleNamespace
+
+    from agent_latency.cli._tables import _workload_row
+
+    run = SimpleNamespace(
+        strategy="prefix_stable",
+        mean_wait_ms=98_094.0,
+        p95_wait_ms=112_798.0,
+        retention=1.0,
+        context_tokens=1998.0,
+        prefilled_tokens=4710,
+        violations=0,
+        invalid_requests=0,
+        answer_accuracy=0.5,
+    )
+    row = _workload_row(run, True)  # type: ignore[arg-type]
+    assert row.split() == [
+        "prefix_stable",
+        "98,094",
+        "112,798",
+        "100%",
+        "1,998",
+        "4,710",
+        "0",
+        "0",
+        "50%",
+    ]

@@ -381,6 +381,7 @@ def run_mixed_workload(
                                 answered=answer_gives(fact, call.text)
                                 if answers and fact
                                 else None,
+                                answer=call.text if answers and fact else None,
                                 server_prefill_ms=call.server_prefill_ms,
                                 ttft_remainder_ms=call.ttft_remainder_ms,
                             )

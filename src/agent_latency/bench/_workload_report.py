@@ -38,6 +38,8 @@ class CallRecord:
         needed: How many facts the call's question needs.
         kept: How many of them are still in what was sent (0 when refused).
         answered: With answers asked for, whether the answer gave the fact; ``None`` otherwise.
+        answer: With answers asked for, the model's answer to the fact question (the workload's
+            own made-up conversation: no user content).
         server_prefill_ms: How long the server said it prefilled, where it said so.
         ttft_remainder_ms: The rest of the time to first token (client, network, queue), where
             the server said how long it prefilled.
@@ -58,6 +60,7 @@ class CallRecord:
     needed: int
     kept: int
     answered: bool | None = None
+    answer: str | None = None
     server_prefill_ms: float | None = None
     ttft_remainder_ms: float | None = None
     fact: Fact | None = None
@@ -83,6 +86,7 @@ class CallRecord:
             "facts_needed": self.needed,
             "facts_kept": self.kept,
             "answered": self.answered,
+            "answer": self.answer,
             "server_prefill_ms": _rounded(self.server_prefill_ms),
             "ttft_remainder_ms": _rounded(self.ttft_remainder_ms),
             "fact": None

@@ -220,11 +220,11 @@ def workload_table(report: WorkloadReport) -> str:
     """The workload's result as plain text: one strategy (at its default point) a row."""
     answers = report.answers
     head = (
-        f"{'':<{_NAME_WIDTH}}{'wait, ms':>13}{'':>6}{'context':>8}{'prefilled':>10}"
+        f"{'':<{_NAME_WIDTH}}{'wait, ms':>17}{'':>6}{'context':>8}{'prefilled':>10}"
         f"{'over':>6}{'':>8}{'':>6}"
     )
     columns = (
-        f"{'strategy':<{_NAME_WIDTH}}{'mean':>7}{'p95':>6}{'kept':>6}{'tokens':>8}"
+        f"{'strategy':<{_NAME_WIDTH}}{'mean':>9}{'p95':>8}{'kept':>6}{'tokens':>8}"
         f"{'tokens':>10}{'limit':>6}{'invalid':>8}{'right' if answers else '':>6}"
     )
     rows = [head.rstrip(), columns.rstrip()]
@@ -242,7 +242,7 @@ def workload_table(report: WorkloadReport) -> str:
 
 def _workload_row(run: StrategyRun, answers: bool) -> str:
     return (
-        f"{run.strategy:<{_NAME_WIDTH}}{_figure(run.mean_wait_ms):>7}{_figure(run.p95_wait_ms):>6}"
+        f"{run.strategy:<{_NAME_WIDTH}}{_figure(run.mean_wait_ms):>9}{_figure(run.p95_wait_ms):>8}"
         f"{_share(run.retention):>6}{_figure(run.context_tokens):>8}"
         f"{run.prefilled_tokens:>10,}{run.violations:>6}{run.invalid_requests:>8}"
         f"{_share(run.answer_accuracy) if answers else '':>6}"
@@ -310,14 +310,14 @@ def retention_by_kind_table(report: WorkloadReport) -> str:
 def frontier_table(report: WorkloadReport) -> str:
     """Every point of the frontier as plain text, by strategy, with its knob."""
     rows = [
-        f"{'strategy':<{_NAME_WIDTH}}{'knob':<{_KNOB_WIDTH}}{'mean':>6}{'p95':>6}{'kept':>6}"
+        f"{'strategy':<{_NAME_WIDTH}}{'knob':<{_KNOB_WIDTH}}{'mean':>8}{'p95':>8}{'kept':>6}"
         f"{'context':>8}",
     ]
     for run in report.frontier:
         rows.append(
             f"{run.strategy:<{_NAME_WIDTH}}"
             f"{_knob(run.knob) + (' *' if run.default else ''):<{_KNOB_WIDTH}}"
-            f"{_figure(run.mean_wait_ms):>6}{_figure(run.p95_wait_ms):>6}"
+            f"{_figure(run.mean_wait_ms):>8}{_figure(run.p95_wait_ms):>8}"
             f"{_share(run.retention):>6}{_figure(run.context_tokens):>8}"
         )
     rows.append(
