@@ -12,7 +12,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agent_latency import LatencyCallbackHandler, semconv
 
 # Values of our attributes, not names.
-VALUES = {semconv.TOKEN_CACHE_READ, semconv.TOKEN_CACHE_CREATION, semconv.SCHEMA_URL}
+VALUES = {
+    semconv.TOKEN_CACHE_READ,
+    semconv.TOKEN_CACHE_CREATION,
+    semconv.SCHEMA_URL,
+    semconv.OVER_BUDGET_FIXED_PART,
+    semconv.OVER_BUDGET_WARM_CACHE_APPEND,
+}
 
 
 def test_every_name_of_ours_is_in_our_namespace_never_the_conventions() -> None:

@@ -724,6 +724,11 @@ def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock
     over_budget = [a for a in spans if a[semconv.TRIM_OVER_BUDGET]]
     assert over_budget and {a[semconv.TRIM_OPTION] for a in over_budget} == {"append"}
     assert all("warm cache" in str(a[semconv.TRIM_OVER_BUDGET_CAUSE]) for a in over_budget)
+    # The one-word reason the fleet's over-budget alert leaves out (a choice, not a misfit).
+    assert {a[semconv.TRIM_OVER_BUDGET_REASON] for a in over_budget} == {"warm_cache_append"}
+    assert not any(
+        semconv.TRIM_OVER_BUDGET_REASON in a for a in spans if not a[semconv.TRIM_OVER_BUDGET]
+    )
 
     within = cost_aware(clock, allow_over_budget_on_warm_cache=False, latency_model=slow_prefill())
     choices = list(replay(within, clock, POINTS[11:], held=True))

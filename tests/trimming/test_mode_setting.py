@@ -63,12 +63,42 @@ def test_the_factory_builds_the_trimmer_of_the_mode(
     assert (again.trimmer if isinstance(again, CostAwareTrimmer) else again).budget == 900
 
 
+def test_both_files_can_forbid_cost_aware_appends_past_the_budget(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[llm.prompt]\nmode = "cost_aware"\nallow_over_budget_on_warm_cache = false\n',
+        encoding="utf-8",
+    )
+    settings = tmp_path / "settings.json"
+    settings.write_text(
+        '{"promptTrimmer": {"mode": "cost_aware", "allowOverBudgetOnWarmCache": false}}',
+        encoding="utf-8",
+    )
+    for loaded in (load_settings(config), load_settings(None, settings)):
+        trimmer = trimmer_from_settings(loaded)
+        assert isinstance(trimmer, CostAwareTrimmer)
+        assert trimmer.allow_over_budget_on_warm_cache is False
+        # An option given in code still wins over the files.
+        again = trimmer_from_settings(loaded, allow_over_budget_on_warm_cache=True)
+        assert again.allow_over_budget_on_warm_cache is True  # type: ignore[union-attr]
+    assert (
+        trimmer_from_settings(  # the default: appends may pass the budget, never the limit
+            Settings(prompt=PromptSettings(mode="cost_aware"))
+        ).allow_over_budget_on_warm_cache
+        is True
+    )  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [
         ('{"promptTrimmer": {"mode": "fastest"}}', "promptTrimmer.mode"),
         ('{"promptTrimmer": {"mode": 1}}', "promptTrimmer.mode"),
         ('{"promptTrimmer": {"defaultBudget": 1000000000}}', "promptTrimmer.defaultBudget"),
+        (
+            '{"promptTrimmer": {"allowOverBudgetOnWarmCache": "no"}}',
+            "promptTrimmer.allowOverBudgetOnWarmCache",
+        ),
     ],
 )
 def test_a_bad_mode_or_budget_is_refused_naming_the_key(

@@ -65,6 +65,8 @@ def test_tools_over_the_budget_leave_the_question_whole_and_say_so(language: str
     cause = result.over_budget_cause or ""
     assert cause.startswith("tool definitions:")
     assert "the latest user message (sent whole)" in cause
+    assert result.over_budget_reason == "fixed_part"
+    assert result.span_attributes()["agent_latency.trim.over_budget_reason"] == "fixed_part"
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])

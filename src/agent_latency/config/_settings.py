@@ -140,6 +140,10 @@ class PromptSettings:
             results with a one-line stub (the call stays).
         mode: How cuts are placed (:data:`TrimMode`); ``trimmer_from_settings`` builds the
             trimmer of that mode.
+        allow_over_budget_on_warm_cache: In the ``cost_aware`` mode, whether appending to a
+            prompt the server's prefix cache holds may pass ``token_budget`` (never the hard
+            limit: the context window less ``reserve_for_output``); ``False`` keeps every
+            request within the budget, as the other modes do.
     """
 
     token_budget: int = 6000
@@ -157,6 +161,7 @@ class PromptSettings:
     compact_tool_results: bool = False
     # The frontier's default too: cost-aware ties prefix-stable at best (docs/trimming.md).
     mode: TrimMode = "prefix_stable"
+    allow_over_budget_on_warm_cache: bool = True
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ TOML_SCHEMA: Final[Mapping[str, Any]] = {
             "keep_latest_user": _Key("prompt.keep_latest_user", "bool"),
             "trim_strategy": _Key("prompt.trim_strategy", "str"),
             "mode": _Key("prompt.mode", "str"),
+            "allow_over_budget_on_warm_cache": _Key(
+                "prompt.allow_over_budget_on_warm_cache", "bool"
+            ),
         },
     }
 }
@@ -77,6 +80,7 @@ JSON_SCHEMA: Final[Mapping[str, Any]] = {
         "historySelection": _Key("prompt.history_selection", "str"),
         "compactToolResults": _Key("prompt.compact_tool_results", "bool"),
         "mode": _Key("prompt.mode", "str"),
+        "allowOverBudgetOnWarmCache": _Key("prompt.allow_over_budget_on_warm_cache", "bool"),
     },
     "streaming": {
         "enabled": _Key("streaming.enabled", "bool"),

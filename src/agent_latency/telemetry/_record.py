@@ -174,7 +174,8 @@ def _hint(
     if cause is SlowCause.QUEUE_OR_NETWORK and split is not None:
         return _HINT_QUEUE.format(split=split.describe())
     fixed = None if trim is None else trim.attributes.get(semconv.TRIM_OVER_BUDGET_CAUSE)
-    if isinstance(fixed, str) and fixed:
+    reason = None if trim is None else trim.attributes.get(semconv.TRIM_OVER_BUDGET_REASON)
+    if isinstance(fixed, str) and fixed and reason == semconv.OVER_BUDGET_FIXED_PART:
         return _HINT_FIXED.format(cause=fixed)
     if cause is SlowCause.PREFILL and split is not None:
         return _HINT_PREFILL.format(split=split.describe())

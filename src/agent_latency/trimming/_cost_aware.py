@@ -238,9 +238,11 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         """Builds a cost-aware trimmer from ``settings``.
 
         The hard limit is ``llm.context_window`` (or :data:`DEFAULT_CONTEXT_WINDOW`) less
-        ``prompt.reserve_for_output``; the cache lifetime is ``llm.cache_lifetime_seconds`` or
-        the provider's default (:func:`default_cache_lifetime`); the latency model is the one
-        the callback handler feeds for ``llm.base_url`` and ``llm.model``.
+        ``prompt.reserve_for_output``; whether an append may pass the budget is
+        ``prompt.allow_over_budget_on_warm_cache`` unless given; the cache lifetime is
+        ``llm.cache_lifetime_seconds`` or the provider's default
+        (:func:`default_cache_lifetime`); the latency model is the one the callback handler
+        feeds for ``llm.base_url`` and ``llm.model``.
 
         Args:
             settings: Loaded settings.
@@ -253,6 +255,9 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 (the rest).
         """
         mine = {name: value for name, value in options.items() if name in _OWN_OPTIONS}
+        mine.setdefault(
+            "allow_over_budget_on_warm_cache", settings.prompt.allow_over_budget_on_warm_cache
+        )
         # The candidate cuts record no spans of their own: the cost-aware trim span says it all.
         rest = {name: value for name, value in options.items() if name not in _OWN_OPTIONS}
         rest["tracer_provider"] = trace.NoOpTracerProvider()

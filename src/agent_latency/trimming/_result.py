@@ -80,7 +80,7 @@ class TrimResult:
         over_budget: Whether the request sent exceeds ``effective_budget``: the fixed part
             alone does not fit (the latest user message is then sent whole), or
             (``CostAwareTrimmer``) an append on a warm cache went past the budget, up to the
-            hard limit; :attr:`over_budget_cause` says which.
+            hard limit; :attr:`over_budget_reason` says which, :attr:`over_budget_cause` how.
         elapsed_ms: How long the trim took.
         tool_tokens: Tokens of the tool definitions sent (structured-output tools included).
         response_format_tokens: Tokens of the ``response_format`` schema sent.
@@ -164,8 +164,10 @@ class TrimResult:
             tokens_after: Tokens of the request sent. Default: ``base``'s.
             over_budget: Whether it exceeds the budget. Default: ``base``'s.
             on_usage: See the attribute. Default: ``base``'s.
-            over_budget_cause: Why the prompt sent is over budget, when it is for another reason
-                than its fixed part (e.g. an append on a warm cache). Default: the fixed part.
+            over_budget_cause: Why the prompt sent is over budget when it is for another reason
+                than its fixed part: the cost-aware trimmer's append on a warm cache, the one
+                such reason (``over_budget_reason`` is then ``"warm_cache_append"``). Default:
+                the fixed part.
             over_budget_hint: The fix that goes with ``over_budget_cause``. Default: none when
                 a cause is given, else the fixed part's.
         """
@@ -216,6 +218,17 @@ class TrimResult:
             [f"{name}: {tokens:,} of {self.tokens_after:,} tokens"]
             + [f"{other}: {count:,}" for _, other, count in rest]
         )
+
+    @property
+    def over_budget_reason(self) -> str | None:
+        """Why the request is over budget, in one word, when it is: ``"fixed_part"`` (what no
+        trim removes does not fit) or ``"warm_cache_append"`` (a cost-aware append chose to pass
+        the budget, within the hard limit); ``None`` within the budget."""
+        if not self.over_budget:
+            return None
+        if self._stated_cause is not None:
+            return semconv.OVER_BUDGET_WARM_CACHE_APPEND
+        return semconv.OVER_BUDGET_FIXED_PART
 
     @property
     def over_budget_hint(self) -> str | None:
@@ -269,9 +282,10 @@ class TrimResult:
             attributes[semconv.TRIM_QUESTION_RETENTION] = self.question_retention
         if self.dropped_tools:
             attributes[semconv.TRIM_DROPPED_TOOLS] = list(self.dropped_tools)
-        cause = self.over_budget_cause
-        if cause is not None:
+        cause, reason = self.over_budget_cause, self.over_budget_reason
+        if cause is not None and reason is not None:
             attributes[semconv.TRIM_OVER_BUDGET_CAUSE] = cause
+            attributes[semconv.TRIM_OVER_BUDGET_REASON] = reason
         return attributes
 
 
