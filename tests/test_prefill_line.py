@@ -33,3 +33,15 @@ def test_budget_under_a_ttft_target() -> None:
     assert fit.budget_under(5) == 0  # even an empty prompt is slower
     flat = fit_prefill([(200, 50), (2000, 49)])
     assert flat is not None and flat.budget_under(1200) is None
+
+
+def test_a_line_bent_by_attention_gets_no_negative_fixed_part() -> None:
+    # llama-server on a CPU: the rate falls as the context grows, and the unconstrained line
+    # read "-397 ms fixed" in doctor; the best line without a negative fixed part is through 0.
+    samples = [(24, 139), (984, 6447), (2000, 15000), (3000, 24000)]
+    fit = fit_prefill(samples)
+    assert fit is not None
+    assert fit.intercept_ms == 0.0
+    expected = sum(x * y for x, y in samples) / sum(x * x for x, _ in samples)
+    assert fit.ms_per_1k_tokens == pytest.approx(expected * 1000)
+    assert fit.ttft_ms(0) == 0.0 and fit.ttft_ms(984) > 0

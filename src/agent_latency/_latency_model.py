@@ -360,7 +360,11 @@ class PrefillFit:
 
 
 def fit_prefill(samples: Iterable[tuple[float, float]]) -> PrefillFit | None:
-    """Fits TTFT against prompt tokens by least squares.
+    """Fits TTFT against prompt tokens by least squares, with a fixed part of at least 0 ms.
+
+    A server whose rate falls with the context (attention over a longer prompt) bends the line
+    upwards, and an unconstrained fit then reads a negative fixed time (seen: "-397 ms fixed" on
+    llama-server); the best line with no negative fixed part then goes through the origin.
 
     Args:
         samples: ``(prompt_tokens, ttft_ms)`` pairs.
@@ -372,5 +376,9 @@ def fit_prefill(samples: Iterable[tuple[float, float]]) -> PrefillFit | None:
     sizes = [float(tokens) for tokens, _ in pairs]
     if len(set(sizes)) < 2:
         return None
-    slope, intercept = statistics.linear_regression(sizes, [ttft for _, ttft in pairs])
+    ttfts = [ttft for _, ttft in pairs]
+    slope, intercept = statistics.linear_regression(sizes, ttfts)
+    if intercept < 0:
+        slope = sum(x * y for x, y in zip(sizes, ttfts, strict=True)) / sum(x * x for x in sizes)
+        intercept = 0.0
     return PrefillFit(intercept_ms=intercept, ms_per_1k_tokens=slope * 1000)
