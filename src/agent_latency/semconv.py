@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Final
 
+INSTRUMENTATION_SCOPE: Final = "agent_latency"
+"""The instrumentation scope of every tracer and meter of ours: the handler's and the trimmers'."""
 SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.0"
 """The semantic conventions version the names follow: 1.41.0, the last release in which the
 GenAI conventions (``gen_ai.response.time_to_first_chunk``, ``gen_ai.client.operation.

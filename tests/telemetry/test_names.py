@@ -16,6 +16,7 @@ VALUES = {
     semconv.TOKEN_CACHE_READ,
     semconv.TOKEN_CACHE_CREATION,
     semconv.SCHEMA_URL,
+    semconv.INSTRUMENTATION_SCOPE,
     semconv.OVER_BUDGET_FIXED_PART,
     semconv.OVER_BUDGET_WARM_CACHE_APPEND,
 }
@@ -52,3 +53,28 @@ def test_spans_and_metrics_carry_the_schema_url_of_the_conventions_followed(
     assert data is not None
     scopes = [scope for rm in data.resource_metrics for scope in rm.scope_metrics]
     assert scopes and {scope.scope.schema_url for scope in scopes} == {semconv.SCHEMA_URL}
+
+
+def test_a_trim_span_without_a_handler_carries_the_same_scope_and_schema_url() -> None:
+    # The handler's tracer had the schema URL; the trimmers' own (a trim outside any traced
+    # run) had none.
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agent_latency import CostAwareTrimmer, PriorityTrimmer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    messages = [SystemMessage("s"), HumanMessage("q")]
+    PriorityTrimmer(500, tracer_provider=provider).trim(messages)
+    CostAwareTrimmer(
+        PriorityTrimmer(500), context_window=8192, reserve_for_output=1000, tracer_provider=provider
+    ).trim(messages, key="k")
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 2 and {s.name for s in spans} == {semconv.TRIM_SPAN_NAME}
+    for span in spans:
+        assert span.instrumentation_scope is not None
+        assert span.instrumentation_scope.name == semconv.INSTRUMENTATION_SCOPE
+        assert span.instrumentation_scope.schema_url == semconv.SCHEMA_URL

@@ -43,7 +43,6 @@ __all__ = ["LatencyCallbackHandler", "LatencyRecord"]
 _CHAT: Final = gen_ai.GenAiOperationNameValues.CHAT.value
 _TEXT_COMPLETION: Final = gen_ai.GenAiOperationNameValues.TEXT_COMPLETION.value
 _OWNER: Final = "LatencyCallbackHandler"
-_SCOPE: Final = "agent_latency"
 
 _P = ParamSpec("_P")
 
@@ -138,12 +137,16 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         self.failures = FailureLog()
         self._tracer_provider = tracer_provider
         self._tracer = trace.get_tracer(
-            _SCOPE, tracer_provider=tracer_provider, schema_url=semconv.SCHEMA_URL
+            semconv.INSTRUMENTATION_SCOPE,
+            tracer_provider=tracer_provider,
+            schema_url=semconv.SCHEMA_URL,
         )
         self._calls = ModelCallTracer(
             tracer=self._tracer,
             meter=metrics.get_meter(
-                _SCOPE, meter_provider=meter_provider, schema_url=semconv.SCHEMA_URL
+                semconv.INSTRUMENTATION_SCOPE,
+                meter_provider=meter_provider,
+                schema_url=semconv.SCHEMA_URL,
             ),
             options=options,
             failures=self.failures,

@@ -63,6 +63,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
+from agent_latency import semconv
 from agent_latency._caches import LRUCache
 from agent_latency._latency_model import (
     DEFAULT_CACHE_LIFETIME_S,
@@ -224,7 +225,11 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         if not callable(clock):
             raise ValueError("CostAwareTrimmer: clock must be a callable returning seconds.")
         self._clock = clock
-        self._tracer = trace.get_tracer("agent_latency", tracer_provider=tracer_provider)
+        self._tracer = trace.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE,
+            tracer_provider=tracer_provider,
+            schema_url=semconv.SCHEMA_URL,
+        )
 
     @classmethod
     def from_settings(

@@ -30,6 +30,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer, TracerProvider
 
+from agent_latency import semconv
 from agent_latency._wire import coerce_messages
 from agent_latency.config import HistorySelection, PriorityClass, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
@@ -175,7 +176,11 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self._extras_counter = ExtrasCounter(counter)
         self._extras = extras(options.tools, options.response_format)
         self._extras_counter.count(self._extras)  # a tool that cannot be converted fails here
-        self._tracer = trace.get_tracer("agent_latency", tracer_provider=options.tracer_provider)
+        self._tracer = trace.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE,
+            tracer_provider=options.tracer_provider,
+            schema_url=semconv.SCHEMA_URL,
+        )
 
     @classmethod
     def _from_options(cls, options: TrimOptions) -> PriorityTrimmer:
