@@ -418,6 +418,30 @@ def test_a_vocabulary_is_loaded_once_when_threads_ask_together() -> None:
     assert len(found) == 8 and all(v is found[0] for v in found)
 
 
+def test_loaded_vocabularies_are_bounded_when_many_tokenizer_files_are_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Each vocabulary is tens of MB, and a tokenizer.json path is a key of its own: the
+    # process-wide dict grew with every distinct path and never let go.
+    reads: list[str] = []
+
+    class Tokenizer:
+        @staticmethod
+        def from_file(file: str) -> object:
+            reads.append(file)
+            return object()
+
+    monkeypatch.setitem(sys.modules, "tokenizers", types.SimpleNamespace(Tokenizer=Tokenizer))
+    paths = [str(tmp_path / f"model{n}" / "tokenizer.json") for n in range(12)]
+    first = load_vocabulary(paths[0])
+    assert load_vocabulary(paths[0]) is first and reads == paths[:1]  # loaded once, then kept
+    for path in paths[1:]:
+        load_vocabulary(path)
+    assert len(reads) == 12
+    assert load_vocabulary(paths[-1]) is not None and len(reads) == 12  # recent ones are kept
+    assert load_vocabulary(paths[0]) is not first and len(reads) == 13  # the oldest was let go
+
+
 # --- Roles and content parts (issue 13, items 1 and 7) ----------------------------------------
 
 

@@ -193,6 +193,29 @@ def test_the_least_recently_used_conversation_is_forgotten(clock: Clock) -> None
     assert trimmer.choose(SCENARIO[: POINTS[4]], key="a").cache_state == "cold"
 
 
+def test_remembered_conversations_are_bounded_by_the_bytes_of_their_shortened_copies(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A record keeps the shortened copies it sent after the input messages are gone: 1,024
+    # conversations of them were bounded by count only.
+    from agent_latency.trimming import _cost_aware
+
+    result = ToolMessage("R" * 40_000, tool_call_id="c1")
+    call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
+    messages = [SystemMessage("s"), HumanMessage("q"), call, result]
+    probe = cost_aware(clock)
+    probe.choose(messages, key="probe")
+    (record,) = [probe._conversations.get("probe")]
+    assert record.shortened and record.weight > 1_500  # the shortened result is held
+    monkeypatch.setattr(_cost_aware, "CONVERSATION_BYTES", 3 * record.weight)
+    trimmer = cost_aware(clock)
+    for key in "abcde":
+        trimmer.choose(messages, key=key)
+    assert len(trimmer._conversations) == 3
+    assert trimmer.choose(messages, key="a").cache_state == "cold"  # forgotten
+    assert trimmer.choose(messages, key="e").cache_state != "cold"  # remembered
+
+
 def test_the_span_says_the_state_the_predictions_and_the_option(clock: Clock) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

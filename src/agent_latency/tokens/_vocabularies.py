@@ -22,6 +22,8 @@ from typing import Any, Final, Protocol
 
 import tiktoken
 
+from agent_latency._caches import LRUCache
+
 
 class Vocabulary(Protocol):
     """What a counter needs from a tokenizer: ids, text, counts and its special tokens."""
@@ -183,7 +185,10 @@ _ALIASES = {"cl100k": "cl100k_base", "o200k": "o200k_base", "qwen3.5": "qwen3.6"
 VOCABULARY_NAMES = tuple(sorted({*_LOADERS, *_ALIASES}))
 """The names :func:`load_vocabulary` knows (plus any other tiktoken encoding cached locally)."""
 
-_loaded: dict[str, Vocabulary] = {}
+# Each is tens of MB: a process that counts with many tokenizer.json files keeps the latest few
+# (a counter keeps its own vocabulary alive whatever this cache lets go).
+_MAX_LOADED: Final = 8
+_loaded = LRUCache(_MAX_LOADED)
 _load_lock = threading.Lock()
 
 
@@ -205,13 +210,15 @@ def load_vocabulary(name: str) -> Vocabulary:
         ValueError: When the vocabulary cannot be loaded offline.
     """
     key = canonical_vocabulary_name(name) or name
-    found = _loaded.get(key)
+    found: Vocabulary | None = _loaded.get(key)
     if found is not None:
         return found
     with _load_lock:
-        if key not in _loaded:
-            _loaded[key] = _load(key)
-        return _loaded[key]
+        found = _loaded.get(key)
+        if found is None:
+            found = _load(key)
+            _loaded.put(key, found)
+        return found
 
 
 def _load(name: str) -> Vocabulary:

@@ -109,6 +109,9 @@ _SWITCH_MARGIN: Final = 0.9  # a deep cut must be predicted 10% faster than the 
 _GROWTH_SMOOTHING: Final = 0.5  # weight of the latest call in the growth-per-call estimate
 _PRIOR_GROWTH_FRACTION: Final = 10  # before any growth is seen: a tenth of the budget per call
 _OWNER: Final = "CostAwareTrimmer"
+CONVERSATION_BYTES: Final = 64 * 1024 * 1024
+"""The most the remembered conversations hold in all (their records' :attr:`LatestCall.weight`:
+mostly the shortened copies they sent, which outlive the input messages)."""
 _OWN_OPTIONS: Final = frozenset(
     {
         "allow_over_budget_on_warm_cache",
@@ -157,7 +160,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             plain trimmer's do.
         horizon_calls: Over how many calls (this one included) options are compared.
         max_conversations: How many conversations to remember in memory, least recently used
-            forgotten.
+            forgotten (and fewer when their records pass :data:`CONVERSATION_BYTES`).
         clock: Seconds. Default: ``time.time``, which another process reads alike (a record
             carried in an agent's state says when its call was made).
         tracer_provider: Where trim spans go. Default: the global tracer provider.
@@ -219,7 +222,8 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             checked_int(_OWNER, "horizon_calls", horizon_calls, minimum=1),
         )
         self._conversations = LRUCache(
-            checked_int(_OWNER, "max_conversations", max_conversations, minimum=1)
+            checked_int(_OWNER, "max_conversations", max_conversations, minimum=1),
+            CONVERSATION_BYTES,
         )
         self._digests = MessageDigests()
         if not callable(clock):
@@ -385,7 +389,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
                 known = self._conversations.get(checked)
             choice = self.choose_after(messages, known, **request)
             if checked is not None:
-                self._conversations.put(checked, choice.record)
+                self._conversations.put(checked, choice.record, choice.record.weight)
             return choice
 
         return self._in_span(context, tracer, decide)
@@ -403,7 +407,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
             raise ValueError("CostAwareTrimmer.choose: key must not be None; pass a conversation.")
         checked = _checked_key(key)
         choice = self.choose_after(messages, self._conversations.get(checked), **request)
-        self._conversations.put(checked, choice.record)
+        self._conversations.put(checked, choice.record, choice.record.weight)
         return choice
 
     def choose_after(

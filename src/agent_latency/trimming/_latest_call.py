@@ -36,6 +36,8 @@ STATE_FORMAT: Final = 1
 _ACTIONS: Final = frozenset(get_args(Action))
 _RULES: Final = frozenset(get_args(Rule))
 _STATES: Final = frozenset(get_args(CacheState))
+# A record's own fields (digests, counts, the state) before its actions and shortened copies.
+_RECORD_BYTES: Final = 512
 
 
 @dataclass(slots=True, eq=False)
@@ -98,6 +100,15 @@ class LatestCall:
             self.reported_cached = max(int(cached_tokens), 0)
         elif self.miss_after_ms is not None and is_number(ttft_ms):
             self.timed_miss = ttft_ms > self.miss_after_ms
+
+    @property
+    def weight(self) -> int:
+        """About the bytes the record holds: its shortened copies' text, and the rest."""
+        copies = sum(
+            len(c.content) if isinstance(c.content, str) else len(str(c.content))
+            for c in self.shortened.values()
+        )
+        return _RECORD_BYTES + 16 * len(self.actions) + copies
 
     def held(self) -> bool | None:
         """What this call's report says of the cache (see ``_cache_state.held``)."""
