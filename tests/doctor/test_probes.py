@@ -194,6 +194,42 @@ def test_the_prefix_cache_is_found_or_its_absence_reported() -> None:
     assert "0 tokens reported cached" in cold["prefix cache"]
 
 
+# --- llama-server's slots (GET /props) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("slots", "slot_context", "window", "expected"),
+    [
+        (
+            2,
+            8192,
+            8192,
+            "pass: llama.cpp server (build agent-latency-sim): 2 slots of 8,192 tokens",
+        ),
+        (1, 8192, 8192, "warn: llama.cpp server (build agent-latency-sim): 1 slot of 8,192"),
+        (2, 4096, 8192, "fail: llama.cpp server (build agent-latency-sim): 2 slots of 4,096"),
+    ],
+)
+def test_a_llama_server_s_slots_are_read_from_props_and_checked_against_the_window(
+    slots: int, slot_context: int, window: int, expected: str
+) -> None:
+    config = SimulatorConfig(**FAST, cache_slots=slots, context_window=slot_context)
+    with running_simulator(config) as sim:
+        checks = _by_name(Settings(llm=LLMSettings(base_url=sim.base_url, context_window=window)))
+    assert checks["server"].startswith(expected), checks["server"]
+    if slots == 1:
+        assert "concurrent conversations evict each other" in checks["server"]
+    if slot_context < window:
+        assert "exceeds a slot's 4,096" in checks["server"]
+
+
+def test_a_server_without_props_gets_no_server_check() -> None:
+    # vLLM, OpenAI and the simulator without slots answer GET /props with 404.
+    with running_simulator(SimulatorConfig(**FAST)) as sim:
+        checks = _by_name(Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192)))
+    assert "server" not in checks
+
+
 def test_a_cache_shown_only_by_time_counts_and_noise_does_not() -> None:
     first = PrefillSample(2000, 900.0)
 

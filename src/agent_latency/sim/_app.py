@@ -184,6 +184,12 @@ class Simulator:
                 Route("/v1/models", self._list_models, methods=["GET"]),
                 Route("/v1/models/{model:path}", self._retrieve_model, methods=["GET"]),
                 Route("/health", self._health, methods=["GET"]),
+                # What llama-server says of itself; only a server with slots is one.
+                *(
+                    [Route("/props", self._props, methods=["GET"])]
+                    if config.cache_slots is not None
+                    else []
+                ),
             ],
             exception_handlers={
                 RequestError: self._request_error,
@@ -359,6 +365,21 @@ class Simulator:
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    async def _props(self, request: Request) -> Response:
+        # The fields of llama-server's GET /props that doctor reads: its slots, each slot's
+        # context, its build, whether its chat template renders tools (the simulator counts them).
+        settings = (
+            {} if self.config.context_window is None else {"n_ctx": self.config.context_window}
+        )
+        return JSONResponse(
+            {
+                "total_slots": self.config.cache_slots,
+                "default_generation_settings": settings,
+                "build_info": "agent-latency-sim",
+                "chat_template_caps": {"supports_tools": True},
+            }
+        )
 
     async def _request_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestError)
