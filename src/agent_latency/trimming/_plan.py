@@ -135,6 +135,19 @@ class Plan:
             self.tokens += framing - self.framing
             self.first, self.framing = first, framing
 
+    def restore(self, indices: Sequence[int], rules: Sequence[Rule]) -> None:
+        """Undoes :meth:`drop` of ``indices``, which get ``rules`` back (the framing too)."""
+        for index, rule in zip(indices, rules, strict=True):
+            if self.dropped[index]:
+                self.dropped[index] = False
+                self.tokens += self.sizes[index]
+            self.rules[index] = rule
+        first = self._first_kept((), start=0)
+        if first != self.first:
+            framing = self._framing_of(first)
+            self.tokens += framing - self.framing
+            self.first, self.framing = first, framing
+
     def saving(self, indices: Sequence[int]) -> int:
         """The tokens dropping ``indices`` would save, the change of framing included."""
         saved = sum(self.sizes[i] for i in indices if not self.dropped[i])
@@ -146,10 +159,11 @@ class Plan:
         """Whether dropping ``indices`` would leave no message to send."""
         return self.first is not None and self._first_kept(frozenset(indices)) is None
 
-    def _first_kept(self, also_dropped: Collection[int]) -> int | None:
-        """The first message neither dropped nor in ``also_dropped``."""
+    def _first_kept(self, also_dropped: Collection[int], start: int | None = None) -> int | None:
+        """The first message from ``start`` (default: the first kept) neither dropped nor in
+        ``also_dropped``."""
         dropped = self.dropped
-        start = self.first or 0
+        start = self.first or 0 if start is None else start
         return next(
             (i for i in range(start, len(dropped)) if not dropped[i] and i not in also_dropped),
             None,
@@ -325,7 +339,15 @@ def compact_history(plan: Plan, options: TrimOptions, compactor: Compactor) -> N
 
 
 def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache) -> None:
-    """Drops blocks, lowest priority first, until the rest fits (rounded up to the step).
+    """Drops blocks, lowest priority first, until the rest fits (rounded up to the step), then
+    brings back the dropped blocks that fit in what the last drop freed beyond that.
+
+    The last block dropped is often larger than what was still missing (a long first round):
+    without the second pass, smaller blocks dropped before it stayed out of a request with room
+    for them (seen: 627 of a 1,500 budget sent, two whole rounds that fit dropped). Blocks come
+    back highest priority first, within the same rounded target, so the room left for the
+    conversation to grow before the cut moves is the one the step gives. Only history rounds
+    come back, after a history round was the last to go: the priority classes stay strict.
 
     Never the last block left: with nothing must-keep (``keep_system=False``,
     ``keep_latest_user=False``) and a budget below every message, it is kept and marked
@@ -337,6 +359,7 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
     goal = _rounded_up(excess, options)
     dropped = 0
     previous_class: PriorityClass | None = None
+    taken: list[tuple[_Block, list[Rule]]] = []
     for block in _drop_order(plan, units, options, terms, goal):
         # Rounding up to the step never reaches into a class that the exact excess spares.
         if dropped >= goal or (dropped >= excess and block.priority_class != previous_class):
@@ -349,9 +372,23 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
         saved = plan.saving(block.indices)
         if saved <= 0:  # the first message, whose drop adds a default system turn as large
             continue
+        taken.append((block, [plan.rules[i] for i in block.indices]))
         plan.drop(block.indices, "dropped_for_budget")
         dropped += saved
         previous_class = block.priority_class
+    # The request may come back up to the budget less the step's rounding, where it was used.
+    limit = plan.budget - (goal - excess if dropped >= goal else 0)
+    # The last block dropped made the rest fit: with it back, the rest would not. Only history
+    # rounds come back, and only while the last block dropped was one: a class dropped from
+    # keeps nothing of a lower one, and the current turn's tool steps go oldest first.
+    if not taken or taken[-1][0].priority_class != "history":
+        return
+    for block, rules in reversed(taken[:-1]):
+        if block.priority_class != "history":
+            break
+        plan.restore(block.indices, rules)
+        if plan.tokens > limit:
+            plan.drop(block.indices, "dropped_for_budget")
 
 
 def _rounded_up(excess: int, options: TrimOptions) -> int:
