@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -104,6 +105,14 @@ class _SimulatorServer(uvicorn.Server):
     def __init__(self, simulator: Simulator, config: uvicorn.Config) -> None:
         super().__init__(config)
         self._simulator = simulator
+        self.interrupted = False
+        """Whether Ctrl-C (SIGINT) stopped it."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn raises the signal again once it has stopped, but asyncio's own SIGINT handler
+        # can take it while the loop winds down, and the process then exits 0 or 130 by a race.
+        self.interrupted = self.interrupted or sig == signal.SIGINT
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._simulator.sleeper.restart()
@@ -114,7 +123,7 @@ class _SimulatorServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def _server(simulator: Simulator, **options: object) -> uvicorn.Server:
+def _server(simulator: Simulator, **options: object) -> _SimulatorServer:
     """Returns the uvicorn server of ``simulator``; ``options`` go to ``uvicorn.Config``."""
     config = uvicorn.Config(
         simulator.app,
@@ -174,6 +183,8 @@ def run_simulator(
         server.run(sockets=[listener])
     finally:
         listener.close()
+    if server.interrupted:
+        raise KeyboardInterrupt
 
 
 class RunningSimulator:
