@@ -30,7 +30,8 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/agent-latency bench --runs 3 --budget 2500
 
-# The bench against a real small model served by llama.cpp (builds llama-cpp-python: ~12 min).
+# The bench against a real small model (SmolLM2-135M-Instruct) on llama.cpp's llama-server: builds the
+# server once (~10 min on 2 cores), then about an hour of bench, needles and mixed workload.
 bench-real: $(STAMP)
 	bash scripts/bench_real.sh
 

@@ -163,7 +163,7 @@ class Plan:
         """The first message from ``start`` (default: the first kept) neither dropped nor in
         ``also_dropped``."""
         dropped = self.dropped
-        start = self.first or 0 if start is None else start
+        start = (self.first or 0) if start is None else start
         return next(
             (i for i in range(start, len(dropped)) if not dropped[i] and i not in also_dropped),
             None,
@@ -345,9 +345,10 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
     The last block dropped is often larger than what was still missing (a long first round):
     without the second pass, smaller blocks dropped before it stayed out of a request with room
     for them (seen: 627 of a 1,500 budget sent, two whole rounds that fit dropped). Blocks come
-    back highest priority first, within the same rounded target, so the room left for the
-    conversation to grow before the cut moves is the one the step gives. Only history rounds
-    come back, after a history round was the last to go: the priority classes stay strict.
+    back highest priority first while a whole step stays free with prefix-stable cuts (up to the
+    budget with moving cuts), so that the conversation can grow by a step before a round
+    brought back has to go again. Only history rounds come back, after a history round was the
+    last to go: the priority classes stay strict.
 
     Never the last block left: with nothing must-keep (``keep_system=False``,
     ``keep_latest_user=False``) and a budget below every message, it is kept and marked
@@ -376,8 +377,9 @@ def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms:
         plan.drop(block.indices, "dropped_for_budget")
         dropped += saved
         previous_class = block.priority_class
-    # The request may come back up to the budget less the step's rounding, where it was used.
-    limit = plan.budget - (goal - excess if dropped >= goal else 0)
+    # With prefix-stable cuts a whole step stays free, so the conversation can grow by a step
+    # before a round brought back has to go again (it would break the prefix the server holds).
+    limit = plan.budget - (options.step_tokens if options.prefix_stable else 0)
     # The last block dropped made the rest fit: with it back, the rest would not. Only history
     # rounds come back, and only while the last block dropped was one: a class dropped from
     # keeps nothing of a lower one, and the current turn's tool steps go oldest first.

@@ -87,6 +87,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         keep_latest_user: Never drop the latest user message (its middle may be shortened).
         history_keep_head: How many first history rounds are dropped only after the middle ones
             (default 1; with relevance, a preference that yields when they fill the budget).
+            Rounds dropped before the one whose drop made the rest fit come back where they
+            fit (docs/trimming.md, "The rules").
         history_keep_tail: How many last history rounds are dropped only after the middle ones
             (default 1).
         history_selection: Which middle history rounds are kept first: the most relevant to
