@@ -107,6 +107,8 @@ class _SimulatorServer(uvicorn.Server):
         self._simulator = simulator
         self.interrupted = False
         """Whether Ctrl-C (SIGINT) stopped it."""
+        self.on_started: Callable[[], object] | None = None
+        """Called once it accepts requests, its Ctrl-C handler in place."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # uvicorn raises the signal again once it has stopped, but asyncio's own SIGINT handler
@@ -117,6 +119,8 @@ class _SimulatorServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._simulator.sleeper.restart()
         await super().startup(sockets)
+        if self.on_started is not None and self.started:
+            self.on_started()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._simulator.sleeper.stop()
@@ -168,7 +172,7 @@ def run_simulator(
         host: The one address to listen on.
         port: The port to listen on; 0 picks a free one.
         log_level: uvicorn's log level.
-        on_listening: Called with the API root once the address is bound.
+        on_listening: Called with the API root once it accepts requests.
 
     Raises:
         OSError: When the address cannot be bound (in use, not local, unknown host).
@@ -176,10 +180,13 @@ def run_simulator(
     """
     simulator = Simulator(config or SimulatorConfig())  # a bad option fails before binding
     listener = _bind(host, port)
+    url = _base_url(host, listener.getsockname()[1])
     try:
-        if on_listening is not None:
-            on_listening(_base_url(host, listener.getsockname()[1]))
         server = _server(simulator, log_level=log_level)
+        if on_listening is not None:
+            # Said once it serves: a Ctrl-C before uvicorn's own handler was in place could be
+            # taken by asyncio's, which cancelled the startup and left it serving, deaf to it.
+            server.on_started = lambda: on_listening(url)
         server.run(sockets=[listener])
     finally:
         listener.close()
