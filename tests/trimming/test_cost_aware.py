@@ -84,9 +84,9 @@ def slow_prefill() -> LatencyModel:
 AGE: dict[str, Any] = {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4}
 
 
-def cost_aware(clock: Clock, **options: object) -> CostAwareTrimmer:
+def cost_aware(clock: Clock, budget: int = 3000, **options: object) -> CostAwareTrimmer:
     return CostAwareTrimmer(
-        PriorityTrimmer(3000, prefix_stable=True, **AGE),
+        PriorityTrimmer(budget, prefix_stable=True, **AGE),
         context_window=8192,
         reserve_for_output=2048,
         cache_lifetime_s=300.0,
@@ -736,15 +736,7 @@ def test_an_append_over_the_budget_says_so_and_a_setting_forbids_it(clock: Clock
 
     # At 2,500 the appends on this replay run past the budget (at 3,000 they stay under it).
     def at_2500(**options: Any) -> CostAwareTrimmer:
-        return CostAwareTrimmer(
-            PriorityTrimmer(2500, prefix_stable=True, **AGE),
-            context_window=8192,
-            reserve_for_output=2048,
-            cache_lifetime_s=300.0,
-            clock=clock,
-            latency_model=slow_prefill(),
-            **options,
-        )
+        return cost_aware(clock, 2500, latency_model=slow_prefill(), deep_trimmers=[], **options)
 
     allowed = at_2500(tracer_provider=provider)
     for end in POINTS[11:]:
