@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from agent_latency import LLMSettings, Settings
 from agent_latency.bench import (
@@ -19,7 +20,12 @@ from agent_latency.bench import (
 from agent_latency.bench._contenders import budget_points
 from agent_latency.bench._facts import Fact
 from agent_latency.bench._mixed import schedule
-from agent_latency.bench._workload import profile_simulator, workload_simulator
+from agent_latency.bench._scenario import with_request_id, without_request_id
+from agent_latency.bench._workload import (
+    _score_answers,
+    profile_simulator,
+    workload_simulator,
+)
 from agent_latency.bench._workload_report import CallRecord, StrategyRun
 from agent_latency.sim import SimulatorConfig, running_simulator
 
@@ -293,6 +299,42 @@ def test_answers_are_scored_only_for_fact_questions_with_the_option() -> None:
     # The answer is kept beside its score, so that a reader can see why it was wrong.
     answers = [call["answer"] for call in report.to_json()["strategies"][0]["per_call"]]
     assert answers[0] is None and answers[2] is None and answers[1]
+
+
+def test_answers_are_asked_without_the_bench_marker_and_once_per_prompt_sent() -> None:
+    fact = Fact("8443", "The port is 8443.", "Which port?", "8443.", "en", "user", True)
+    system = SystemMessage("Rules.")
+    question = [HumanMessage("The port is 8443."), AIMessage("Noted."), HumanMessage("Which port?")]
+    # Two strategies sent the same prompt under their own markers; a third dropped the fact.
+    prompts = [
+        without_request_id(with_request_id([system, *question], "a 0"), "a 0"),
+        without_request_id(with_request_id([system, *question], "b 1"), "b 1"),
+        without_request_id(with_request_id([system, question[-1]], "c 2"), "c 2"),
+        None,  # refused, or no question: not asked
+    ]
+    asked: list[list[BaseMessage]] = []
+
+    def ask(prompt: list[BaseMessage]) -> str | None:
+        asked.append(prompt)
+        return "Port 8443." if "8443" in str([m.content for m in prompt]) else None
+
+    calls = [record(needed=1, kept=1, fact=fact) for _ in prompts]
+    scored = _score_answers(calls, prompts, ask, {})
+    assert [call.answered for call in scored] == [True, True, False, None]
+    assert [call.answer for call in scored] == ["Port 8443.", "Port 8443.", None, None]
+    # The model saw the user's prompt, not the bench's marker, and the same prompt once.
+    assert len(asked) == 2 and asked[0][0].content == "Rules."
+    assert asked[0] == [system, *question]
+
+
+def test_without_request_id_undoes_with_request_id_and_leaves_other_prompts_alone() -> None:
+    parts: list[str | dict[str, object]] = [{"type": "text", "text": "Rules."}]
+    for first in (SystemMessage("Rules."), SystemMessage(content=parts)):
+        prompt = [first, HumanMessage("hi")]
+        marked = with_request_id(prompt, "x 1")
+        assert marked != prompt and without_request_id(marked, "x 1") == prompt
+        assert without_request_id(marked, "y 2") == marked  # another marker: not removed
+    assert without_request_id([], "x") == []
 
 
 # -- the frontier ---------------------------------------------------------------------------------

@@ -61,13 +61,34 @@ def with_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[Ba
     so no server prefix cache can shorten its prefill. The input is not modified.
     """
     first, rest = messages[0], list(messages[1:])
-    marker = f"Request {request_id}.\n\n"
+    marker = _marker(request_id)
     content = first.content
     if isinstance(content, str):
         new_content: str | list[str | dict[str, Any]] = marker + content
     else:
         new_content = [{"type": "text", "text": marker}, *content]
     return [first.model_copy(update={"content": new_content}), *rest]
+
+
+def without_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[BaseMessage]:
+    """Returns ``messages`` without the request id :func:`with_request_id` put first (a new list).
+
+    Messages that do not start with it are returned as they are. The input is not modified.
+    """
+    if not messages:
+        return []
+    first, rest = messages[0], list(messages[1:])
+    marker = _marker(request_id)
+    content = first.content
+    if isinstance(content, str) and content.startswith(marker):
+        return [first.model_copy(update={"content": content.removeprefix(marker)}), *rest]
+    if isinstance(content, list) and content and content[0] == {"type": "text", "text": marker}:
+        return [first.model_copy(update={"content": content[1:]}), *rest]
+    return [first, *rest]
+
+
+def _marker(request_id: str) -> str:
+    return f"Request {request_id}.\n\n"
 
 
 def new_request_id() -> str:

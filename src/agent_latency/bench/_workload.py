@@ -24,8 +24,9 @@ Before the contenders, one untimed call sends the longest prompt, so that what a
 its first request (the simulator loads its tokenizer) falls on no strategy's time. The user's
 wait of a call is its time to first token, plus the time its strategy took to prepare the prompt
 (a trim; for ``SummarizationMiddleware`` its summary call to the same server). Retention is the
-share of the facts the calls' questions need that are still in what was sent; with ``answers``
-the fact questions are answered greedily (temperature 0) and scored.
+share of the facts the calls' questions need that are still in what was sent; with ``answers``,
+after a contender's timed calls, each fact question's prompt as sent, less the bench's own
+marker, is answered greedily (temperature 0) and scored (:func:`_score_answers`).
 """
 
 from __future__ import annotations
@@ -41,12 +42,18 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from agent_latency._latency_model import LatencyModel
 from agent_latency._redaction import display_url
+from agent_latency._wire import content_key
 from agent_latency.bench._calls import CallMeter
 from agent_latency.bench._contenders import STRATEGIES, SUMMARY_MAX_TOKENS, Kit, contenders
 from agent_latency.bench._errors import RequestRefused, explain_api_error
 from agent_latency.bench._facts import answer_gives, fact_kept, plant_facts
 from agent_latency.bench._mixed import MixedWorkload, schedule
-from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
+from agent_latency.bench._scenario import (
+    call_points,
+    load_scenario,
+    with_request_id,
+    without_request_id,
+)
 from agent_latency.bench._workload_report import CallRecord, StrategyRun, WhereItRan, WorkloadReport
 from agent_latency.config import Settings, build_chat_model
 from agent_latency.doctor import Endpoint, seed_latency_model
@@ -204,6 +211,35 @@ def _warm_up(meter: CallMeter, model: Any, messages: list[BaseMessage], settings
             raise error from None
 
 
+def _score_answers(
+    calls: Sequence[CallRecord],
+    prompts: Sequence[Sequence[BaseMessage] | None],
+    ask: Callable[[list[BaseMessage]], str | None],
+    asked: dict[tuple[Any, ...], str | None],
+) -> list[CallRecord]:
+    """Returns ``calls`` with each fact question's answer and whether it gave the fact.
+
+    ``prompts[i]`` is what call ``i`` sent less the bench's request marker (``None`` where it
+    asked no fact question or was refused): the marker is the bench's, not the user's, and a few
+    different tokens at the start of a prompt can turn a small model's greedy answer. A prompt
+    asked before, by this strategy or another, is not asked again (``asked``, keyed by what goes
+    on the wire), so strategies that send the same are scored the same. ``ask`` returns ``None``
+    when the server refuses the prompt: a wrong answer.
+    """
+    scored = []
+    for call, prompt in zip(calls, prompts, strict=True):
+        if prompt is None or call.fact is None:
+            scored.append(call)
+            continue
+        key = tuple(content_key(message) for message in prompt)
+        if key not in asked:
+            asked[key] = ask(list(prompt))
+        answer = asked[key]
+        answered = answer is not None and answer_gives(call.fact, answer)
+        scored.append(replace(call, answered=answered, answer=answer))
+    return scored
+
+
 def _label(knob: Any) -> str:
     return ",".join(f"{name}={value}" for name, value in knob.items()) or "-"
 
@@ -244,7 +280,8 @@ def run_mixed_workload(
         base_url: Run against this OpenAI-compatible endpoint instead of the simulator.
         only: Run only these strategies (by name). Default: all.
         frontier: Run every point of every strategy's knob sweep, not only its default.
-        answers: Answer each fact question greedily and score it (a real model's endpoint).
+        answers: Answer each fact question greedily and score it (a real model's endpoint), after
+            each contender's timed calls (:func:`_score_answers`).
         on_call: Called after each model call.
 
     Raises:
@@ -300,6 +337,17 @@ def run_mixed_workload(
         answer_tokens = workload.reserve_for_output if on_sim else ANSWER_TOKENS
         timed = model(timed_tokens, streaming=True, callbacks=meter.callbacks, **greedy)
         answering = model(answer_tokens, streaming=True, callbacks=meter.callbacks, **greedy)
+        asked: dict[tuple[Any, ...], str | None] = {}
+
+        def ask(prompt: list[BaseMessage]) -> str | None:
+            try:
+                return meter.stream(answering, prompt).text
+            except openai.APIError as exc:
+                error = explain_api_error(exc, channel.settings)
+                if not isinstance(error, RequestRefused):
+                    raise error from None
+                return None
+
         probes: list[int] = []
         with Endpoint(channel.settings, timeout_s=llm.timeout_seconds) as endpoint:
 
@@ -328,6 +376,7 @@ def run_mixed_workload(
                 strategy = contender.build()
                 epochs = [0] * workload.conversations
                 calls = []
+                questions: list[list[BaseMessage] | None] = []
                 for turn in turns:
                     now[0] = turn.at
                     epochs[turn.conversation] += turn.idle
@@ -361,12 +410,13 @@ def run_mixed_workload(
                         fact=fact,
                     )
                     try:
-                        call = meter.stream(answering if answers and fact else timed, sent)
+                        call = meter.stream(timed, sent)
                     except openai.APIError as exc:
                         error = explain_api_error(exc, channel.settings)
                         if not isinstance(error, RequestRefused):
                             raise error from None
                         calls.append(replace(record, refused=error.server_message, kept=0))
+                        questions.append(None)
                     else:
                         usage = call.usage
                         if prepared.learn is not None:  # as the callback handler does
@@ -378,14 +428,11 @@ def run_mixed_workload(
                                 ttft_ms=call.ttft_ms,
                                 server_tokens=usage.prompt_tokens,
                                 cached_tokens=usage.cached_tokens,
-                                answered=answer_gives(fact, call.text)
-                                if answers and fact
-                                else None,
-                                answer=call.text if answers and fact else None,
                                 server_prefill_ms=call.server_prefill_ms,
                                 ttft_remainder_ms=call.ttft_remainder_ms,
                             )
                         )
+                        questions.append(without_request_id(sent, marker) if fact else None)
                     if on_call is not None:
                         last = calls[-1]
                         on_call(
@@ -402,6 +449,8 @@ def run_mixed_workload(
                                 ),
                             )
                         )
+                if answers:
+                    calls = _score_answers(calls, questions, ask, asked)
                 runs.append(
                     StrategyRun(
                         contender.strategy,

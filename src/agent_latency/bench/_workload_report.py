@@ -38,8 +38,9 @@ class CallRecord:
         needed: How many facts the call's question needs.
         kept: How many of them are still in what was sent (0 when refused).
         answered: With answers asked for, whether the answer gave the fact; ``None`` otherwise.
-        answer: With answers asked for, the model's answer to the fact question (the workload's
-            own made-up conversation: no user content).
+        answer: With answers asked for, the model's answer to the fact question: to the prompt
+            sent, less the bench's request marker (the workload's own made-up conversation: no
+            user content).
         server_prefill_ms: How long the server said it prefilled, where it said so.
         ttft_remainder_ms: The rest of the time to first token (client, network, queue), where
             the server said how long it prefilled.
