@@ -155,7 +155,8 @@ def bench(
         typer.Option(
             "--workload-answers",
             help="With --workload-endpoint on a real model: answer each fact question greedily "
-            "(temperature 0, 32 tokens) and score the answers.",
+            "(temperature 0, 32 tokens) on the prompt the strategy sent, less the bench's "
+            "request marker, and score the answers.",
         ),
     ] = False,
     workload_endpoint: Annotated[
