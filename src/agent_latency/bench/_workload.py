@@ -206,9 +206,16 @@ def _warm_up(meter: CallMeter, model: Any, messages: list[BaseMessage], settings
     try:
         meter.stream(model, with_request_id(messages, "warm-up"))
     except openai.APIError as exc:
-        error = explain_api_error(exc, settings)
-        if not isinstance(error, RequestRefused):
-            raise error from None
+        _refusal(exc, settings)
+
+
+def _refusal(exc: openai.APIError, settings: Settings) -> RequestRefused:
+    """Returns the server's refusal of a request (HTTP 400, 413, 422), to be recorded; any other
+    failure is raised, explained: the endpoint fails as a whole."""
+    error = explain_api_error(exc, settings)
+    if not isinstance(error, RequestRefused):
+        raise error from None
+    return error
 
 
 def _score_answers(
@@ -343,9 +350,7 @@ def run_mixed_workload(
             try:
                 return meter.stream(answering, prompt).text
             except openai.APIError as exc:
-                error = explain_api_error(exc, channel.settings)
-                if not isinstance(error, RequestRefused):
-                    raise error from None
+                _refusal(exc, channel.settings)
                 return None
 
         probes: list[int] = []
@@ -412,10 +417,8 @@ def run_mixed_workload(
                     try:
                         call = meter.stream(timed, sent)
                     except openai.APIError as exc:
-                        error = explain_api_error(exc, channel.settings)
-                        if not isinstance(error, RequestRefused):
-                            raise error from None
-                        calls.append(replace(record, refused=error.server_message, kept=0))
+                        refusal = _refusal(exc, channel.settings)
+                        calls.append(replace(record, refused=refusal.server_message, kept=0))
                         questions.append(None)
                     else:
                         usage = call.usage
