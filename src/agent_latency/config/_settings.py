@@ -44,7 +44,7 @@ PriorityClass = Literal["system", "latest_user", "tool_result", "history"]
 PRIORITY_CLASSES: Final[tuple[PriorityClass, ...]] = get_args(PriorityClass)
 """Every priority class, in the default order: the first gets the budget first."""
 MAX_TOKENS_PARAMS: Final = ("auto", "max_tokens", "max_completion_tokens")
-HistorySelection = Literal["age", "relevance"]
+HistorySelection = Literal["cache_first", "relevance", "age"]
 """How the trimmer picks which middle history rounds to keep (docs/configuration.md)."""
 HISTORY_SELECTIONS: Final[tuple[HistorySelection, ...]] = get_args(HistorySelection)
 TrimMode = Literal["prefix_stable", "moving_cut", "cost_aware"]
@@ -157,7 +157,7 @@ class PromptSettings:
     # every server profile, for the same prompt size.
     history_keep_head: int = 1
     history_keep_tail: int = 1
-    history_selection: HistorySelection = "relevance"
+    history_selection: HistorySelection = "cache_first"
     compact_tool_results: bool = False
     # The frontier's default too: cost-aware ties prefix-stable at best (docs/trimming.md).
     mode: TrimMode = "prefix_stable"

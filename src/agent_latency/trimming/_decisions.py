@@ -17,6 +17,8 @@ Rule = Literal[
     "latest_tool_call",
     "within_budget",
     "dropped_for_budget",
+    "dropped_at_cut",
+    "recalled",
     "orphan_tool_result",
     "tool_result_cap",
     "compacted",
@@ -42,6 +44,17 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
     "dropped_for_budget": (
         "lower priority/older",
         "dropped; its class ranks lower or it is older than what was kept.",
+    ),
+    "dropped_at_cut": (
+        "left out at the cut",
+        "dropped when the cache-first cut last moved: the rounds before the cut keep the head, "
+        "what the question asked there needed and the most recent, and the cut stays put while "
+        "the conversation grows, so the server's cached prefix keeps hitting.",
+    ),
+    "recalled": (
+        "the question needs it",
+        "left out at the cut, but the latest user message names something only it mentions: "
+        "sent again right before the current turn, after the cached prefix.",
     ),
     "orphan_tool_result": (
         "no tool call asked",

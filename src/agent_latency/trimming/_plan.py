@@ -48,6 +48,8 @@ class Plan:
             sent (Qwen's and Llama 3.1's templates add a default system turn when that is not
             a system message), so dropping the first message can cost more than it saves.
         shortened: The copies to send in place of shortened messages, by index.
+        moved: Kept messages sent right before the latest user message rather than in their
+            place (recalled history, which must not move the cached prefix), ascending.
     """
 
     __slots__ = (
@@ -59,6 +61,7 @@ class Plan:
         "frame",
         "framing",
         "messages",
+        "moved",
         "must_keep",
         "rules",
         "shortened",
@@ -106,6 +109,7 @@ class Plan:
         self.dropped = [False] * len(messages)
         self.must_keep = [False] * len(messages)
         self.shortened: dict[int, BaseMessage] = {}
+        self.moved: list[int] = []
 
     def keep(self, indices: Sequence[int], rule: Rule) -> None:
         """Marks messages kept by ``rule``; one shortened already keeps its shortening's rule."""
@@ -198,15 +202,26 @@ class Plan:
     def output(self) -> list[BaseMessage]:
         """The messages to send: the kept ones as given, shortened ones as their copies."""
         # compress() walks the list in C: an agent's history runs to hundreds of messages.
-        if not self.shortened:
+        if not self.shortened and not self.moved:
             return list(compress(self.messages, map(operator.not_, self.dropped)))
         shortened, messages = self.shortened, self.messages
-        kept = compress(range(len(messages)), map(operator.not_, self.dropped))
-        return [shortened.get(index, messages[index]) for index in kept]
+        return [shortened.get(index, messages[index]) for index in self.sent_order()]
+
+    def sent_order(self) -> list[int]:
+        """The indices of the messages sent, in the order they are sent."""
+        kept = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
+        question = self.question()
+        if not self.moved or question is None:
+            return kept
+        moved = set(self.moved)
+        before = [i for i in kept if i < question and i not in moved]
+        return before + self.moved + [i for i in kept if i >= question]
 
     def sent_sizes(self) -> tuple[int, ...]:
         """Each sent message's tokens as sent, in output order."""
-        return tuple(compress(self.sizes, map(operator.not_, self.dropped)))
+        if not self.moved:
+            return tuple(compress(self.sizes, map(operator.not_, self.dropped)))
+        return tuple(self.sizes[index] for index in self.sent_order())
 
     def question(self) -> int | None:
         """The index of the latest user message, if any (a unit of its own: one message)."""
@@ -440,7 +455,7 @@ def _history_drop_order(
 ) -> list[list[Unit]]:
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
-    With ``history_selection="relevance"`` the middle rounds go least relevant to the latest
+    With ``history_selection="relevance"`` (and after a cache-first cut, see ``_cache_first``) the middle rounds go least relevant to the latest
     user message first (BM25; oldest first among equally relevant ones), and the round that
     matches it best goes last, after the head and the tail. There the head and tail rounds are a
     preference, not a wall: when they alone take more than ``room`` (what the budget leaves for
@@ -460,7 +475,7 @@ def _history_drop_order(
     head_end = min(options.history_keep_head, tail_start)
     head, middle, tail = ordered[:head_end], ordered[head_end:tail_start], ordered[tail_start:]
     by_age = middle + head[::-1] + tail  # the history erodes outwards from its middle
-    if options.history_selection != "relevance" or not ordered:
+    if options.history_selection == "age" or not ordered:
         return by_age
     question = plan.question()
     query = "" if question is None else plan.texts[question]

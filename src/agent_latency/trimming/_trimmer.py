@@ -34,6 +34,7 @@ from agent_latency import semconv
 from agent_latency._wire import coerce_messages
 from agent_latency.config import HistorySelection, PriorityClass, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
+from agent_latency.trimming._cache_first import cache_first_cut
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import pre_model_hook, system_prompt
 from agent_latency.trimming._options import DEFAULTS, TrimOptions
@@ -490,6 +491,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             cap_tool_results(plan, options.tool_result_cap)
             if options.compact_tool_results:
                 compact_history(plan, options, self.compactor)
+            if options.history_selection == "cache_first" and options.prefix_stable:
+                cache_first_cut(plan, units, options, self.term_cache)
             drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
         output = plan.output()
