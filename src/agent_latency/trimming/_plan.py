@@ -456,8 +456,9 @@ def _history_drop_order(
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
     With ``history_selection="relevance"`` (and ``"cache_first"``, when its cut still leaves
-    the request over budget) the middle rounds go least relevant to the latest user message first (BM25; oldest first among equally relevant ones), and the round that
-    matches it best goes last, after the head and the tail. There the head and tail rounds are a
+    the request over budget) the middle rounds go least relevant to the latest user message
+    first (BM25; oldest first among equally relevant ones), and the round that matches it best
+    goes last, after the head and the tail. There the head and tail rounds are a
     preference, not a wall: when they alone take more than ``room`` (what the budget leaves for
     the history), every round is ranked by relevance, so the round the question needs is not the
     one dropped (equally relevant rounds in the age order). By age, nothing tells which round
