@@ -35,7 +35,7 @@ from typing import Final
 
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
-from agent_latency.trimming._relevance import TermCache, bm25_scores
+from agent_latency.trimming._relevance import TermCache
 from agent_latency.trimming._rounds import Unit
 
 STABLE_SHARE: Final = 0.4
@@ -44,8 +44,6 @@ APPEND_SHARE: Final = 0.35
 """How far the history grows between two cuts, as a share of its room (an epoch)."""
 RECALL_SHARE: Final = 0.25
 """The most a recall brings back, as a share of the history's room."""
-RECALL_MARGIN: Final = 1.2
-"""How much better than every round still sent a left-out round must match the question."""
 RECALL_MATCH: Final = 0.3
 """How much of the question a left-out round must match (of the question's own score)."""
 _NEIGHBOURS: Final = 1
@@ -116,21 +114,43 @@ def _indices(round_: Round) -> list[int]:
 
 def _round_scores(
     plan: Plan, query: str, rounds: Sequence[Round], terms: TermCache
-) -> tuple[list[float], float]:
-    """Each round's relevance to ``query`` (its best message's BM25 score: turn level, with a
-    tie broken toward the newer round), and the query's score against itself: what a round
-    that said all the question says would score."""
+) -> tuple[list[float], float, list[frozenset[str]]]:
+    """How well each round answers ``query``, turn by turn.
+
+    A message's score is the summed inverse document frequency of the query's terms it holds
+    (each term once: how much of the question it speaks to, not how often or how briefly), a
+    round's the best of its messages', plus a tie-break toward the newer round, so that of two
+    rounds saying the same thing the later one (a correction) ranks first.
+
+    Returns:
+        The rounds' scores, the score of a message holding every term of the query, and each
+        round's query terms.
+    """
+    wanted = tuple(terms.counts(query))
+    if not wanted:
+        return [0.0] * len(rounds), 0.0, [frozenset()] * len(rounds)
     texts = plan.texts
-    members = [[texts[i] for i in _indices(r)] for r in rounds]
-    flat = [[text] for texts_ in members for text in texts_]
-    scores = bm25_scores(query, [*flat, [query]], terms)
-    result: list[float] = []
-    position = 0
-    for order, texts_ in enumerate(members):
-        best = max(scores[position : position + len(texts_)], default=0.0)
-        position += len(texts_)
-        result.append(best + _RECENCY * order if best > 0 else 0.0)
-    return result, scores[-1]
+    held: list[list[frozenset[str]]] = []
+    frequency = dict.fromkeys(wanted, 0)
+    messages = 0
+    for round_ in rounds:
+        found = []
+        for index in _indices(round_):
+            bag = terms.counts(texts[index])
+            matched = frozenset(t for t in wanted if t in bag)
+            for term in matched:
+                frequency[term] += 1
+            found.append(matched)
+            messages += 1
+        held.append(found)
+    idf = {t: math.log(1 + (messages - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
+    scores: list[float] = []
+    round_terms: list[frozenset[str]] = []
+    for order, found in enumerate(held):
+        best = max((sum(idf[t] for t in matched) for matched in found), default=0.0)
+        scores.append(best + _RECENCY * order if best > 0 else 0.0)
+        round_terms.append(frozenset().union(*found))
+    return scores, sum(idf.values()), round_terms
 
 
 def _stable_part(
@@ -160,13 +180,17 @@ def _stable_part(
         take(index)
     query = _cut_query(plan, rounds, cut)
     if query:
-        scores, _ = _round_scores(plan, query, before, terms)
+        scores, _, _ = _round_scores(plan, query, before, terms)
         for index in sorted(range(len(before)), key=scores.__getitem__, reverse=True):
             if scores[index] <= 0:
                 break
             for neighbour in _with_neighbours(index):
                 take(neighbour)
+    # Then the most recent rounds, while they fit: no older round fills a gap, where it
+    # could say what a newer round left out corrects.
     for index in range(len(before) - 1, -1, -1):
+        if index not in keep and used + sizes[index] > target:
+            break
         take(index)
     return keep
 
@@ -190,30 +214,49 @@ def _cut_query(plan: Plan, rounds: Sequence[Round], cut: int) -> str:
 def _recall(
     plan: Plan, rounds: Sequence[Round], sizes: Sequence[int], room: int, terms: TermCache
 ) -> None:
-    """Brings back the dropped rounds the latest user message needs, before the current turn.
+    """Brings back the left-out rounds the latest user message needs, before the current turn.
 
-    Only when the question needs them: the round that matches it best was left out, matches it
-    clearly better than any round still sent (:data:`RECALL_MARGIN`), and matches a good part
-    of what it asks (:data:`RECALL_MATCH`). Then the left-out rounds that match it at least
-    half as well come back, best first, each with its neighbours, within ``room``.
+    Only when the question needs them: a left-out round holds a term of the question that no
+    message still sent holds, and speaks to a good part of the question
+    (:data:`RECALL_MATCH`). Then the left-out rounds holding such a term that score at least
+    half as well come back, best (and, among equals, newest) first, each with its neighbours,
+    within ``room``; they are sent in their own order.
     """
     question = plan.question()
     if question is None or room <= 0:
         return
-    scores, ideal = _round_scores(plan, plan.texts[question], rounds, terms)
+    query = plan.texts[question]
+    scores, ideal, round_terms = _round_scores(plan, query, rounds, terms)
     dropped = plan.dropped
     out = [dropped[r[0].indices[0]] for r in rounds]
-    best_out = max((s for s, o in zip(scores, out, strict=True) if o), default=0.0)
-    best_in = max((s for s, o in zip(scores, out, strict=True) if not o), default=0.0)
-    if best_out <= 0 or best_out < RECALL_MARGIN * best_in or best_out < RECALL_MATCH * ideal:
+    sent_terms = frozenset().union(*(t for t, o in zip(round_terms, out, strict=True) if not o))
+    # The system messages and the current turn's tool steps (few) speak to the question too.
+    others = [
+        plan.texts[i]
+        for i, c in enumerate(plan.classes)
+        if c != "history" and not dropped[i] and i != question
+    ]
+    sent_terms |= terms.found(query, others, "others")
+    # What the question asks that nothing sent holds; or a newer round than the best one sent
+    # that says as much (a correction of what is sent).
+    sent_rounds = [r for r in range(len(rounds)) if not out[r] and scores[r] > 0]
+    latest_said = max(sent_rounds, key=scores.__getitem__, default=-1)
+    said = scores[latest_said] - _RECENCY * latest_said if sent_rounds else math.inf
+    candidates = [
+        r
+        for r in range(len(rounds))
+        if out[r]
+        and scores[r] > 0
+        and (round_terms[r] - sent_terms or (r > latest_said and scores[r] >= said))
+    ]
+    best = max((scores[r] for r in candidates), default=0.0)
+    if best <= 0 or best < RECALL_MATCH * ideal:
         return
     chosen: list[int] = []
     used = 0
-    for r in sorted(range(len(rounds)), key=scores.__getitem__, reverse=True):
-        if scores[r] < best_out / 2:
+    for r in sorted(candidates, key=scores.__getitem__, reverse=True):
+        if scores[r] < best / 2:
             break
-        if not out[r]:
-            continue
         for candidate in _with_neighbours(r):
             if (
                 0 <= candidate < len(rounds)

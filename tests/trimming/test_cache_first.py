@@ -1,0 +1,149 @@
+"""Cache-first cuts: the prefix stays while the conversation grows, a correction beats what it
+corrects, a question about the past gets its round back after the cached prefix, and two
+trimmers (replicas) send the same request."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming import PriorityTrimmer
+
+COUNTER = TokenCounter()
+SYSTEM = SystemMessage("You are a helpful assistant. Answer briefly.")
+
+
+def _chat(turns: int, seed: int = 1) -> list[BaseMessage]:
+    """A chat of ``turns`` messages, user and assistant in turn, of Zipf-distributed words."""
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(3000)]
+    weights = [1 / (i + 1) for i in range(3000)]
+    messages: list[BaseMessage] = []
+    for n in range(turns):
+        text = " ".join(rng.choices(vocabulary, weights, k=rng.randint(10, 60)))
+        messages.append(HumanMessage(text) if n % 2 == 0 else AIMessage(text))
+    return messages
+
+
+def _uncached_per_call(trimmer: PriorityTrimmer, chat: list[BaseMessage]) -> float:
+    """Mean tokens per call after the longest run of messages the previous request began with
+    (a one-slot prefix cache, at message granularity), the chat growing one round a call."""
+    previous: list[BaseMessage] = []
+    uncached = []
+    for end in range(1, len(chat) + 1, 2):
+        sent = trimmer.trim([SYSTEM, *chat[:end]]).messages
+        shared = 0
+        for now, then in zip(sent, previous, strict=False):
+            if now is not then:
+                break
+            shared += 1
+        uncached.append(sum(map(COUNTER.count_message, sent[shared:])))
+        previous = sent
+    return statistics.mean(uncached)
+
+
+@pytest.mark.parametrize("budget", [2000, 4000])
+def test_a_growing_chat_reprefills_less_than_the_age_cut(budget: int) -> None:
+    chat = _chat(400)
+    cache_first = _uncached_per_call(PriorityTrimmer(budget, token_counter=COUNTER), chat)
+    age = _uncached_per_call(
+        PriorityTrimmer(budget, token_counter=COUNTER, history_selection="age"), chat
+    )
+    relevance = _uncached_per_call(
+        PriorityTrimmer(budget, token_counter=COUNTER, history_selection="relevance"), chat
+    )
+    assert cache_first <= 0.75 * age
+    assert cache_first <= 0.25 * relevance
+
+
+def test_the_cut_stays_put_between_deep_cuts() -> None:
+    """Between two cuts each request is the previous one plus the new messages."""
+    chat = _chat(300)
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    previous: list[BaseMessage] = []
+    calls = cuts = 0
+    for end in range(1, len(chat) + 1, 2):
+        result = trimmer.trim([SYSTEM, *chat[:end]])
+        assert result.tokens_after <= 2000
+        sent = result.messages
+        shared = next(
+            (i for i, (a, b) in enumerate(zip(sent, previous, strict=False)) if a is not b),
+            min(len(sent), len(previous)),
+        )
+        calls += 1
+        # A cut re-sends most of the request; a recall only what follows the cached prefix.
+        cuts += shared < len(previous) / 2
+        previous = sent
+    assert cuts >= 3  # the chat grew far past the budget
+    assert cuts <= calls / 4
+
+
+def test_two_trimmers_send_the_same_request() -> None:
+    """Derived from the messages alone: a second replica with no shared state agrees."""
+    chat = _chat(200, seed=7)
+    first = PriorityTrimmer(1500, token_counter=COUNTER)
+    for end in range(1, len(chat) + 1, 2):
+        first.trim([SYSTEM, *chat[:end]])  # the first replica saw the whole conversation
+    second = PriorityTrimmer(1500, token_counter=TokenCounter())
+    conversation = [SYSTEM, *chat]
+    conversation.append(HumanMessage("and then?"))
+    assert [m.content for m in first.trim(conversation).messages] == [
+        m.content for m in second.trim(conversation).messages
+    ]
+
+
+def _corrected_port_chat() -> list[BaseMessage]:
+    messages: list[BaseMessage] = [SYSTEM]
+    for n in range(20):
+        if n == 4:
+            user = "The database port is 5432."
+        elif n == 15:
+            user = "Correction: the database port is now 6543, we moved it."
+        else:
+            user = f"Round {n}: please tidy the changelog entry number {n} for the release notes."
+        messages += [HumanMessage(user), AIMessage(f"Done with item {n}; noted.")]
+    messages.append(HumanMessage("What is the database port?"))
+    return messages
+
+
+@pytest.mark.parametrize("budget", range(200, 560, 10))
+def test_a_correction_is_never_sent_without_what_it_corrects_being_newer(budget: int) -> None:
+    """The old port is never sent without the correction, at any budget."""
+    result = PriorityTrimmer(budget, token_counter=COUNTER).trim(_corrected_port_chat())
+    sent = " ".join(str(m.content) for m in result.messages)
+    assert "6543" in sent or "5432" not in sent
+    assert result.tokens_after <= budget
+
+
+def test_a_question_about_the_past_recalls_its_round_after_the_cached_prefix() -> None:
+    chat = _chat(300, seed=3)
+    fact = HumanMessage("Remember: the vault combination for the Zanzibar office is 7-19-44.")
+    answer = AIMessage("Noted, the Zanzibar vault combination is stored.")
+    conversation: list[BaseMessage] = [SYSTEM, *chat[:20], fact, answer, *chat[20:]]
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    before = trimmer.trim([*conversation, HumanMessage("ok, thanks")])
+    assert fact not in before.messages  # the fact's round was left out at the cut
+    question = HumanMessage("What is the Zanzibar vault combination again?")
+    result = trimmer.trim([*conversation, question])
+    sent = result.messages
+    assert result.tokens_after <= 2000
+    assert sent[-1] is question and fact in sent and answer in sent
+    # The recalled rounds come last, after every message the previous request sent, which
+    # stay where they were: the cached prefix does not move.
+    asked = [*conversation, question]
+    recalled = [asked[d.index] for d in result.decisions if d.rule == "recalled"]
+    assert fact in recalled and answer in recalled
+    first = sent.index(recalled[0])
+    assert sent[first:-1] == recalled
+    assert sent[:first] == before.messages[:first]
+
+
+def test_small_talk_recalls_nothing() -> None:
+    chat = _chat(300, seed=3)
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    result = trimmer.trim([SYSTEM, *chat, HumanMessage("ok, thanks, sounds good")])
+    assert all(d.rule != "recalled" for d in result.decisions)
