@@ -35,7 +35,7 @@ from typing import Final
 
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
-from agent_latency.trimming._relevance import TermCache
+from agent_latency.trimming._relevance import TermCache, text_bytes
 from agent_latency.trimming._rounds import Unit
 
 STABLE_SHARE: Final = 0.4
@@ -130,13 +130,19 @@ def _round_scores(
     if not wanted:
         return [0.0] * len(rounds), 0.0, [frozenset()] * len(rounds)
     texts = plan.texts
+    members = tuple(tuple(texts[i] for i in _indices(r)) for r in rounds)
+    # The rounds before a cut and the question asked there stay the same for a whole epoch.
+    key = ("coverage", query, members)
+    remembered: tuple[list[float], float, list[frozenset[str]]] | None = terms.scores.get(key)
+    if remembered is not None:
+        return remembered
     held: list[list[frozenset[str]]] = []
     frequency = dict.fromkeys(wanted, 0)
     messages = 0
-    for round_ in rounds:
+    for round_texts in members:
         found = []
-        for index in _indices(round_):
-            bag = terms.counts(texts[index])
+        for text in round_texts:
+            bag = terms.counts(text)
             matched = frozenset(t for t in wanted if t in bag)
             for term in matched:
                 frequency[term] += 1
@@ -150,7 +156,9 @@ def _round_scores(
         best = max((sum(idf[t] for t in matched) for matched in found), default=0.0)
         scores.append(best + _RECENCY * order if best > 0 else 0.0)
         round_terms.append(frozenset().union(*found))
-    return scores, sum(idf.values()), round_terms
+    result = (scores, sum(idf.values()), round_terms)
+    terms.scores.put(key, result, text_bytes([query, *(t for m in members for t in m)]))
+    return result
 
 
 def _stable_part(
