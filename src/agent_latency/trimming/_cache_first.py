@@ -30,12 +30,14 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
+from agent_latency._wire import role_of
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
-from agent_latency.trimming._relevance import TermCache, text_bytes
+from agent_latency.trimming._relevance import Occurrences, TermCache
 from agent_latency.trimming._rounds import Unit
 
 STABLE_SHARE: Final = 0.4
@@ -51,12 +53,16 @@ _NEIGHBOURS: Final = 1
 often sit in adjacent rounds)."""
 _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
-
-Round = list[Unit]
+_COMMON: Final = 0.25
+"""A term in more than this share of the messages does not rank rounds."""
 
 
 def cache_first_cut(
-    plan: Plan, units: Sequence[Unit], options: TrimOptions, terms: TermCache
+    plan: Plan,
+    units: Sequence[Unit],
+    options: TrimOptions,
+    terms: TermCache,
+    occurrences: Occurrences,
 ) -> None:
     """Drops the history rounds a cache-first cut leaves out and recalls what the question needs.
 
@@ -66,137 +72,135 @@ def cache_first_cut(
         options: The trimmer's options (``history_keep_head`` and ``history_keep_tail`` rounds
             are kept first in the stable part).
         terms: Where term counts are remembered between calls.
+        occurrences: Where each term occurs in the conversation.
     """
-    rounds = _history_rounds(plan, units)
-    if not rounds:
+    history = _History.of(plan, units, terms, occurrences)
+    if history is None:
         return
-    sizes = [_size(plan, r) for r in rounds]
-    history = sum(sizes)
+    total = history.starts[-1]
     current = sum(
         plan.sizes[i]
         for i, c in enumerate(plan.classes)
         if c in ("latest_user", "tool_result") and not plan.dropped[i]
     )
-    room = plan.budget - (plan.tokens - history - current)  # what the history and turn share
+    room = plan.budget - (plan.tokens - total - current)  # what the history and turn share
     if room <= 0:
         return
-    starts = [0, *accumulate(sizes)]
     epoch = max(math.floor(APPEND_SHARE * room), 1)
-    cut = bisect.bisect_right(starts, (history // epoch) * epoch) - 1
+    cut = bisect.bisect_right(history.starts, (total // epoch) * epoch) - 1
     stable_target = math.floor(STABLE_SHARE * room)
-    if starts[cut] > stable_target:
-        keep = _stable_part(plan, rounds, sizes, cut, stable_target, options, terms)
-        left_out = [i for r in range(cut) if r not in keep for i in _indices(rounds[r])]
+    if history.starts[cut] > stable_target:
+        keep = _stable_part(history, cut, stable_target, options)
+        left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
         plan.drop(left_out, "dropped_at_cut")
-    recall_room = min(math.floor(RECALL_SHARE * room), plan.budget - plan.tokens)
-    _recall(plan, rounds, sizes, recall_room, terms)
+    _recall(history, min(math.floor(RECALL_SHARE * room), plan.budget - plan.tokens))
 
 
-def _history_rounds(plan: Plan, units: Sequence[Unit]) -> list[Round]:
-    """The droppable history units, grouped by round, oldest first."""
-    rounds: dict[int, Round] = {}
-    classes, dropped, must_keep = plan.classes, plan.dropped, plan.must_keep
-    for unit in units:
-        first = unit.indices[0]
-        if classes[first] == "history" and not dropped[first] and not must_keep[first]:
-            rounds.setdefault(unit.round, []).append(unit)
-    return list(rounds.values())
+@dataclass(slots=True)
+class _History:
+    """The history rounds of a plan (the droppable ones, oldest first) and how to score them.
 
-
-def _size(plan: Plan, round_: Round) -> int:
-    sizes = plan.sizes
-    return sum(sizes[i] for unit in round_ for i in unit.indices)
-
-
-def _indices(round_: Round) -> list[int]:
-    return [i for unit in round_ for i in unit.indices]
-
-
-def _round_scores(
-    plan: Plan, query: str, rounds: Sequence[Round], terms: TermCache
-) -> tuple[list[float], float, list[frozenset[str]]]:
-    """How well each round answers ``query``, turn by turn.
-
-    A message's score is the summed inverse document frequency of the query's terms it holds
-    (each term once: how much of the question it speaks to, not how often or how briefly), a
-    round's the best of its messages', plus a tie-break toward the newer round, so that of two
-    rounds saying the same thing the later one (a correction) ranks first.
-
-    Returns:
-        The rounds' scores, the score of a message holding every term of the query, and each
-        round's query terms.
+    Attributes:
+        plan: The plan.
+        indices: Each round's message positions.
+        sizes: Each round's tokens as planned.
+        starts: The tokens before each round, and the total last.
+        owner: Per message position, its round (``-1``: no history round).
+        terms: Term counts.
+        occurrences: Where each term occurs.
     """
-    wanted = tuple(terms.counts(query))
-    if not wanted:
-        return [0.0] * len(rounds), 0.0, [frozenset()] * len(rounds)
-    texts = plan.texts
-    members = tuple(tuple(texts[i] for i in _indices(r)) for r in rounds)
-    # The rounds before a cut and the question asked there stay the same for a whole epoch.
-    key = ("coverage", query, members)
-    remembered: tuple[list[float], float, list[frozenset[str]]] | None = terms.scores.get(key)
-    if remembered is not None:
-        return remembered
-    held: list[list[frozenset[str]]] = []
-    frequency = dict.fromkeys(wanted, 0)
-    messages = 0
-    for round_texts in members:
-        found = []
-        for text in round_texts:
-            bag = terms.counts(text)
-            matched = frozenset(t for t in wanted if t in bag)
-            for term in matched:
-                frequency[term] += 1
-            found.append(matched)
-            messages += 1
-        held.append(found)
-    idf = {t: math.log(1 + (messages - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
-    scores: list[float] = []
-    round_terms: list[frozenset[str]] = []
-    for order, found in enumerate(held):
-        best = max((sum(idf[t] for t in matched) for matched in found), default=0.0)
-        scores.append(best + _RECENCY * order if best > 0 else 0.0)
-        round_terms.append(frozenset().union(*found))
-    result = (scores, sum(idf.values()), round_terms)
-    terms.scores.put(key, result, text_bytes([query, *(t for m in members for t in m)]))
-    return result
+
+    plan: Plan
+    indices: list[list[int]]
+    sizes: list[int]
+    starts: list[int]
+    owner: list[int]
+    terms: TermCache
+    occurrences: Occurrences
+
+    @classmethod
+    def of(
+        cls, plan: Plan, units: Sequence[Unit], terms: TermCache, occurrences: Occurrences
+    ) -> _History | None:
+        by_round: dict[int, list[int]] = {}
+        classes, dropped, must_keep = plan.classes, plan.dropped, plan.must_keep
+        for unit in units:
+            first = unit.indices[0]
+            if classes[first] == "history" and not dropped[first] and not must_keep[first]:
+                by_round.setdefault(unit.round, []).extend(unit.indices)
+        if not by_round:
+            return None
+        indices = list(by_round.values())
+        owner = [-1] * len(plan.messages)
+        for r, members in enumerate(indices):
+            for i in members:
+                owner[i] = r
+        planned = plan.sizes
+        sizes = [sum(planned[i] for i in members) for members in indices]
+        return cls(plan, indices, sizes, [0, *accumulate(sizes)], owner, terms, occurrences)
+
+    def scores(self, query: str, upto: int) -> tuple[list[float], float, list[frozenset[str]]]:
+        """How well each of the first ``upto`` rounds answers ``query``, turn by turn.
+
+        A message's score is the summed inverse document frequency of the query's terms it
+        holds (each term once: how much of the question it speaks to, not how often or how
+        briefly), a round's the best of its messages', plus a tie-break toward the newer round,
+        so that of two rounds saying the same thing the later one (a correction) ranks first.
+        Only the messages holding a term of the query are read.
+
+        Returns:
+            The rounds' scores, the score of a message holding every term of the query, and
+            each round's query terms.
+        """
+        owner, length = self.owner, self.occurrences.length
+        per_message: dict[int, list[str]] = {}
+        idf: dict[str, float] = {}
+        for term in self.terms.counts(query):
+            positions = self.occurrences.positions(term)
+            idf[term] = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
+            if len(positions) > length * _COMMON:
+                continue  # says little about which round, and would be read everywhere
+            for position in positions:
+                if 0 <= owner[position] < upto:
+                    per_message.setdefault(position, []).append(term)
+        best = [0.0] * upto
+        held: list[set[str]] = [set() for _ in range(upto)]
+        for position, found in per_message.items():
+            r = owner[position]
+            best[r] = max(best[r], sum(idf[t] for t in found))
+            held[r].update(found)
+        scores = [b + _RECENCY * r if b > 0 else 0.0 for r, b in enumerate(best)]
+        return scores, sum(idf.values()), [frozenset(h) for h in held]
 
 
-def _stable_part(
-    plan: Plan,
-    rounds: Sequence[Round],
-    sizes: Sequence[int],
-    cut: int,
-    target: int,
-    options: TrimOptions,
-    terms: TermCache,
-) -> set[int]:
+def _stable_part(history: _History, cut: int, target: int, options: TrimOptions) -> set[int]:
     """The rounds before the cut that stay, within ``target`` tokens: the head rounds, the
     tail rounds, the rounds the cut's question needs with their neighbours, the most recent."""
-    before = rounds[:cut]
+    sizes = history.sizes
     keep: set[int] = set()
     used = 0
 
     def take(index: int) -> None:
         nonlocal used
-        if index not in keep and 0 <= index < len(before) and used + sizes[index] <= target:
+        if index not in keep and 0 <= index < cut and used + sizes[index] <= target:
             keep.add(index)
             used += sizes[index]
 
-    for index in range(min(options.history_keep_head, len(before))):
+    for index in range(min(options.history_keep_head, cut)):
         take(index)
-    for index in range(len(before) - 1, max(len(before) - options.history_keep_tail, 0) - 1, -1):
+    for index in range(cut - 1, max(cut - options.history_keep_tail, 0) - 1, -1):
         take(index)
-    query = _cut_query(plan, rounds, cut)
+    query = _cut_query(history, cut)
     if query:
-        scores, _, _ = _round_scores(plan, query, before, terms)
-        for index in sorted(range(len(before)), key=scores.__getitem__, reverse=True):
+        scores, _, _ = history.scores(query, cut)
+        for index in sorted(range(cut), key=scores.__getitem__, reverse=True):
             if scores[index] <= 0:
                 break
             for neighbour in _with_neighbours(index):
                 take(neighbour)
     # Then the most recent rounds, while they fit: no older round fills a gap, where it
     # could say what a newer round left out corrects.
-    for index in range(len(before) - 1, -1, -1):
+    for index in range(cut - 1, -1, -1):
         if index not in keep and used + sizes[index] > target:
             break
         take(index)
@@ -209,50 +213,48 @@ def _with_neighbours(index: int) -> list[int]:
     return [index, *around]
 
 
-def _cut_query(plan: Plan, rounds: Sequence[Round], cut: int) -> str:
+def _cut_query(history: _History, cut: int) -> str:
     """The question asked where the cut falls: the first user message at or after it."""
-    for round_ in rounds[cut:]:
-        for unit in round_:
-            if unit.kind == "user":
-                return plan.texts[unit.indices[0]]
+    plan = history.plan
+    for members in history.indices[cut:]:
+        for index in members:
+            if plan.classes[index] == "history" and role_of(plan.messages[index]) == "user":
+                return plan.texts[index]
     question = plan.question()
     return "" if question is None else plan.texts[question]
 
 
-def _recall(
-    plan: Plan, rounds: Sequence[Round], sizes: Sequence[int], room: int, terms: TermCache
-) -> None:
+def _recall(history: _History, room: int) -> None:
     """Brings back the left-out rounds the latest user message needs, before the current turn.
 
     Only when the question needs them: a left-out round holds a term of the question that no
-    message still sent holds, and speaks to a good part of the question
-    (:data:`RECALL_MATCH`). Then the left-out rounds holding such a term that score at least
-    half as well come back, best (and, among equals, newest) first, each with its neighbours,
-    within ``room``; they are sent in their own order.
+    message still sent holds, or says as much as the best round sent and is newer (a
+    correction of it), and speaks to a good part of the question (:data:`RECALL_MATCH`). Then
+    the left-out rounds that qualify and score at least half as well come back, best (and,
+    among equals, newest) first, each with its neighbours, within ``room``; they are sent in
+    their own order.
     """
+    plan = history.plan
     question = plan.question()
     if question is None or room <= 0:
         return
     query = plan.texts[question]
-    scores, ideal, round_terms = _round_scores(plan, query, rounds, terms)
+    count = len(history.indices)
+    scores, ideal, round_terms = history.scores(query, count)
     dropped = plan.dropped
-    out = [dropped[r[0].indices[0]] for r in rounds]
-    sent_terms = frozenset().union(*(t for t, o in zip(round_terms, out, strict=True) if not o))
-    # The system messages and the current turn's tool steps (few) speak to the question too.
-    others = [
-        plan.texts[i]
-        for i, c in enumerate(plan.classes)
-        if c != "history" and not dropped[i] and i != question
-    ]
-    sent_terms |= terms.found(query, others, "others")
-    # What the question asks that nothing sent holds; or a newer round than the best one sent
-    # that says as much (a correction of what is sent).
-    sent_rounds = [r for r in range(len(rounds)) if not out[r] and scores[r] > 0]
-    latest_said = max(sent_rounds, key=scores.__getitem__, default=-1)
-    said = scores[latest_said] - _RECENCY * latest_said if sent_rounds else math.inf
+    out = [dropped[members[0]] for members in history.indices]
+    positions = history.occurrences.positions
+    sent_terms = {
+        term
+        for term in history.terms.counts(query)
+        if any(p != question and not dropped[p] for p in positions(term))
+    }
+    sent = [r for r in range(count) if not out[r] and scores[r] > 0]
+    latest_said = max(sent, key=scores.__getitem__, default=-1)
+    said = scores[latest_said] - _RECENCY * latest_said if sent else math.inf
     candidates = [
         r
-        for r in range(len(rounds))
+        for r in range(count)
         if out[r]
         and scores[r] > 0
         and (round_terms[r] - sent_terms or (r > latest_said and scores[r] >= said))
@@ -267,15 +269,15 @@ def _recall(
             break
         for candidate in _with_neighbours(r):
             if (
-                0 <= candidate < len(rounds)
+                0 <= candidate < count
                 and out[candidate]
                 and candidate not in chosen
-                and used + sizes[candidate] <= room
+                and used + history.sizes[candidate] <= room
             ):
                 chosen.append(candidate)
-                used += sizes[candidate]
+                used += history.sizes[candidate]
     if not chosen:
         return
-    indices = [i for r in sorted(chosen) for i in _indices(rounds[r])]
+    indices = [i for r in sorted(chosen) for i in history.indices[r]]
     plan.restore(indices, ["recalled"] * len(indices))
     plan.moved = indices

@@ -24,7 +24,7 @@ from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._decisions import Action, MessageDecision, Rule
 from agent_latency.trimming._options import TrimOptions
-from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
+from agent_latency.trimming._relevance import Occurrences, TermCache, bm25_scores, text_of
 from agent_latency.trimming._rounds import Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 
@@ -528,7 +528,9 @@ def shorten_must_keep(plan: Plan) -> None:
             plan.substitute(question, copy, size, "shortened_to_fit")
 
 
-def question_retention(plan: Plan, output: list[BaseMessage], terms: TermCache) -> float | None:
+def question_retention(
+    plan: Plan, terms: TermCache, occurrences: Callable[[], Occurrences]
+) -> float | None:
     """Of the latest user message's terms found elsewhere in the input, the share still sent.
 
     A term counts as still sent when another message sent holds it and, if the question was
@@ -538,23 +540,29 @@ def question_retention(plan: Plan, output: list[BaseMessage], terms: TermCache) 
 
     Args:
         plan: The decided plan.
-        output: ``plan.output()``.
         terms: Where term counts are remembered between calls.
+        occurrences: Where each term occurs in the input (asked for only when something was
+            dropped or shortened).
     """
     question = plan.question()
     if question is None or plan.dropped[question]:
         return None
-    message, text = plan.messages[question], plan.texts[question]
+    asked = terms.counts(plan.texts[question])
     if not plan.shortened and not any(plan.dropped):
-        return 1.0 if terms.counts(text) else None
+        return 1.0 if asked else None
     copy = plan.shortened.get(question)
-    lost = terms.counts(text).keys() - terms.counts(text_of(copy)).keys() if copy else set()
-    # Both lists mostly grow by the newest messages from call to call: the cache reads only
-    # what is new (slot names each list).
-    others = plan.texts[:question] + plan.texts[question + 1 :]
-    wanted = terms.found(text, others, "input") | lost
+    lost = asked.keys() - terms.counts(text_of(copy)).keys() if copy else set()
+    positions = occurrences().positions
+    dropped, shortened = plan.dropped, plan.shortened
+
+    def sent_with(term: str, index: int) -> bool:
+        if dropped[index] or index == question:
+            return False
+        copy = shortened.get(index)
+        return copy is None or term in terms.counts(text_of(copy))
+
+    wanted = {t for t in asked if any(p != question for p in positions(t))} | lost
     if not wanted:
         return None
-    sent = [text_of(m) for m in output if m is not message and m is not copy]
-    kept = (terms.found(text, sent, "sent") & wanted) - lost
+    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in positions(t))}
     return round(len(kept) / len(wanted), 4)

@@ -10,14 +10,17 @@ every cache is bounded by bytes as well as entries (see :class:`TermCache`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 import re
 import sys
+import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import compress, count
-from typing import Final
+from typing import Final, NamedTuple
 
 from langchain_core.messages import BaseMessage
 
@@ -29,6 +32,7 @@ _CACHE_ENTRIES: Final = 16_384
 _CACHE_BYTES: Final = 16 * 1024 * 1024
 _SCORE_ENTRIES: Final = 16
 _SCORE_BYTES: Final = 4 * 1024 * 1024
+_INDEX_BYTES: Final = 32 * 1024 * 1024
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
@@ -267,3 +271,76 @@ def _scores(query: str, documents: Sequence[Sequence[str]], cache: TermCache) ->
             )
         )
     return scores
+
+
+class Occurrences(NamedTuple):
+    """Where each term occurs in a conversation's first ``length`` messages.
+
+    Attributes:
+        postings: Per term, the positions of the messages holding it, ascending (shared and
+            extended in place by later calls: read through :meth:`positions`).
+        length: How many messages this view covers.
+    """
+
+    postings: dict[str, list[int]]
+    length: int
+
+    def positions(self, term: str) -> list[int]:
+        """The positions of the messages (of the first ``length``) holding ``term``."""
+        found = self.postings.get(term)
+        if not found:
+            return []
+        return found if found[-1] < self.length else found[: bisect.bisect_left(found, self.length)]
+
+
+@dataclass(slots=True)
+class _Indexed:
+    texts: list[str]
+    postings: dict[str, list[int]]
+
+
+class TermIndex:
+    """An inverted index of each conversation's messages, extended by the new messages only.
+
+    A growing conversation's next call holds the same texts and a few new ones: only those are
+    read. Remembers a few conversations (told apart by a key the caller gives, e.g. its first
+    messages' ids); a call whose texts differ from those remembered (an edit, another
+    conversation under the same key) re-reads from the first difference. Safe to share between
+    threads.
+
+    Args:
+        cache: Term counts of texts.
+        conversations: How many conversations are remembered.
+    """
+
+    def __init__(self, cache: TermCache, conversations: int = _SCORE_ENTRIES) -> None:
+        self._cache = cache
+        self._indexed = LRUCache(conversations, _INDEX_BYTES)
+        self._lock = threading.Lock()
+
+    def of(self, key: Hashable, texts: list[str]) -> Occurrences:
+        """Returns where the terms of ``texts`` occur."""
+        with self._lock:
+            indexed: _Indexed | None = self._indexed.get(key)
+            if indexed is None:
+                indexed = _Indexed([], {})
+            seen = indexed.texts
+            same = len(seen) <= len(texts) and texts[: len(seen)] == seen
+            if not same:
+                shared = next(compress(count(), map(operator.ne, texts, seen)), None)
+                shared = min(len(texts), len(seen)) if shared is None else shared
+                # A new dict: views handed out before hold the old one.
+                postings = {
+                    term: kept
+                    for term, at in indexed.postings.items()
+                    if (kept := at[: bisect.bisect_left(at, shared)])
+                }
+                indexed = _Indexed(seen[:shared], postings)
+            postings = indexed.postings
+            for position in range(len(indexed.texts), len(texts)):
+                for term in self._cache.counts(texts[position]):
+                    postings.setdefault(term, []).append(position)
+            indexed.texts = list(texts)
+            # About as many positions as terms in the texts: weighed like the texts twice.
+            self._indexed.put(key, indexed, 2 * text_bytes(texts))
+            return Occurrences(postings, len(texts))

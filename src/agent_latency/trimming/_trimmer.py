@@ -14,6 +14,7 @@ of budget.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -48,7 +49,7 @@ from agent_latency.trimming._plan import (
     question_retention,
     shorten_must_keep,
 )
-from agent_latency.trimming._relevance import TermCache
+from agent_latency.trimming._relevance import Occurrences, TermCache, TermIndex
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._rounds import AnalysisMemo
@@ -173,6 +174,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         self.options = options
         counter = self.token_counter
         self.term_cache = TermCache()
+        self._term_index = TermIndex(self.term_cache)
         self._shortener = MessageShortener(counter)
         self._analyses = AnalysisMemo(counter)
         self.compactor = Compactor(counter)
@@ -482,6 +484,11 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             shortener=self._shortener,
         )
         input_framing = plan.framing
+
+        @functools.cache  # read by the cut and by question_retention: indexed once
+        def occurrences() -> Occurrences:
+            return self._term_index.of(tuple(map(id, messages[:2])), texts)
+
         options = self.options
         classify(plan, units)
         mark_kept(plan, units, options)
@@ -492,7 +499,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             if options.compact_tool_results:
                 compact_history(plan, options, self.compactor)
             if options.history_selection == "cache_first" and options.prefix_stable:
-                cache_first_cut(plan, units, options, self.term_cache)
+                cache_first_cut(plan, units, options, self.term_cache, occurrences())
             drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
         output = plan.output()
@@ -516,7 +523,7 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             tools=request.tools if self.tool_budget is not None else None,
             dropped_tools=dropped_tools,
             calibration=self.calibration,
-            question_retention=question_retention(plan, output, self.term_cache),
+            question_retention=question_retention(plan, self.term_cache, occurrences),
             message_tokens=tuple(counts),
             priority_classes=tuple(plan.classes),
             sent_message_tokens=plan.sent_sizes(),
