@@ -66,7 +66,8 @@ def evidence_retention(
     strategies: Mapping[str, StrategyFactory],
     budgets: Sequence[int],
 ) -> list[EvidenceRow]:
-    """Asks every question of ``conversations`` through each strategy at each budget.
+    """Asks every question of ``conversations`` through each strategy at each budget (a fresh
+    strategy per conversation, which sees that conversation's questions in turn).
 
     Returns:
         A row per budget and strategy, budgets in the given order, strategies in theirs.
@@ -74,9 +75,9 @@ def evidence_retention(
     rows = []
     for budget in budgets:
         for name, factory in strategies.items():
-            strategy = factory(budget)
             asked = kept = 0
             for conversation in conversations:
+                strategy = factory(budget)  # fresh per conversation, as in the replay
                 for question in conversation.questions:
                     asked += 1
                     kept += evidence_kept(strategy(question_call(conversation, question)), question)
