@@ -19,10 +19,22 @@ generated needle cases at :func:`needle_places`, :func:`make_case`, :func:`retai
 :func:`write_plot` draws a report, :func:`write_frontier_plot` the ``"frontier"`` entries of
 one or more ``--json`` documents (matplotlib, optional). The tables are the CLI's.
 
-Exports: ``BenchPlan``, ``BenchReport``, ``EndpointError``, ``MixedWorkload``, ``Mode``,
-``ModeResult``, ``NeedleCase``, ``ProgressCallback``, ``QualityRow``, ``RequestRefused``,
-``Sample``, ``Strategy``, ``StrategyResult``, ``StrategyRun``, ``WorkloadProgress``,
-``WorkloadReport``, ``check_regression``, ``combined_frontier``, ``load_baseline``,
+The cache-first bench (``scripts/cache_first_bench.py``): :func:`load_public_set` reads a
+public long-conversation QA set (LongMemEval, shipped in ``benchmarks/data/``, or LoCoMo) into
+:class:`Conversation` objects, a message per turn whose ``id`` is the turn id, and their
+:class:`Question` objects with their evidence turns; :func:`cache_first_strategies` names the
+strategies compared, each a :data:`StrategyFactory` that builds a :data:`TrimStrategy` per
+budget; :func:`evidence_retention` gives an :class:`EvidenceRow` per strategy and budget (all
+evidence kept), :func:`growing_replay` a :class:`ReplayRow` (tokens sent and uncached per call
+with a one-slot prefix cache, the prompts rendered by a :class:`PromptRenderer`).
+
+Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
+``EvidenceRow``, ``MixedWorkload``, ``Mode``, ``ModeResult``, ``NeedleCase``,
+``ProgressCallback``, ``PromptRenderer``, ``QualityRow``, ``Question``, ``ReplayRow``,
+``RequestRefused``, ``Sample``, ``Strategy``, ``StrategyFactory``, ``StrategyResult``,
+``StrategyRun``, ``TrimStrategy``, ``WorkloadProgress``, ``WorkloadReport``,
+``cache_first_strategies``, ``check_regression``, ``combined_frontier``,
+``evidence_retention``, ``growing_replay``, ``load_baseline``, ``load_public_set``,
 ``load_scenario``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
 ``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
 ``saving_breakdown``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
@@ -30,6 +42,8 @@ Exports: ``BenchPlan``, ``BenchReport``, ``EndpointError``, ``MixedWorkload``, `
 
 from agent_latency.bench._contenders import workload_strategies
 from agent_latency.bench._errors import EndpointError, RequestRefused
+from agent_latency.bench._evidence import EvidenceRow, evidence_retention
+from agent_latency.bench._growing import PromptRenderer, ReplayRow, growing_replay
 from agent_latency.bench._measurements import (
     BenchReport,
     Mode,
@@ -41,6 +55,7 @@ from agent_latency.bench._measurements import (
 )
 from agent_latency.bench._mixed import MixedWorkload
 from agent_latency.bench._plot import require_matplotlib, write_frontier_plot, write_plot
+from agent_latency.bench._public_set import Conversation, Question, load_public_set
 from agent_latency.bench._quality import (
     NeedleCase,
     QualityRow,
@@ -52,29 +67,45 @@ from agent_latency.bench._quality import (
 from agent_latency.bench._report import check_regression, load_baseline, saving_breakdown
 from agent_latency.bench._runner import BenchPlan, ProgressCallback, open_endpoint, run_bench
 from agent_latency.bench._scenario import load_scenario
+from agent_latency.bench._strategies import (
+    StrategyFactory,
+    TrimStrategy,
+    cache_first_strategies,
+)
 from agent_latency.bench._workload import WorkloadProgress, run_mixed_workload
 from agent_latency.bench._workload_report import StrategyRun, WorkloadReport, combined_frontier
 
 __all__ = [
     "BenchPlan",
     "BenchReport",
+    "Conversation",
     "EndpointError",
+    "EvidenceRow",
     "MixedWorkload",
     "Mode",
     "ModeResult",
     "NeedleCase",
     "ProgressCallback",
+    "PromptRenderer",
     "QualityRow",
+    "Question",
+    "ReplayRow",
     "RequestRefused",
     "Sample",
     "Strategy",
+    "StrategyFactory",
     "StrategyResult",
     "StrategyRun",
+    "TrimStrategy",
     "WorkloadProgress",
     "WorkloadReport",
+    "cache_first_strategies",
     "check_regression",
     "combined_frontier",
+    "evidence_retention",
+    "growing_replay",
     "load_baseline",
+    "load_public_set",
     "load_scenario",
     "make_case",
     "needle_places",
