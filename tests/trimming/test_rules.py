@@ -244,9 +244,13 @@ def test_a_result_answering_a_call_across_other_messages_stays_with_its_call() -
         *rounds(3, 100),
         HumanMessage("latest"),
     ]
-    outcome = trimmer(120).trim(messages)
+    outcome = trimmer(120, history_selection="relevance").trim(messages)
     # The long rounds go; the short first round, call and result together, fits and is sent.
     assert dropped(outcome) == [4, 5, 6, 7, 8, 9] and outcome.tokens_after <= 120
+    # A cache-first cut keeps no older round in a gap ("two" goes too), never the call alone.
+    cache_first = trimmer(120).trim(messages)
+    assert {1, 3} <= set(dropped(cache_first)) or not {1, 3} & set(dropped(cache_first))
+    assert cache_first.tokens_after <= 120
     tight = trimmer(30).trim(messages)
     assert 1 in dropped(tight) and 3 in dropped(tight)
 

@@ -140,7 +140,8 @@ class _History:
         return cls(plan, indices, sizes, [0, *accumulate(sizes)], owner, terms, occurrences)
 
     def scores(self, query: str, upto: int) -> tuple[list[float], float, list[frozenset[str]]]:
-        """How well each of the first ``upto`` rounds answers ``query``, turn by turn.
+        """How well each of the first ``upto`` rounds answers ``query``, turn by turn, by what
+        the messages before round ``upto`` say (so later messages change nothing).
 
         A message's score is the summed inverse document frequency of the query's terms it
         holds (each term once: how much of the question it speaks to, not how often or how
@@ -152,11 +153,13 @@ class _History:
             The rounds' scores, the score of a message holding every term of the query, and
             each round's query terms.
         """
-        owner, length = self.owner, self.occurrences.length
+        owner = self.owner
+        length = self.indices[upto][0] if upto < len(self.indices) else self.occurrences.length
+        occurrences = self.occurrences._replace(length=length)
         per_message: dict[int, list[str]] = {}
         idf: dict[str, float] = {}
         for term in self.terms.counts(query):
-            positions = self.occurrences.positions(term)
+            positions = occurrences.positions(term)
             idf[term] = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
             if len(positions) > length * _COMMON:
                 continue  # says little about which round, and would be read everywhere
