@@ -90,7 +90,7 @@ def cache_first_cut(
     cut = bisect.bisect_right(history.starts, (total // epoch) * epoch) - 1
     stable_target = math.floor(STABLE_SHARE * room)
     if history.starts[cut] > stable_target:
-        keep = _stable_part(history, cut, stable_target, options)
+        keep = _remembered_stable_part(history, cut, stable_target, options)
         left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
         plan.drop(left_out, "dropped_at_cut")
     _recall(history, min(math.floor(RECALL_SHARE * room), plan.budget - plan.tokens))
@@ -174,6 +174,32 @@ class _History:
             held[r].update(found)
         scores = [b + _RECENCY * r if b > 0 else 0.0 for r, b in enumerate(best)]
         return scores, sum(idf.values()), [frozenset(h) for h in held]
+
+
+def _remembered_stable_part(
+    history: _History, cut: int, target: int, options: TrimOptions
+) -> set[int]:
+    """:func:`_stable_part`, decided once per epoch: every call until the next cut asks the
+    same of the same rounds (an edit before the cut re-indexes the conversation, a new
+    ``postings`` object, and so asks anew)."""
+    postings = history.occurrences.postings
+    key = (
+        "stable_part",
+        id(postings),
+        cut,
+        history.indices[cut - 1][-1],
+        history.starts[cut],
+        target,
+        options.history_keep_head,
+        options.history_keep_tail,
+        _cut_query(history, cut),
+    )
+    remembered: tuple[dict[str, list[int]], set[int]] | None = history.terms.scores.get(key)
+    if remembered is not None and remembered[0] is postings:
+        return remembered[1]
+    keep = _stable_part(history, cut, target, options)
+    history.terms.scores.put(key, (postings, keep), 64 * (len(keep) + 8))
+    return keep
 
 
 def _stable_part(history: _History, cut: int, target: int, options: TrimOptions) -> set[int]:
