@@ -44,16 +44,20 @@ STABLE_SHARE: Final = 0.4
 """What a deep cut keeps of the history's room: the stable part."""
 APPEND_SHARE: Final = 0.35
 """How far the history grows between two cuts, as a share of its room (an epoch)."""
-RECALL_SHARE: Final = 0.25
+RECALL_SHARE: Final = 1.0
 """The most a recall brings back, as a share of the history's room."""
-RECALL_MATCH: Final = 0.3
+RECALL_MATCH: Final = 0.25
 """How much of the question a left-out round must match (of the question's own score)."""
+REFOCUS_MATCH: Final = 0.3
+"""How much of the question the best left-out round must match for a call to be refocused
+when recall does not fit (of the question's own score)."""
+_SAME: Final = 1e-9
 _NEIGHBOURS: Final = 1
 """Rounds on each side of a relevant round that come with it (the question and its answer
 often sit in adjacent rounds)."""
 _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
-_COMMON: Final = 0.25
+_COMMON: Final = 0.5
 """A term in more than this share of the messages does not rank rounds."""
 
 
@@ -93,7 +97,7 @@ def cache_first_cut(
         keep = _remembered_stable_part(history, cut, stable_target, options)
         left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
         plan.drop(left_out, "dropped_at_cut")
-    _recall(history, min(math.floor(RECALL_SHARE * room), plan.budget - plan.tokens))
+    _recall(history, min(math.floor(RECALL_SHARE * room), plan.budget - plan.tokens), options, cut)
 
 
 @dataclass(slots=True)
@@ -253,15 +257,17 @@ def _cut_query(history: _History, cut: int) -> str:
     return "" if question is None else plan.texts[question]
 
 
-def _recall(history: _History, room: int) -> None:
+def _recall(history: _History, room: int, options: TrimOptions, cut: int) -> None:
     """Brings back the left-out rounds the latest user message needs, before the current turn.
 
     Only when the question needs them: a left-out round holds a term of the question that no
-    message still sent holds, or says as much as the best round sent and is newer (a
-    correction of it), and speaks to a good part of the question (:data:`RECALL_MATCH`). Then
-    the left-out rounds that qualify and score at least half as well come back, best (and,
-    among equals, newest) first, each with its neighbours, within ``room``; they are sent in
-    their own order.
+    message still sent holds, or speaks to more of the question than any round sent, or as
+    much and is newer (a correction of it), and speaks to a good part of the question
+    (:data:`RECALL_MATCH`). Then the left-out rounds that qualify and score at least half as
+    well come back, best (and, among equals, newest) first, each with its neighbours, within
+    ``room``; they are sent in their own order. When they do not fit and the question asks
+    plainly about the past (:data:`REFOCUS_MATCH`), this call is refocused instead
+    (:func:`_refocus`).
     """
     plan = history.plan
     question = plan.question()
@@ -270,6 +276,7 @@ def _recall(history: _History, room: int) -> None:
     query = plan.texts[question]
     count = len(history.indices)
     scores, ideal, round_terms = history.scores(query, count)
+    base = [score - _RECENCY * r if score else 0.0 for r, score in enumerate(scores)]
     dropped = plan.dropped
     out = [dropped[members[0]] for members in history.indices]
     positions = history.occurrences.positions
@@ -280,33 +287,82 @@ def _recall(history: _History, room: int) -> None:
     }
     sent = [r for r in range(count) if not out[r] and scores[r] > 0]
     latest_said = max(sent, key=scores.__getitem__, default=-1)
-    said = scores[latest_said] - _RECENCY * latest_said if sent else math.inf
+    said = base[latest_said] if sent else 0.0
     candidates = [
         r
         for r in range(count)
         if out[r]
         and scores[r] > 0
-        and (round_terms[r] - sent_terms or (r > latest_said and scores[r] >= said))
+        and (
+            round_terms[r] - sent_terms
+            or base[r] > said + _SAME
+            or (r > latest_said and base[r] >= said - _SAME)
+        )
     ]
-    best = max((scores[r] for r in candidates), default=0.0)
+    best = max((base[r] for r in candidates), default=0.0)
     if best <= 0 or best < RECALL_MATCH * ideal:
         return
     chosen: list[int] = []
     used = 0
+    missed = False
     for r in sorted(candidates, key=scores.__getitem__, reverse=True):
-        if scores[r] < best / 2:
+        if base[r] < best / 2:
             break
         for candidate in _with_neighbours(r):
-            if (
-                0 <= candidate < count
-                and out[candidate]
-                and candidate not in chosen
-                and used + history.sizes[candidate] <= room
-            ):
-                chosen.append(candidate)
-                used += history.sizes[candidate]
+            if 0 <= candidate < count and out[candidate] and candidate not in chosen:
+                if used + history.sizes[candidate] <= room:
+                    chosen.append(candidate)
+                    used += history.sizes[candidate]
+                elif candidate == r:
+                    missed = True
+    if missed and best >= REFOCUS_MATCH * ideal:
+        _refocus(history, options, scores, cut)
+        return
     if not chosen:
         return
     indices = [i for r in sorted(chosen) for i in history.indices[r]]
     plan.restore(indices, ["recalled"] * len(indices))
     plan.moved = indices
+
+
+def _refocus(history: _History, options: TrimOptions, scores: list[float], cut: int) -> None:
+    """Gives this call's room after the stable part to the rounds the question needs.
+
+    The stable part stays (the server still holds it); the rest of the history is chosen
+    again, best first with neighbours, the rounds since the cut among it, then the most recent:
+    this call and the next one (back to the appended rounds) prefill only what follows the
+    stable part.
+    """
+    plan = history.plan
+    count = len(history.indices)
+    movable = [r for r in range(cut, count)] + [
+        r for r in range(cut) if plan.dropped[history.indices[r][0]]
+    ]
+    indices = [i for r in movable for i in history.indices[r]]
+    plan.drop(indices, "dropped_at_cut")
+    room = plan.budget - plan.tokens
+    chosen: set[int] = set()
+    used = 0
+
+    def take(r: int) -> None:
+        nonlocal used
+        if r in candidates and r not in chosen and used + history.sizes[r] <= room:
+            chosen.add(r)
+            used += history.sizes[r]
+
+    candidates = set(movable)
+    for r in sorted(movable, key=scores.__getitem__, reverse=True):
+        if scores[r] <= 0:
+            break
+        for neighbour in _with_neighbours(r):
+            take(neighbour)
+    for r in range(count - 1, cut - 1, -1):
+        take(r)
+    if not chosen:
+        return
+    back = sorted(chosen)
+    kept = [i for r in back for i in history.indices[r]]
+    plan.restore(
+        kept, ["recalled" if r < cut else "within_budget" for r in back for _ in history.indices[r]]
+    )
+    plan.moved = [i for r in back if r < cut for i in history.indices[r]]
