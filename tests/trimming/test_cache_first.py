@@ -58,7 +58,7 @@ def test_a_growing_chat_reprefills_less_than_the_age_cut(budget: int) -> None:
     )
     # Words drawn at random: nearly every turn shares a rare word with a left-out one, so
     # recall runs far more often than in a real chat; still well under both.
-    assert cache_first <= 0.85 * age
+    assert cache_first <= 0.9 * age
     assert cache_first <= 0.4 * relevance
 
 
