@@ -383,7 +383,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
     ) -> None:
         # Not traced, but registered so that runs under a retriever still find their parent.
         if not self._tree.is_repeated_start(run_id, parent_run_id):
-            self._tree.start_untraced(run_id, parent_run_id)
+            self._tree.start_untraced(run_id, parent_run_id, ends_with_task=True)
 
     @guarded
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -424,4 +424,4 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             parent_context=self._tree.parent_context(parent_run_id),
             trim=self._tree.take_trim(parent_run_id),
         )
-        self._tree.add(state)
+        self._tree.add(state, ends_with_task=operation == _CHAT)

@@ -39,8 +39,11 @@ class RunState:
         children: Ids of the runs started under this one (some may have ended already).
         pending_trim: A trim reported in this run or handed on by a child run that ended, not
             yet attached to a model call.
-        task_watch: For a root run in asyncio: the task and the done-callback that ends the run
-            if the task finishes first (LangChain reports no end when a model call is cancelled).
+        task: For a root run in asyncio: the task it started in. Not always the task that
+            carries it on: LangChain's ``abatch`` and a completion model start their runs in a
+            short-lived ``gather`` task.
+        task_watch: For a root run whose cancellation LangChain does not report: the
+            done-callback on ``task`` that ends the run if the task finishes first.
     """
 
     run_id: UUID
@@ -49,7 +52,8 @@ class RunState:
     context: Context
     children: list[UUID] = field(default_factory=list)
     pending_trim: PendingTrim | None = None
-    task_watch: tuple[asyncio.Task[object], Callable[[asyncio.Task[object]], None]] | None = None
+    task: asyncio.Task[object] | None = None
+    task_watch: Callable[[asyncio.Task[object]], None] | None = None
 
 
 @dataclass(slots=True, eq=False)
