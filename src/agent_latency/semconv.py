@@ -41,7 +41,8 @@ TTFT_LEVEL: Final = "agent_latency.ttft_level"
 """``ok``, ``warn`` or ``error``: the TTFT against the warn and error thresholds."""
 ESTIMATED_INPUT_TOKENS: Final = "agent_latency.estimated_input_tokens"
 """Our count of the request: the trim's count of the whole request when a trim prepared the
-call, else the messages counted locally (cl100k); beside the server's ``gen_ai.usage``."""
+call, else the messages and the tools sent with them counted locally (cl100k); beside the
+server's ``gen_ai.usage``."""
 OUTCOME: Final = "agent_latency.outcome"
 """How a run ended: ``ok``, ``error``, ``cancelled`` or ``abandoned``."""
 

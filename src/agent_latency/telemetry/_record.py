@@ -35,7 +35,8 @@ class LatencyRecord:
         max_chunk_gap_ms: The longest wait between chunks (or from the last one to the end).
         input_tokens: Prompt tokens the server reported, if it did.
         estimated_input_tokens: Our count of the prompt: the trim's count of the whole request
-            when a trim prepared the call, else the messages counted locally; if it could be.
+            when a trim prepared the call, else the messages and the tools sent with them counted
+            locally; if it could be.
         output_tokens: Completion tokens the server reported, if it did.
         ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; ``None`` without a TTFT.
         error_type: The exception type when the call failed or was cancelled.

@@ -13,6 +13,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage
@@ -68,6 +69,8 @@ class ModelRunState(RunState):
         started_ns: When the call started.
         stall_ns: A wait between chunks longer than this is a stall.
         messages: The prompt, kept by reference for the token estimate at the end.
+        tools: The tool definitions sent with it (the invocation parameters' ``tools``), for the
+            same estimate.
         metric_attributes: The low-cardinality attributes of the call's metrics.
         streamed: Whether the request asked to stream or any token callback arrived.
         first_chunk_ns: When the first content chunk arrived.
@@ -85,6 +88,7 @@ class ModelRunState(RunState):
     started_ns: int = 0
     stall_ns: int = 0
     messages: Sequence[BaseMessage] | None = None
+    tools: Sequence[Any] = ()
     metric_attributes: dict[str, AttributeValue] = field(default_factory=dict)
     streamed: bool = False
     first_chunk_ns: int | None = None
