@@ -73,6 +73,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
     ``runnable.with_config(callbacks=[handler])`` or ``ChatOpenAI(callbacks=[handler])``. One
     handler serves any number of concurrent runs, sync or async, from any thread.
 
+    The GenAI names are those of the installed ``opentelemetry-semantic-conventions``; with
+    ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` when the handler is made, the
+    newest GenAI conventions' names where they were renamed (docs/telemetry.md lists both).
+
     Args:
         tracer_provider: Where spans go; the global provider when ``None``.
         meter_provider: Where metrics go; the global provider when ``None``.

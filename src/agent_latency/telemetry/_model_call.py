@@ -31,7 +31,7 @@ from agent_latency._trace_link import PendingTrim
 from agent_latency._validation import is_number
 from agent_latency.telemetry._content import output_json
 from agent_latency.telemetry._feedback import learn_from_call
-from agent_latency.telemetry._instruments import Instruments
+from agent_latency.telemetry._instruments import Instruments, latest_genai_names
 from agent_latency.telemetry._langchain import (
     first_int,
     provider_name,
@@ -89,7 +89,8 @@ class ModelCallTracer:
     ) -> None:
         self.options = options
         self._tracer = tracer
-        self._instruments = Instruments(meter)
+        self._latest_names = latest_genai_names()
+        self._instruments = Instruments(meter, latest_names=self._latest_names)
         self._failures = failures
         self._stall_ns = int(options.chunk_timeout_ms * 1_000_000)
         self._token_counter: TokenCounter | None = None
@@ -246,7 +247,11 @@ class ModelCallTracer:
                 if state.trim
                 else self._estimate_tokens(state.messages, state.tools)
             )
-            span.set_attributes(end_attributes(state, timing, details, estimated, split))
+            span.set_attributes(
+                end_attributes(
+                    state, timing, details, estimated, split, latest_names=self._latest_names
+                )
+            )
             if options.capture_content and response is not None:
                 span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
         finally:

@@ -82,8 +82,11 @@ def end_attributes(
     response: Response,
     estimated: int | None,
     split: TtftSplit | None,
+    *,
+    latest_names: bool = False,
 ) -> dict[str, AttributeValue]:
-    """The attributes a model-call span gets when the call ends."""
+    """The attributes a model-call span gets when the call ends (with ``latest_names``, the
+    newest GenAI conventions' name of the cache writes)."""
     usage = response.usage
     prompt_tokens = usage.prompt_tokens
     optional: dict[str, AttributeValue | None] = {
@@ -97,7 +100,11 @@ def end_attributes(
         gen_ai.GEN_AI_USAGE_INPUT_TOKENS: prompt_tokens,
         gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage.completion_tokens,
         gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cached_tokens,
-        gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: usage.cache_creation_tokens,
+        (
+            semconv.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS
+            if latest_names
+            else gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS
+        ): usage.cache_creation_tokens,
         semconv.PREFILLED_INPUT_TOKENS: usage.prefilled_tokens,
         semconv.INPUT_TOKENS_RATIO: (
             prompt_tokens / estimated if prompt_tokens is not None and estimated else None
