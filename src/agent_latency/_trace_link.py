@@ -8,7 +8,8 @@ span lands in the handler's tracer provider beside its parent), and then reports
 :class:`~agent_latency.TrimResult` as a LangChain custom event named :data:`TRIM_EVENT`. The
 handler reads the event's figures as a :class:`PendingTrim`, attaches them to the next chat-model
 span in the same scope under the attribute names of :data:`TRIM_FIELDS`, and hands the server's
-count of that request back to the trim's :class:`Calibration` and ``on_usage``.
+count of that request back to the trim's :class:`Calibration` and ``on_usage``. Both spans of a
+trim that cut or shortened the request say so the conventions' way (:func:`compaction`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ span and on the chat-model span it prepared.
 
 ``over_budget`` is a flag; every other field is a count of tokens or messages.
 """
+
+
+def compaction(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """``gen_ai.conversation.compacted = true`` when a trim's attributes say it dropped or
+    shortened messages; nothing otherwise (the conventions set it only to ``true``)."""
+    cut = any(
+        is_integer(count) and count > 0
+        for count in (
+            attributes.get(semconv.TRIM_DROPPED_MESSAGES),
+            attributes.get(semconv.TRIM_SHORTENED_MESSAGES),
+        )
+    )
+    return {semconv.GEN_AI_CONVERSATION_COMPACTED: True} if cut else {}
 
 
 @runtime_checkable
@@ -119,7 +133,8 @@ class PendingTrim:
     without consuming it, each enclosing run in turn, until a model call under it takes it.
 
     Attributes:
-        attributes: The trim's span attributes, which the model-call span repeats.
+        attributes: The trim's span attributes, which the model-call span repeats, and
+            :func:`compaction`'s.
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
@@ -161,6 +176,7 @@ class PendingTrim:
             if not isinstance(key, str) or not _is_attribute_value(value):
                 return None
             attributes[key] = value
+        attributes.update(compaction(attributes))
         calibration = getattr(data, "calibration", None)
         if not callable(getattr(calibration, "observe", None)):
             calibration = None

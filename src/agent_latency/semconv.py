@@ -2,11 +2,13 @@
 
 This is the public list of what to query in Jaeger and Prometheus: every span name, event,
 attribute and metric of ours, as a constant. The ``gen_ai.*``, ``server.*`` and ``error.*``
-names come from ``opentelemetry-semantic-conventions``; this module holds only what those
-conventions do not define: our ``agent_latency.*`` attributes, events and metrics (never a
-``gen_ai.*`` name or value the conventions lack), the histogram bucket boundaries the
-conventions recommend (the spec lists them, the Python package does not), and the schema URL
-of the conventions version followed (:data:`SCHEMA_URL`).
+names come from ``opentelemetry-semantic-conventions``; this module holds only what that package
+does not define: our ``agent_latency.*`` attributes, events and metrics (never a ``gen_ai.*``
+name or value the conventions lack), the GenAI names of the conventions' newer releases that the
+package does not have yet (:data:`GEN_AI_CONVERSATION_COMPACTED` and the names the opt-in
+``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` switches to), the histogram bucket
+boundaries the conventions recommend (the spec lists them, the Python package does not), and
+the schema URL of the conventions version followed (:data:`SCHEMA_URL`).
 
 Example:
     >>> from agent_latency import semconv
@@ -23,8 +25,26 @@ INSTRUMENTATION_SCOPE: Final = "agent_latency"
 SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.0"
 """The semantic conventions version the names follow: 1.41.0, the last release in which the
 GenAI conventions (``gen_ai.response.time_to_first_chunk``, ``gen_ai.client.operation.
-time_to_first_chunk``) are not deprecated (1.42 moved them to a repository without a release).
-The tracer and meter of the handler carry it as their schema URL."""
+time_to_first_chunk``) are not deprecated (1.42 moved them to open-telemetry/semantic-conventions-
+genai, whose v0.1.0 renamed some: they are emitted only on opt-in, see below). The tracer and
+meter of the handler carry it as their schema URL."""
+
+# GenAI names of open-telemetry/semantic-conventions-genai v0.1.0 (status Development) that the
+# installed opentelemetry-semantic-conventions (0.66b2, core conventions 1.41) does not define.
+GEN_AI_CONVERSATION_COMPACTED: Final = "gen_ai.conversation.compacted"
+"""``true`` on the chat span (and the trim span) of a call whose request a trim cut or
+shortened (``agent_latency.trim.dropped_messages`` or ``shortened_messages`` above 0); absent
+otherwise, as the conventions ask. Emitted whatever the opt-in: it is new, not renamed."""
+GEN_AI_CLIENT_INFERENCE_DURATION: Final = "gen_ai.client.inference.duration"
+"""With the opt-in: the name of ``gen_ai.client.operation.duration`` for inference calls."""
+GEN_AI_CLIENT_INFERENCE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.inference.time_to_first_chunk"
+"""With the opt-in: the name of ``gen_ai.client.operation.time_to_first_chunk``."""
+GEN_AI_CLIENT_INFERENCE_TIME_PER_OUTPUT_CHUNK: Final = (
+    "gen_ai.client.inference.time_per_output_chunk"
+)
+"""With the opt-in: the name of ``gen_ai.client.operation.time_per_output_chunk``."""
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: Final = "gen_ai.usage.cache_write.input_tokens"
+"""With the opt-in: the name of ``gen_ai.usage.cache_creation.input_tokens``."""
 
 # Chat-model span attributes.
 TTFT_MS: Final = "agent_latency.ttft_ms"
@@ -41,7 +61,8 @@ TTFT_LEVEL: Final = "agent_latency.ttft_level"
 """``ok``, ``warn`` or ``error``: the TTFT against the warn and error thresholds."""
 ESTIMATED_INPUT_TOKENS: Final = "agent_latency.estimated_input_tokens"
 """Our count of the request: the trim's count of the whole request when a trim prepared the
-call, else the messages counted locally (cl100k); beside the server's ``gen_ai.usage``."""
+call, else the messages and the tools sent with them counted locally (cl100k); beside the
+server's ``gen_ai.usage``."""
 OUTCOME: Final = "agent_latency.outcome"
 """How a run ended: ``ok``, ``error``, ``cancelled`` or ``abandoned``."""
 

@@ -15,10 +15,13 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
+from support.otlp_receiver import OTLPReceiver
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -27,8 +30,10 @@ from agent_latency import (
     RunContextProvider,
     Settings,
     StreamingSettings,
+    configure_telemetry,
     semconv,
 )
+from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.telemetry import _model_call as _callbacks
 
 MS = 1_000_000  # nanoseconds
@@ -651,3 +656,43 @@ def test_a_long_lived_run_forgets_its_ended_children(handler: LatencyCallbackHan
     assert state is not None and len(state.children) < 256
     handler.on_chain_end({}, run_id=root)
     assert handler.open_runs == 0
+
+
+def test_the_estimate_of_a_call_with_bound_tools_counts_the_tools(
+    otlp_receiver: OTLPReceiver,
+) -> None:
+    # A handler attached to an agent without our trimmer counted the messages only: 13 tokens
+    # against the server's 144, an input_tokens_ratio of 11 that suggests a broken tokenizer.
+    @tool
+    def lookup_invoice(number: str, include_lines: bool = False) -> str:
+        """Looks up an invoice by its number and returns its status, total and due date."""
+        return "paid"
+
+    @tool
+    def refund(invoice: str, amount: float, reason: str) -> str:
+        """Refunds part or all of an invoice to the customer's original payment method."""
+        return "refunded"
+
+    records: list[LatencyRecord] = []
+    # The server counts with the handler's own vocabulary: the two counts can agree exactly.
+    counting_like_us = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0, tokenizer="cl100k")
+    with running_simulator(counting_like_us) as sim:
+        telemetry = configure_telemetry(
+            exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+        )
+        model = ChatOpenAI(
+            base_url=sim.base_url,
+            api_key="unused",  # type: ignore[arg-type]
+            model=sim.config.models[0],
+            max_retries=0,
+        ).bind_tools([lookup_invoice, refund])
+        handler = telemetry.handler(on_record=records.append)
+        model.invoke("Is invoice 42 paid?", config=config(handler))
+        telemetry.shutdown()
+
+    (record,) = records
+    assert record.input_tokens is not None and record.input_tokens > 100  # the tools are most
+    assert record.estimated_input_tokens == record.input_tokens
+    (chat,) = otlp_receiver.spans()
+    assert chat.attributes[semconv.ESTIMATED_INPUT_TOKENS] == record.input_tokens
+    assert chat.attributes[semconv.INPUT_TOKENS_RATIO] == 1.0

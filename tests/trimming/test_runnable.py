@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support.fakes import Recorder
 
 from agent_latency.semconv import (
+    GEN_AI_CONVERSATION_COMPACTED,
     TRIM_BUDGET,
     TRIM_DROPPED_MESSAGES,
     TRIM_OVER_BUDGET,
@@ -107,7 +108,11 @@ def test_a_trim_outside_any_run_is_a_span_under_the_current_context(
     assert trim_span.name == TRIM_SPAN_NAME
     assert trim_span.parent is not None
     assert trim_span.parent.span_id == request.get_span_context().span_id
-    assert dict(trim_span.attributes or {}) == outcome.span_attributes()
+    # and, the request being cut, the GenAI conventions' mark of a compacted conversation
+    assert dict(trim_span.attributes or {}) == {
+        **outcome.span_attributes(),
+        GEN_AI_CONVERSATION_COMPACTED: True,
+    }
     assert (
         outcome.span_attributes().items()
         >= {

@@ -73,6 +73,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
     ``runnable.with_config(callbacks=[handler])`` or ``ChatOpenAI(callbacks=[handler])``. One
     handler serves any number of concurrent runs, sync or async, from any thread.
 
+    The GenAI names are those of the installed ``opentelemetry-semantic-conventions``; with
+    ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` when the handler is made, the
+    newest GenAI conventions' names where they were renamed (docs/telemetry.md lists both).
+
     Args:
         tracer_provider: Where spans go; the global provider when ``None``.
         meter_provider: Where metrics go; the global provider when ``None``.
@@ -383,7 +387,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
     ) -> None:
         # Not traced, but registered so that runs under a retriever still find their parent.
         if not self._tree.is_repeated_start(run_id, parent_run_id):
-            self._tree.start_untraced(run_id, parent_run_id)
+            self._tree.start_untraced(run_id, parent_run_id, ends_with_task=True)
 
     @guarded
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -424,4 +428,4 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             parent_context=self._tree.parent_context(parent_run_id),
             trim=self._tree.take_trim(parent_run_id),
         )
-        self._tree.add(state)
+        self._tree.add(state, ends_with_task=operation == _CHAT)

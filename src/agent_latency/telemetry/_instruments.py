@@ -1,8 +1,16 @@
-"""The metric instruments of the handler, and what one finished model call records in them."""
+"""The metric instruments of the handler, and what one finished model call records in them.
+
+The GenAI metric names are those of the installed ``opentelemetry-semantic-conventions``, or,
+when ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental`` (read as
+OpenTelemetry's own instrumentations read it: a comma-separated list), the newer names of the
+GenAI conventions (:func:`latest_genai_names`).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from typing import Final
 
 from opentelemetry import metrics
 from opentelemetry.context import Context
@@ -17,6 +25,17 @@ from agent_latency.telemetry._timing import CallTiming
 
 _INPUT = gen_ai.GenAiTokenTypeValues.INPUT.value
 _OUTPUT = gen_ai.GenAiTokenTypeValues.OUTPUT.value
+_OPT_IN: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
+_LATEST_GENAI: Final = "gen_ai_latest_experimental"
+
+
+def latest_genai_names(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` opts into the newest GenAI names.
+
+    Args:
+        environ: The environment to read.
+    """
+    return _LATEST_GENAI in (value.strip() for value in environ.get(_OPT_IN, "").split(","))
 
 
 class Instruments:
@@ -24,9 +43,12 @@ class Instruments:
 
     Args:
         meter: The meter of the handler (instrumentation scope ``agent_latency``).
+        latest_names: Whether the GenAI histograms take the newest conventions' names
+            (``gen_ai.client.inference.*``) instead of the installed package's
+            (``gen_ai.client.operation.*``).
     """
 
-    def __init__(self, meter: metrics.Meter) -> None:
+    def __init__(self, meter: metrics.Meter, *, latest_names: bool = False) -> None:
         def seconds(name: str, description: str) -> metrics.Histogram:
             return meter.create_histogram(
                 name,
@@ -35,16 +57,25 @@ class Instruments:
                 explicit_bucket_boundaries_advisory=semconv.DURATION_BUCKETS_S,
             )
 
-        self.duration = seconds(
-            gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION, "GenAI operation duration."
+        names = (
+            (
+                semconv.GEN_AI_CLIENT_INFERENCE_DURATION,
+                semconv.GEN_AI_CLIENT_INFERENCE_TIME_TO_FIRST_CHUNK,
+                semconv.GEN_AI_CLIENT_INFERENCE_TIME_PER_OUTPUT_CHUNK,
+            )
+            if latest_names
+            else (
+                gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION,
+                gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK,
+                gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK,
+            )
         )
+        self.duration = seconds(names[0], "GenAI operation duration.")
         self.time_to_first_chunk = seconds(
-            gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK,
-            "Time from the request to the first content chunk of a streamed call.",
+            names[1], "Time from the request to the first content chunk of a streamed call."
         )
         self.time_per_chunk = seconds(
-            gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK,
-            "Mean time between content chunks after the first, once per call.",
+            names[2], "Mean time between content chunks after the first, once per call."
         )
         self.token_usage = meter.create_histogram(
             gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE,

@@ -8,11 +8,13 @@ prefill timings are read by :mod:`agent_latency._wire`, the one reader of every 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.tracers import event_stream
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
 from agent_latency._redaction import host_and_port
@@ -81,6 +83,26 @@ def is_agent(name: str, metadata: Mapping[str, Any]) -> bool:
     # Nodes inherit the agent's metadata; the graph itself carries its own name (or, unnamed,
     # is the run outside any node).
     return name == agent_name if agent_name else "langgraph_node" not in metadata
+
+
+def closed_event_stream(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` is the one ``astream_events`` runs its runnable in, cancelled only
+    because its consumer closed the stream.
+
+    ``astream_events`` runs the runnable in a task of its own (``consume_astream`` in
+    :mod:`langchain_core.tracers.event_stream`) and cancels it when the stream ends: once, in a
+    ``finally``, when the consumer walks away (closes the generator); when the consumer's own
+    task is cancelled, it forwards that cancellation first (``except CancelledError``) and the
+    ``finally`` cancels again. So the runs inside see a ``CancelledError`` either way, and the
+    task's count of cancellation requests tells the two apart.
+    """
+    code = getattr(task.get_coro(), "cr_code", None)
+    return (
+        code is not None
+        and code.co_name == "consume_astream"
+        and code.co_filename == event_stream.__file__
+        and task.cancelling() == 1
+    )
 
 
 def server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:

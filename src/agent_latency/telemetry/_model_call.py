@@ -31,7 +31,7 @@ from agent_latency._trace_link import PendingTrim
 from agent_latency._validation import is_number
 from agent_latency.telemetry._content import output_json
 from agent_latency.telemetry._feedback import learn_from_call
-from agent_latency.telemetry._instruments import Instruments
+from agent_latency.telemetry._instruments import Instruments, latest_genai_names
 from agent_latency.telemetry._langchain import (
     first_int,
     provider_name,
@@ -89,7 +89,8 @@ class ModelCallTracer:
     ) -> None:
         self.options = options
         self._tracer = tracer
-        self._instruments = Instruments(meter)
+        self._latest_names = latest_genai_names()
+        self._instruments = Instruments(meter, latest_names=self._latest_names)
         self._failures = failures
         self._stall_ns = int(options.chunk_timeout_ms * 1_000_000)
         self._token_counter: TokenCounter | None = None
@@ -169,6 +170,7 @@ class ModelCallTracer:
             started_ns=started_ns,
             stall_ns=self._stall_ns,
             messages=messages,
+            tools=_tools_sent(params),
             metric_attributes=metric_attributes,
             streamed=params.get("stream") is True,
             trim=trim,
@@ -241,9 +243,15 @@ class ModelCallTracer:
             )
             # Our count of the request: the trim's (the whole request) when a trim prepared it.
             estimated = (
-                state.trim.tokens_after if state.trim else self._estimate_tokens(state.messages)
+                state.trim.tokens_after
+                if state.trim
+                else self._estimate_tokens(state.messages, state.tools)
             )
-            span.set_attributes(end_attributes(state, timing, details, estimated, split))
+            span.set_attributes(
+                end_attributes(
+                    state, timing, details, estimated, split, latest_names=self._latest_names
+                )
+            )
             if options.capture_content and response is not None:
                 span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
         finally:
@@ -340,8 +348,11 @@ class ModelCallTracer:
             ", ".join(fields),
         )
 
-    def _estimate_tokens(self, messages: Sequence[BaseMessage] | None) -> int | None:
-        """The prompt counted locally (cl100k), or ``None`` without messages or a counter."""
+    def _estimate_tokens(
+        self, messages: Sequence[BaseMessage] | None, tools: Sequence[Any]
+    ) -> int | None:
+        """The request counted locally (cl100k): its messages and the tool definitions sent
+        with them; ``None`` without messages or a counter."""
         if not messages or self._token_counter_failed:
             return None
         if self._token_counter is None:
@@ -351,7 +362,14 @@ class ModelCallTracer:
                 self._token_counter_failed = True
                 logger.warning("agent-latency: no local token estimate: %s", exc)
                 return None
-        return self._token_counter.count_messages(messages)
+        return self._token_counter.count_request(messages, tools)
+
+
+def _tools_sent(params: Mapping[str, Any]) -> Sequence[Any]:
+    """The tool definitions a call sends: LangChain passes a model's bound tools to the handler
+    in the invocation parameters (OpenAI wire dicts for ``ChatOpenAI.bind_tools``)."""
+    tools = params.get("tools")
+    return tuple(tools) if isinstance(tools, list | tuple) else ()
 
 
 def _add_stall_event(span: Span, gap_ns: int, after_chunks: int) -> None:

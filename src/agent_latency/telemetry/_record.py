@@ -35,7 +35,8 @@ class LatencyRecord:
         max_chunk_gap_ms: The longest wait between chunks (or from the last one to the end).
         input_tokens: Prompt tokens the server reported, if it did.
         estimated_input_tokens: Our count of the prompt: the trim's count of the whole request
-            when a trim prepared the call, else the messages counted locally; if it could be.
+            when a trim prepared the call, else the messages and the tools sent with them counted
+            locally; if it could be.
         output_tokens: Completion tokens the server reported, if it did.
         ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; ``None`` without a TTFT.
         error_type: The exception type when the call failed or was cancelled.
@@ -81,8 +82,11 @@ def end_attributes(
     response: Response,
     estimated: int | None,
     split: TtftSplit | None,
+    *,
+    latest_names: bool = False,
 ) -> dict[str, AttributeValue]:
-    """The attributes a model-call span gets when the call ends."""
+    """The attributes a model-call span gets when the call ends (with ``latest_names``, the
+    newest GenAI conventions' name of the cache writes)."""
     usage = response.usage
     prompt_tokens = usage.prompt_tokens
     optional: dict[str, AttributeValue | None] = {
@@ -96,7 +100,11 @@ def end_attributes(
         gen_ai.GEN_AI_USAGE_INPUT_TOKENS: prompt_tokens,
         gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage.completion_tokens,
         gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cached_tokens,
-        gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: usage.cache_creation_tokens,
+        (
+            semconv.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS
+            if latest_names
+            else gen_ai.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS
+        ): usage.cache_creation_tokens,
         semconv.PREFILLED_INPUT_TOKENS: usage.prefilled_tokens,
         semconv.INPUT_TOKENS_RATIO: (
             prompt_tokens / estimated if prompt_tokens is not None and estimated else None

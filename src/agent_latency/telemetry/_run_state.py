@@ -13,6 +13,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage
@@ -39,8 +40,11 @@ class RunState:
         children: Ids of the runs started under this one (some may have ended already).
         pending_trim: A trim reported in this run or handed on by a child run that ended, not
             yet attached to a model call.
-        task_watch: For a root run in asyncio: the task and the done-callback that ends the run
-            if the task finishes first (LangChain reports no end when a model call is cancelled).
+        task: For a root run in asyncio: the task it started in. Not always the task that
+            carries it on: LangChain's ``abatch`` and a completion model start their runs in a
+            short-lived ``gather`` task.
+        task_watch: For a root run whose cancellation LangChain does not report: the
+            done-callback on ``task`` that ends the run if the task finishes first.
     """
 
     run_id: UUID
@@ -49,7 +53,8 @@ class RunState:
     context: Context
     children: list[UUID] = field(default_factory=list)
     pending_trim: PendingTrim | None = None
-    task_watch: tuple[asyncio.Task[object], Callable[[asyncio.Task[object]], None]] | None = None
+    task: asyncio.Task[object] | None = None
+    task_watch: Callable[[asyncio.Task[object]], None] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -64,6 +69,8 @@ class ModelRunState(RunState):
         started_ns: When the call started.
         stall_ns: A wait between chunks longer than this is a stall.
         messages: The prompt, kept by reference for the token estimate at the end.
+        tools: The tool definitions sent with it (the invocation parameters' ``tools``), for the
+            same estimate.
         metric_attributes: The low-cardinality attributes of the call's metrics.
         streamed: Whether the request asked to stream or any token callback arrived.
         first_chunk_ns: When the first content chunk arrived.
@@ -81,6 +88,7 @@ class ModelRunState(RunState):
     started_ns: int = 0
     stall_ns: int = 0
     messages: Sequence[BaseMessage] | None = None
+    tools: Sequence[Any] = ()
     metric_attributes: dict[str, AttributeValue] = field(default_factory=dict)
     streamed: bool = False
     first_chunk_ns: int | None = None

@@ -28,7 +28,7 @@ from opentelemetry.util.types import AttributeValue
 from agent_latency import semconv
 from agent_latency._trace_link import PendingTrim
 from agent_latency.telemetry._content import attribute_text, to_json
-from agent_latency.telemetry._langchain import is_agent, run_name
+from agent_latency.telemetry._langchain import closed_event_stream, is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
 
@@ -48,7 +48,8 @@ def error_type(error: BaseException) -> str:
 
 
 def outcome(error: BaseException | None) -> str:
-    """How a run ended: ``ok``, ``abandoned`` (GeneratorExit), ``cancelled`` or ``error``."""
+    """How a run ended: ``ok``, ``abandoned`` (GeneratorExit: the consumer stopped reading),
+    ``cancelled`` or ``error``."""
     if error is None:
         return "ok"
     if isinstance(error, GeneratorExit):
@@ -175,24 +176,40 @@ class RunTree:
             )
         self._start_span(run_id, parent_run_id, f"{_EXECUTE_TOOL} {name}", attributes)
 
-    def start_untraced(self, run_id: UUID, parent_run_id: UUID | None) -> None:
-        """Opens a run without a span, so that the runs under it still find their parent."""
-        self.add(RunState(run_id, parent_run_id, None, self.parent_context(parent_run_id)))
+    def start_untraced(
+        self, run_id: UUID, parent_run_id: UUID | None, *, ends_with_task: bool = False
+    ) -> None:
+        """Opens a run without a span, so that the runs under it still find their parent
+        (``ends_with_task`` as for :meth:`add`)."""
+        state = RunState(run_id, parent_run_id, None, self.parent_context(parent_run_id))
+        self.add(state, ends_with_task=ends_with_task)
 
-    def add(self, state: RunState) -> None:
-        """Registers an open run (a model call's, or one started here)."""
+    def add(self, state: RunState, *, ends_with_task: bool = False) -> None:
+        """Registers an open run (a model call's, or one started here).
+
+        Args:
+            state: The run.
+            ends_with_task: Whether the run, when a root in asyncio, ends at the latest with the
+                task it starts in: a chat-model call or a retriever, whose cancellation
+                LangChain does not report (``agenerate`` awaits the request under ``gather``;
+                a retriever catches ``Exception`` only). Chains, tools and completion models
+                report every end, cancellation included, and may start in a short-lived task
+                that says nothing about when they end (``abatch`` starts each input's root in a
+                ``gather`` task; so does a completion model each prompt's call).
+        """
         if self._runs.add(state) is not None:
             return  # ended by its parent at the latest
-        # LangChain reports no end for a model call (or tool) cancelled while awaited directly:
-        # a root run in asyncio ends at the latest with its task.
         try:
             task = asyncio.current_task()
         except RuntimeError:  # no event loop in this thread
             return
-        if task is not None:
+        if task is None:
+            return
+        state.task = task
+        if ends_with_task:
             watch = functools.partial(self._on_task_done, state.run_id)
             task.add_done_callback(watch)
-            state.task_watch = (task, watch)
+            state.task_watch = watch
 
     # -- while runs are open -------------------------------------------------------------------
 
@@ -227,8 +244,19 @@ class RunTree:
     ) -> None:
         """Ends the open run ``run_id`` (nothing when it has ended already)."""
         state = self._runs.pop(run_id)
-        if state is not None:
-            self._finish(state, error, response)
+        if state is None:
+            return
+        if isinstance(error, asyncio.CancelledError) and self._stream_closed(state):
+            error = GeneratorExit()  # recorded like walking away from ``astream``
+        self._finish(state, error, response)
+
+    def _stream_closed(self, state: RunState) -> bool:
+        """Whether a run's tree runs in an ``astream_events`` task its consumer walked away
+        from (:func:`closed_event_stream`)."""
+        root = state
+        while (parent := self._runs.get(root.parent_run_id)) is not None:
+            root = parent
+        return root.task is not None and closed_event_stream(root.task)
 
     def _on_task_done(self, run_id: UUID, task: asyncio.Task[object]) -> None:
         try:
@@ -258,9 +286,8 @@ class RunTree:
         if error is None:
             # A run that failed hands nothing on: its trimmed messages reached no model.
             self._runs.hand_on_trim(state)
-        if state.task_watch is not None:
-            task, watch = state.task_watch
-            task.remove_done_callback(watch)
+        if state.task is not None and state.task_watch is not None:
+            state.task.remove_done_callback(state.task_watch)
         if isinstance(state, ModelRunState):
             self._end_model_call(state, error, response)
         elif state.span is not None:

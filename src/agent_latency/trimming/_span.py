@@ -23,7 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
+from agent_latency._trace_link import TRIM_EVENT, compaction, find_run_context, find_trim_tracer
 from agent_latency.semconv import TRIM_SPAN_NAME
 
 logger = logging.getLogger("agent_latency.trimming")
@@ -55,10 +55,11 @@ def end_span(
     error: BaseException | None,
     attributes: Mapping[str, AttributeValue] | None = None,
 ) -> None:
-    """Records the trim's attributes or its error and ends the span; telemetry errors are logged."""
+    """Records the trim's attributes (and :func:`compaction`'s) or its error and ends the span;
+    telemetry errors are logged."""
     try:
         if attributes is not None:
-            span.set_attributes(attributes)
+            span.set_attributes({**attributes, **compaction(attributes)})
         if error is not None:
             span.record_exception(error)
             span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
