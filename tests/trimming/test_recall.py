@@ -98,6 +98,7 @@ def test_a_real_agent_is_told_what_was_cut_and_reads_it_back_within_the_budget()
     assert len(recorder.trims) == 2 and all(t.tokens_after <= budget for t in recorder.trims)
     assert all(tokens <= budget for tokens in recorder.server_tokens)
     assert recorder.trims[0].tokens_after == recorder.server_tokens[0]  # the marker counted
+    assert len(recorder.trims[0].sent_message_tokens) == len(first)
     assert any(FACT in m.text for m in second)  # the recalled fact reached the model
 
 

@@ -239,16 +239,19 @@ class RecallingTrimmer(Runnable[Any, list[BaseMessage]]):
         budget = self.trimmer.budget
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after
+        sizes = result.sent_message_tokens
         if result.dropped_messages:
             lead = next(
                 (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)),
                 len(messages),
             )
             messages = [*messages[:lead], self.marker, *messages[lead:]]
+            sizes = (*sizes[:lead], self.marker_tokens, *sizes[lead:])
             tokens += self.marker_tokens
         return dataclasses.replace(
             result,
             messages=messages,
+            sent_message_tokens=sizes,
             tokens_after=tokens,
             budget=budget,
             effective_budget=effective,
