@@ -448,7 +448,9 @@ async def run_concurrent(
     model = build_chat_model(
         Settings(), base_url=base_url, model=DEFAULT_MODEL, max_retries=0, streaming=True
     )
-    agent = create_agent(model, tools=[], middleware=[TrimmingMiddleware(wired.trimmer)])
+    # No recall tool: the simulator would call it first; one model call per run is soaked.
+    middleware = TrimmingMiddleware(wired.trimmer, recall=False)
+    agent = create_agent(model, tools=[], middleware=[middleware])
 
     async def run(index: int, callbacks: list[BaseCallbackHandler]) -> str:
         inputs: Any = {"messages": [*conversation, question(index)]}

@@ -226,3 +226,14 @@ def test_results_of_parallel_calls_are_accepted(sim: RunningSimulator) -> None:
     ]
 
     assert ask(sim, messages).choices[0].finish_reason == "stop"
+
+
+def test_a_phrase_the_user_quotes_is_the_string_argument(sim: RunningSimulator) -> None:
+    quoted = ask(sim, user('What is the weather in "Porto Alegre"?'))
+    plain = ask(sim, user("What is the weather in Porto Alegre?"))
+
+    (call,) = quoted.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments) == {"city": "Porto Alegre"}
+    assert json.loads(plain.choices[0].message.tool_calls[0].function.arguments) == {
+        "city": "example"
+    }

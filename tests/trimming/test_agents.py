@@ -34,6 +34,7 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import CostAwareTrimmer
 from agent_latency.trimming._middleware import STATE_KEY, TrimmingMiddleware
+from agent_latency.trimming._recall import TOOL_DEFINITION
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
@@ -73,8 +74,8 @@ def check_run(recorder: Recorder, state: dict[str, Any], history: list[BaseMessa
     """The model saw trimmed prompts within budget; the state kept everything untouched."""
     assert len(recorder.prompts) == 2 and len(recorder.trims) == 2
     for prompt, trim in zip(recorder.prompts, recorder.trims, strict=True):
-        # The whole request counts: the messages and the lookup tool's definition.
-        assert trim.tool_tokens == COUNTER.count_tools([lookup]) > 0
+        # The whole request counts: the messages and the recall and lookup tools' definitions.
+        assert trim.tool_tokens == COUNTER.count_tools([TOOL_DEFINITION, lookup]) > 0
         assert COUNTER.count_messages(prompt) + trim.tool_tokens == trim.tokens_after <= BUDGET
         assert prompt[0].content == SYSTEM_PROMPT  # the system prompt is counted and kept
         assert prompt[0].type == "system" and trim.changed

@@ -27,7 +27,8 @@ from agent_latency.semconv import TRIM_OVER_BUDGET, TRIM_OVER_BUDGET_CAUSE, TRIM
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.telemetry import LatencyCallbackHandler
 from agent_latency.tokens import PromptCalibration
-from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware, recall_tool
+from agent_latency.trimming._recall import TOOL_DEFINITION
 
 MODEL_QWEN = "qwen-7b-chat"
 MODEL_UNKNOWN = "house-model-v2"  # no tokenizer known for it: the cl100k fallback
@@ -247,8 +248,11 @@ def test_the_langgraph_hook_counts_the_prompt_and_tools_langgraph_adds(simulator
     hook = trimmer.as_pre_model_hook(prompt=SYSTEM_PROMPT, tools=TOOLS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # create_react_agent is deprecated for create_agent
-        graph = create_react_agent(
-            build_chat_model(settings), TOOLS, prompt=SYSTEM_PROMPT, pre_model_hook=hook
+        graph = create_react_agent(  # with the hook's recall tool, which it counts
+            build_chat_model(settings),
+            [*TOOLS, recall_tool(hook)],
+            prompt=SYSTEM_PROMPT,
+            pre_model_hook=hook,
         )
     calls = Recorder()
     graph.invoke({"messages": [*history(30), HumanMessage("and now?")]}, {"callbacks": [calls]})
@@ -319,8 +323,10 @@ def test_a_structured_output_schema_counts_as_it_is_sent(simulator: Any, strateg
         with pytest.raises(StructuredOutputValidationError):
             agent.invoke(run, {"callbacks": [calls]})
     trim = calls.trims[0]
-    if strategy == "tool":  # one more tool: the schema
-        assert trim.tool_tokens == trimmer.token_counter.count_tools([*TOOLS[:2], Answer])
+    if strategy == "tool":  # one more tool: the schema (after the middleware's recall tool)
+        assert trim.tool_tokens == trimmer.token_counter.count_tools(
+            [TOOL_DEFINITION, *TOOLS[:2], Answer]
+        )
     else:
         assert trim.response_format_tokens == trimmer.token_counter.count_response_format(
             ProviderStrategy(Answer).to_model_kwargs()["response_format"]

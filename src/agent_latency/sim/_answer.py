@@ -14,6 +14,10 @@ result, it is text. Which tools:
 * else the next tool in turn: the number of tool calls already in the conversation, modulo the
   number of tools, so a loop with ``tool_choice="required"`` goes through all of them.
 
+A string argument without a default is the first phrase the latest user message puts in double
+quotes (``recall "the database port"`` gives ``"the database port"``), as a model would copy the
+words a user asked it to use; else ``"example"``.
+
 Nothing is random, so the same request always gets the same answer.
 """
 
@@ -65,6 +69,7 @@ _NAME_WORD_LETTERS = 3
 _DESCRIPTION_WORD_LETTERS = 4
 _NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _WORDS = re.compile(r"\w+")
+_QUOTED = re.compile(r'"([^"]+)"')
 
 
 @dataclass(frozen=True)
@@ -151,11 +156,15 @@ def compose_answer(request: ChatRequest, prompt: bytes, *, answer_tokens: int) -
     """
     tools = _tools_to_call(request)
     if tools:
+        quoted = _QUOTED.search(_latest_user_text(request.messages))
+        text = quoted.group(1) if quoted else "example"
         calls = tuple(
             ToolCall(
                 "call_" + hashlib.sha256(prompt + index.to_bytes(4, "big")).hexdigest()[:24],
                 tool["name"],
-                json.dumps(example_value(tool.get("parameters"), depth=0), ensure_ascii=False),
+                json.dumps(
+                    example_value(tool.get("parameters"), depth=0, text=text), ensure_ascii=False
+                ),
             )
             for index, tool in enumerate(tools)
         )
@@ -216,15 +225,16 @@ def _latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return content if isinstance(content, str) else ""
 
 
-def example_value(schema: object, *, depth: int) -> Any:
+def example_value(schema: object, *, depth: int, text: str = "example") -> Any:
     """Returns a plausible value that fits a JSON schema (defaults and enums first).
 
     Args:
         schema: A JSON schema; anything else yields a string.
         depth: Nesting level, bounded so that recursive schemas terminate.
+        text: The value of a string without a default.
     """
     if not isinstance(schema, Mapping) or depth > _MAX_SCHEMA_DEPTH:
-        return "example"
+        return text
     if "default" in schema:
         return schema["default"]
     if "const" in schema:
@@ -237,7 +247,7 @@ def example_value(schema: object, *, depth: int) -> Any:
             concrete = [
                 o for o in options if not (isinstance(o, Mapping) and o.get("type") == "null")
             ]
-            return example_value((concrete or options)[0], depth=depth + 1)
+            return example_value((concrete or options)[0], depth=depth + 1, text=text)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
@@ -245,13 +255,15 @@ def example_value(schema: object, *, depth: int) -> Any:
         properties = schema.get("properties")
         if not isinstance(properties, Mapping):
             return {}
-        return {name: example_value(sub, depth=depth + 1) for name, sub in properties.items()}
+        return {
+            name: example_value(sub, depth=depth + 1, text=text) for name, sub in properties.items()
+        }
     if kind == "array":
-        return [example_value(schema.get("items"), depth=depth + 1)]
-    return _scalar_example(kind, schema)
+        return [example_value(schema.get("items"), depth=depth + 1, text=text)]
+    return _scalar_example(kind, schema, text)
 
 
-def _scalar_example(kind: object, schema: Mapping[str, Any]) -> Any:
+def _scalar_example(kind: object, schema: Mapping[str, Any], text: str) -> Any:
     minimum = schema.get("minimum")
     if kind == "integer":
         return math.ceil(minimum) if isinstance(minimum, int | float) and minimum > 1 else 1
@@ -261,4 +273,4 @@ def _scalar_example(kind: object, schema: Mapping[str, Any]) -> Any:
         return True
     if kind == "null":
         return None
-    return "example"
+    return text

@@ -23,7 +23,11 @@ budgets of its deep cuts (``DEEP_CUT_FRACTIONS`` of the budget by default).
 Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``,
 ``DEEP_CUT_FRACTIONS``, ``LatestCall``, ``MessageDecision``, ``PriorityClass``,
 ``PriorityTrimmer``, ``RULE_EXPLANATIONS``, ``Rule``, ``TrimOptions``, ``TrimResult``,
-``TrimmingMiddleware``, ``deep_cut_budgets``, ``trimmer_from_settings``.
+``TrimmingMiddleware``, ``deep_cut_budgets``, ``recall_tool``, ``trimmer_from_settings``.
+
+In agents, what a trim cuts stays readable (docs/trimming.md, "Nothing lost for good"):
+``TrimmingMiddleware`` and the pre-model hook send an elision marker where history was cut and
+offer the ``recall`` tool; for ``create_react_agent``, :func:`recall_tool` gives a hook's tool.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -43,7 +47,7 @@ from agent_latency.trimming._result import ClassFigures, TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 if TYPE_CHECKING:
-    from agent_latency.trimming._middleware import TrimmingMiddleware
+    from agent_latency.trimming._middleware import TrimmingMiddleware, recall_tool
 
 # In sorted() order, as tests/test_public_api.py checks (ruff's RUF022 sorts constants first).
 __all__ = [
@@ -62,14 +66,16 @@ __all__ = [
     "TrimResult",
     "TrimmingMiddleware",
     "deep_cut_budgets",
+    "recall_tool",
     "trimmer_from_settings",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # TrimmingMiddleware needs the optional `agents` extra (langchain): import it on first use.
-    if name == "TrimmingMiddleware":
-        from agent_latency.trimming._middleware import TrimmingMiddleware
+    # TrimmingMiddleware and recall_tool need the optional `agents` extra (langchain): import
+    # them on first use.
+    if name in {"TrimmingMiddleware", "recall_tool"}:
+        from agent_latency.trimming import _middleware
 
-        return TrimmingMiddleware
+        return getattr(_middleware, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

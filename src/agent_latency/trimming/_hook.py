@@ -3,15 +3,25 @@
 LangGraph runs the hook as its own node, then, in the model node, prepends its ``prompt=`` to the
 messages the hook returned and sends the agent's tools. The hook therefore trims with the prompt
 in front (counted, always kept) and returns the messages without it.
+
+With recall (the default), the hook trims through a
+:class:`~agent_latency.trimming._recall.RecallingTrimmer`: the elision marker goes where history
+was cut, and :meth:`PreModelHook.read_back` answers the ``recall`` tool the user passes to
+``create_react_agent`` (``agent_latency.trimming.recall_tool(hook)``). The hook counts that
+tool's definition with the agent's tools. What a call left out is found again by trimming the
+state's messages before the calling answer the same way: the hook's prompt and tools are fixed,
+so the trim is the one that call was sent (unless the calibration moved in between).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable
+
+from agent_latency.trimming._recall import RecallingTrimmer, Trimming, calling_message
 
 
 def system_prompt(prompt: object) -> SystemMessage | None:
@@ -32,21 +42,48 @@ def system_prompt(prompt: object) -> SystemMessage | None:
     )
 
 
-def pre_model_hook(
-    trimmer: Runnable[Any, list[BaseMessage]], prompt: SystemMessage | None
-) -> Callable[[Any], dict[str, list[BaseMessage]]]:
-    """Returns a hook that trims the state's messages into ``llm_input_messages``.
+NO_RECALL = (
+    "recall_tool: this pre-model hook was made with recall=False; make it with "
+    "trimmer.as_pre_model_hook() (recall is on by default)."
+)
+
+
+class PreModelHook:
+    """A ``pre_model_hook``: trims the state's messages into ``llm_input_messages``.
 
     Args:
-        trimmer: The trimmer (its ``invoke`` reports the trim to the run's handlers).
+        trimmer: The trimmer, counting the agent's tools (and the recall tool with recall).
         prompt: The system prompt LangGraph prepends after the hook, or ``None``.
+        recall: Mark the cut and answer the ``recall`` tool (see the module docstring).
     """
 
-    def trim_before_model(state: Any) -> dict[str, list[BaseMessage]]:
-        messages = state["messages"] if isinstance(state, Mapping) else state.messages
-        if prompt is None:
-            return {"llm_input_messages": trimmer.invoke(messages)}
-        trimmed = trimmer.invoke([prompt, *messages])
-        return {"llm_input_messages": [m for m in trimmed if m is not prompt]}
+    def __init__(self, trimmer: Trimming, prompt: SystemMessage | None, *, recall: bool) -> None:
+        self.prompt = prompt
+        self.recalling = RecallingTrimmer(trimmer) if recall else None
+        # Its invoke reports the trim to the run's handlers.
+        self._trims: Runnable[Any, list[BaseMessage]] = (
+            self.recalling if self.recalling is not None else trimmer  # type: ignore[assignment]
+        )
 
-    return trim_before_model
+    def __call__(self, state: Any) -> dict[str, list[BaseMessage]]:
+        """Returns the state update with the trimmed messages in ``llm_input_messages``."""
+        messages = state["messages"] if isinstance(state, Mapping) else state.messages
+        if self.prompt is None:
+            return {"llm_input_messages": self._trims.invoke(messages)}
+        trimmed = self._trims.invoke([self.prompt, *messages])
+        return {"llm_input_messages": [m for m in trimmed if m is not self.prompt]}
+
+    def read_back(self, messages: Sequence[BaseMessage], call_id: str | None, query: str) -> str:
+        """The recall tool's answer: what the model call that called it left out, as asked.
+
+        Raises:
+            ValueError: When the hook was made with ``recall=False``.
+        """
+        if self.recalling is None:
+            raise ValueError(NO_RECALL)
+        calling = calling_message(messages, call_id)
+        before = list(messages[:calling]) if calling is not None else []
+        inputs = before if self.prompt is None else [self.prompt, *before]
+        cut = self.recalling.left_out(inputs) if before else []
+        left_out = [m for m in cut if m is not self.prompt]
+        return self.recalling.read(left_out, query)

@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 from langchain_core.callbacks.manager import (
@@ -32,12 +32,13 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer, TracerProvider
 
 from agent_latency import semconv
+from agent_latency._validation import checked_bool
 from agent_latency._wire import coerce_messages
 from agent_latency.config import HistorySelection, PriorityClass, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._cache_first import cache_first_cut
 from agent_latency.trimming._compaction import Compactor
-from agent_latency.trimming._hook import pre_model_hook, system_prompt
+from agent_latency.trimming._hook import PreModelHook, system_prompt
 from agent_latency.trimming._options import DEFAULTS, TrimOptions
 from agent_latency.trimming._plan import (
     Plan,
@@ -49,6 +50,7 @@ from agent_latency.trimming._plan import (
     question_retention,
     shorten_must_keep,
 )
+from agent_latency.trimming._recall import TOOL_DEFINITION
 from agent_latency.trimming._relevance import Occurrences, TermCache, TermIndex
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
 from agent_latency.trimming._result import TrimResult
@@ -418,7 +420,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         *,
         prompt: str | SystemMessage | None = None,
         tools: Sequence[object] | None = None,
-    ) -> Callable[[Any], dict[str, list[BaseMessage]]]:
+        recall: bool = True,
+    ) -> PreModelHook:
         """Returns a ``pre_model_hook`` for LangGraph's ``create_react_agent``.
 
         The hook trims the state's messages into ``llm_input_messages``, so the model sees the
@@ -426,21 +429,39 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         ``prompt=`` after the hook and sends the agent's tools with every call: pass the same
         ``prompt`` and ``tools`` here so they count against the budget.
 
+        With ``recall`` (the default) what the hook cuts stays readable: an elision marker goes
+        where history was cut (its tokens reserved in the budget), and the ``recall`` tool reads
+        the left-out messages back. Give the agent that tool, which the hook counts::
+
+            hook = trimmer.as_pre_model_hook(prompt=PROMPT, tools=tools)
+            agent = create_react_agent(
+                model, [*tools, recall_tool(hook)], prompt=PROMPT, pre_model_hook=hook
+            )
+
+        (``from agent_latency.trimming import recall_tool``; docs/trimming.md, "Nothing lost for
+        good").
+
         Args:
             prompt: The ``prompt=`` given to ``create_react_agent`` (a string or a
                 ``SystemMessage``); it is counted and always kept, and not returned.
-            tools: The ``tools`` given to ``create_react_agent``. Default: the trimmer's own.
+            tools: The ``tools`` given to ``create_react_agent``, the recall tool left out.
+                Default: the trimmer's own.
+            recall: Mark the cut and count the recall tool (see above).
 
         Raises:
             TypeError: When ``prompt`` is of another kind (a callable prompt builds its own
                 messages: put the trimmer inside it instead).
-            ValueError: When a tool cannot be converted to an OpenAI tool definition.
+            ValueError: When a tool cannot be converted to an OpenAI tool definition, or
+                ``recall`` is not a bool.
         """
         system = system_prompt(prompt)
+        checked_bool("as_pre_model_hook", "recall", recall)
         changes: dict[str, Any] = {} if tools is None else {"tools": tools}
         if system is not None:
             changes["keep_system"] = True  # LangGraph sends the prompt whatever the hook returns
-        return pre_model_hook(self._with(**changes) if changes else self, system)
+        if recall:
+            changes["tools"] = [*changes.get("tools", self.options.tools or ()), TOOL_DEFINITION]
+        return PreModelHook(self._with(**changes) if changes else self, system, recall=recall)
 
     def _trim_in_run(
         self, input_: Any, run_manager: CallbackManagerForChainRun

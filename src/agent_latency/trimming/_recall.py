@@ -1,0 +1,366 @@
+"""Nothing lost for good in agents: a marker where history was cut, and a search to read it back.
+
+:class:`RecallingTrimmer` trims like the trimmer it wraps, to the budget less the tokens of the
+elision marker (:data:`MARKER_TEXT`), and, when the trim dropped messages, sends the marker right
+after the leading system messages. The marker's text is a constant and its place does not move,
+so from the first cut on it is part of the stable prompt prefix a server caches: it never moves
+the prefix by itself. Reserving its tokens up front (rather than trimming again when it does not
+fit) keeps one trim per call and the same cut decisions on every call of a conversation.
+
+What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
+messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
+newer first on a tie), within a quarter of the budget. The agents' ``recall`` tool
+(:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the pre-model hook register it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, Protocol
+
+from langchain_core.callbacks.manager import (
+    AsyncCallbackManagerForChainRun,
+    CallbackManagerForChainRun,
+)
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NoOpTracer, Tracer
+
+from agent_latency import semconv
+from agent_latency._wire import coerce_messages
+from agent_latency.tokens import PromptCalibration, TokenCounting
+from agent_latency.trimming._options import TrimOptions
+from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
+from agent_latency.trimming._result import TrimResult
+from agent_latency.trimming._span import (
+    areport_trim,
+    end_span,
+    report_trim,
+    run_context,
+    run_tracer,
+    start_span,
+)
+
+__all__ = [
+    "MARKER_TEXT",
+    "TOOL_DEFINITION",
+    "TOOL_DESCRIPTION",
+    "TOOL_NAME",
+    "RecallingTrimmer",
+    "Trimming",
+    "calling_message",
+    "in_runs",
+    "left_out_of",
+    "left_out_runs",
+]
+
+TOOL_NAME: Final = "recall"
+MARKER_TEXT: Final = (
+    "[Earlier messages of this conversation were left out of this prompt to keep it short. "
+    f"Nothing is lost: call the `{TOOL_NAME}` tool with words of what you need to read them back.]"
+)
+"""The elision marker: the same text on every call, so it never moves the cached prefix."""
+TOOL_DESCRIPTION: Final = (
+    "Reads back messages left out of your prompt: give words of what you need, or message ids."
+)
+TOOL_DEFINITION: Final = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": TOOL_DESCRIPTION,
+        "parameters": {
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+            "type": "object",
+        },
+    },
+}
+"""The recall tool as the server gets it (what a pre-model hook counts; the same as
+``TrimmingMiddleware``'s tool converts to)."""
+READ_SHARE: Final = 4
+"""What the tool returns takes at most a ``READ_SHARE``-th of the budget's tokens."""
+
+
+class Trimming(Protocol):
+    """What :class:`RecallingTrimmer` uses of a ``PriorityTrimmer``."""
+
+    options: TrimOptions
+    term_cache: TermCache
+
+    @property
+    def budget(self) -> int: ...
+
+    @property
+    def token_counter(self) -> TokenCounting: ...
+
+    @property
+    def calibration(self) -> PromptCalibration | None: ...
+
+    @property
+    def trim(self) -> Callable[..., TrimResult]: ...
+
+    def _with(self, **changes: Any) -> Trimming: ...
+
+
+class RecallingTrimmer(Runnable[Any, list[BaseMessage]]):
+    """Trims like ``trimmer`` and marks the cut; reads back what it left out (module docstring).
+
+    A LangChain ``Runnable`` (the pre-model hook invokes it) whose :meth:`trim` takes the
+    arguments of ``PriorityTrimmer.trim``; its result describes the request sent, the marker
+    included, against the whole budget.
+
+    Args:
+        trimmer: The ``PriorityTrimmer`` to trim with.
+    """
+
+    def __init__(self, trimmer: Trimming) -> None:
+        self.trimmer = trimmer
+        self.marker = SystemMessage(MARKER_TEXT)
+        self.marker_tokens = trimmer.token_counter.count_message(self.marker)
+        self._reserved: tuple[int, Trimming] | None = None
+        self._tracer = trace.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE,
+            tracer_provider=trimmer.options.tracer_provider,
+            schema_url=semconv.SCHEMA_URL,
+        )
+
+    def __repr__(self) -> str:
+        return f"RecallingTrimmer({self.trimmer!r})"
+
+    def trim(
+        self,
+        messages: object,
+        *,
+        context: Context | None = None,
+        tracer: Tracer | None = None,
+        **request: Any,
+    ) -> TrimResult:
+        """Trims ``messages`` as ``PriorityTrimmer.trim`` does, the marker in, recording a span.
+
+        Args:
+            messages: As for ``PriorityTrimmer.trim``. Never modified.
+            context: The OpenTelemetry context to start the span in.
+            tracer: The tracer to record the trim span with. Default: the trimmer's own.
+            **request: ``tools``, ``response_format``, ``strict_tools``, ``output_tools``.
+        """
+        span = start_span(tracer or self._tracer, context)
+        try:
+            result = self._marked(self._quiet_trim(messages, request))
+        except BaseException as exc:
+            end_span(span, exc)
+            raise
+        end_span(span, None, result.span_attributes())
+        return result
+
+    def left_out(self, messages: Sequence[BaseMessage], **request: Any) -> list[BaseMessage]:
+        """The messages a trim of ``messages`` drops or shortens (no span, no marker)."""
+        return left_out_of(messages, self._quiet_trim(messages, request))
+
+    def read(self, left_out: Sequence[BaseMessage], query: str) -> str:
+        """What the recall tool answers: the left-out messages asked for, as text.
+
+        Args:
+            left_out: The messages a trim left out, in conversation order.
+            query: Words of what is needed, or message ids: the messages whose ids it names
+                come first, in conversation order, then the best BM25 matches of its words, the
+                newer first on a tie.
+
+        Returns:
+            The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
+            (the last one cut short if need be), and how many more matched.
+        """
+        if not left_out:
+            return "Nothing was left out of this conversation's prompt."
+        wanted = set(query.replace(",", " ").split())
+        chosen = [m for m in left_out if m.id is not None and m.id in wanted]
+        texts = [_text(m) for m in left_out]
+        scores = bm25_scores(query, [[t] for t in texts], self.trimmer.term_cache)
+        ranked = sorted(
+            (i for i, score in enumerate(scores) if score > 0),
+            key=lambda i: (-scores[i], -i),
+        )
+        chosen += [left_out[i] for i in ranked if left_out[i] not in chosen]
+        if not chosen:
+            return (
+                f"No left-out message matches {query!r}; {len(left_out)} messages were left out: "
+                "ask with other words."
+            )
+        return self._within_limit(chosen)
+
+    def _within_limit(self, chosen: list[BaseMessage]) -> str:
+        """``chosen`` as text within a quarter of the budget, the note on the rest included."""
+        counter = self.trimmer.token_counter
+        limit = max(self.trimmer.budget // READ_SHARE, 1) - counter.count_text(_more(len(chosen)))
+        parts: list[str] = []
+        used = 0
+        for message in chosen:
+            part = f"[id {message.id}] {message.type}: {_text(message)}"
+            tokens = counter.count_text(part) + 1  # the line break
+            if used + tokens > limit:
+                if not parts:  # the best match alone is too long: send its start
+                    parts.append(_cut_to(part, limit - 8, counter) + " [cut]")
+                break
+            parts.append(part)
+            used += tokens
+        more = len(chosen) - len(parts)
+        return "\n".join([*parts, _more(more)] if more else parts)
+
+    def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
+        """The trim to the budget less the marker's tokens, with no span of its own."""
+        return self._reserving().trim(messages, tracer=NoOpTracer(), **request)
+
+    def _reserving(self) -> Trimming:
+        """The trimmer with the marker's tokens, in the server's tokens, taken off its budget.
+
+        Its defaults that follow the budget (the tool-result cap, the prefix step) stay those
+        of the whole budget; it is rebuilt only when the calibration moves the reserve.
+        """
+        base = self.trimmer
+        factor = base.calibration.factor if base.calibration is not None else 1.0
+        reserve = math.ceil(self.marker_tokens * factor)
+        reserved = self._reserved
+        if reserved is None or reserved[0] != reserve:
+            options = base.options
+            trimmer = base._with(
+                budget=max(base.budget - reserve, 1),
+                max_tool_result_tokens=options.tool_result_cap,
+                prefix_step_tokens=options.step_tokens,
+            )
+            reserved = self._reserved = (reserve, trimmer)
+        return reserved[1]
+
+    def _marked(self, result: TrimResult) -> TrimResult:
+        """``result`` against the whole budget, with the marker sent when messages were dropped."""
+        budget = self.trimmer.budget
+        effective = math.floor(budget / result.calibration_factor)
+        messages, tokens = result.messages, result.tokens_after
+        sizes = result.sent_message_tokens
+        if result.dropped_messages:
+            lead = next(
+                (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)),
+                len(messages),
+            )
+            messages = [*messages[:lead], self.marker, *messages[lead:]]
+            sizes = (*sizes[:lead], self.marker_tokens, *sizes[lead:])
+            tokens += self.marker_tokens
+        return dataclasses.replace(
+            result,
+            messages=messages,
+            sent_message_tokens=sizes,
+            tokens_after=tokens,
+            budget=budget,
+            effective_budget=effective,
+            over_budget=tokens > effective,
+        )
+
+    # -- Runnable -----------------------------------------------------------------------------
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Returns the trimmed messages of ``input``, the marker in (see :meth:`trim`)."""
+        return self._call_with_config(self._trim_in_run, input, config)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Returns the trimmed messages of ``input``, the marker in (see :meth:`trim`)."""
+        return await self._acall_with_config(self._atrim_in_run, input, config)
+
+    def _trim_in_run(
+        self, input_: Any, run_manager: CallbackManagerForChainRun
+    ) -> list[BaseMessage]:
+        tracer = run_tracer(run_manager, self._tracer)
+        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
+        report_trim(run_manager, result)
+        return result.messages
+
+    async def _atrim_in_run(
+        self, input_: Any, run_manager: AsyncCallbackManagerForChainRun
+    ) -> list[BaseMessage]:
+        tracer = run_tracer(run_manager, self._tracer)
+        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
+        await areport_trim(run_manager, result)
+        return result.messages
+
+
+def left_out_of(messages: object, result: TrimResult) -> list[BaseMessage]:
+    """The input messages ``result`` dropped or shortened, in input order."""
+    inputs = coerce_messages(messages)
+    return [inputs[d.index] for d in result.decisions if d.action != "kept"]
+
+
+def left_out_runs(messages: Sequence[BaseMessage], result: TrimResult) -> list[list[str]]:
+    """The ids of the first and last message of each run of left-out messages.
+
+    What an agent's model call left out, kept with its answer (a few ids, however long the
+    run): the recall tool finds those messages in the agent's state by them. Runs whose ends
+    have no id are left out.
+    """
+    runs: list[list[str]] = []
+    start: int | None = None
+    cut = {d.index for d in result.decisions if d.action != "kept"}
+    for i in range(len(messages) + 1):
+        if i in cut and start is None:
+            start = i
+        elif i not in cut and start is not None:
+            first, last = messages[start].id, messages[i - 1].id
+            if first is not None and last is not None:
+                runs.append([first, last])
+            start = None
+    return runs
+
+
+def in_runs(messages: Iterable[BaseMessage], runs: Sequence[Sequence[str]]) -> list[BaseMessage]:
+    """The messages from each run's first id through its last (see :func:`left_out_runs`)."""
+    starts = {run[0]: run[1] for run in runs if len(run) == 2}
+    found: list[BaseMessage] = []
+    end: str | None = None
+    for message in messages:
+        if end is None and message.id in starts:
+            end = starts[message.id]
+        if end is not None:
+            found.append(message)
+            if message.id == end:
+                end = None
+    return found
+
+
+def calling_message(messages: Sequence[BaseMessage], call_id: str | None) -> int | None:
+    """The index of the AI message that made the tool call ``call_id``, searched from the end."""
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, AIMessage) and any(
+            call.get("id") == call_id for call in message.tool_calls
+        ):
+            return i
+    return None
+
+
+def _text(message: BaseMessage) -> str:
+    """A message's text, with the calls of an AI message that made tool calls."""
+    text = text_of(message)
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = "; ".join(
+            f"called {c['name']}({json.dumps(c['args'], ensure_ascii=False)})"
+            for c in message.tool_calls
+        )
+        return f"{text} ({calls})" if text else calls
+    return text
+
+
+def _more(count: int) -> str:
+    return f"({count} more matched: ask with more precise words or by id.)"
+
+
+def _cut_to(text: str, tokens: int, counter: TokenCounting) -> str:
+    """The start of ``text`` within ``tokens`` tokens."""
+    end = min(len(text), max(tokens, 1) * 4)
+    while end > 0 and counter.count_text(text[:end]) > tokens:
+        end = end * 4 // 5
+    return text[:end]
