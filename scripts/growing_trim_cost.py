@@ -1,0 +1,82 @@
+"""The per-call cost of trimming a growing conversation: ours beside ``trim_messages``.
+
+A chat grows one turn per call up to 700 messages (the shipped LongMemEval histories, one after
+another: real text, user and assistant in turn), and every call is trimmed to the budget twice,
+interleaved, by the default ``PriorityTrimmer`` and by langchain-core's ``trim_messages``
+(``strategy="last"``, the same token counter with its per-message cache, the system message
+kept, starting on a user message). It prints, per band of 100 messages, the median CPU time of
+one call of each and their ratio (CPU time of this process: the machine is shared).
+
+Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700]`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from langchain_core.messages import BaseMessage, SystemMessage, trim_messages
+
+from agent_latency.bench import load_public_set
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming import PriorityTrimmer
+
+_DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "longmemeval_s_20k.json.gz"
+_BAND = 100
+
+
+def _chat(messages: int) -> list[BaseMessage]:
+    turns: list[BaseMessage] = []
+    for conversation in load_public_set(_DATA):
+        turns.extend(conversation.messages)
+        if len(turns) >= messages:
+            break
+    return turns[:messages]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=int, default=4000)
+    parser.add_argument("--messages", type=int, default=700)
+    args = parser.parse_args(argv)
+    counter = TokenCounter.for_model("qwen")
+    chat = _chat(args.messages)
+    system = SystemMessage("You are a helpful assistant. Answer briefly.")
+    trimmer = PriorityTrimmer(args.budget, token_counter=counter)
+    ours: dict[int, list[float]] = {}
+    theirs: dict[int, list[float]] = {}
+    for end in range(1, len(chat) + 1):
+        if chat[end - 1].type != "human":
+            continue
+        messages = [system, *chat[:end]]
+        started = time.process_time()
+        trimmer.trim(messages)
+        middle = time.process_time()
+        trim_messages(
+            messages,
+            max_tokens=args.budget,
+            token_counter=counter.count_messages,
+            strategy="last",
+            include_system=True,
+            start_on="human",
+        )
+        ended = time.process_time()
+        band = end // _BAND * _BAND
+        ours.setdefault(band, []).append((middle - started) * 1000)
+        theirs.setdefault(band, []).append((ended - middle) * 1000)
+    print(f"budget {args.budget:,}; median CPU ms per call, {len(chat)} messages of real chat")
+    print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
+    for band in sorted(ours):
+        mine, peer = statistics.median(ours[band]), statistics.median(theirs[band])
+        print(
+            f"{band:>4}-{band + _BAND - 1:<5} {len(ours[band]):>6} {mine:>8.2f} {peer:>14.2f} "
+            f"{mine / peer:>6.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
