@@ -34,7 +34,8 @@ Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
 ``RequestRefused``, ``Sample``, ``Strategy``, ``StrategyFactory``, ``StrategyResult``,
 ``StrategyRun``, ``TrimStrategy``, ``WorkloadProgress``, ``WorkloadReport``,
 ``cache_first_strategies``, ``check_regression``, ``combined_frontier``,
-``evidence_retention``, ``growing_replay``, ``load_baseline``, ``load_public_set``,
+``evidence_retention``, ``growing_calls``, ``growing_replay``, ``load_baseline``,
+``load_public_set``,
 ``load_scenario``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
 ``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
 ``saving_breakdown``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
@@ -43,7 +44,7 @@ Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
 from agent_latency.bench._contenders import workload_strategies
 from agent_latency.bench._errors import EndpointError, RequestRefused
 from agent_latency.bench._evidence import EvidenceRow, evidence_retention
-from agent_latency.bench._growing import PromptRenderer, ReplayRow, growing_replay
+from agent_latency.bench._growing import PromptRenderer, ReplayRow, growing_calls, growing_replay
 from agent_latency.bench._measurements import (
     BenchReport,
     Mode,
@@ -103,6 +104,7 @@ __all__ = [
     "check_regression",
     "combined_frontier",
     "evidence_retention",
+    "growing_calls",
     "growing_replay",
     "load_baseline",
     "load_public_set",
