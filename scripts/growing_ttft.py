@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     factories = cache_first_strategies(counter)
     rows = []
     base = args.base_url.rstrip("/")
-    with httpx.Client(base_url=base, timeout=600) as client:
+    # No kept-alive connection: llama-server may close one between two strategies.
+    limits = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(base_url=base, timeout=600, limits=limits) as client:
         for name in args.strategies.split(","):
             strategy = factories[name](args.budget)
             _stream(client, args.model, [calls[0][0].model_copy(update={"content": name})])
