@@ -59,6 +59,7 @@ _PROTOCOL_ENV: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
 _ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 _TRACES_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 _METRICS_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+_METRICS_EXPORTER_ENV: Final = "OTEL_METRICS_EXPORTER"
 _SIGNAL_PATHS: Final = ("/v1/traces", "/v1/metrics")
 _TIMEOUT_ENV: Final = "OTEL_EXPORTER_OTLP_TIMEOUT"
 _DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
@@ -214,7 +215,8 @@ def configure_telemetry(
     when its argument is not given), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` or
     ``grpc``, for ``exporter="otlp"``), ``OTEL_EXPORTER_OTLP_TIMEOUT``,
     ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (a
-    service name set there wins over ``service_name``), and the ``OTEL_BSP_*`` batch and
+    service name set there wins over ``service_name``), ``OTEL_METRICS_EXPORTER=none`` (OTLP
+    spans only, for a trace UI that takes no metrics), and the ``OTEL_BSP_*`` batch and
     ``OTEL_METRIC_EXPORT_INTERVAL`` options.
 
     Args:
@@ -276,7 +278,7 @@ def configure_telemetry(
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     readers: list[MetricReader] = []
     log_filters: tuple[tuple[logging.Logger, MaskingFilter], ...] = ()
-    exporters: tuple[ReportingSpanExporter, ReportingMetricExporter] | tuple[()] = ()
+    exporters: tuple[ReportingSpanExporter | ReportingMetricExporter, ...] = ()
     used_endpoint: str | None = None
     timeout_s = None if os.environ.get(_TIMEOUT_ENV) else _EXPORT_TIMEOUT_S
     interval = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else _METRIC_INTERVAL_MS
@@ -298,16 +300,19 @@ def configure_telemetry(
         log_filters = limit_exporter_warnings(
             span_exporter, metric_exporter, urls=(traces_url, metrics_url)
         )
-        exporters = (
-            ReportingSpanExporter(span_exporter, ExportHealth("spans", used_endpoint), traces_url),
-            ReportingMetricExporter(
-                metric_exporter, ExportHealth("metrics", display_url(metrics_url)), metrics_url
-            ),
+        spans = ReportingSpanExporter(
+            span_exporter, ExportHealth("spans", used_endpoint), traces_url
         )
         # Bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048 spans): when the collector cannot keep
         # up, spans are dropped rather than memory growing.
-        tracer_provider.add_span_processor(BatchSpanProcessor(exporters[0]))
-        readers.append(PeriodicExportingMetricReader(exporters[1], export_interval_millis=interval))
+        tracer_provider.add_span_processor(BatchSpanProcessor(spans))
+        exporters = (spans,)
+        if os.environ.get(_METRICS_EXPORTER_ENV, "").strip() != "none":  # a trace-only UI
+            metric_health = ExportHealth("metrics", display_url(metrics_url))
+            exporters += (ReportingMetricExporter(metric_exporter, metric_health, metrics_url),)
+            readers.append(
+                PeriodicExportingMetricReader(exporters[-1], export_interval_millis=interval)
+            )
     meter_provider = MeterProvider(
         resource=resource, metric_readers=readers, shutdown_on_exit=False
     )
