@@ -123,3 +123,16 @@ def test_shutdown_does_not_wait_for_a_port_that_refuses(caplog: pytest.LogCaptur
         f"agent-latency: nothing listens at 127.0.0.1:{port} (connection refused); the spans "
         "and metrics not yet sent are dropped"
     ]
+
+
+def test_metrics_exporter_none_sends_spans_only(
+    monkeypatch: pytest.MonkeyPatch, otlp_receiver: OTLPReceiver
+) -> None:
+    # For a trace UI that takes no metrics (Phoenix answers 405 on /v1/metrics).
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    with configure_telemetry(
+        exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+    ) as telemetry:
+        call_fake_model(telemetry.handler())
+    assert [span.name for span in otlp_receiver.wait_for_spans(1)] == ["chat"]
+    assert set(otlp_receiver.targets) == {"/v1/traces"}
