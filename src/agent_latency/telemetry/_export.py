@@ -19,11 +19,11 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from agent_latency._redaction import host_and_port, redact, url_secrets
+from agent_latency._redaction import redact, url_secrets
 from agent_latency.telemetry._log import logger
 
-_PROBE_TIMEOUT_S: Final = 0.25
-"""How long :func:`refuses_connections` waits for a connection: a refusal comes at once."""
+PROBE_TIMEOUT_S: Final = 0.25
+"""How long :func:`refuses_connections` waits at most: a refusal comes in one round trip."""
 
 
 class ExportHealth:
@@ -142,17 +142,14 @@ def _log_raised(kind: str, error: Exception, url: str) -> None:
     logger.debug("agent-latency: %s exporter raised %s", kind, shown)
 
 
-def refuses_connections(url: str) -> bool:
-    """Whether the host and port of ``url`` refuse a TCP connection right away.
+def refuses_connections(address: tuple[str, int], timeout_s: float) -> bool:
+    """Whether ``address`` (host, port) refuses a TCP connection within ``timeout_s`` seconds.
 
     Anything else (a connection, a timeout, a name that does not resolve) is ``False``: only a
     refusal says for sure that nothing listens there.
     """
-    address = host_and_port(url)
-    if address is None:
-        return False
     try:
-        with socket.create_connection(address, timeout=_PROBE_TIMEOUT_S):
+        with socket.create_connection(address, timeout=timeout_s):
             return False
     except ConnectionRefusedError:
         return True

@@ -41,6 +41,7 @@ from agent_latency._redaction import display_url, host_and_port
 from agent_latency.config import Settings, is_http_url
 from agent_latency.telemetry._console import TreeSpanExporter
 from agent_latency.telemetry._export import (
+    PROBE_TIMEOUT_S,
     ExporterLogFilter,
     ExportHealth,
     MaskingFilter,
@@ -144,7 +145,8 @@ class Telemetry:
         self._shut_down.set()
         atexit.unregister(self.shutdown)
         deadline = time.monotonic() + timeout_s
-        refused = self._drop_where_refused()
+        # Asked within the wait: a quarter of it at most, so the flush keeps the rest.
+        refused = self._drop_where_refused(min(PROBE_TIMEOUT_S, timeout_s / 4))
         try:
             workers = [
                 _start_quietly("tracer provider", self.tracer_provider.shutdown),
@@ -172,19 +174,31 @@ class Telemetry:
             for log, log_filter in self._log_filters:
                 log.removeFilter(log_filter)
 
-    def _drop_where_refused(self) -> list[str]:
+    def _drop_where_refused(self, timeout_s: float) -> list[str]:
         """Makes the exporters whose collector refuses connections drop what is left, and
         silences the OTLP exporters' own messages if any does; returns those collectors'
-        ``host:port`` addresses."""
-        refused = [exporter for exporter in self._exporters if refuses_connections(exporter.url)]
-        for exporter in refused:
+        ``host:port`` addresses. Each address is asked once, for at most ``timeout_s``."""
+        addresses = {a for e in self._exporters if (a := host_and_port(e.url)) is not None}
+        refusing: set[tuple[str, int]] = set()
+
+        def probe() -> None:
+            for address in addresses:
+                if refuses_connections(address, timeout_s):
+                    refusing.add(address)
+
+        # In a thread of its own: resolving a host name knows no timeout.
+        prober = threading.Thread(target=probe, name="agent-latency probe", daemon=True)
+        prober.start()
+        prober.join(timeout_s * max(1, len(addresses)))
+        refused = set(refusing)  # what was known in time
+        dropping = [e for e in self._exporters if host_and_port(e.url) in refused]
+        for exporter in dropping:
             exporter.drop()
-        if refused:
+        if dropping:
             for _, log_filter in self._log_filters:
                 if isinstance(log_filter, ExporterLogFilter):
                     log_filter.mute()
-        addresses = {host_and_port(exporter.url) for exporter in refused}
-        return sorted(f"{host}:{port}" for host, port in filter(None, addresses))
+        return sorted(f"{host}:{port}" for host, port in refused)
 
     def __enter__(self) -> Telemetry:
         return self
