@@ -7,6 +7,7 @@ Real ``ChatOpenAI`` streaming over HTTP from the embedded simulator.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import textwrap
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_openai import ChatOpenAI
 
 from agent_latency import (
     LatencyRecord,
@@ -111,3 +113,24 @@ def test_the_slow_first_token_warning_starts_a_line_of_its_own() -> None:
     assert len(warnings) == 1, done.stdout
     assert warnings[0].startswith("slow first token: "), done.stdout
     assert lines[-1].endswith("END")  # the answer itself went on, on stdout
+
+
+def test_a_failed_call_says_so_on_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once closed
+    model = ChatOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key="unused",  # type: ignore[arg-type]
+        model="m",
+        max_retries=0,
+    )
+    with (
+        configure_telemetry(exporter="console", set_global=False) as telemetry,
+        pytest.raises(Exception, match="Connection error"),
+    ):
+        model.invoke("hi", config={"callbacks": [telemetry.handler()]})
+    lines = capsys.readouterr().out.splitlines()
+
+    (chat,) = [line for line in lines if line.strip().startswith("chat m ")]
+    assert re.search(r"  error: \w*ConnectionError$", chat), lines  # the class, not its module

@@ -74,10 +74,16 @@ def trace_lines(spans: Sequence[ReadableSpan]) -> list[str]:
         children.setdefault(parent, []).append(span)
     trace_id = spans[0].context.trace_id if spans[0].context else 0
     lines = [f"trace {trace_id:032x}"]
+    # A model call repeats its trim's figures: shown there only when the trim span is not here
+    # (recorded by another tracer provider).
+    trim_span_here = any(span.name == semconv.TRIM_SPAN_NAME for span in spans)
 
     def walk(parent: int | None, depth: int) -> None:
         for span in sorted(children.get(parent, []), key=lambda span: span.start_time or 0):
-            lines.extend(_INDENT * depth + line for line in span_lines(span))
+            shown = span_lines(
+                span, trim_figures=span.name == semconv.TRIM_SPAN_NAME or not trim_span_here
+            )
+            lines.extend(_INDENT * depth + line for line in shown)
             if span.context:
                 walk(span.context.span_id, depth + 1)
 
@@ -85,11 +91,17 @@ def trace_lines(spans: Sequence[ReadableSpan]) -> list[str]:
     return lines
 
 
-def span_lines(span: ReadableSpan) -> list[str]:
-    """One line for a span (name, duration, what it did, outcome); a model call's two more."""
+def span_lines(span: ReadableSpan, *, trim_figures: bool = True) -> list[str]:
+    """One line for a span (name, duration, what it did, outcome); a model call's two more.
+
+    Args:
+        span: The span.
+        trim_figures: Show the trim's figures if the span carries them.
+    """
     attributes: Mapping[str, Any] = span.attributes or {}
     duration_ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-    head = [span.name, _ms(duration_ms), *_trim_summary(attributes), _outcome(span)]
+    trim = _trim_summary(attributes) if trim_figures else []
+    head = [span.name, _ms(duration_ms), *trim, _outcome(span)]
     lines = [_join(head)]
     if semconv.TOTAL_MS in attributes:  # a model call
         lines += [
@@ -101,8 +113,8 @@ def span_lines(span: ReadableSpan) -> list[str]:
 
 
 def _trim_summary(attributes: Mapping[str, Any]) -> list[str]:
-    if semconv.TRIM_BUDGET not in attributes or semconv.TOTAL_MS in attributes:
-        return []  # a model call repeats its trim's figures; the trim span shows them
+    if semconv.TRIM_BUDGET not in attributes:
+        return []
     return [
         f"sent {_count(attributes.get(semconv.TRIM_TOKENS_AFTER))} of "
         f"{_count(attributes.get(semconv.TRIM_BUDGET))} tokens "
@@ -154,8 +166,9 @@ def _outcome(span: ReadableSpan) -> str:
     attributes: Mapping[str, Any] = span.attributes or {}
     outcome = attributes.get(semconv.OUTCOME)
     if span.status.status_code is StatusCode.ERROR:
-        error = attributes.get(error_attributes.ERROR_TYPE)
-        return f"{outcome or 'error'}: {error}" if error else str(outcome or "error")
+        error = str(attributes.get(error_attributes.ERROR_TYPE) or "")
+        kind = error.rpartition(".")[2]  # the class, without its module
+        return f"{outcome or 'error'}: {kind}" if kind else str(outcome or "error")
     return str(outcome or "ok")
 
 
