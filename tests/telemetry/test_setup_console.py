@@ -60,7 +60,7 @@ def test_one_streamed_call_is_a_short_tree_naming_its_ttft_and_trim(
 
     lines = out.splitlines()
     assert 0 < len(lines) <= 25, out
-    assert re.fullmatch(r"trace [0-9a-f]{32}", lines[0])
+    assert lines[0] == "" and re.fullmatch(r"trace [0-9a-f]{32}", lines[1])
     (record,) = records
     assert record.ttft_ms is not None
     chat = next(n for n, line in enumerate(lines) if line.strip().startswith("chat "))

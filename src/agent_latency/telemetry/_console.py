@@ -3,7 +3,7 @@
 A model call gets two more lines, its time to first token (split into the server's prefill and
 the rest where the server said) and its tokens; a trim span says what it sent of its budget.
 Spans are held until their trace's root span ends (it ends last), then the tree is printed at
-once; the spans of a trace whose root never arrives are printed at shutdown.
+once, after an empty line; the spans of a trace whose root never arrives are printed at shutdown.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ class TreeSpanExporter(SpanExporter):
         self._print(left)
 
     def _print(self, traces: list[list[ReadableSpan]]) -> None:
-        lines = [line for spans in traces for line in trace_lines(spans)]
+        # An empty line before each trace: it sets the trees apart, and ends a line the
+        # application left open (a streamed answer printed without its newline).
+        lines = [line for spans in traces for line in ["", *trace_lines(spans)]]
         if lines:
             self._out.write("\n".join(lines) + "\n")
             self._out.flush()
