@@ -2,7 +2,7 @@
 
 The trimmer's budget is the settings' ``llm.prompt.token_budget`` (6,000 by default; a
 ``config.toml`` in the folder it is run from, or ``--config``, sets another).
-Run: ``python examples/chain_with_trimmer.py`` (embedded simulator, spans printed to the console)
+Run: ``python examples/chain_with_trimmer.py`` (embedded simulator, its trace printed as a tree)
 or ``python examples/chain_with_trimmer.py --base-url https://api.example.com/v1 --model M --otlp``.
 """
 

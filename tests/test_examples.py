@@ -6,7 +6,6 @@ The six runs start together (they mostly wait on their simulators) and each test
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import subprocess
@@ -40,6 +39,13 @@ pytestmark = pytest.mark.slow
 ANSWER_START = "The agent waited for the first token of this answer"
 
 
+# The console exporter's trace tree: a "trace <id>" line, then indented lines, each a span's
+# ("name  duration  ...") or a model call's details ("TTFT ...", "tokens sent ...").
+_TRACE_LINE = re.compile(r"trace ([0-9a-f]{32})")
+_SPAN_LINE = re.compile(r"  +(\S.*?)  \d+(?:\.\d+)? m?s(?:  .*)?")
+_DETAIL_LINE = re.compile(r"  +(?:TTFT |tokens sent )")
+
+
 @dataclass(frozen=True)
 class Run:
     """An example's finished run: exit status, stdout and stderr, and the console spans."""
@@ -49,30 +55,44 @@ class Run:
     err: str
 
     def spans(self) -> list[dict[str, Any]]:
-        """The spans the console exporter printed to stdout."""
-        return [value for value, _ in _json_values(self.out) if "context" in value]
+        """The spans the console exporter printed to stdout: each one's name and trace id."""
+        return [
+            {"name": name, "context": {"trace_id": trace_id}}
+            for trace_id, name in _tree_lines(self.out)
+            if name is not None
+        ]
 
     def text(self) -> str:
-        """What the example itself printed to stdout, without the exported JSON."""
-        text, position = [], 0
-        for _, (start, end) in _json_values(self.out):
-            text.append(self.out[position:start])
-            position = end
-        return "".join(text) + self.out[position:]
+        """What the example itself printed to stdout, without the printed traces."""
+        lines = self.out.splitlines(keepends=True)
+        tree = set(_tree_indexes(lines))
+        return "".join(line for index, line in enumerate(lines) if index not in tree)
 
 
-def _json_values(out: str) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
-    """The JSON objects printed in ``out`` (spans, metrics) and where each one is."""
-    decoder = json.JSONDecoder()
-    start = out.find("{")
-    while start != -1:
-        try:
-            value, end = decoder.raw_decode(out, start)
-        except json.JSONDecodeError:
-            start = out.find("{", start + 1)
+def _tree_indexes(lines: list[str]) -> Iterator[int]:
+    """The indexes of the lines that belong to a printed trace tree."""
+    in_tree = False
+    for index, line in enumerate(lines):
+        line = line.rstrip("\n")
+        if _TRACE_LINE.fullmatch(line):
+            in_tree = True
+        elif not (in_tree and (_SPAN_LINE.fullmatch(line) or _DETAIL_LINE.match(line))):
+            in_tree = False
             continue
-        yield value, (start, end)
-        start = out.find("{", end)
+        yield index
+
+
+def _tree_lines(out: str) -> Iterator[tuple[str, str | None]]:
+    """Each tree line's trace id, and the span's name if it is a span's line."""
+    lines = out.splitlines()
+    trace_id = ""
+    for index in _tree_indexes(lines):
+        header = _TRACE_LINE.fullmatch(lines[index])
+        if header:
+            trace_id = header[1]
+            continue
+        span = _SPAN_LINE.fullmatch(lines[index])
+        yield trace_id, span[1] if span else None
 
 
 class _Started:

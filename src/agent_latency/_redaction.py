@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 _KEY_LIKE: Final = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{4,}")
 # An HTTP credential as a header value or a header line, e.g. in httpx's
@@ -49,6 +49,26 @@ def display_url(url: str) -> str:
     netloc = f"{host}:{port}" if port is not None else host
     shown = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     return _USERINFO.sub(r"\1", shown)  # a URL without "//" keeps "user:pw@" in its path
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """Returns the parts of ``url`` that may hold credentials, as they may be quoted in messages.
+
+    The user info and the query, whole, the password and each query value of 4 characters or
+    more (a shorter one would mask every such word of a message), and the fragment, as written
+    and percent-decoded; the longest first, so masking them in that order leaves no piece of one
+    behind.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return (url,)  # unparsable: the whole URL is the secret
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    values = [password or "", *(value for _, value in parse_qsl(parts.query))]
+    found = {userinfo, parts.query, parts.fragment, *(v for v in values if len(v) >= 4)}
+    found |= {unquote(piece) for piece in found}
+    return tuple(sorted((piece for piece in found if piece), key=len, reverse=True))
 
 
 def redact(text: str, secret: str | None = None) -> str:

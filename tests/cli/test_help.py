@@ -1,12 +1,18 @@
 """The command line's help: ``-h`` everywhere, no ``<bool>`` on flags, help with no arguments.
 
 Also that the CLI reaches typer only through its public names (issue 10 item 6): typer's
-vendored click is a private module that may move in any release.
+vendored click is a private module that may move in any release; and that ``--version``,
+``--help`` and a mistyped command load no command's stack (issue 28 item 8).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,7 +69,11 @@ def test_help_at_80_columns_shows_every_option_whole(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     group = typer.main.get_command(_cli.app)
-    for name, command in [("", group), *getattr(group, "commands", {}).items()]:
+    assert isinstance(group, typer.core.TyperGroup)
+    context = typer.Context(group)
+    commands = [(name, group.get_command(context, name)) for name in COMMANDS]
+    for name, command in [("", group), *commands]:
+        assert command is not None
         _, out, _ = run(capsys, *([name] if name else []), "--help")
         assert max(len(line) for line in out.splitlines()) <= 80, name
         words = set(out.replace(",", " ").split())
@@ -104,3 +114,50 @@ def test_trim_names_its_file_argument_file(capsys: pytest.CaptureFixture[str]) -
     assert lines[0] == "Usage: agent-latency trim [OPTIONS] {FILE}"
     assert any(line.strip().startswith("FILE <path>") for line in lines)
     assert "{file}" not in out and " file " not in out
+
+
+def test_the_command_list_shows_each_command_s_own_summary() -> None:
+    from agent_latency.cli._app import COMMANDS as SUMMARIES
+
+    assert list(SUMMARIES) == COMMANDS
+    for name, summary in SUMMARIES.items():
+        function = getattr(importlib.import_module(f"agent_latency.cli._{name}"), name)
+        assert (inspect.getdoc(function) or "").split("\n\n")[0] == summary
+
+
+# What only a command needs: its module, and the stacks behind bench, sim, doctor and trim.
+HEAVY = (
+    "agent_latency.cli._bench",
+    "agent_latency.cli._sim",
+    "agent_latency.cli._doctor",
+    "agent_latency.cli._trim",
+    "agent_latency.cli._tables",
+    "agent_latency.bench",
+    "agent_latency.sim",
+    "agent_latency.doctor",
+    "rich",
+    "uvicorn",
+    "starlette",
+)
+
+
+@pytest.mark.parametrize(
+    "argv", [["--version"], ["--help"], ["-h"], [], ["bnch"], ["--no-such-flag"]], ids=str
+)
+def test_version_help_and_argument_errors_load_no_command(argv: list[str]) -> None:
+    # Every start loaded the bench and simulator stacks: --version took 2.1-2.3x the import.
+    program = (
+        "import contextlib, io, json, sys\n"
+        "from agent_latency.cli import main\n"
+        "quiet = io.StringIO()\n"
+        "with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):\n"
+        f"    status = main({argv!r})\n"
+        f"print(json.dumps([status, sorted(m for m in sys.modules if m.startswith({HEAVY!r}))]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+
+    status, loaded = json.loads(done.stdout)
+    assert status == (2 if argv[:1] in (["bnch"], ["--no-such-flag"]) else 0)
+    assert loaded == []

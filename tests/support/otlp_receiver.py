@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -76,12 +77,16 @@ class OTLPReceiver:
     Args:
         status: HTTP status to answer with (200, or e.g. 503 to refuse the data).
         delay_s: Seconds to wait before answering (a slow collector).
+        base_path: The path before ``/v1/traces`` and ``/v1/metrics`` (a collector behind a
+            proxy's path); any query is ignored. ``targets`` keeps each request's path and query.
     """
 
-    def __init__(self, *, status: int = 200, delay_s: float = 0.0) -> None:
+    def __init__(self, *, status: int = 200, delay_s: float = 0.0, base_path: str = "") -> None:
         self.status = status
         self.delay_s = delay_s
+        self.base_path = base_path
         self.requests = 0
+        self.targets: list[str] = []
         self._spans: list[ReceivedSpan] = []
         self._points: list[ReceivedPoint] = []
         self._lock = threading.Lock()
@@ -126,7 +131,8 @@ class OTLPReceiver:
             time.sleep(0.01)
         return self.spans()
 
-    def _receive(self, path: str, body: bytes) -> bytes:
+    def _receive(self, target: str, body: bytes) -> bytes:
+        path = urlsplit(target).path.removeprefix(self.base_path)
         if path == "/v1/traces":
             trace_request = ExportTraceServiceRequest.FromString(body)
             spans = list(_decode_spans(trace_request))
@@ -148,6 +154,7 @@ class OTLPReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.requests += 1
+                receiver.targets.append(self.path)
                 if receiver.delay_s:
                     time.sleep(receiver.delay_s)
                 if receiver.status != 200:

@@ -33,10 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success, 1 when a check or gate fails, 2 for bad input (one line on stderr), and 2
-        when the ``cli`` extra is missing (the line names the command that installs it).
+        when the ``cli`` extra is missing (the line names the command that installs it): for
+        every command when typer is, for the command that needs it otherwise (``sim`` needs
+        starlette; ``--version`` needs neither).
     """
     try:
         from agent_latency.cli._app import main as run
+
+        return run(argv)  # a command's module, and its stack, is imported when it is used
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _CLI_PACKAGES:
             raise
@@ -46,7 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return run(argv)
 
 
 def __getattr__(name: str) -> Any:

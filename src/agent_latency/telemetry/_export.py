@@ -1,18 +1,29 @@
 """Exporters that report their health: one WARNING when a collector stops answering, one
-INFO when it is back, and the OTLP exporters' own per-attempt warnings let through once."""
+INFO when it is back, and the OTLP exporters' own per-attempt warnings let through once, with
+the endpoints' credentials masked.
+
+At shutdown, a collector whose port refuses connections is not worth the exporters' retries:
+:func:`refuses_connections` tells, and :meth:`ReportingSpanExporter.drop` (and the metric
+exporter's) makes the last flush drop what is left at once.
+"""
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from agent_latency._redaction import redact, url_secrets
 from agent_latency.telemetry._log import logger
+
+PROBE_TIMEOUT_S: Final = 0.25
+"""How long :func:`refuses_connections` waits at most: a refusal comes in one round trip."""
 
 
 class ExportHealth:
@@ -46,17 +57,31 @@ class ExportHealth:
 
 
 class ReportingSpanExporter(SpanExporter):
-    """Delegates to an exporter and reports each outcome to an :class:`ExportHealth`."""
+    """Delegates to an exporter and reports each outcome to an :class:`ExportHealth`.
 
-    def __init__(self, inner: SpanExporter, health: ExportHealth) -> None:
+    Args:
+        inner: The exporter that sends.
+        health: Where the outcomes go.
+        url: Where ``inner`` sends, for :func:`refuses_connections`.
+    """
+
+    def __init__(self, inner: SpanExporter, health: ExportHealth, url: str) -> None:
         self._inner = inner
         self._health = health
+        self.url = url
+        self._dropping = threading.Event()
+
+    def drop(self) -> None:
+        """From now on fails every export at once, without sending or reporting it."""
+        self._dropping.set()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._dropping.is_set():
+            return SpanExportResult.FAILURE
         try:
             result = self._inner.export(spans)
-        except Exception:
-            logger.debug("agent-latency: span exporter raised", exc_info=True)
+        except Exception as error:
+            _log_raised("span", error, self.url)
             result = SpanExportResult.FAILURE
         self._health.report(result is SpanExportResult.SUCCESS)
         return result
@@ -69,23 +94,37 @@ class ReportingSpanExporter(SpanExporter):
 
 
 class ReportingMetricExporter(MetricExporter):
-    """Delegates to a metric exporter and reports each outcome to an :class:`ExportHealth`."""
+    """Delegates to a metric exporter and reports each outcome to an :class:`ExportHealth`.
 
-    def __init__(self, inner: MetricExporter, health: ExportHealth) -> None:
+    Args:
+        inner: The exporter that sends.
+        health: Where the outcomes go.
+        url: Where ``inner`` sends, for :func:`refuses_connections`.
+    """
+
+    def __init__(self, inner: MetricExporter, health: ExportHealth, url: str) -> None:
         super().__init__(
             preferred_temporality=inner._preferred_temporality,
             preferred_aggregation=inner._preferred_aggregation,
         )
         self._inner = inner
         self._health = health
+        self.url = url
+        self._dropping = threading.Event()
+
+    def drop(self) -> None:
+        """From now on fails every export at once, without sending or reporting it."""
+        self._dropping.set()
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
+        if self._dropping.is_set():
+            return MetricExportResult.FAILURE
         try:
             result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception:
-            logger.debug("agent-latency: metric exporter raised", exc_info=True)
+        except Exception as error:
+            _log_raised("metric", error, self.url)
             result = MetricExportResult.FAILURE
         self._health.report(result is MetricExportResult.SUCCESS)
         return result
@@ -97,30 +136,89 @@ class ReportingMetricExporter(MetricExporter):
         self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
-class _OnlyFirstWarning(logging.Filter):
-    """Lets through the first warning of an exporter's logger; ``ExportHealth`` says the rest.
+def _log_raised(kind: str, error: Exception, url: str) -> None:
+    # Not the traceback: the HTTP client's errors quote the URL, credentials and all.
+    shown = mask(f"{type(error).__name__}: {error}", url_secrets(url))
+    logger.debug("agent-latency: %s exporter raised %s", kind, shown)
 
-    The OTLP exporters log every failed attempt, which floods the application's log while a
-    collector is down.
+
+def refuses_connections(address: tuple[str, int], timeout_s: float) -> bool:
+    """Whether ``address`` (host, port) refuses a TCP connection within ``timeout_s`` seconds.
+
+    Anything else (a connection, a timeout, a name that does not resolve) is ``False``: only a
+    refusal says for sure that nothing listens there.
+    """
+    try:
+        with socket.create_connection(address, timeout=timeout_s):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
+class MaskingFilter(logging.Filter):
+    """Masks the endpoints' credentials in the log records of a logger that may quote them.
+
+    Args:
+        secrets: What to mask: the :func:`~agent_latency._redaction.url_secrets` of each URL.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        self._seen = False
+        self._secrets = tuple(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        if self._seen:
-            return False
-        self._seen = True
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            # The traceback would quote the URL again: keep the exception's type only.
+            text = f"{text} ({type(record.exc_info[1]).__name__})"
+            record.exc_info = None
+            record.exc_text = None
+        record.msg, record.args = mask(text, self._secrets), ()
         return True
 
 
+class ExporterLogFilter(MaskingFilter):
+    """A :class:`MaskingFilter` for an OTLP exporter's logger that also lets through only its
+    first warning (``ExportHealth`` says the rest), or no record at all once muted.
+
+    The OTLP exporters log every failed attempt, which floods the application's log while a
+    collector is down, and quote the HTTP client's error, which quotes the URL with its query.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__(secrets)
+        self._seen = False
+        self._muted = False
+
+    def mute(self) -> None:
+        """Drops every record from now on (the caller says in one line what happened)."""
+        self._muted = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._muted:
+            return False
+        if record.levelno >= logging.WARNING:
+            if self._seen:
+                return False
+            self._seen = True
+        return super().filter(record)
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` (longest first, as given) masked."""
+    for secret in secrets:
+        text = redact(text, secret)
+    return text
+
+
 def limit_exporter_warnings(
-    *exporters: object,
-) -> tuple[tuple[logging.Logger, logging.Filter], ...]:
-    """Lets each OTLP exporter module log its first warning only (``ExportHealth`` goes on)."""
+    *exporters: object, urls: Iterable[str] = ()
+) -> tuple[tuple[logging.Logger, MaskingFilter], ...]:
+    """Puts an :class:`ExporterLogFilter` masking the ``urls``' credentials on each OTLP exporter
+    module's logger, and a :class:`MaskingFilter` on urllib3's, which logs each request's path
+    and query at DEBUG."""
     modules = sorted(
         {
             cls.__module__
@@ -129,9 +227,12 @@ def limit_exporter_warnings(
             if cls.__module__.startswith("opentelemetry.exporter.")
         }
     )
-    filters = []
-    for module in modules:
-        log, log_filter = logging.getLogger(module), _OnlyFirstWarning()
+    secrets = sorted({secret for url in urls for secret in url_secrets(url)}, key=len, reverse=True)
+    filters: list[tuple[logging.Logger, MaskingFilter]] = [
+        (logging.getLogger(module), ExporterLogFilter(secrets)) for module in modules
+    ]
+    if secrets:
+        filters.append((logging.getLogger("urllib3.connectionpool"), MaskingFilter(secrets)))
+    for log, log_filter in filters:
         log.addFilter(log_filter)
-        filters.append((log, log_filter))
     return tuple(filters)

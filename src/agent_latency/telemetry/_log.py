@@ -1,4 +1,5 @@
-"""The telemetry logger, and the handler's once-per-kind report of its own failures.
+"""The telemetry logger, its stand-in for Python's last-resort handler, and the handler's
+once-per-kind report of its own failures.
 
 Every module of :mod:`agent_latency.telemetry` logs on ``agent_latency.telemetry`` (a child of
 the package's ``agent_latency`` logger, so configuring that one covers it).
@@ -7,9 +8,62 @@ the package's ``agent_latency`` logger, so configuring that one covers it).
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 
 logger = logging.getLogger("agent_latency.telemetry")
+
+
+class WarningLineHandler(logging.Handler):
+    """Prints WARNING and worse to stderr as Python's last resort does, each on a line of its
+    own, while the application has configured no logging of its own.
+
+    Python's last resort writes a warning right after whatever is on the line: after a streamed
+    answer's first words (``Theslow first token: ...``) when stdout and stderr are one terminal.
+    This handler starts a new line first when they are the same file. It stays silent while any
+    other handler would take the record (the application's ``logging.basicConfig``, pytest).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _handled_elsewhere(record.name, self):
+            return
+        try:
+            text = self.format(record)
+            if _same_file(sys.stdout, sys.stderr):
+                sys.stdout.flush()
+                text = f"\n{text}"
+            sys.stderr.write(f"{text}\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+    @classmethod
+    def install(cls) -> None:
+        """Puts one on the ``agent_latency`` logger, unless one is there already."""
+        package = logging.getLogger("agent_latency")
+        if not any(isinstance(handler, cls) for handler in package.handlers):
+            package.addHandler(cls())
+
+
+def _handled_elsewhere(name: str, own: logging.Handler) -> bool:
+    """Whether a handler other than ``own`` is on the logger ``name`` or those it propagates to."""
+    log: logging.Logger | None = logging.getLogger(name)
+    while log is not None:
+        if any(handler is not own for handler in log.handlers):
+            return True
+        log = log.parent if log.propagate else None
+    return False
+
+
+def _same_file(first: object, second: object) -> bool:
+    try:
+        return os.path.sameopenfile(first.fileno(), second.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # no file behind it (StringIO, closed)
+        return False
 
 
 class FailureLog:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -37,22 +37,31 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 
-from agent_latency._redaction import display_url
+from agent_latency._redaction import display_url, host_and_port
 from agent_latency.config import Settings, is_http_url
+from agent_latency.telemetry._console import TreeSpanExporter
 from agent_latency.telemetry._export import (
+    PROBE_TIMEOUT_S,
+    ExporterLogFilter,
     ExportHealth,
+    MaskingFilter,
     ReportingMetricExporter,
     ReportingSpanExporter,
     limit_exporter_warnings,
+    refuses_connections,
 )
 from agent_latency.telemetry._handler import LatencyCallbackHandler
-from agent_latency.telemetry._log import logger
+from agent_latency.telemetry._log import WarningLineHandler, logger
 
-EXPORTERS: Final = ("otlp", "otlp-http", "otlp-grpc", "console", "none")
+EXPORTERS: Final = ("otlp", "otlp-http", "otlp-grpc", "console", "console-json", "none")
 """The accepted values of ``configure_telemetry(exporter=...)``."""
 
 _PROTOCOL_ENV: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
 _ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+_TRACES_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+_METRICS_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+_METRICS_EXPORTER_ENV: Final = "OTEL_METRICS_EXPORTER"
+_SIGNAL_PATHS: Final = ("/v1/traces", "/v1/metrics")
 _TIMEOUT_ENV: Final = "OTEL_EXPORTER_OTLP_TIMEOUT"
 _DEFAULT_HTTP_ENDPOINT: Final = "http://localhost:4318"
 _DEFAULT_GRPC_ENDPOINT: Final = "http://localhost:4317"
@@ -72,8 +81,9 @@ class Telemetry:
         tracer_provider: Where spans go.
         meter_provider: Where metrics go.
         settings: The settings :meth:`handler` takes its thresholds from.
-        exporter: The exporter in use: ``otlp-http``, ``otlp-grpc``, ``console`` or ``none``.
-        endpoint: Where OTLP data goes (without any credentials in the URL), or ``None``.
+        exporter: The exporter in use: ``otlp-http``, ``otlp-grpc``, ``console``,
+            ``console-json`` or ``none``.
+        endpoint: Where OTLP spans go (the traces URL, without any credentials), or ``None``.
     """
 
     tracer_provider: TracerProvider
@@ -81,7 +91,10 @@ class Telemetry:
     settings: Settings
     exporter: str
     endpoint: str | None
-    _log_filters: tuple[tuple[logging.Logger, logging.Filter], ...] = field(default=(), repr=False)
+    _log_filters: tuple[tuple[logging.Logger, MaskingFilter], ...] = field(default=(), repr=False)
+    _exporters: tuple[ReportingSpanExporter | ReportingMetricExporter, ...] = field(
+        default=(), repr=False
+    )
     _export_timeout_s: float = field(default=_EXPORT_TIMEOUT_S, repr=False)
     _shut_down: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -102,7 +115,9 @@ class Telemetry:
         """Flushes and stops both providers at once, waiting at most ``timeout_s`` seconds.
 
         Spans and metrics a slow or hung collector has not taken by then are dropped (a WARNING
-        says so) and the call returns; the exports finish or fail in the background. Telemetry
+        says so) and the call returns; the exports finish or fail in the background. A collector
+        whose port refuses connections is not waited for: what is left is dropped at once, with
+        one WARNING. Telemetry
         from :func:`configure_telemetry` is shut down this way at interpreter exit too; a second
         call does nothing.
 
@@ -130,6 +145,8 @@ class Telemetry:
         self._shut_down.set()
         atexit.unregister(self.shutdown)
         deadline = time.monotonic() + timeout_s
+        # Asked within the wait: a quarter of it at most, so the flush keeps the rest.
+        refused = self._drop_where_refused(min(PROBE_TIMEOUT_S, timeout_s / 4))
         try:
             workers = [
                 _start_quietly("tracer provider", self.tracer_provider.shutdown),
@@ -140,7 +157,13 @@ class Telemetry:
             ]
             for worker in workers:
                 worker.join(max(0.0, deadline - time.monotonic()))
-            if any(worker.is_alive() for worker in workers):
+            if refused:
+                logger.warning(
+                    "agent-latency: nothing listens at %s (connection refused); the spans and "
+                    "metrics not yet sent are dropped",
+                    ", ".join(refused),
+                )
+            elif any(worker.is_alive() for worker in workers):
                 logger.warning(
                     "agent-latency: telemetry shutdown gave up after %.1f s (the collector at %s "
                     "does not answer); the spans and metrics not yet sent are dropped",
@@ -150,6 +173,32 @@ class Telemetry:
         finally:
             for log, log_filter in self._log_filters:
                 log.removeFilter(log_filter)
+
+    def _drop_where_refused(self, timeout_s: float) -> list[str]:
+        """Makes the exporters whose collector refuses connections drop what is left, and
+        silences the OTLP exporters' own messages if any does; returns those collectors'
+        ``host:port`` addresses. Each address is asked once, for at most ``timeout_s``."""
+        addresses = {a for e in self._exporters if (a := host_and_port(e.url)) is not None}
+        refusing: set[tuple[str, int]] = set()
+
+        def probe() -> None:
+            for address in addresses:
+                if refuses_connections(address, timeout_s):
+                    refusing.add(address)
+
+        # In a thread of its own: resolving a host name knows no timeout.
+        prober = threading.Thread(target=probe, name="agent-latency probe", daemon=True)
+        prober.start()
+        prober.join(timeout_s * max(1, len(addresses)))
+        refused = set(refusing)  # what was known in time
+        dropping = [e for e in self._exporters if host_and_port(e.url) in refused]
+        for exporter in dropping:
+            exporter.drop()
+        if dropping:
+            for _, log_filter in self._log_filters:
+                if isinstance(log_filter, ExporterLogFilter):
+                    log_filter.mute()
+        return sorted(f"{host}:{port}" for host, port in refused)
 
     def __enter__(self) -> Telemetry:
         return self
@@ -169,27 +218,38 @@ def configure_telemetry(
     service_name: str = "agent-latency",
     exporter: str | None = None,
     endpoint: str | None = None,
+    traces_endpoint: str | None = None,
+    metrics_endpoint: str | None = None,
     set_global: bool = True,
 ) -> Telemetry:
     """Sets up OpenTelemetry tracing and metrics for agent-latency.
 
-    Standard environment variables apply: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (when ``endpoint``
-    is not given), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` or ``grpc``, for
-    ``exporter="otlp"``), ``OTEL_EXPORTER_OTLP_TIMEOUT``, ``OTEL_EXPORTER_OTLP_HEADERS``,
-    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (a service name set there wins over
-    ``service_name``), and the ``OTEL_BSP_*`` batch and ``OTEL_METRIC_EXPORT_INTERVAL`` options.
+    Standard environment variables apply: ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the per-signal
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` and ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` (each
+    when its argument is not given), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` or
+    ``grpc``, for ``exporter="otlp"``), ``OTEL_EXPORTER_OTLP_TIMEOUT``,
+    ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (a
+    service name set there wins over ``service_name``), ``OTEL_METRICS_EXPORTER=none`` (OTLP
+    spans only, for a trace UI that takes no metrics), and the ``OTEL_BSP_*`` batch and
+    ``OTEL_METRIC_EXPORT_INTERVAL`` options.
 
     Args:
         settings: Settings for the handlers made by :meth:`Telemetry.handler`; the defaults when
             ``None``.
         service_name: The ``service.name`` resource attribute.
         exporter: ``"otlp"`` (OTLP, protocol from the environment, HTTP/protobuf by default),
-            ``"otlp-http"``, ``"otlp-grpc"``, ``"console"`` (print to stdout) or ``"none"``
-            (spans and metrics are made, for ``on_record`` and in-process readers, but not
-            exported). ``None`` means ``"otlp"``.
-        endpoint: The collector's base URL, e.g. ``http://localhost:4318`` for HTTP or
-            ``http://localhost:4317`` for gRPC; the ``/v1/traces`` and ``/v1/metrics`` paths are
-            added for HTTP.
+            ``"otlp-http"``, ``"otlp-grpc"``, ``"console"`` (each trace printed to stdout as a
+            tree, a line per span; no metrics), ``"console-json"`` (every span and metric
+            printed to stdout as OpenTelemetry's JSON) or ``"none"`` (spans and metrics are
+            made, for ``on_record`` and in-process readers, but not exported). ``None`` means
+            ``"otlp"``.
+        endpoint: The collector's base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT``: e.g.
+            ``http://localhost:4318`` for HTTP, which gets ``v1/traces`` and ``v1/metrics``
+            appended to its path (a query is kept), or ``http://localhost:4317`` for gRPC.
+        traces_endpoint: The URL spans go to, used as given, as
+            ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``: e.g. ``http://localhost:4318/v1/traces``.
+        metrics_endpoint: The URL metrics go to, used as given, as
+            ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``.
         set_global: Also install the providers as OpenTelemetry's global ones, so handlers made
             without explicit providers (and other instrumentations) use them. OpenTelemetry
             allows that once per process; later calls keep the first global providers.
@@ -198,8 +258,9 @@ def configure_telemetry(
         The providers and their shutdown.
 
     Raises:
-        ValueError: When ``exporter``, ``endpoint``, ``service_name`` or the OTLP protocol from
-            the environment is not one that works; the message names it.
+        ValueError: When ``exporter``, an endpoint, ``service_name`` or the OTLP protocol from
+            the environment is not one that works (a base ``endpoint`` ending in ``/v1/traces``
+            is refused: that path would be doubled); the message names it.
     """
     if not isinstance(service_name, str) or not service_name.strip():
         raise ValueError(
@@ -215,20 +276,31 @@ def configure_telemetry(
             f"got {type(settings).__name__}."
         )
     kind = _exporter_kind(exporter)
-    if endpoint is not None:
-        _check_endpoint(endpoint)
+    for name, value in (
+        ("endpoint", endpoint),
+        ("traces_endpoint", traces_endpoint),
+        ("metrics_endpoint", metrics_endpoint),
+    ):
+        if value is not None:
+            _check_endpoint(name, value)
+    if endpoint is not None and kind != "otlp-grpc":
+        _check_base_endpoint(endpoint)
 
+    WarningLineHandler.install()
     resource = _resource(service_name)
     # Shut down by Telemetry.shutdown, at exit too: the SDK's own exit hooks wait unbounded.
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     readers: list[MetricReader] = []
-    log_filters: tuple[tuple[logging.Logger, logging.Filter], ...] = ()
+    log_filters: tuple[tuple[logging.Logger, MaskingFilter], ...] = ()
+    exporters: tuple[ReportingSpanExporter | ReportingMetricExporter, ...] = ()
     used_endpoint: str | None = None
     timeout_s = None if os.environ.get(_TIMEOUT_ENV) else _EXPORT_TIMEOUT_S
     interval = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else _METRIC_INTERVAL_MS
 
     if kind == "console":
         # sys.stdout as it is now (the exporters' default is the one at import time).
+        tracer_provider.add_span_processor(BatchSpanProcessor(TreeSpanExporter(out=sys.stdout)))
+    elif kind == "console-json":
         tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
         readers.append(
             PeriodicExportingMetricReader(
@@ -236,22 +308,25 @@ def configure_telemetry(
             )
         )
     elif kind in ("otlp-http", "otlp-grpc"):
-        span_exporter, metric_exporter, destination = _otlp_exporters(kind, endpoint, timeout_s)
-        used_endpoint = display_url(destination)
-        log_filters = limit_exporter_warnings(span_exporter, metric_exporter)
-        tracer_provider.add_span_processor(
-            BatchSpanProcessor(
-                # Bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048 spans): when the collector
-                # cannot keep up, spans are dropped rather than memory growing.
-                ReportingSpanExporter(span_exporter, ExportHealth("spans", used_endpoint))
-            )
+        traces_url, metrics_url = _signal_urls(kind, endpoint, traces_endpoint, metrics_endpoint)
+        span_exporter, metric_exporter = _otlp_exporters(kind, traces_url, metrics_url, timeout_s)
+        used_endpoint = display_url(traces_url)
+        log_filters = limit_exporter_warnings(
+            span_exporter, metric_exporter, urls=(traces_url, metrics_url)
         )
-        readers.append(
-            PeriodicExportingMetricReader(
-                ReportingMetricExporter(metric_exporter, ExportHealth("metrics", used_endpoint)),
-                export_interval_millis=interval,
-            )
+        spans = ReportingSpanExporter(
+            span_exporter, ExportHealth("spans", used_endpoint), traces_url
         )
+        # Bounded queue (OTEL_BSP_MAX_QUEUE_SIZE, 2048 spans): when the collector cannot keep
+        # up, spans are dropped rather than memory growing.
+        tracer_provider.add_span_processor(BatchSpanProcessor(spans))
+        exporters = (spans,)
+        if os.environ.get(_METRICS_EXPORTER_ENV, "").strip() != "none":  # a trace-only UI
+            metric_health = ExportHealth("metrics", display_url(metrics_url))
+            exporters += (ReportingMetricExporter(metric_exporter, metric_health, metrics_url),)
+            readers.append(
+                PeriodicExportingMetricReader(exporters[-1], export_interval_millis=interval)
+            )
     meter_provider = MeterProvider(
         resource=resource, metric_readers=readers, shutdown_on_exit=False
     )
@@ -265,6 +340,7 @@ def configure_telemetry(
         exporter=kind,
         endpoint=used_endpoint,
         _log_filters=log_filters,
+        _exporters=exporters,
         _export_timeout_s=_timeout_from_environment() if timeout_s is None else timeout_s,
     )
     atexit.register(telemetry.shutdown)
@@ -313,11 +389,25 @@ def _exporter_kind(exporter: str | None) -> str:
     )
 
 
-def _check_endpoint(endpoint: object) -> None:
+def _check_endpoint(name: str, endpoint: object) -> None:
     if not is_http_url(endpoint):
+        shown = display_url(endpoint) if isinstance(endpoint, str) else repr(endpoint)
         raise ValueError(
-            "configure_telemetry: endpoint must be a URL such as http://localhost:4318, "
-            f"got {endpoint!r}."
+            f"configure_telemetry: {name} must be a URL such as http://localhost:4318, got {shown}."
+        )
+
+
+def _check_base_endpoint(endpoint: str) -> None:
+    parts = urlsplit(endpoint)
+    path = parts.path.rstrip("/")
+    suffix = next((suffix for suffix in _SIGNAL_PATHS if path.endswith(suffix)), None)
+    if suffix is not None:
+        base = display_url(urlunsplit(parts._replace(path=path.removesuffix(suffix))))
+        raise ValueError(
+            f"configure_telemetry: endpoint is the collector's base URL (as {_ENDPOINT_ENV}) "
+            f"and gets /v1/traces and /v1/metrics appended; {display_url(endpoint)} would send "
+            f"to {suffix}{suffix}. Fix: endpoint={base!r} (any query is kept), or "
+            "traces_endpoint= and metrics_endpoint= for URLs used as given."
         )
 
 
@@ -327,15 +417,46 @@ def _resource(service_name: str) -> Resource:
     return Resource.create({} if from_environment else {SERVICE_NAME: service_name})
 
 
-def _otlp_exporters(
-    kind: str, endpoint: str | None, timeout_s: float | None
-) -> tuple[SpanExporter, MetricExporter, str]:
-    """The OTLP exporters of ``kind``, and where they send (for log messages).
+def _signal_urls(
+    kind: str, endpoint: str | None, traces_endpoint: str | None, metrics_endpoint: str | None
+) -> tuple[str, str]:
+    """Where the spans and the metrics go, by OpenTelemetry's rules.
 
-    Without an explicit endpoint the exporters read the standard environment variables
-    themselves, the per-signal ones included.
+    A per-signal endpoint (the argument, else ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT``)
+    is used as given. Otherwise the base endpoint (the argument, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, else localhost) is used: as it is for gRPC, with
+    ``v1/traces`` or ``v1/metrics`` appended to its path for HTTP, its query kept.
     """
-    configured = endpoint or os.environ.get(_ENDPOINT_ENV)
+    grpc = kind == "otlp-grpc"
+    base = (
+        endpoint
+        or os.environ.get(_ENDPOINT_ENV, "").strip()
+        or (_DEFAULT_GRPC_ENDPOINT if grpc else _DEFAULT_HTTP_ENDPOINT)
+    )
+
+    def url(given: str | None, variable: str, signal: str) -> str:
+        chosen = given or os.environ.get(variable, "").strip()
+        if chosen:
+            return chosen
+        return base if grpc else _with_signal_path(base, signal)
+
+    return (
+        url(traces_endpoint, _TRACES_ENDPOINT_ENV, "traces"),
+        url(metrics_endpoint, _METRICS_ENDPOINT_ENV, "metrics"),
+    )
+
+
+def _with_signal_path(base: str, signal: str) -> str:
+    """``base`` with ``v1/{signal}`` appended to its path (OTLP/HTTP), query and fragment kept."""
+    parts = urlsplit(base)
+    path = parts.path if parts.path.endswith("/") else f"{parts.path}/"
+    return urlunsplit(parts._replace(path=f"{path}v1/{signal}"))
+
+
+def _otlp_exporters(
+    kind: str, traces_url: str, metrics_url: str, timeout_s: float | None
+) -> tuple[SpanExporter, MetricExporter]:
+    """The OTLP exporters of ``kind``, sending to the given URLs as they are."""
     if kind == "otlp-grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
@@ -351,11 +472,13 @@ def _otlp_exporters(
                 "'agent-latency[grpc]', or send OTLP over HTTP (exporter='otlp-http')."
             ) from None
 
-        insecure = None if endpoint is None else urlsplit(endpoint).scheme == "http"
         return (
-            GrpcSpanExporter(endpoint=endpoint, insecure=insecure, timeout=timeout_s),
-            GrpcMetricExporter(endpoint=endpoint, insecure=insecure, timeout=timeout_s),
-            configured or _DEFAULT_GRPC_ENDPOINT,
+            GrpcSpanExporter(
+                endpoint=traces_url, insecure=_grpc_insecure(traces_url), timeout=timeout_s
+            ),
+            GrpcMetricExporter(
+                endpoint=metrics_url, insecure=_grpc_insecure(metrics_url), timeout=timeout_s
+            ),
         )
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
         OTLPMetricExporter as HttpMetricExporter,
@@ -364,11 +487,13 @@ def _otlp_exporters(
         OTLPSpanExporter as HttpSpanExporter,
     )
 
-    root = None if endpoint is None else endpoint.rstrip("/")
     return (
-        HttpSpanExporter(endpoint=None if root is None else f"{root}/v1/traces", timeout=timeout_s),
-        HttpMetricExporter(
-            endpoint=None if root is None else f"{root}/v1/metrics", timeout=timeout_s
-        ),
-        (configured or _DEFAULT_HTTP_ENDPOINT).rstrip("/"),
+        HttpSpanExporter(endpoint=traces_url, timeout=timeout_s),
+        HttpMetricExporter(endpoint=metrics_url, timeout=timeout_s),
     )
+
+
+def _grpc_insecure(url: str) -> bool | None:
+    """``http://`` means no TLS; an address without a scheme leaves it to the environment."""
+    scheme = urlsplit(url).scheme
+    return scheme == "http" if scheme in ("http", "https") else None
