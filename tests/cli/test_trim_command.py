@@ -47,7 +47,7 @@ def test_prints_a_row_per_message_with_action_and_reason(
     assert len(rows) == 26  # one per input message
     assert "always kept" in rows[0] and "system" in rows[0]
     assert "always kept" in rows[-1] and "latest_user" in rows[-1]
-    reason = RULE_EXPLANATIONS["dropped_for_budget"][0]
+    reason = RULE_EXPLANATIONS["dropped_at_cut"][0]
     assert any("dropped" in row and reason in row for row in rows)
     assert "Trim to 600 tokens" in out
     assert "dropped" in out.split("total")[-1]

@@ -103,13 +103,13 @@ def test_examples_round_trip_to_the_values_of_the_issue(monkeypatch: pytest.Monk
 def test_defaults_are_the_values_of_the_issue_without_channel() -> None:
     no_channel = dataclasses.replace(ISSUE_SETTINGS.llm, base_url=None, api_key=None)
     # The defaults that differ from the issue's files: 2048 would not fit the reserve, and the
-    # history is ranked by relevance with one head and one tail round (the frontier's choice).
+    # history is cut cache-first, keeping one head and one tail round at a cut.
     answer_fits = dataclasses.replace(ISSUE_SETTINGS.streaming, max_tokens=2000)
     frontier = dataclasses.replace(
         ISSUE_SETTINGS.prompt,
         history_keep_head=1,
         history_keep_tail=1,
-        history_selection="relevance",
+        history_selection="cache_first",
     )
 
     assert Settings() == dataclasses.replace(

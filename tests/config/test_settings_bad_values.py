@@ -56,12 +56,12 @@ def test_tokenizer_cache_lifetime_and_history_selection_load(tmp_path: Path) -> 
     assert loaded.prompt.history_selection == "age"
 
 
-def test_the_new_settings_default_to_unset_and_relevance() -> None:
+def test_the_new_settings_default_to_unset_and_cache_first() -> None:
     defaults = load_settings()
 
     assert defaults.llm.tokenizer is None
     assert defaults.llm.cache_lifetime_seconds is None
-    assert defaults.prompt.history_selection == "relevance"
+    assert defaults.prompt.history_selection == "cache_first"
     assert (defaults.prompt.history_keep_head, defaults.prompt.history_keep_tail) == (1, 1)
 
 
@@ -76,7 +76,7 @@ def test_the_new_settings_default_to_unset_and_relevance() -> None:
             None,
             "llm.cache_lifetime_seconds: 10000000000.0 is invalid",
         ),
-        (None, '{"promptTrimmer": {"historySelection": "newest"}}', "must be one of age, relev"),
+        (None, '{"promptTrimmer": {"historySelection": "newest"}}', "must be one of cache_first, relevance, age"),
         (None, '{"promptTrimmer": {"historySelection": 1}}', "expected a string"),
     ],
 )

@@ -39,7 +39,7 @@ interesting = st.sampled_from(
         "https://example.com", "http://127.0.0.1:8000/v1", "http://[", "https://",
         "ftp://x/v1", "api.example.com", *CLASSES,
         "https://user:pw@api.example.com/v1", "http://127.0.0.1:99999/v1", 1e10, 86400,
-        "age", "relevance", "o200k",
+        "age", "relevance", "cache_first", "o200k",
     ]
 )  # fmt: skip
 priority_lists = st.permutations(CLASSES).map(list) | st.lists(st.sampled_from(CLASSES), max_size=5)
@@ -235,7 +235,7 @@ def _assert_valid(loaded: Settings) -> None:
     if llm.api_key is not None:
         key = llm.api_key.get_secret_value()
         assert key == key.strip() and key.isascii() and key.isprintable() and key
-    assert prompt.history_selection in ("age", "relevance")
+    assert prompt.history_selection in ("cache_first", "relevance", "age")
     for value in (prompt.token_budget, streaming.max_tokens, metrics.ttft_warn_ms):
         assert type(value) is int
 

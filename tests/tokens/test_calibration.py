@@ -66,7 +66,10 @@ def test_the_registry_shares_one_calibration_per_endpoint_and_model() -> None:
 def test_the_trimmer_divides_its_budget_by_the_factor() -> None:
     counter = TokenCounter()
     calibration = PromptCalibration()
-    trimmer = PriorityTrimmer(1000, token_counter=counter, calibration=calibration)
+    # Cut to the budget on every call (a cache-first cut keeps less than the budget).
+    trimmer = PriorityTrimmer(
+        1000, token_counter=counter, calibration=calibration, history_selection="relevance"
+    )
     messages = [
         *[HumanMessage("q " + "data " * 100), AIMessage("a " + "data " * 100)] * 10,
         HumanMessage("latest"),
