@@ -81,11 +81,11 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer(
     assert by_name["summarization"]["retention"] == 1.0
     for name in ("hard_limit", "prefix_stable", "moving_cut", "age_2_4", "cost_aware"):
         assert by_name[name]["hard_limit_violations"] == 0
-    # The relevance defaults of the frontier keep both needed facts; the cache-first default
-    # decides its stable part at the cut and recalls by the question's words, so the fact asked
-    # in other words (in a user message) is out, as with the old age defaults (two and four);
-    # in an agent the recall tool reads it back (tests/trimming/test_recall*.py).
-    assert by_name["relevance_2_4"]["retention"] == 1.0
+    # The cache-first default decides its stable part at the cut and recalls by the question's
+    # words: it keeps the fact in a tool result; the one asked in other words in a user message
+    # is out, as with the old age defaults (two and four) and relevance with two and four (the
+    # frontier's relevance with one and one kept it); in an agent the recall tool reads it back.
+    assert by_name["prefix_stable"]["retention_by"]["where"] == {"tool_result": 1.0, "user": 0.0}
     assert by_name["prefix_stable"]["retention"] == by_name["cost_aware"]["retention"] == 0.5
     assert by_name["age_2_4"]["retention"] == by_name["cost_aware_age_2_4"]["retention"] == 0.5
     assert report["workload"]["hard_limit"] == 8192 - 2048
