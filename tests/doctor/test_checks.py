@@ -257,7 +257,7 @@ def test_config_errors_exit_2_with_one_line_as_the_help_says() -> None:
         [line] = result.errors.splitlines()
         assert line.startswith("agent-latency: error: ")
     assert "--base-url" in not_http.errors
-    assert "lower token_budget to at most 5000" in bad.errors
+    assert "lower llm.prompt.token_budget to at most 5000" in bad.errors
     # The help says so (it said "Exits 1 when a check fails, 0 otherwise").
     help_text = _run("--help").output
     assert "2 when the configuration or an option is invalid" in " ".join(help_text.split())
