@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,11 @@ def test_budget_and_reserve_over_the_window_name_the_key_the_user_set() -> None:
     assert message.startswith("settings.json: promptTrimmer.defaultBudget = 8000 plus")
     assert message.endswith("Fix: lower promptTrimmer.defaultBudget to at most 6192.")
     assert "token_budget" not in message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_config_files_share_the_regular_file_rule_of_trim() -> None:
+    os.mkfifo("pipe.toml")  # reading it would wait for a writer forever
+
+    with pytest.raises(ConfigError, match=r"^pipe\.toml: not a regular file"):
+        load_settings("pipe.toml")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from agent_latency._validation import is_integer
+from agent_latency._validation import file_problem, is_integer
 
 ENV_BASE_URL: Final = "AGENT_LATENCY_BASE_URL"
 ENV_API_KEY: Final = "AGENT_LATENCY_API_KEY"
@@ -126,14 +126,18 @@ Found = dict[str, tuple[Any, str]]
 
 
 def resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | None:
-    """Returns the file to read: ``path``, which must exist, or ``default_name`` if present."""
+    """Returns the file to read: ``path``, which must be a regular file of at most
+    ``MAX_FILE_BYTES``, or ``default_name`` if present."""
     if path is None:
-        candidate = Path.cwd() / default_name
-        return candidate if candidate.is_file() else None
-    resolved = Path(path)
-    if not resolved.is_file():
+        resolved = Path.cwd() / default_name
+        if not resolved.is_file():
+            return None
+    else:
+        resolved = Path(path)
+    problem = file_problem(resolved)
+    if problem is not None:
         raise ConfigError(
-            f"{resolved}: file not found. Fix: check the path, or leave it out to use the "
+            f"{resolved}: {problem}. Fix: check the path, or leave it out to use the "
             f"defaults (and {default_name} in the working directory if present)."
         )
     return resolved
