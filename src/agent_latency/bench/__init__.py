@@ -23,9 +23,10 @@ Exports: ``BenchPlan``, ``BenchReport``, ``EndpointError``, ``MixedWorkload``, `
 ``ModeResult``, ``NeedleCase``, ``ProgressCallback``, ``QualityRow``, ``RequestRefused``,
 ``Sample``, ``Strategy``, ``StrategyResult``, ``StrategyRun``, ``WorkloadProgress``,
 ``WorkloadReport``, ``check_regression``, ``combined_frontier``, ``load_baseline``,
-``load_scenario``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
-``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
-``saving_breakdown``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
+``load_scenario``, ``load_scenario_request``, ``make_case``, ``needle_places``,
+``open_endpoint``, ``percentile``, ``require_matplotlib``, ``retained``, ``run_bench``,
+``run_mixed_workload``, ``run_quality``, ``saving_breakdown``, ``workload_strategies``,
+``write_frontier_plot``, ``write_plot``.
 """
 
 from agent_latency.bench._contenders import workload_strategies
@@ -51,7 +52,7 @@ from agent_latency.bench._quality import (
 )
 from agent_latency.bench._report import check_regression, load_baseline, saving_breakdown
 from agent_latency.bench._runner import BenchPlan, ProgressCallback, open_endpoint, run_bench
-from agent_latency.bench._scenario import load_scenario
+from agent_latency.bench._scenario import load_scenario, load_scenario_request
 from agent_latency.bench._workload import WorkloadProgress, run_mixed_workload
 from agent_latency.bench._workload_report import StrategyRun, WorkloadReport, combined_frontier
 
@@ -76,6 +77,7 @@ __all__ = [
     "combined_frontier",
     "load_baseline",
     "load_scenario",
+    "load_scenario_request",
     "make_case",
     "needle_places",
     "open_endpoint",
