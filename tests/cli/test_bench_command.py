@@ -108,7 +108,8 @@ def test_bench_prints_the_table_and_writes_json_and_plot(full_run: tuple[Result,
         "TTFT = total",
         "unique request id",
         "prefix-stable trimming",
-        "per 1k prompt tokens",
+        "per 1k prefilled tokens",
+        "per 1k tokens of context",
     ):
         assert label in " ".join(result.output.split()), label
     document = json.loads((out / "bench.json").read_text("utf-8"))

@@ -271,8 +271,8 @@ def bench(
         fit = report.prefill_fit()
         if fit is not None:
             console.print(
-                f"Prefill: {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens "
-                f"(+ {fit.intercept_ms:,.0f} ms fixed), fitted over {len(report.sweep)} budgets."
+                f"Prefill: {fit.describe()}, fitted over {len(report.sweep)} budgets.",
+                soft_wrap=True,
             )
     if retention is not None:
         console.print(quality_table(retention))
