@@ -37,7 +37,7 @@ from langchain_core.messages import (
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.prompt_values import PromptValue
 
-from agent_latency._validation import is_number
+from agent_latency._validation import file_problem, is_number
 
 _TYPE_ROLES: Final = (
     (HumanMessage, "user"),
@@ -377,11 +377,16 @@ def _with_invalid_calls(item: Mapping[str, Any]) -> BaseMessage | None:
 def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     """Parses a JSON file, turning every way it can fail into a ValueError naming the file.
 
+    Only a regular file of at most ``MAX_FILE_BYTES`` is read (see ``file_problem``).
+
     Args:
         path: The file.
         what: What the file should be, for the fix (e.g. ``"a --json file of an earlier run"``).
     """
     path = Path(path)
+    problem = file_problem(path)  # /dev/zero would fill the memory, a FIFO hang the read
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}. Fix: give the path of {what}.")
     try:
         raw = path.read_bytes()
         if raw.startswith((b"\xff\xfe", b"\xfe\xff")):

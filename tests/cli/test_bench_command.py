@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -244,3 +247,23 @@ def test_the_tools_of_a_request_body_are_sent_and_counted(
     # The server saw the tools too (it counts in another tokenizer: roughly ours).
     for call in document["calls"]:
         assert call["server_input_tokens"] > tools_tokens, call
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_messages_is_refused_in_one_line_instead_of_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "request.json"
+    os.mkfifo(fifo)
+
+    # In its own process: a regression that waits for a writer fails on the timeout.
+    result = subprocess.run(
+        [sys.executable, "-m", "agent_latency.cli", "bench", "--messages", str(fifo)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"agent-latency: error: {fifo}: not a regular file")

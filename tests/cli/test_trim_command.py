@@ -222,7 +222,7 @@ def test_an_endless_device_is_refused_in_one_line(tmp_path: Path) -> None:
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith("agent-latency: error: /dev/zero: not a regular file")
-    assert "Fix: give the path of a JSON file" in line
+    assert "Fix: give the path of an OpenAI-format conversation" in line
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")

@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent_latency._validation import file_problem
 from agent_latency._wire import escape_surrogates, load_request_file, openai_message
 from agent_latency.config import load_settings
 from agent_latency.trimming import (
@@ -103,12 +102,6 @@ def trim(
     if output is not None:
         _check_output(output)
     loaded = load_settings(config, settings)
-    problem = file_problem(file)
-    if problem is not None:
-        raise ValueError(
-            f"{file}: {problem}. Fix: give the path of a JSON file holding the conversation or "
-            "the request body."
-        )
     request = load_request_file(file)
     options: dict[str, Any] = {"tools": request.tools, "response_format": request.response_format}
     if budget is not None:
