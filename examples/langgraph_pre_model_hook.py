@@ -1,7 +1,12 @@
-"""LangGraph's ``create_react_agent`` with ``trimmer.as_pre_model_hook()``.
+"""Code not yet on ``create_agent``: LangGraph's ``create_react_agent`` with the trimmer's hook.
 
-The hook returns ``{"llm_input_messages": trimmed}``: the model sees the trimmed list, the graph's
-state keeps every message. Run: ``python examples/langgraph_pre_model_hook.py [--otlp]``.
+New agents use ``langchain.agents.create_agent`` with ``TrimmingMiddleware``
+(``agent_with_middleware.py``). ``trimmer.as_pre_model_hook()`` fits ``pre_model_hook``, which
+came with langgraph-prebuilt 0.1.8 (LangGraph 0.3); LangGraph 1.0 deprecates
+``create_react_agent`` (``LangGraphDeprecatedSinceV10``, to be removed in 2.0), and this example
+keeps working until then. The hook returns ``{"llm_input_messages": trimmed}``: the model sees
+the trimmed list, the graph's state keeps every message.
+Run: ``python examples/langgraph_pre_model_hook.py [--otlp]``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from _common import TrimReport, example_setup, parse_args
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
+from langgraph.warnings import LangGraphDeprecatedSinceV10
 
 from agent_latency import PriorityTrimmer, build_chat_model
 
@@ -30,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trimmer = PriorityTrimmer(budget=600)
         with warnings.catch_warnings():
             # LangGraph 1.x points to langchain.agents.create_agent; this agent still works.
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
             agent = create_react_agent(
                 build_chat_model(settings),
                 tools=[lookup_invoice],

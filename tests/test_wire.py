@@ -268,7 +268,7 @@ def test_load_messages_file(tmp_path: Path, wrap: bool) -> None:
         ('[{"role": "user",\n "content": }]', "line 2"),
         (b"\xff\xfe[\x00]\x00", "the file is UTF-16 text. Fix: save it as UTF-8"),
         (b"[\x93]", "not UTF-8 text (byte 1). Fix: save it as UTF-8"),
-        ('[{"type": "human", "data": {"content": "hi"}}]', "a LangChain message dump"),
+        ('[{"type": "wizard", "data": {"content": "hi"}}]', "a LangChain message dump"),
         ('[{"role": "user", "content": "ok"}, {"role": "wizard", "content": "x"}]', "Message 1"),
         ('"just a string"', "list of messages"),
     ],

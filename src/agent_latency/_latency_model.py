@@ -1,8 +1,9 @@
-"""How long an endpoint takes to its first token: the learned latency model and the prefill line.
+"""How long an endpoint takes to its first token: the learned latency model and its fit.
 
 :class:`LatencyModel` is what the cost-aware trimmer and the handler share; :func:`fit_prefill`
-is the simple line ``bench`` (a sweep of budgets) and ``doctor`` (two or three probes) fit to
-tell the user the cost of each 1,000 prompt tokens and the budget that keeps TTFT in bounds.
+fits the same model to ``bench``'s sweep of budgets and to ``doctor``'s prefill probes, to tell
+the user the cost of each 1,000 prompt tokens and the budget that keeps TTFT in bounds, in the
+words doctor's latency-model check uses (:func:`describe_coefficients`).
 
 The latency model (issue 12) is::
 
@@ -26,7 +27,6 @@ really does. Safe to share between threads.
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -334,19 +334,37 @@ LATENCY_MODELS: Final = LatencyModels()
 """The process-wide registry the callback handler feeds and the cost-aware trimmer reads."""
 
 
-# --- The prefill line ----------------------------------------------------------------------
+# --- The fit bench and doctor print ---------------------------------------------------------
+
+
+def describe_coefficients(coefficients: LatencyCoefficients) -> str:
+    """The model as ``bench`` and ``doctor`` print it: ``"TTFT ≈ 203 ms + 160 ms per 1k
+    prefilled tokens (+ 30.8 per 1k tokens of context)"``."""
+    c = coefficients
+    return (
+        f"TTFT ≈ {c.fixed_ms:,.0f} ms + {c.ms_per_token * _KILO:,.0f} ms per 1k prefilled tokens "
+        f"(+ {c.ms_per_token_per_ktoken * _KILO:,.1f} per 1k tokens of context)"
+    )
 
 
 @dataclass(frozen=True)
 class PrefillFit:
-    """The least-squares line TTFT = ``intercept_ms`` + ``ms_per_1k_tokens`` × tokens / 1000."""
+    """The latency model fitted to calls with nothing cached: what a prompt of ``tokens`` costs.
 
-    intercept_ms: float
-    ms_per_1k_tokens: float
+    ``bench`` (its budget sweep) and ``doctor`` (its prefill probes) fit it the same way, by
+    :func:`fit_prefill`, so the curve ``bench --plot`` draws is the model ``doctor`` prints.
+
+    Attributes:
+        coefficients: The fitted :class:`LatencyModel`'s coefficients.
+    """
+
+    coefficients: LatencyCoefficients
 
     def ttft_ms(self, tokens: float) -> float:
-        """The fitted TTFT for a prompt of ``tokens`` tokens."""
-        return self.intercept_ms + self.ms_per_1k_tokens * tokens / 1000
+        """The fitted TTFT for a prompt of ``tokens`` tokens, none of them cached."""
+        c = self.coefficients
+        per_token = c.ms_per_token + c.ms_per_context_token
+        return c.fixed_ms + per_token * tokens + c.ms_per_token_per_ktoken * tokens * tokens / _KILO
 
     def budget_under(self, ttft_ms: float) -> int | None:
         """Returns the most prompt tokens whose fitted TTFT stays under ``ttft_ms``.
@@ -354,31 +372,53 @@ class PrefillFit:
         ``None`` means no limit (TTFT does not grow with the prompt); 0 means even an empty
         prompt is predicted to take longer.
         """
-        if self.ms_per_1k_tokens <= 0:
+        c = self.coefficients
+        linear = c.ms_per_token + c.ms_per_context_token
+        quadratic = c.ms_per_token_per_ktoken / _KILO
+        room = ttft_ms - c.fixed_ms
+        if room <= 0:
+            return 0 if linear > 0 or quadratic > 0 else None
+        if quadratic > 0:  # the positive root of quadratic·t² + linear·t = room
+            tokens = (math.sqrt(linear * linear + 4 * quadratic * room) - linear) / (2 * quadratic)
+        elif linear > 0:
+            tokens = room / linear
+        else:
             return None
-        return max(0, math.floor((ttft_ms - self.intercept_ms) / self.ms_per_1k_tokens * 1000))
+        return max(0, math.floor(tokens))
+
+    def describe(self) -> str:
+        """The fit as ``bench`` and ``doctor`` print it (:func:`describe_coefficients`); with
+        nothing cached a prompt token's cost, cached or not, is part of its prefill cost."""
+        c = self.coefficients
+        return describe_coefficients(
+            LatencyCoefficients(
+                c.fixed_ms, c.ms_per_token + c.ms_per_context_token, c.ms_per_token_per_ktoken
+            )
+        )
 
 
 def fit_prefill(samples: Iterable[tuple[float, float]]) -> PrefillFit | None:
-    """Fits TTFT against prompt tokens by least squares, with a fixed part of at least 0 ms.
+    """Fits a :class:`LatencyModel` (from :data:`DEFAULT_PRIORS`) to calls with nothing cached.
 
-    A server whose rate falls with the context (attention over a longer prompt) bends the line
-    upwards, and an unconstrained fit then reads a negative fixed time (seen: "-397 ms fixed" on
-    llama-server); the best line with no negative fixed part then goes through the origin.
+    The model's context term bends the curve upwards as a server's rate falls with the context
+    (attention over a longer prompt), where a straight line read a negative fixed time on
+    llama-server ("-397 ms fixed") or, held at 0, a cost per token too high for short prompts.
 
     Args:
-        samples: ``(prompt_tokens, ttft_ms)`` pairs.
+        samples: ``(prompt_tokens, ttft_ms)`` pairs; one :meth:`LatencyModel.observe` refuses
+            (impossible figures) is left out.
 
     Returns:
-        The line, or ``None`` without two distinct prompt sizes.
+        The fit, or ``None`` without two distinct prompt sizes to fit.
     """
-    pairs = list(samples)
-    sizes = [float(tokens) for tokens, _ in pairs]
-    if len(set(sizes)) < 2:
+    model = LatencyModel()
+    sizes: set[float] = set()
+    for tokens, ttft in samples:
+        try:
+            model.observe(ttft, tokens, 0)  # type: ignore[arg-type]  # floats are checked
+        except ValueError:
+            continue
+        sizes.add(float(tokens))
+    if len(sizes) < 2:
         return None
-    ttfts = [ttft for _, ttft in pairs]
-    slope, intercept = statistics.linear_regression(sizes, ttfts)
-    if intercept < 0:
-        slope = sum(x * y for x, y in zip(sizes, ttfts, strict=True)) / sum(x * x for x in sizes)
-        intercept = 0.0
-    return PrefillFit(intercept_ms=intercept, ms_per_1k_tokens=slope * 1000)
+    return PrefillFit(model.coefficients)

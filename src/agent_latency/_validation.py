@@ -1,16 +1,23 @@
-"""Checking the numbers users and servers give: one rule for what counts as a number.
+"""Checking the numbers and files users and servers give: one rule for each.
 
 A whole number is an ``int`` that is not a ``bool`` (``True`` is an ``int`` in Python, and no
 option means it as 1); a number is a whole number or a finite ``float``. Every option of the
 package is checked with :func:`checked_int`, :func:`checked_number` or :func:`checked_bool`, so
 every bad value gets the same kind of error: the owner, the option, what it must be, and the
-value given.
+value given. A file read whole (a configuration, a conversation) is checked with
+:func:`file_problem` first: a regular file of at most :data:`MAX_FILE_BYTES`, so ``/dev/zero``
+cannot exhaust memory and a FIFO cannot hang the reader.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TypeGuard
+import os
+import stat
+from typing import Final, TypeGuard
+
+MAX_FILE_BYTES: Final = 64 * 1024 * 1024
+"""The largest file read whole: a conversation of this size is far beyond any context window."""
 
 
 def is_integer(value: object) -> TypeGuard[int]:
@@ -107,3 +114,30 @@ def _error(
 ) -> ValueError:
     shown = f" ({hint})" if hint else ""
     return ValueError(f"{owner}: {name} must be {what}{bound}{shown}, got {value!r}.")
+
+
+def file_problem(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """What makes ``path`` no file to read whole, or ``None`` for a regular file small enough.
+
+    Args:
+        path: The file.
+        max_bytes: The largest size accepted.
+
+    Returns:
+        ``"file not found"``, ``"is a folder, not a file"``, ``"not a regular file (…)"``,
+        ``"... bytes, more than the limit of ..."`` or ``"cannot be read (...)"``; ``None`` if
+        the file may be read.
+    """
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return "file not found"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        return f"cannot be read ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    if stat.S_ISDIR(status.st_mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(status.st_mode):
+        return "not a regular file (a device, pipe or socket, which may never end or never answer)"
+    if status.st_size > max_bytes:
+        return f"{status.st_size:,} bytes, more than the limit of {max_bytes:,}"
+    return None

@@ -32,11 +32,12 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
     convert_to_messages,
+    messages_from_dict,
 )
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.prompt_values import PromptValue
 
-from agent_latency._validation import is_number
+from agent_latency._validation import file_problem, is_number
 
 _TYPE_ROLES: Final = (
     (HumanMessage, "user"),
@@ -376,11 +377,16 @@ def _with_invalid_calls(item: Mapping[str, Any]) -> BaseMessage | None:
 def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     """Parses a JSON file, turning every way it can fail into a ValueError naming the file.
 
+    Only a regular file of at most ``MAX_FILE_BYTES`` is read (see ``file_problem``).
+
     Args:
         path: The file.
         what: What the file should be, for the fix (e.g. ``"a --json file of an earlier run"``).
     """
     path = Path(path)
+    problem = file_problem(path)  # /dev/zero would fill the memory, a FIFO hang the read
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}. Fix: give the path of {what}.")
     try:
         raw = path.read_bytes()
         if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -440,7 +446,8 @@ def load_request_file(path: str | Path) -> RequestFile:
     """Reads a conversation, or a whole Chat Completions request body, from a JSON file.
 
     The file holds a list of messages, or an object with a ``"messages"`` list and optionally
-    ``"tools"`` (a list of OpenAI tool dicts) and ``"response_format"`` (an object).
+    ``"tools"`` (a list of OpenAI tool dicts) and ``"response_format"`` (an object). The
+    messages are OpenAI-format dicts, or a LangChain ``messages_to_dict`` dump.
 
     Raises:
         ValueError: Naming the file (and the item) when it cannot be read, is not JSON, or holds
@@ -448,7 +455,7 @@ def load_request_file(path: str | Path) -> RequestFile:
     """
     data = read_json_file(path, "an OpenAI-format conversation")
     try:
-        messages = coerce_messages(data)
+        messages = coerce_messages(_from_dump(data))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     request: Mapping[str, Any] = data if isinstance(data, Mapping) else {}
@@ -469,6 +476,32 @@ def load_request_file(path: str | Path) -> RequestFile:
             '{"type": "json_schema", "json_schema": {...}}.'
         )
     return RequestFile(messages, tools, response_format, data)
+
+
+def _from_dump(data: Any) -> Any:
+    """The messages of a LangChain ``messages_to_dict`` dump (alone or under ``"messages"``);
+    anything else as it is."""
+    items = data.get("messages") if isinstance(data, Mapping) else data
+    if not isinstance(items, list) or not items or not all(map(_is_dump, items)):
+        return data
+    try:
+        messages = messages_from_dict(items)
+    except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError: a ValueError
+        # Its message quotes the input, content included: keep only the kind.
+        raise ValueError(
+            f"a LangChain message dump that messages_from_dict cannot read "
+            f"({type(exc).__name__}). Fix: write it with langchain_core.messages.messages_to_dict."
+        ) from None
+    return messages if items is data else {**data, "messages": messages}
+
+
+def _is_dump(item: object) -> bool:
+    return (
+        isinstance(item, Mapping)
+        and "content" not in item
+        and isinstance(item.get("type"), str)
+        and isinstance(item.get("data"), Mapping)
+    )
 
 
 def _tool_problem(tool: object) -> str | None:

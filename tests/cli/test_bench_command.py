@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+from langchain_core.messages import convert_to_messages
 from typer.testing import CliRunner, Result
 
 from agent_latency.cli._bench import bench
+from agent_latency.config import Settings
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.tokens import TokenCounter
 
 KEY = "sk-bench-cli-secret-0123456789"
 FAST = SimulatorConfig(
@@ -105,7 +111,8 @@ def test_bench_prints_the_table_and_writes_json_and_plot(full_run: tuple[Result,
         "TTFT = total",
         "unique request id",
         "prefix-stable trimming",
-        "per 1k prompt tokens",
+        "per 1k prefilled tokens",
+        "per 1k tokens of context",
     ):
         assert label in " ".join(result.output.split()), label
     document = json.loads((out / "bench.json").read_text("utf-8"))
@@ -198,3 +205,65 @@ def test_bad_options_are_value_errors(scenario: Path, args: list[str], message: 
     result = run_cli("--base-url", "http://127.0.0.1:9/v1", "--messages", scenario, *args)
     assert isinstance(result.exception, ValueError)
     assert message in str(result.exception)
+
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"lookup_{n}",
+            "description": f"Looks up record kind {n}. " + "Use it only when asked. " * 30,
+            "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
+        },
+    }
+    for n in range(4)
+]
+
+
+def test_the_tools_of_a_request_body_are_sent_and_counted(
+    sim: RunningSimulator, tmp_path: Path
+) -> None:
+    """Issue 29 item 4: the body's ``tools`` were ignored (94 tokens measured where ``trim``
+    counted 4,649)."""
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps({"messages": CONVERSATION, "tools": TOOLS}), encoding="utf-8")
+    out = tmp_path / "bench.json"
+
+    result = run_cli(*endpoint_args(sim, body), "--runs", "1", "--budget", "2500", "--json", out)
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text("utf-8"))
+    counter = TokenCounter.for_model(Settings().llm.model)
+    messages = convert_to_messages(CONVERSATION)
+    tools_tokens = counter.count_tools(TOOLS)
+    assert tools_tokens > 1000
+    untrimmed = counter.count_request(messages, TOOLS)  # what `agent-latency trim` counts
+    for mode in document["modes"]:
+        if mode["trimmed"]:
+            assert tools_tokens < mode["input_tokens"] <= 2500
+        else:
+            # ...and the request id the bench puts first (a dozen tokens)
+            assert untrimmed < mode["input_tokens"] <= untrimmed + 20
+    # The server saw the tools too (it counts in another tokenizer: roughly ours).
+    for call in document["calls"]:
+        assert call["server_input_tokens"] > tools_tokens, call
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_messages_is_refused_in_one_line_instead_of_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "request.json"
+    os.mkfifo(fifo)
+
+    # In its own process: a regression that waits for a writer fails on the timeout.
+    result = subprocess.run(
+        [sys.executable, "-m", "agent_latency.cli", "bench", "--messages", str(fifo)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"agent-latency: error: {fifo}: not a regular file")

@@ -68,7 +68,7 @@ CASES = [
     (["trim", "broken.json"], "broken.json: not valid JSON at line 1"),
     (["trim", "empty.json"], "empty.json: not valid JSON"),
     (["trim", "binary.json"], "binary.json: the file is UTF-16 text. Fix: save it as UTF-8"),
-    (["trim", "folder"], "folder: cannot be read"),
+    (["trim", "folder"], "folder: is a folder, not a file"),
     (["trim", "wizard.json"], "wizard.json: Message 0: unknown role 'wizard'"),
     (["trim", "numbers.json"], "numbers.json: Message 0"),
     (["trim", "no_messages.json"], "'messages' key"),
@@ -84,7 +84,7 @@ CASES = [
     (["doctor", "--config", "unknown_key.toml"], "did you mean 'model'?"),
     (["doctor", "--settings", "list.json"], "list.json: the top level must be a table"),
     (["bench", "--settings", "broken_settings.json"], "broken_settings.json: malformed JSON"),
-    (["trim", "ok.json", "--config", "folder"], "folder: file not found"),
+    (["trim", "ok.json", "--config", "folder"], "folder: is a folder, not a file"),
     (["trim", "ok.json", "--settings", "binary.json"], "binary.json: not UTF-8"),
 ]
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import convert_to_messages, messages_to_dict
 
 from agent_latency.cli._app import main
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import RULE_EXPLANATIONS
 
+LIMIT = 64 * 1024 * 1024  # the largest file read whole
 SCENARIO = Path(__file__).resolve().parents[2] / "src/agent_latency/scenarios/agent_8k.json"
 
 
@@ -191,3 +196,93 @@ def test_an_output_path_that_cannot_be_written_is_named_before_the_trim(
     assert captured.out == ""  # refused before trimming, not after the table
     (line,) = captured.err.strip().splitlines()
     assert f"--output {output}" in line and "Fix:" in line
+
+
+# --- issue 29: files that never end, and LangChain's own dump ---------------------------------
+
+
+def _trim_in_a_process(path: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``agent-latency trim PATH`` in its own process: a regression that reads forever or hangs
+    fails on the timeout instead of hanging the suite."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent_latency.cli", "trim", path],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_an_endless_device_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = _trim_in_a_process("/dev/zero", tmp_path)
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("agent-latency: error: /dev/zero: not a regular file")
+    assert "Fix: give the path of an OpenAI-format conversation" in line
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_refused_in_one_line_instead_of_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "conversation.json"
+    os.mkfifo(fifo)
+
+    result = _trim_in_a_process(str(fifo), tmp_path)
+
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"agent-latency: error: {fifo}: not a regular file")
+
+
+def test_a_file_above_the_size_limit_is_refused_before_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    big = tmp_path / "big.json"
+    with big.open("wb") as file:  # sparse: no 64 MiB written
+        file.truncate(LIMIT + 1)
+
+    assert main(["trim", str(big)]) == 2
+
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"{big}: {LIMIT + 1:,} bytes, more than the limit of {LIMIT:,}." in line
+
+
+def test_a_langchain_messages_to_dict_dump_is_trimmed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.chdir(tmp_path)
+    conversation = _conversation(tmp_path)
+    messages = convert_to_messages(json.loads(conversation.read_text(encoding="utf-8")))
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps(messages_to_dict(messages)), encoding="utf-8")
+    output = tmp_path / "trimmed.json"
+
+    assert main(["trim", str(dump), "--budget", "600", "--output", str(output)]) == 0
+    from_dump = capsys.readouterr().out
+    assert main(["trim", str(conversation), "--budget", "600"]) == 0
+
+    assert from_dump == capsys.readouterr().out.replace(str(conversation), str(dump))
+    written = json.loads(output.read_text(encoding="utf-8"))
+    assert written[0] == {"role": "system", "content": "You are terse."}
+
+
+def test_trim_with_the_cost_aware_mode_shows_its_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.chdir(tmp_path)
+    path = _conversation(tmp_path)
+    settings = tmp_path / "cost_aware.json"
+    settings.write_text('{"promptTrimmer": {"mode": "cost_aware"}}', encoding="utf-8")
+
+    assert main(["trim", str(path), "--budget", "600", "--settings", str(settings)]) == 0
+    cost_aware = capsys.readouterr().out
+    assert main(["trim", str(path), "--budget", "600"]) == 0
+
+    # One request of no conversation: cut as the prefix-stable default cuts it.
+    assert cost_aware == capsys.readouterr().out

@@ -36,7 +36,7 @@ Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
 ``cache_first_strategies``, ``check_regression``, ``combined_frontier``,
 ``evidence_retention``, ``growing_calls``, ``growing_replay``, ``load_baseline``,
 ``load_public_set``,
-``load_scenario``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
+``load_scenario``, ``load_scenario_request``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
 ``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
 ``saving_breakdown``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
 """
@@ -67,7 +67,7 @@ from agent_latency.bench._quality import (
 )
 from agent_latency.bench._report import check_regression, load_baseline, saving_breakdown
 from agent_latency.bench._runner import BenchPlan, ProgressCallback, open_endpoint, run_bench
-from agent_latency.bench._scenario import load_scenario
+from agent_latency.bench._scenario import load_scenario, load_scenario_request
 from agent_latency.bench._strategies import (
     StrategyFactory,
     TrimStrategy,
@@ -109,6 +109,7 @@ __all__ = [
     "load_baseline",
     "load_public_set",
     "load_scenario",
+    "load_scenario_request",
     "make_case",
     "needle_places",
     "open_endpoint",

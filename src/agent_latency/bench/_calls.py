@@ -10,10 +10,10 @@ and cached tokens with the project's one reader.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_openai import ChatOpenAI
+from langchain_core.runnables import Runnable
 
 from agent_latency._wire import ServerUsage, usage_of_message
 from agent_latency.telemetry import LatencyCallbackHandler, LatencyRecord
@@ -67,8 +67,9 @@ class CallMeter:
         """The callbacks a measured model is built with."""
         return [self._handler]
 
-    def stream(self, model: ChatOpenAI, messages: list[BaseMessage]) -> MeasuredCall:
-        """Streams one call (``model`` built with :attr:`callbacks`) and measures it.
+    def stream(self, model: Runnable[Any, Any], messages: list[BaseMessage]) -> MeasuredCall:
+        """Streams one call and measures it (``model``: a chat model built with
+        :attr:`callbacks`, maybe bound to tools).
 
         Raises:
             openai.APIError: When the call fails; the caller explains it.
@@ -80,8 +81,9 @@ class CallMeter:
             merged = chunk if merged is None else merged + chunk
         return self._measured(merged)
 
-    def invoke(self, model: ChatOpenAI, messages: list[BaseMessage]) -> MeasuredCall:
-        """Makes one blocking call (``model`` built with :attr:`callbacks`) and measures it.
+    def invoke(self, model: Runnable[Any, Any], messages: list[BaseMessage]) -> MeasuredCall:
+        """Makes one blocking call and measures it (``model``: a chat model built with
+        :attr:`callbacks`, maybe bound to tools).
 
         Raises:
             openai.APIError: When the call fails; the caller explains it.

@@ -176,7 +176,7 @@ def _plain(kit: Kit, budget: int, options: Mapping[str, Any]) -> Strategy:
         token_counter=kit.counter,
         calibration=None,  # each strategy on its own: no correction learnt from another's calls
         tracer_provider=_QUIET,
-        **options,
+        **{"prefix_stable": True, **options},  # a line's cuts, whatever the user's prompt.mode
     )
     return lambda _conversation, messages, _at: _from_trim(trimmer.trim(messages))
 

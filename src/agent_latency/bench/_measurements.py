@@ -375,7 +375,8 @@ class BenchReport:
         return next((result for result in self.modes if result.mode == mode), None)
 
     def prefill_fit(self) -> PrefillFit | None:
-        """The prefill line fitted over the sweep; ``None`` without two prompt sizes."""
+        """The latency model fitted over the sweep (as doctor fits its probes); ``None``
+        without two prompt sizes."""
         return fit_prefill(
             (point.input_tokens, point.ttft_ms) for point in self.sweep if point.ttft_ms is not None
         )
@@ -418,12 +419,21 @@ class BenchReport:
                     }
                     for p in self.sweep
                 ],
-                "ms_per_1k_tokens": round(fit.ms_per_1k_tokens, 1) if fit else None,
-                "intercept_ms": round(fit.intercept_ms, 1) if fit else None,
+                "fit": None if fit is None else _fit_json(fit),
             }
         if self.calls:
             document["calls"] = [call.to_json() for call in self.calls]
         return document
+
+
+def _fit_json(fit: PrefillFit) -> dict[str, float]:
+    c = fit.coefficients
+    return {
+        "fixed_ms": round(c.fixed_ms, 1),
+        "ms_per_1k_tokens": round(c.ms_per_token * 1000, 1),
+        "ms_per_1k_tokens_per_1k_context": round(c.ms_per_token_per_ktoken * 1000, 2),
+        "ms_per_1k_context_tokens": round(c.ms_per_context_token * 1000, 2),
+    }
 
 
 def _latency_model(simulator: SimulatorConfig) -> dict[str, Any]:

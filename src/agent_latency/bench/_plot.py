@@ -116,19 +116,25 @@ def _modes_panel(modes_axes: Any, *, report: BenchReport) -> None:
     modes_axes.legend()
 
 
+_CURVE_STEPS: Final = 50
+"""Segments of the fitted curve drawn over the sweep."""
+
+
 def _sweep_panel(sweep_axes: Any, *, report: BenchReport) -> None:
-    """TTFT against prompt tokens over the budget sweep, with the fitted prefill line."""
+    """TTFT against prompt tokens over the budget sweep, with the latency model fitted to it."""
     points = [p for p in report.sweep if p.ttft_ms is not None]
     tokens = [p.input_tokens for p in points]
     sweep_axes.scatter(tokens, [p.ttft_ms for p in points], label="measured TTFT")
     fit = report.prefill_fit()
     if fit is not None:
-        ends = [0, max(tokens)]
+        # The latency model doctor prints, fitted to these points: a curve where the context
+        # makes each token dearer.
+        xs = [max(tokens) * step / _CURVE_STEPS for step in range(_CURVE_STEPS + 1)]
         sweep_axes.plot(
-            ends,
-            [fit.ttft_ms(t) for t in ends],
+            xs,
+            [fit.ttft_ms(x) for x in xs],
             color="tab:red",
-            label=f"fit: {fit.ms_per_1k_tokens:,.0f} ms per 1k tokens + {fit.intercept_ms:,.0f} ms",
+            label=f"fit: {fit.describe()}",
         )
     sweep_axes.set_xlabel("prompt tokens")
     sweep_axes.set_ylabel("TTFT ms (streaming)")

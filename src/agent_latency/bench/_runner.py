@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import openai
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable
 
 from agent_latency._redaction import display_url
 from agent_latency._validation import is_integer
@@ -114,6 +115,8 @@ class Bench:
             options.
         messages: The conversation to benchmark.
         budget: The trimmer's budget; ``None`` takes ``settings.prompt.token_budget``.
+        tools: Tool definitions (OpenAI tool dicts) sent with every call and counted against
+            the budget, as an agent's are.
         on_call: Called after each model call.
     """
 
@@ -123,6 +126,7 @@ class Bench:
         messages: Sequence[BaseMessage],
         *,
         budget: int | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
         on_call: ProgressCallback | None = None,
     ) -> None:
         if settings.llm.base_url is None:
@@ -131,24 +135,27 @@ class Bench:
             settings = replace(settings, prompt=replace(settings.prompt, token_budget=budget))
         self.settings = settings
         self.messages = list(messages)
+        self.tools = list(tools)
         self.budget = settings.prompt.token_budget
         self._on_call = on_call
         self.calls: list[CallCount] = []
         self._meter = CallMeter(chunk_timeout_ms=settings.streaming.chunk_timeout_ms)
-        self._models = {
+        self._models: dict[bool, Runnable[Any, Any]] = {}
+        for streaming in (False, True):
             # No retries: a retried call would be timed as one slow call; a failure must show.
-            streaming: build_chat_model(
+            model = build_chat_model(
                 settings, streaming=streaming, callbacks=self._meter.callbacks, max_retries=0
             )
-            for streaming in (False, True)
-        }
+            self._models[streaming] = (
+                model.bind_tools([dict(tool) for tool in self.tools]) if self.tools else model
+            )
         # The bench counts with the counter the trimmer chooses from the settings, shared.
-        stable = PriorityTrimmer.from_settings(settings, prefix_stable=True)
+        stable = PriorityTrimmer.from_settings(settings, prefix_stable=True, tools=self.tools)
         self._counter = stable.token_counter
         self._trimmers = {
             True: stable,
             False: PriorityTrimmer.from_settings(
-                settings, prefix_stable=False, token_counter=self._counter
+                settings, prefix_stable=False, token_counter=self._counter, tools=self.tools
             ),
         }
         # The replay's hard-limit and cost-aware strategies need room for the budget in the
@@ -156,7 +163,9 @@ class Bench:
         self._cost_aware: CostAwareTrimmer | str
         self._at_hard_limit: PriorityTrimmer | str
         try:
-            self._cost_aware = CostAwareTrimmer.from_settings(settings, token_counter=self._counter)
+            self._cost_aware = CostAwareTrimmer.from_settings(
+                settings, token_counter=self._counter, tools=self.tools
+            )
         except ValueError as exc:
             self._cost_aware = self._at_hard_limit = str(exc)
         else:
@@ -164,7 +173,7 @@ class Bench:
                 settings, prompt=replace(settings.prompt, token_budget=self._cost_aware.hard_limit)
             )
             self._at_hard_limit = PriorityTrimmer.from_settings(
-                at_hard_limit, prefix_stable=False, token_counter=self._counter
+                at_hard_limit, prefix_stable=False, token_counter=self._counter, tools=self.tools
             )
 
     @property
@@ -246,7 +255,7 @@ class Bench:
 
     def sweep(self) -> tuple[SweepPoint, ...]:
         """Measures the streamed TTFT for budgets from a fifth of the prompt up to all of it."""
-        untrimmed = self._counter.count_messages(self.messages)
+        untrimmed = self._count(self.messages)
         budgets: list[int | None] = [*sweep_budgets(untrimmed), None]
         points = []
         for budget in budgets:
@@ -261,6 +270,7 @@ class Bench:
                     ),
                     prefix_stable=False,
                     token_counter=self._counter,
+                    tools=self.tools,
                 )
                 result = trimmer.trim(prompt)
                 prepared = _Prepared(result.messages, result.elapsed_ms, budget, result.over_budget)
@@ -269,7 +279,7 @@ class Bench:
             try:
                 sample = self._measure(prepared, streaming=True, step=step)
             except RequestRefused as refused:
-                tokens = self._counter.count_messages(prepared.messages)
+                tokens = self._count(prepared.messages)
                 points.append(SweepPoint(budget, tokens, None, str(refused)))
                 self._skipped(step)
                 continue
@@ -314,6 +324,10 @@ class Bench:
         stable = {"untrimmed": None, "moving_cut": False, "prefix_stable": True}[strategy.key]
         return self._prepare(messages, stable)
 
+    def _count(self, messages: list[BaseMessage]) -> int:
+        """The prompt tokens of a request of ``messages`` and the bench's tools."""
+        return self._counter.count_request(messages, self.tools)
+
     def _skipped(self, step: str) -> None:
         if self._on_call is not None:
             self._on_call(f"{step} (failed)")
@@ -323,7 +337,7 @@ class Bench:
         window = self.settings.llm.context_window
         if window is None:
             return
-        tokens = self._counter.count_messages(messages)
+        tokens = self._count(messages)
         room = self.settings.streaming.max_tokens
         if tokens + room > window:
             raise RequestRefused(
@@ -345,7 +359,7 @@ class Bench:
             raise explain_api_error(exc, self.settings) from None
         # The trimmer's count (the handler's own estimate is cl100k: the bench's trims are not
         # linked to its calls).
-        tokens = self._counter.count_messages(prepared.messages)
+        tokens = self._count(prepared.messages)
         usage = call.usage
         self.calls.append(
             CallCount(
@@ -395,6 +409,7 @@ def run_bench(
     plan: BenchPlan,
     *,
     simulator: SimulatorConfig | None = None,
+    tools: Sequence[Mapping[str, Any]] = (),
     on_call: ProgressCallback | None = None,
 ) -> BenchReport:
     """Runs ``plan`` against the endpoint of ``settings`` and returns what it measured.
@@ -403,6 +418,7 @@ def run_bench(
         settings: Settings with ``llm.base_url`` set (see :func:`open_endpoint`).
         messages: The conversation to benchmark.
         plan: What to measure.
+        tools: Tool definitions sent with every call and counted (see :class:`Bench`).
         simulator: The endpoint's latency model, when it is a simulator (see
             :func:`open_endpoint`); recorded in the report.
         on_call: Called after each model call.
@@ -412,7 +428,7 @@ def run_bench(
             :class:`EndpointError` when the endpoint fails as a whole (unreachable, key refused,
             unknown model). A request it refuses is recorded in the report instead.
     """
-    bench = Bench(settings, messages, budget=plan.budget, on_call=on_call)
+    bench = Bench(settings, messages, budget=plan.budget, tools=tools, on_call=on_call)
     if plan.turns is not None:
         bench.replay_prefixes(plan.turns)  # fail before spending any time
     modes: tuple[ModeResult, ...] = ()

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from agent_latency._wire import load_messages_file
+from agent_latency._wire import RequestFile, load_request_file
 
 DEFAULT_SCENARIO: Final = "agent_8k.json"
 """The scenario shipped in ``agent_latency/scenarios``: an ~8,200-token agent request."""
@@ -43,15 +43,25 @@ def load_scenario(path: str | Path | None = None) -> list[BaseMessage]:
     Raises:
         ValueError: Naming the file, when it cannot be read or holds no valid messages.
     """
+    return load_scenario_request(path).messages
+
+
+def load_scenario_request(path: str | Path | None = None) -> RequestFile:
+    """Reads the request to benchmark: ``path`` (a conversation or a whole request body, whose
+    ``tools`` are sent and counted), or the shipped default scenario.
+
+    Raises:
+        ValueError: Naming the file, when it cannot be read or holds no valid messages.
+    """
     if path is not None:
-        messages = load_messages_file(path)
-        if not messages:
+        request = load_request_file(path)
+        if not request.messages:
             raise ValueError(f"{path}: the conversation is empty; give at least one message.")
-        return messages
+        return request
     with resources.as_file(
         resources.files("agent_latency") / "scenarios" / DEFAULT_SCENARIO
     ) as file:
-        return load_messages_file(file)
+        return load_request_file(file)
 
 
 def with_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[BaseMessage]:

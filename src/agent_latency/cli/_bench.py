@@ -31,7 +31,7 @@ from agent_latency.bench import (
     check_regression,
     combined_frontier,
     load_baseline,
-    load_scenario,
+    load_scenario_request,
     open_endpoint,
     require_matplotlib,
     run_bench,
@@ -80,8 +80,9 @@ def bench(
         typer.Option(
             "--messages",
             metavar="FILE.json",
-            help='OpenAI-format conversation: a message list or {"messages": [...]}; tool '
-            "definitions count only inside messages. Default: a ~8,200-token agent request.",
+            help='OpenAI-format conversation: a message list, or a request body {"messages": '
+            '[...], "tools": [...]} whose tools are sent with every call and counted. Default: '
+            "a ~8,200-token agent request.",
         ),
     ] = None,
     budget: Annotated[
@@ -224,7 +225,8 @@ def bench(
     settings = with_channel_overrides(
         load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
     )
-    conversation = load_scenario(messages)
+    request = load_scenario_request(messages)
+    conversation = request.messages
     # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
     plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None and runs > 0)
     baseline_ms = load_baseline(baseline) if baseline is not None else None
@@ -240,6 +242,7 @@ def bench(
             conversation,
             plan,
             simulator=simulator,
+            tools=request.tools,
             on_call=_counted(advance, plan.calls()),
         )
 
@@ -268,8 +271,8 @@ def bench(
         fit = report.prefill_fit()
         if fit is not None:
             console.print(
-                f"Prefill: {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens "
-                f"(+ {fit.intercept_ms:,.0f} ms fixed), fitted over {len(report.sweep)} budgets."
+                f"Prefill: {fit.describe()}, fitted over {len(report.sweep)} budgets.",
+                soft_wrap=True,
             )
     if retention is not None:
         console.print(quality_table(retention))

@@ -9,13 +9,17 @@ where the value came from and shows the URL only through :func:`display_url`, ne
 from __future__ import annotations
 
 import logging
+import re
 from typing import Final
 from urllib.parse import urlsplit
 
 from agent_latency._redaction import display_url
-from agent_latency.config._sources import ENV_API_KEY, ConfigError
+from agent_latency.config._sources import ENV_API_KEY, ENV_OPENAI_API_KEY, ConfigError
 
 logger = logging.getLogger("agent_latency.config")
+
+_PLACEHOLDER: Final = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<bare>[A-Za-z_]\w*))")
+"""A shell-style ``${VARIABLE}`` or ``$VARIABLE``, which no file format here expands."""
 
 
 def checked_key(key: str, place: str) -> str:
@@ -29,6 +33,20 @@ def checked_key(key: str, place: str) -> str:
         raise ConfigError(f"{place}: must not be empty. Fix: write the key, or leave it out.")
     if stripped != key:
         logger.warning("%s: removed whitespace around the API key (e.g. a final newline)", place)
+    placeholder = _PLACEHOLDER.fullmatch(stripped)
+    if placeholder is not None:
+        variable = placeholder["braced"] or placeholder["bare"]
+        copy = (
+            ""
+            if variable in (ENV_OPENAI_API_KEY, ENV_API_KEY)
+            else f' (e.g. export {ENV_API_KEY}="${variable}")'
+        )
+        raise ConfigError(
+            f"{place}: holds the placeholder ${{{variable}}}, not a key: TOML and JSON do not "
+            "expand environment variables, so the server would refuse it (401). Fix: remove the "
+            f"key from the file and set it in the environment: {ENV_OPENAI_API_KEY} (read when no "
+            f"file sets a key) or {ENV_API_KEY} (wins over the files){copy}."
+        )
     if not (stripped.isascii() and stripped.isprintable()):
         raise ConfigError(
             f"{place}: the API key holds a character that is not printable ASCII, which an HTTP "

@@ -26,6 +26,7 @@ from agent_latency.config._channel import (
 )
 from agent_latency.config._sources import (
     JSON_SCHEMA,
+    TOML_KEYS,
     TOML_SCHEMA,
     Found,
     apply_environment,
@@ -56,6 +57,10 @@ DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
 MAX_SECONDS: Final = 86_400
 """The longest duration a setting takes: longer timeouts overflow the clocks beneath httpx."""
+MAX_MILLISECONDS: Final = MAX_SECONDS * 1000
+"""The longest duration a setting in milliseconds takes (a day)."""
+MAX_ROUNDS: Final = 1_000_000
+"""The most history rounds a setting counts: more than any context window holds."""
 
 
 @dataclass(frozen=True)
@@ -298,6 +303,16 @@ def _place(found: Found, target: str) -> str:
     return found[target][1] if target in found else f"default {target}"
 
 
+def _key(found: Found, target: str) -> str:
+    """The key the user set for ``target`` (``"promptTrimmer.defaultBudget"``), as a fix names it.
+
+    A value left at its default is named by its ``config.toml`` key (``llm.prompt.token_budget``).
+    """
+    if target in found:
+        return found[target][1].split(": ", 1)[-1]
+    return next(key for key, target_of in TOML_KEYS.items() if target_of == target)
+
+
 _Check = tuple[str, Callable[[Any], bool], str]
 
 _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
@@ -319,39 +334,68 @@ _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
     ),
     (
         "llm.context_window",
-        lambda v: v is None or v > 0,
-        "must be > 0; write the model's context limit in tokens",
+        lambda v: v is None or 0 < v <= MAX_REPORTED_TOKENS,
+        f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; write the model's context limit in "
+        "tokens",
     ),
     (
         "llm.max_tokens_param",
         lambda v: v in MAX_TOKENS_PARAMS,
         f"must be one of {', '.join(MAX_TOKENS_PARAMS)}",
     ),
-    ("streaming.chunk_timeout_ms", lambda v: v > 0, "must be > 0; e.g. 800"),
+    (
+        "streaming.chunk_timeout_ms",
+        lambda v: 0 < v <= MAX_MILLISECONDS,
+        f"must be > 0 and at most {MAX_MILLISECONDS:,} (a day); e.g. 800",
+    ),
     ("streaming.temperature", lambda v: 0 <= v <= 2, "must be within [0, 2]; 0.1-0.3 for agents"),
-    ("streaming.max_tokens", lambda v: v > 0, "must be > 0; e.g. 2000"),
+    (
+        "streaming.max_tokens",
+        lambda v: 0 < v <= MAX_REPORTED_TOKENS,
+        f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 2000",
+    ),
     (
         "prompt.token_budget",
         lambda v: 0 < v <= MAX_REPORTED_TOKENS,
         f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 6000",
     ),
-    ("prompt.reserve_for_output", lambda v: v >= 0, "must be >= 0; e.g. 2000"),
+    (
+        "prompt.reserve_for_output",
+        lambda v: 0 <= v <= MAX_REPORTED_TOKENS,
+        f"must be >= 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 2000",
+    ),
     ("prompt.trim_strategy", lambda v: v == "priority", "must be 'priority' (the only strategy)"),
     (
         "prompt.priority_order",
         lambda v: all(isinstance(c, str) for c in v) and sorted(v) == sorted(PRIORITY_CLASSES),
         f"must list each of {', '.join(PRIORITY_CLASSES)} exactly once",
     ),
-    ("prompt.history_keep_head", lambda v: v >= 0, "must be >= 0; e.g. 2"),
-    ("prompt.history_keep_tail", lambda v: v >= 0, "must be >= 0; e.g. 4"),
+    (
+        "prompt.history_keep_head",
+        lambda v: 0 <= v <= MAX_ROUNDS,
+        f"must be >= 0 and at most {MAX_ROUNDS:,}; e.g. 1",
+    ),
+    (
+        "prompt.history_keep_tail",
+        lambda v: 0 <= v <= MAX_ROUNDS,
+        f"must be >= 0 and at most {MAX_ROUNDS:,}; e.g. 1",
+    ),
     (
         "prompt.history_selection",
         lambda v: v in HISTORY_SELECTIONS,
         f"must be one of {', '.join(HISTORY_SELECTIONS)}",
     ),
     ("prompt.mode", lambda v: v in TRIM_MODES, f"must be one of {', '.join(TRIM_MODES)}"),
-    ("metrics.ttft_warn_ms", lambda v: v > 0, "must be > 0; e.g. 1200"),
-    ("metrics.ttft_error_ms", lambda v: v > 0, "must be > 0; e.g. 2500"),
+    (
+        "metrics.ttft_warn_ms",
+        lambda v: 0 < v <= MAX_MILLISECONDS,
+        f"must be > 0 and at most {MAX_MILLISECONDS:,} (a day); e.g. 1200",
+    ),
+    (
+        "metrics.ttft_error_ms",
+        lambda v: 0 < v <= MAX_MILLISECONDS,
+        f"must be > 0 and at most {MAX_MILLISECONDS:,} (a day); e.g. 2500",
+    ),
 )
 
 
@@ -374,8 +418,8 @@ def _validate(settings: Settings, found: Found) -> None:
             f"{_place(found, 'prompt.token_budget')} = {prompt.token_budget} plus "
             f"{_place(found, 'prompt.reserve_for_output')} = {prompt.reserve_for_output} exceeds "
             f"{_place(found, 'llm.context_window')} = {window}. A budget equal to the model limit "
-            "leaves no room for the answer. Fix: lower token_budget to at most "
-            f"{window - prompt.reserve_for_output}."
+            f"leaves no room for the answer. Fix: lower {_key(found, 'prompt.token_budget')} to "
+            f"at most {window - prompt.reserve_for_output}."
         )
     if settings.llm.base_url is not None:
         check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from agent_latency._validation import is_integer
+from agent_latency._validation import file_problem, is_integer
 
 ENV_BASE_URL: Final = "AGENT_LATENCY_BASE_URL"
 ENV_API_KEY: Final = "AGENT_LATENCY_API_KEY"
@@ -96,6 +96,23 @@ JSON_SCHEMA: Final[Mapping[str, Any]] = {
 }
 """The keys of ``settings.json``."""
 
+
+def _leaves(schema: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for key, spec in schema.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(spec, _Key):
+            keys[dotted] = spec.target
+        else:
+            keys.update(_leaves(spec, f"{dotted}."))
+    return keys
+
+
+TOML_KEYS: Final = _leaves(TOML_SCHEMA)
+"""Every key of ``config.toml`` (``"llm.prompt.token_budget"``) with its ``Settings`` target."""
+JSON_KEYS: Final = _leaves(JSON_SCHEMA)
+"""Every key of ``settings.json`` (``"promptTrimmer.defaultBudget"``) with its target."""
+
 _KIND_NAMES: Final = {
     "int": "an integer",
     "number": "a number",
@@ -109,14 +126,18 @@ Found = dict[str, tuple[Any, str]]
 
 
 def resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | None:
-    """Returns the file to read: ``path``, which must exist, or ``default_name`` if present."""
+    """Returns the file to read: ``path``, which must be a regular file of at most
+    ``MAX_FILE_BYTES``, or ``default_name`` if present."""
     if path is None:
-        candidate = Path.cwd() / default_name
-        return candidate if candidate.is_file() else None
-    resolved = Path(path)
-    if not resolved.is_file():
+        resolved = Path.cwd() / default_name
+        if not resolved.is_file():
+            return None
+    else:
+        resolved = Path(path)
+    problem = file_problem(resolved)
+    if problem is not None:
         raise ConfigError(
-            f"{resolved}: file not found. Fix: check the path, or leave it out to use the "
+            f"{resolved}: {problem}. Fix: check the path, or leave it out to use the "
             f"defaults (and {default_name} in the working directory if present)."
         )
     return resolved
@@ -144,12 +165,35 @@ def _too_many_digits(path: Path) -> ConfigError:
     )
 
 
+def _parses(parse: Any, text: str) -> bool:
+    """Whether ``text`` is a non-empty table/object in the other format."""
+    try:
+        return bool(text.strip()) and isinstance(parse(text), dict)
+    except (ValueError, RecursionError):  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        return False
+
+
+def _swapped(path: Path, found: str, expected: str) -> ConfigError:
+    """config.toml given where settings.json goes, or the other way round."""
+    wanted, given = (
+        ("settings.json (--settings)", "config.toml (--config)")
+        if found == "JSON"
+        else ("config.toml (--config)", "settings.json (--settings)")
+    )
+    return ConfigError(
+        f"{path}: {found}, not {expected}: config.toml and settings.json look swapped. "
+        f"Fix: give this file as {wanted} and the {expected} file as {given}."
+    )
+
+
 def parse_toml(path: Path) -> Any:
     """Reads a TOML file (TOML itself refuses a key given twice)."""
     text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        if _parses(json.loads, text):
+            raise _swapped(path, "JSON", "TOML") from None
         raise ConfigError(
             f"{path}: malformed TOML: {exc}. Fix: correct the syntax there."
         ) from None
@@ -182,6 +226,8 @@ def parse_json(path: Path) -> Any:
     except ConfigError:
         raise
     except json.JSONDecodeError as exc:
+        if _parses(tomllib.loads, text):
+            raise _swapped(path, "TOML", "JSON") from None
         raise ConfigError(
             f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
             "Fix: correct the syntax there (JSON allows no comments or trailing commas)."
@@ -195,7 +241,8 @@ def parse_json(path: Path) -> Any:
 
 
 def collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, ...] = ()) -> Found:
-    """Walks a parsed file along its schema, checking keys and types."""
+    """Walks a parsed file along its schema (``TOML_SCHEMA`` or ``JSON_SCHEMA``), checking keys
+    and types."""
     where = ".".join(prefix) or "the top level"
     if not isinstance(tree, dict):
         raise ConfigError(
@@ -211,13 +258,38 @@ def collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, 
             # repr() keeps a key holding a newline or control character on the message's line.
             shown = key if key.isprintable() else repr(key)
             raise ConfigError(
-                f"{file}: {'.'.join((*prefix, shown))}: unknown key. Fix: {_suggest(key, schema)}"
+                f"{file}: {'.'.join((*prefix, shown))}: unknown key. "
+                f"Fix: {_moved(key, prefix, schema) or _suggest(key, schema)}"
             )
         if isinstance(spec, _Key):
             found[spec.target] = (_checked(value, spec, place), place)
         else:
             found.update(collect(value, spec, file, path))
     return found
+
+
+def _moved(key: str, prefix: tuple[str, ...], schema: Mapping[str, Any]) -> str | None:
+    """Where ``key`` belongs when it is a key of another section, or of the other file."""
+    toml = prefix[0] in TOML_SCHEMA if prefix else schema is TOML_SCHEMA
+    keys, other, other_file = (
+        (TOML_KEYS, JSON_KEYS, "settings.json") if toml else (JSON_KEYS, TOML_KEYS, "config.toml")
+    )
+    for dotted in keys:
+        section, _, name = dotted.rpartition(".")
+        if name == key and section != ".".join(prefix):
+            return f"{key!r} belongs in {_section(section, toml)}; move it there."
+    for dotted, target in other.items():
+        if dotted.rpartition(".")[2] == key:
+            ours = [mine for mine, mine_target in keys.items() if mine_target == target]
+            instead = f"write {ours[0]} here instead" if ours else "move it there"
+            return f"{key!r} is a key of {other_file} ({dotted}); {instead}."
+    return None
+
+
+def _section(section: str, toml: bool) -> str:
+    if not section:
+        return "the top level"
+    return f"[{section}]" if toml else f"the {section!r} object"
 
 
 def _suggest(key: str, schema: Mapping[str, Any]) -> str:

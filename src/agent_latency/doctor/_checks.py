@@ -249,7 +249,11 @@ def check_streamed_usage(probe: StreamProbe) -> CheckResult:
 
 
 def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> CheckResult:
-    """Estimates the prefill cost and the budget that keeps TTFT under ``ttft_warn_ms``."""
+    """Estimates the prefill cost and the budget that keeps TTFT under ``ttft_warn_ms``.
+
+    The cost is the latency model fitted to the probes (:func:`fit_prefill`): the fit ``bench``
+    prints and plots for its budget sweep.
+    """
     fit = fit_prefill((sample.prompt_tokens, sample.ttft_ms) for sample in samples)
     if fit is None:
         return CheckResult(
@@ -265,12 +269,10 @@ def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> Check
         return CheckResult(
             "prefill",
             CheckStatus.PASS,
-            f"TTFT did not grow with prompt size (about {fit.intercept_ms:.0f} ms): prefill is too "
-            f"fast to limit token_budget {budget}",
+            f"TTFT did not grow with prompt size (about {fit.coefficients.fixed_ms:.0f} ms): "
+            f"prefill is too fast to limit token_budget {budget}",
         )
-    cost = (
-        f"≈ {fit.ms_per_1k_tokens:,.0f} ms per 1k prompt tokens + {fit.intercept_ms:,.0f} ms fixed"
-    )
+    cost = fit.describe()  # the latency model's fit, as bench --plot draws it
     if limit == 0:
         return CheckResult(
             "prefill",

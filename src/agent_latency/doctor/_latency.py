@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_latency._latency_model import LATENCY_MODELS, LatencyModel
+from agent_latency._latency_model import LATENCY_MODELS, LatencyModel, describe_coefficients
 from agent_latency.config import Settings
 from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
@@ -115,14 +115,12 @@ def check_latency_model(
             "check that the server reports usage.prompt_tokens",
         )
     budget = settings.prompt.token_budget
-    c = model.coefficients
     cold = model.predict(budget, budget)
     warm = model.predict(_APPENDED_TOKENS, budget + _APPENDED_TOKENS)
     return CheckResult(
         "latency model",
         CheckStatus.PASS,
-        f"TTFT ≈ {c.fixed_ms:.0f} ms + {c.ms_per_token * 1000:.0f} ms per 1k prefilled tokens "
-        f"(+ {c.ms_per_token_per_ktoken * 1000:.1f} per 1k tokens of context) after {used} "
-        f"probes: a {budget:,}-token prompt ≈ {cold:,.0f} ms with nothing cached, "
-        f"≈ {warm:,.0f} ms appending {_APPENDED_TOKENS} tokens to it cached",
+        f"{describe_coefficients(model.coefficients)} after {used} probes: a {budget:,}-token "
+        f"prompt ≈ {cold:,.0f} ms with nothing cached, ≈ {warm:,.0f} ms appending "
+        f"{_APPENDED_TOKENS} tokens to it cached",
     )

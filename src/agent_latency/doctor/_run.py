@@ -75,7 +75,8 @@ def tokenizer_in_use(
     Raises:
         ValueError: When ``llm.tokenizer`` names no usable tokenizer.
     """
-    counter = PriorityTrimmer.from_settings(settings).token_counter
+    # Every mode counts with this counter (a cost-aware trimmer's cuts are prefix-stable ones).
+    counter = PriorityTrimmer.from_settings(settings, prefix_stable=True).token_counter
 
     def count(prompt: str, tools: Sequence[Mapping[str, Any]]) -> int:
         return counter.count_request([HumanMessage(prompt)], tools)

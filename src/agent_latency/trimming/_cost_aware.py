@@ -270,6 +270,7 @@ class CostAwareTrimmer(Runnable[Any, list[BaseMessage]]):
         # The candidate cuts record no spans of their own: the cost-aware trim span says it all.
         rest = {name: value for name, value in options.items() if name not in _OWN_OPTIONS}
         rest["tracer_provider"] = trace.NoOpTracerProvider()
+        rest.setdefault("prefix_stable", True)  # the candidate cuts are prefix-stable
         trimmer = PriorityTrimmer.from_settings(settings, **rest)
         if not isinstance(deep_cut_fractions, Sequence) or not all(
             isinstance(f, int | float) and not isinstance(f, bool) and 0 < f < 1

@@ -6,7 +6,7 @@ from typing import Any
 
 from agent_latency.config import Settings
 from agent_latency.trimming._cost_aware import CostAwareTrimmer
-from agent_latency.trimming._trimmer import PriorityTrimmer
+from agent_latency.trimming._trimmer import PriorityTrimmer, unbuilt_mode
 
 
 def trimmer_from_settings(settings: Settings, **options: Any) -> PriorityTrimmer | CostAwareTrimmer:
@@ -22,7 +22,14 @@ def trimmer_from_settings(settings: Settings, **options: Any) -> PriorityTrimmer
 
     Returns:
         The trimmer, ready for :class:`TrimmingMiddleware` or a chain.
+
+    Raises:
+        ValueError: When ``prompt.mode`` is none of these (settings built in code are not
+            checked as loaded ones are); no trimmer of another mode stands in for it.
     """
-    if settings.prompt.mode == "cost_aware":
+    mode = settings.prompt.mode
+    if mode == "cost_aware":
         return CostAwareTrimmer.from_settings(settings, **options)
-    return PriorityTrimmer.from_settings(settings, **options)
+    if mode in ("prefix_stable", "moving_cut"):
+        return PriorityTrimmer.from_settings(settings, **options)
+    raise ValueError(unbuilt_mode("trimmer_from_settings", mode))
