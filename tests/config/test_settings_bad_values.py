@@ -76,7 +76,11 @@ def test_the_new_settings_default_to_unset_and_cache_first() -> None:
             None,
             "llm.cache_lifetime_seconds: 10000000000.0 is invalid",
         ),
-        (None, '{"promptTrimmer": {"historySelection": "newest"}}', "must be one of cache_first, relevance, age"),
+        (
+            None,
+            '{"promptTrimmer": {"historySelection": "newest"}}',
+            "must be one of cache_first, relevance, age",
+        ),
         (None, '{"promptTrimmer": {"historySelection": 1}}', "expected a string"),
     ],
 )

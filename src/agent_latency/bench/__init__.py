@@ -35,10 +35,10 @@ Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
 ``StrategyRun``, ``TrimStrategy``, ``WorkloadProgress``, ``WorkloadReport``,
 ``cache_first_strategies``, ``check_regression``, ``combined_frontier``,
 ``evidence_retention``, ``growing_calls``, ``growing_replay``, ``load_baseline``,
-``load_public_set``,
-``load_scenario``, ``load_scenario_request``, ``make_case``, ``needle_places``, ``open_endpoint``, ``percentile``,
-``require_matplotlib``, ``retained``, ``run_bench``, ``run_mixed_workload``, ``run_quality``,
-``saving_breakdown``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
+``load_public_set``, ``load_scenario``, ``load_scenario_request``, ``make_case``,
+``needle_places``, ``open_endpoint``, ``percentile``, ``require_matplotlib``, ``retained``,
+``run_bench``, ``run_mixed_workload``, ``run_quality``, ``saving_breakdown``,
+``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
 """
 
 from agent_latency.bench._contenders import workload_strategies
