@@ -213,10 +213,11 @@ def test_unknown_model_warns_then_the_probe_names_the_fix(healthy: str) -> None:
     assert "fix: set llm.model to a model the server runs" in result.output
 
 
-def test_slow_prefill_against_the_threshold_warns_with_a_budget() -> None:
+@pytest.mark.parametrize("prefix_cache", [False, True], ids=["no cache", "prefix cache"])
+def test_slow_prefill_against_the_threshold_warns_with_a_budget(prefix_cache: bool) -> None:
     # 20 ms + 0.2 ms per token stays under 300 ms only up to ~1400 tokens, far below 6000; the
     # 360 ms the probes' TTFT grows by dwarfs scheduling noise.
-    slow = SimulatorConfig(**{**FAST, "prefill_ms_per_token": 0.2})
+    slow = SimulatorConfig(**{**FAST, "prefill_ms_per_token": 0.2}, prefix_cache=prefix_cache)
     with running_simulator(slow) as sim:
         result = _run(
             "--base-url",
@@ -226,9 +227,15 @@ def test_slow_prefill_against_the_threshold_warns_with_a_budget() -> None:
         )
 
     assert result.exit_code == 0
-    [warning] = _lines(result, "WARN")
-    assert warning.startswith("WARN  prefill:") and "below token_budget 6,000" in warning
-    assert "fix: lower token_budget to about" in result.output
+    [warning] = [line for line in _lines(result, "WARN") if line.startswith("WARN  prefill:")]
+    assert "below token_budget 6,000" in warning
+    if prefix_cache:
+        # A warm call prefills only what is new: the advice is to cut rarely, not deeper.
+        assert "this server caches prompt prefixes" in warning
+        assert "fix: keep token_budget near" in result.output
+        assert "only for requests that start cold" in result.output
+    else:
+        assert "fix: lower token_budget to about" in result.output
 
 
 def test_temperature_and_max_tokens_come_from_the_files(healthy: str) -> None:

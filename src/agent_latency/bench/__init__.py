@@ -38,7 +38,7 @@ Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
 ``load_public_set``, ``load_scenario``, ``load_scenario_request``, ``make_case``,
 ``needle_places``, ``open_endpoint``, ``percentile``, ``require_matplotlib``, ``retained``,
 ``run_bench``, ``run_mixed_workload``, ``run_quality``, ``saving_breakdown``,
-``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
+``warm_cut_advice``, ``workload_strategies``, ``write_frontier_plot``, ``write_plot``.
 """
 
 from agent_latency.bench._contenders import workload_strategies
@@ -65,7 +65,12 @@ from agent_latency.bench._quality import (
     retained,
     run_quality,
 )
-from agent_latency.bench._report import check_regression, load_baseline, saving_breakdown
+from agent_latency.bench._report import (
+    check_regression,
+    load_baseline,
+    saving_breakdown,
+    warm_cut_advice,
+)
 from agent_latency.bench._runner import BenchPlan, ProgressCallback, open_endpoint, run_bench
 from agent_latency.bench._scenario import load_scenario, load_scenario_request
 from agent_latency.bench._strategies import (
@@ -120,6 +125,7 @@ __all__ = [
     "run_mixed_workload",
     "run_quality",
     "saving_breakdown",
+    "warm_cut_advice",
     "workload_strategies",
     "write_frontier_plot",
     "write_plot",

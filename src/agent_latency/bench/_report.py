@@ -181,3 +181,46 @@ def check_regression(
         baseline_ms=baseline_ms,
         max_regression_pct=max_regression_pct,
     )
+
+
+# -- when a low budget is what makes warm calls slow ----------------------------------------------
+
+
+def warm_cut_advice(report: BenchReport, *, context_window: int | None, reserve: int) -> str | None:
+    """Says so when sending everything was sooner than the default trimmer on a warm replay.
+
+    On a server that caches prompt prefixes a warm call prefills only what is new since the
+    previous one; a cut prefills again what it keeps. With a budget far below the context
+    window the conversation outgrows it early and is cut again and again, which is what can
+    make trimming slower than sending everything.
+
+    Args:
+        report: The bench's report (its multi-turn replay).
+        context_window: The model's context window (``llm.context_window``), if known.
+        reserve: The answer's room (``prompt.reserve_for_output``).
+
+    Returns:
+        One paragraph with what to set instead; ``None`` when trimming was as soon or sooner,
+        or the replay did not run, failed or the server reported no cached tokens.
+    """
+    results = {result.strategy.key: result for result in report.turns}
+    untrimmed, trimmed = results.get("untrimmed"), results.get("prefix_stable")
+    if untrimmed is None or trimmed is None or not (untrimmed.ok and trimmed.ok):
+        return None
+    cached = untrimmed.cached_tokens
+    if cached is None or untrimmed.mean_ttft_ms >= trimmed.mean_ttft_ms:
+        return None
+    window = "the context window"
+    target = "the context window less reserve_for_output"
+    if context_window is not None:
+        window = f"the context window ({context_window:,})"
+        target = f"{context_window - reserve:,} (context_window - reserve_for_output)"
+    return (
+        f"Sending everything was sooner than trimming to {report.budget:,} tokens on this "
+        f"conversation (mean TTFT {untrimmed.mean_ttft_ms:,.0f} ms against "
+        f"{trimmed.mean_ttft_ms:,.0f} ms): the server's prefix cache served "
+        f"{cached / untrimmed.prompt_tokens:.0%} of the untrimmed prompts, so a warm call "
+        "prefilled only what was new, while each cut prefills again what it keeps. A budget far "
+        f"below {window} is outgrown early and cut often: set token_budget closer to {target} "
+        "so that cuts are rare, and keep a low budget only for calls that start cold."
+    )

@@ -38,6 +38,7 @@ from agent_latency.bench import (
     run_mixed_workload,
     run_quality,
     saving_breakdown,
+    warm_cut_advice,
     workload_strategies,
     write_plot,
 )
@@ -267,6 +268,13 @@ def bench(
         console.print(breakdown.describe())
     if report.turns:
         console.print(turns_table(report))
+        advice = warm_cut_advice(
+            report,
+            context_window=settings.llm.context_window,
+            reserve=settings.prompt.reserve_for_output,
+        )
+        if advice is not None:
+            console.print(Text(advice), soft_wrap=True)
     if report.sweep:
         fit = report.prefill_fit()
         if fit is not None:

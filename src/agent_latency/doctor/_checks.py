@@ -248,11 +248,19 @@ def check_streamed_usage(probe: StreamProbe) -> CheckResult:
     )
 
 
-def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> CheckResult:
+def check_prefill(
+    samples: Sequence[PrefillSample], settings: Settings, *, caches: bool = False
+) -> CheckResult:
     """Estimates the prefill cost and the budget that keeps TTFT under ``ttft_warn_ms``.
 
     The cost is the latency model fitted to the probes (:func:`fit_prefill`): the fit ``bench``
     prints and plots for its budget sweep.
+
+    Args:
+        samples: The prefill probes, nothing cached.
+        settings: The settings checked.
+        caches: Whether the server caches prompt prefixes: then a warm call of a conversation
+            prefills only what is new, and the advice is to cut rarely, not to cut deeper.
     """
     fit = fit_prefill((sample.prompt_tokens, sample.ttft_ms) for sample in samples)
     if fit is None:
@@ -289,6 +297,25 @@ def check_prefill(samples: Sequence[PrefillSample], settings: Settings) -> Check
         )
     if limit >= budget:
         return CheckResult("prefill", CheckStatus.PASS, f"{found} (token_budget {budget:,})")
+    if caches:
+        window = settings.llm.context_window
+        most = (
+            "the context window less reserve_for_output"
+            if window is None
+            else f"{window - settings.prompt.reserve_for_output:,} (context_window - "
+            "reserve_for_output)"
+        )
+        return CheckResult(
+            "prefill",
+            CheckStatus.WARN,
+            f"{found}, below token_budget {budget:,}: full prompts will exceed "
+            "first_token_warn_ms when nothing is cached; but this server caches prompt "
+            "prefixes, so a warm call of a conversation prefills only what is new, and a lower "
+            "budget would make the trimmer cut, and prefill again what it keeps, more often",
+            f"keep token_budget near {most} so that cuts are rare (the cache-first default cuts "
+            f"deep and appends in between); lower it toward {limit - limit % 100 or limit} only "
+            "for requests that start cold, or accept a higher first_token_warn_ms",
+        )
     return CheckResult(
         "prefill",
         CheckStatus.WARN,

@@ -122,18 +122,20 @@ def _endpoint_checks(endpoint: Endpoint, settings: Settings) -> Iterator[CheckRe
         yield http_failure("prefill", samples)
         return
     reports += [(f"{s.prompt_tokens:,}-token prefill probe", s.usage) for s in samples]
-    yield check_prefill(samples, settings)
+    # The largest probe again: whether the server caches decides the prefill check's advice.
+    again = endpoint.time_prompt(samples[-1].prompt)
+    cold, warm = samples[-1], again if isinstance(again, PrefillSample) else None
+    cache = check_prefix_cache(cold, warm) if warm is not None else None
+    caches = cache is not None and cache.status is CheckStatus.PASS
+    yield check_prefill(samples, settings, caches=caches)
     tokenizer = endpoint.probe_tokenizer()
     reports += [("tokenizer probe", tokenizer.usage), ("tool probe", tokenizer.tools_usage)]
     yield _tokenizer_check(tokenizer, settings)
-    again = endpoint.time_prompt(samples[-1].prompt)
-    cold, warm = samples[-1], None
-    if isinstance(again, PrefillSample):
-        warm = again
+    if warm is not None and cache is not None:
         reports.append(("repeated prefill probe", warm.usage))
-        yield check_prefix_cache(cold, warm)
+        yield cache
         samples = [*samples, warm]
-    else:
+    elif not isinstance(again, PrefillSample):
         yield http_failure("prefix cache", again)
     split = check_first_token_split(cold, warm, streaming if streaming.chunk_ms else None)
     if split is not None:
