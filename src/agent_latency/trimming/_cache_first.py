@@ -44,11 +44,9 @@ STABLE_SHARE: Final = 0.4
 """What a deep cut keeps of the history's room: the stable part."""
 APPEND_SHARE: Final = 0.35
 """How far the history grows between two cuts, as a share of its room (an epoch)."""
-RECALL_SHARE: Final = 1.0
-"""The most a recall brings back, as a share of the history's room."""
 RECALL_MATCH: Final = 0.25
 """How much of the question a left-out round must match (of the question's own score)."""
-REFOCUS_MATCH: Final = 0.3
+REFOCUS_MATCH: Final = 0.5
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
 _SAME: Final = 1e-9
@@ -97,7 +95,7 @@ def cache_first_cut(
         keep = _remembered_stable_part(history, cut, stable_target, options)
         left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
         plan.drop(left_out, "dropped_at_cut")
-    _recall(history, min(math.floor(RECALL_SHARE * room), plan.budget - plan.tokens), options, cut)
+    _recall(history, plan.budget - plan.tokens, options, cut)
 
 
 @dataclass(slots=True)
