@@ -149,3 +149,26 @@ def test_small_talk_recalls_nothing() -> None:
     trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
     result = trimmer.trim([SYSTEM, *chat, HumanMessage("ok, thanks, sounds good")])
     assert all(d.rule != "recalled" for d in result.decisions)
+
+
+def test_a_tool_result_shortened_then_dropped_is_not_counted_as_shortened() -> None:
+    from langchain_core.messages import ToolMessage
+
+    big = "row " * 800
+    messages: list[BaseMessage] = [SYSTEM]
+    for n in range(6):
+        call = AIMessage("", tool_calls=[{"name": "query", "args": {"n": n}, "id": f"c{n}"}])
+        messages += [
+            HumanMessage(f"Query {n}, please."),
+            call,
+            ToolMessage(big, tool_call_id=f"c{n}"),
+        ]
+        messages.append(AIMessage(f"Result {n} has many rows."))
+    messages.append(HumanMessage("Thanks, that is all."))
+    result = PriorityTrimmer(1500, token_counter=COUNTER).trim(messages)
+    sent_shortened = [d for d in result.decisions if d.action == "shortened"]
+    assert result.shortened_messages == len(sent_shortened)
+    assert any(
+        d.action == "dropped" and isinstance(messages[d.index], ToolMessage)
+        for d in result.decisions
+    )

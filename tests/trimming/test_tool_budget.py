@@ -261,3 +261,14 @@ def test_a_tool_forced_over_the_budget_in_one_turn_does_not_stay_over_it(
 
     assert later.tool_tokens <= budget
     assert not caplog.records
+
+
+def test_tokens_before_count_every_tool_given_not_only_those_a_tool_budget_kept() -> None:
+    one = COUNTER.count_tools([WIRE_TOOLS[0]])
+    trimmer = PriorityTrimmer(4000, token_counter=COUNTER, tools=WIRE_TOOLS, tool_budget=2 * one)
+    everything = PriorityTrimmer(4000, token_counter=COUNTER, tools=WIRE_TOOLS)
+    messages = conversation("Any refunds today?")
+    result = trimmer.trim(messages)
+    assert result.dropped_tools
+    assert result.tokens_before == everything.trim(messages).tokens_before
+    assert result.tokens_before > result.tokens_after

@@ -509,6 +509,8 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         messages = coerce_messages(value)
         counts, texts, units = self._analyses.analyse(messages)
         dropped_tools: tuple[str, ...] = ()
+        # What the request weighed as given, before a tool budget left tools out.
+        tools_given = sum(self._extras_counter.count(request))
         if self.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
                 request,
@@ -553,13 +555,13 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         question = plan.question()
         return TrimResult(
             messages=output,
-            tokens_before=sum(counts) + tool_tokens + response_format_tokens + input_framing,
+            tokens_before=sum(counts) + tools_given + input_framing,
             tokens_after=plan.tokens,
             budget=self.budget,
             effective_budget=plan.budget,
             calibration_factor=factor,
             dropped_messages=len(messages) - len(output),
-            shortened_messages=len(plan.shortened),
+            shortened_messages=sum(not plan.dropped[i] for i in plan.shortened),
             over_budget=plan.tokens > plan.budget,
             elapsed_ms=(time.perf_counter() - started) * 1000,
             tool_tokens=tool_tokens,
