@@ -22,7 +22,7 @@
 # for facts, else BENCH_REAL_BUDGET), BENCH_REAL_WORKLOAD_CALLS (14 for facts: every call from
 # its first question round on; 9 for small, 17 for shipped), BENCH_REAL_STRATEGIES (the
 # workload's strategies, a comma list passed as --workload-strategies, e.g.
-# none,prefix_stable,cost_aware; empty: all), BENCH_REAL_FRONTIER (0; 1 adds --frontier to the
+# none,prefix_stable,trim_messages_exact; empty: all), BENCH_REAL_FRONTIER (0; 1 adds --frontier to the
 # workload), BENCH_REAL_BENCH (1; 0 skips the bench, its count check and the needle questions: the
 # server check, doctor and the workload only), BENCH_REAL_JOBS (build jobs: the number of cores),
 # BENCH_REAL_OUT (build/bench-real).

@@ -15,7 +15,6 @@ EXPECTED_PUBLIC_NAMES = [
     "Action",
     "ClassFigures",
     "ConfigError",
-    "CostAwareTrimmer",
     "LLMSettings",
     "LatencyCallbackHandler",
     "LatencyCoefficients",

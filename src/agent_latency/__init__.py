@@ -11,7 +11,7 @@ middleware), :mod:`agent_latency.telemetry` (the callback handler and the OpenTe
 simulator) and :mod:`agent_latency.semconv` (every telemetry name to query); docs/architecture.md
 draws them. The names below are the ones most programs need; ``trimmer_from_settings`` builds
 the trimmer of the mode the settings name (``prompt.mode``). ``LatencyModel`` is the learned
-time-to-first-token model of an endpoint that ``CostAwareTrimmer`` decides with.
+time-to-first-token model of an endpoint that the callback handler feeds and ``doctor`` checks.
 
 ``TrimmingMiddleware`` needs the ``agents`` extra (``pip install 'agent-latency[agents]'``); it is
 imported on first use, so everything else works without langchain and langgraph.
@@ -43,7 +43,6 @@ from agent_latency.tokens import TokenCounter, TokenCounting
 from agent_latency.trimming import (
     Action,
     ClassFigures,
-    CostAwareTrimmer,
     MessageDecision,
     PriorityTrimmer,
     Rule,
@@ -64,7 +63,6 @@ __all__ = [
     "Action",
     "ClassFigures",
     "ConfigError",
-    "CostAwareTrimmer",
     "LLMSettings",
     "LatencyCallbackHandler",
     "LatencyCoefficients",

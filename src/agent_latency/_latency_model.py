@@ -1,6 +1,6 @@
 """How long an endpoint takes to its first token: the learned latency model and its fit.
 
-:class:`LatencyModel` is what the cost-aware trimmer and the handler share; :func:`fit_prefill`
+:class:`LatencyModel` is what the handler feeds and ``doctor`` checks; :func:`fit_prefill`
 fits the same model to ``bench``'s sweep of budgets and to ``doctor``'s prefill probes, to tell
 the user the cost of each 1,000 prompt tokens and the budget that keeps TTFT in bounds, in the
 words doctor's latency-model check uses (:func:`describe_coefficients`).
@@ -331,7 +331,7 @@ class LatencyModels:
 
 
 LATENCY_MODELS: Final = LatencyModels()
-"""The process-wide registry the callback handler feeds and the cost-aware trimmer reads."""
+"""The process-wide registry the callback handler feeds and ``doctor`` reads."""
 
 
 # --- The fit bench and doctor print ---------------------------------------------------------

@@ -8,13 +8,13 @@ span lands in the handler's tracer provider beside its parent), and then reports
 :class:`~agent_latency.TrimResult` as a LangChain custom event named :data:`TRIM_EVENT`. The
 handler reads the event's figures as a :class:`PendingTrim`, attaches them to the next chat-model
 span in the same scope under the attribute names of :data:`TRIM_FIELDS`, and hands the server's
-count of that request back to the trim's :class:`Calibration` and ``on_usage``. Both spans of a
+count of that request back to the trim's :class:`Calibration`. Both spans of a
 trim that cut or shortened the request say so the conventions' way (:func:`compaction`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
@@ -138,16 +138,12 @@ class PendingTrim:
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
-        on_usage: Takes the server's prompt and cached prompt tokens and the time to first
-            token in ms (each ``None`` when not reported or not streamed) of that request, or
-            ``None``; the cost-aware trimmer learns its conversations' cache state from it.
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
     tokens_after: int
     calibration: Calibration | None = None
-    on_usage: Callable[[int | None, int | None, float | None], object] | None = None
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:
@@ -180,10 +176,7 @@ class PendingTrim:
         calibration = getattr(data, "calibration", None)
         if not callable(getattr(calibration, "observe", None)):
             calibration = None
-        on_usage = getattr(data, "on_usage", None)
-        return cls(
-            attributes, budget, tokens_after, calibration, on_usage if callable(on_usage) else None
-        )
+        return cls(attributes, budget, tokens_after, calibration)
 
 
 def _is_attribute_value(value: object) -> bool:

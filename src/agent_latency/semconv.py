@@ -82,13 +82,9 @@ TRIM_SHORTENED_MESSAGES: Final = "agent_latency.trim.shortened_messages"
 TRIM_OVER_BUDGET: Final = "agent_latency.trim.over_budget"
 """Whether the request sent exceeds the budget; :data:`TRIM_OVER_BUDGET_REASON` says why."""
 TRIM_OVER_BUDGET_REASON: Final = "agent_latency.trim.over_budget_reason"
-"""When over budget, why, in one word (a metric dimension): :data:`OVER_BUDGET_FIXED_PART` or
-:data:`OVER_BUDGET_WARM_CACHE_APPEND`."""
+"""When over budget, why, in one word (a metric dimension): :data:`OVER_BUDGET_FIXED_PART`."""
 OVER_BUDGET_FIXED_PART: Final = "fixed_part"
 """What no trim removes (tools, framing, system prompt, the question) alone exceeds the budget."""
-OVER_BUDGET_WARM_CACHE_APPEND: Final = "warm_cache_append"
-"""The cost-aware trimmer chose to append to a prompt the server's prefix cache holds, past the
-budget and within the hard limit (``allow_over_budget_on_warm_cache=False`` forbids it)."""
 TRIM_TOOL_TOKENS: Final = "agent_latency.trim.tool_tokens"
 """Tokens of the tool definitions sent with the request (structured-output tools included)."""
 TRIM_RESPONSE_FORMAT_TOKENS: Final = "agent_latency.trim.response_format_tokens"
@@ -209,17 +205,3 @@ which a blocking call's first text waits for."""
 TTFT_REMAINDER_MS: Final = "agent_latency.ttft.remainder_ms"
 """The rest of the time to first token: client, network and the server's queue. The server's
 prefill (and a blocking call's decode) and this add up to ``agent_latency.ttft_ms``."""
-
-# Trim: the cost-aware mode.
-TRIM_CACHE_STATE: Final = "agent_latency.trim.cache_state"
-"""The server cache state the cost-aware trimmer assumed: ``cold`` (first call of the
-conversation), ``warm`` (previous call within the cache lifetime), ``expired`` (idle longer) or
-``evicted`` (within the lifetime, but the server reported fewer cached tokens than it should
-have held: other traffic pushed the conversation out)."""
-TRIM_OPTION: Final = "agent_latency.trim.option"
-"""The prompt the cost-aware trimmer sent: ``append`` (the previous prompt plus the new
-messages), ``cut`` (trimmed to the budget) or ``deep_cut`` (trimmed below it)."""
-TRIM_PREDICTED_TTFT_PREFIX: Final = "agent_latency.trim.predicted_ttft_ms."
-"""Followed by an option's name: its predicted mean time to first token over the next calls."""
-TRIM_HARD_LIMIT: Final = "agent_latency.trim.hard_limit"
-"""The prompt tokens never exceeded: the context window less the output reserve."""

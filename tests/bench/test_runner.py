@@ -23,7 +23,6 @@ from langchain_core.messages import (
 from pydantic import SecretStr
 from support.conversations import INSTANT, agent_conversation
 
-from agent_latency import CostAwareTrimmer
 from agent_latency.bench import (
     BenchPlan,
     BenchReport,
@@ -46,7 +45,6 @@ from agent_latency.bench._scenario import call_points, load_scenario, with_reque
 from agent_latency.config import Settings
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming import DEEP_CUT_FRACTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Decoding is slow enough (12 tokens at 100/s: 110 ms) that a blocking call's first text
@@ -132,9 +130,9 @@ def test_saving_breakdown_splits_prefill_and_decode() -> None:
 
 def test_bench_plan_validates_and_counts_calls() -> None:
     assert BenchPlan(runs=5).calls() == 1 + 5 * 4
-    assert BenchPlan(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 5 + 6
+    assert BenchPlan(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 4 + 6
     # --runs 0 skips the four modes and their warm-up.
-    assert BenchPlan(runs=0, turns=3).calls() == 3 * 5
+    assert BenchPlan(runs=0, turns=3).calls() == 3 * 4
     for options in ({"runs": -1}, {"turns": 0}, {"budget": -1}, {"runs": True}):
         with pytest.raises(ValueError, match=f"--{next(iter(options))}"):
             BenchPlan(**options)  # type: ignore[arg-type]
@@ -311,11 +309,8 @@ def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSim
     stable_prefilled = stable.prompt_tokens - stable.cached_tokens  # type: ignore[operator]
     moving_prefilled = moving.prompt_tokens - moving.cached_tokens  # type: ignore[operator]
     assert stable_prefilled < moving_prefilled
-    # The hard-limit-only replay sends more than a budget-trimmed one; cost-aware never goes
-    # past the hard limit.
+    # The hard-limit-only replay sends more than a budget-trimmed one.
     assert results["hard_limit"].prompt_tokens > moving.prompt_tokens
-    hard_limit = CostAwareTrimmer.from_settings(settings_for(instant_sim)).hard_limit
-    assert all(s.input_tokens <= hard_limit for s in results["cost_aware"].samples)
     turns = report.to_json()["turns"]
     assert turns["calls"] == 16
     assert [s["strategy"] for s in turns["strategies"]] == [s.key for s in STRATEGIES]
@@ -329,8 +324,9 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
         report = run_bench(
             settings_for(running), convert_to_messages(agent_conversation(rounds=8)), plan
         )
-        hard_limit = CostAwareTrimmer.from_settings(settings_for(running)).hard_limit
     calls = report.calls
+    # No llm.context_window: the hard limit is the smallest window in common use less the reserve.
+    hard_limit = 8192 - Settings().prompt.reserve_for_output
     assert len(calls) == plan.calls()
     assert calls[0].step == "warm-up" and calls[0].budget == 600
     for mode in report.modes:
@@ -347,12 +343,7 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
         "hard limit only": {hard_limit},
         "trimming, moving cut": {600},
         "prefix-stable trimming": {600},
-    } | {"cost-aware trimming": budgets["cost-aware trimming"]}
-    # Cost-aware cuts to the budget or deep, or appends within the hard limit (each call
-    # reports the limit it kept).
-    assert budgets["cost-aware trimming"]
-    deep = {int(600 * fraction) for fraction in DEEP_CUT_FRACTIONS}
-    assert budgets["cost-aware trimming"] <= {600, hard_limit} | deep
+    }
     swept = {c.budget for c in calls if c.step.startswith("prefill sweep")}
     assert swept == {p.budget for p in report.sweep}
     for call in calls:

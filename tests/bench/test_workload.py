@@ -79,33 +79,28 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer(
     # approximately and without the system prompt, under 6,000, while the request is over 9,000.
     assert by_name["summarization"]["hard_limit_violations"] == 6
     assert by_name["summarization"]["retention"] == 1.0
-    for name in ("hard_limit", "prefix_stable", "moving_cut", "age_2_4", "cost_aware"):
+    for name in ("hard_limit", "prefix_stable", "moving_cut", "age_2_4"):
         assert by_name[name]["hard_limit_violations"] == 0
     # The cache-first default decides its stable part at the cut and recalls by the question's
     # words: it keeps the fact in a tool result; the one asked in other words in a user message
     # is out, as with the old age defaults (two and four) and relevance with two and four (the
     # frontier's relevance with one and one kept it); in an agent the recall tool reads it back.
     assert by_name["prefix_stable"]["retention_by"]["where"] == {"tool_result": 1.0, "user": 0.0}
-    assert by_name["prefix_stable"]["retention"] == by_name["cost_aware"]["retention"] == 0.5
-    assert by_name["age_2_4"]["retention"] == by_name["cost_aware_age_2_4"]["retention"] == 0.5
+    assert by_name["prefix_stable"]["retention"] == by_name["age_2_4"]["retention"] == 0.5
     assert report["workload"]["hard_limit"] == 8192 - 2048
-    assert report["simulator"]["latency_probes"] == 4
     assert report["simulator"]["tokenizer"] == Settings().llm.model
 
 
-def test_the_cost_aware_trimmer_starts_from_the_servers_speed_on_the_default_simulator() -> None:
-    # Doctor's probes teach each cost-aware point the simulator's speed before its first call.
-    report = run_mixed_workload(SMALL, only=["prefix_stable", "cost_aware"]).to_json()
-    by_name = {entry["name"]: entry for entry in report["strategies"]}
-    assert report["simulator"]["latency_probes"] == 4
+def test_the_default_simulator_runs_at_half_its_clock() -> None:
+    report = run_mixed_workload(SMALL, only=["prefix_stable"]).to_json()
+    (entry,) = report["strategies"]
     assert report["simulator"]["clock_scale"] == 0.5
-    assert by_name["cost_aware"]["hard_limit_violations"] == 0
-    assert by_name["cost_aware"]["calls"] == by_name["prefix_stable"]["calls"] == 6
+    assert entry["hard_limit_violations"] == 0 and entry["calls"] == 6
 
 
 def test_only_runs_the_named_strategies_and_rejects_unknown_ones() -> None:
     with pytest.raises(ValueError, match="unknown strategies"):
-        run_mixed_workload(MixedWorkload(conversations=1, calls=1), only=["cost_aware", "nope"])
+        run_mixed_workload(MixedWorkload(conversations=1, calls=1), only=["prefix_stable", "nope"])
 
 
 def test_schedule_interleaves_conversations_and_marks_idle_turns() -> None:
@@ -138,13 +133,15 @@ def test_on_an_endpoint_it_says_where_it_ran_and_what_the_server_reported() -> N
             MixedWorkload(conversations=1, calls=3, idle_every=2),
             settings=settings,
             base_url=sim.base_url,
-            only=["prefix_stable", "cost_aware"],
+            only=["prefix_stable", "trim_messages_exact"],
         ).to_json()
         base_url = sim.base_url
     assert "simulator" not in report
     assert report["endpoint"]["server"] == base_url
-    assert report["endpoint"]["latency_probes"] == 4  # doctor's probes seeded the cost model
-    assert [entry["name"] for entry in report["strategies"]] == ["prefix_stable", "cost_aware"]
+    assert [entry["name"] for entry in report["strategies"]] == [
+        "prefix_stable",
+        "trim_messages_exact",
+    ]
     for entry in report["strategies"]:
         assert entry["calls"] == 3
         assert entry["prompt_tokens_counted"] == 0  # the simulator reports usage when streaming

@@ -141,10 +141,10 @@ def test_progress_goes_to_stderr_in_a_few_lines_without_a_terminal(tmp_path: Pat
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
     total = BenchPlan(runs=3, turns=8).calls()
-    assert total == 53
+    assert total == 45
     assert 2 <= len(lines) <= 10  # a line at each tenth of the calls, not one per call
     assert all(line.startswith("bench: ") for line in lines)
-    assert lines[-1].startswith(f"bench: {total}/{total} calls, cost-aware trimming: call 8/8 (")
+    assert lines[-1].startswith(f"bench: {total}/{total} calls, prefix-stable trimming: call 8/8 (")
     assert "bench:" not in result.stdout
 
 

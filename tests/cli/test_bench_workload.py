@@ -29,7 +29,7 @@ def test_a_reduced_workload_runs_on_the_benchs_endpoint(tmp_path: Path, capsys: 
                 "mixed",
                 "--workload-endpoint",
                 "--workload-strategies",
-                "prefix_stable, cost_aware",
+                "prefix_stable, trim_messages_exact",
                 "--workload-calls",
                 "2",
                 "--workload-conversations",
@@ -44,7 +44,7 @@ def test_a_reduced_workload_runs_on_the_benchs_endpoint(tmp_path: Path, capsys: 
     document = json.loads((tmp_path / "bench.json").read_text("utf-8"))
     mixed = document["workload"]
     assert "frontier" not in document
-    assert [s["name"] for s in mixed["strategies"]] == ["prefix_stable", "cost_aware"]
+    assert [s["name"] for s in mixed["strategies"]] == ["prefix_stable", "trim_messages_exact"]
     assert all(s["calls"] == 2 and "retention" in s for s in mixed["strategies"])
     assert mixed["workload"]["budget"] == 2500
     assert mixed["endpoint"]["server"] == base_url

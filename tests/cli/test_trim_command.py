@@ -271,18 +271,15 @@ def test_a_langchain_messages_to_dict_dump_is_trimmed(
     assert written[0] == {"role": "system", "content": "You are terse."}
 
 
-def test_trim_with_the_cost_aware_mode_shows_its_cut(
+def test_trim_with_the_removed_cost_aware_mode_fails_with_the_key_and_the_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.chdir(tmp_path)
     path = _conversation(tmp_path)
     settings = tmp_path / "cost_aware.json"
     settings.write_text('{"promptTrimmer": {"mode": "cost_aware"}}', encoding="utf-8")
 
-    assert main(["trim", str(path), "--budget", "600", "--settings", str(settings)]) == 0
-    cost_aware = capsys.readouterr().out
-    assert main(["trim", str(path), "--budget", "600"]) == 0
-
-    # One request of no conversation: cut as the prefix-stable default cuts it.
-    assert cost_aware == capsys.readouterr().out
+    assert main(["trim", str(path), "--budget", "600", "--settings", str(settings)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "promptTrimmer.mode: 'cost_aware' was removed" in line
+    assert 'Fix: set promptTrimmer.mode to "prefix_stable", the default' in line

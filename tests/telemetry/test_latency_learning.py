@@ -6,14 +6,9 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from agent_latency import (
-    CostAwareTrimmer,
-    LatencyCallbackHandler,
-    LLMSettings,
-    Settings,
-    build_chat_model,
-)
+from agent_latency import LatencyCallbackHandler, LLMSettings, Settings, build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.telemetry._feedback import LATENCY_MODELS
 
 FAST = SimulatorConfig(overhead_ms=5, prefill_ms_per_token=0.01, decode_tokens_per_s=5000)
 
@@ -24,8 +19,8 @@ def test_streamed_calls_feed_the_endpoint_latency_model_and_blocking_calls_do_no
     handler = LatencyCallbackHandler(tracer_provider=tracer_provider, meter_provider=meter_provider)
     with running_simulator(FAST) as sim:
         settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        # The latency model a cost-aware trimmer of this endpoint predicts with: the handler's.
-        learned = CostAwareTrimmer.from_settings(settings).latency_model
+        # The process-wide latency model of this endpoint, which doctor reads: the handler's.
+        learned = LATENCY_MODELS.model_for_base_url(settings.llm.base_url, settings.llm.model)
         before = learned.observations
         config: Any = {"callbacks": [handler]}
         build_chat_model(settings, streaming=False).invoke([HumanMessage("hello")], config=config)

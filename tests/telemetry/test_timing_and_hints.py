@@ -186,43 +186,6 @@ def test_hint_names_the_fixed_part_when_it_alone_exceeds_the_budget(
     assert "cannot help" in message
 
 
-def test_a_cost_aware_append_past_the_budget_gets_the_prefill_hint_not_the_fixed_parts(
-    ticking_clock: None,
-    tracer_provider: Any,
-    meter_provider: Any,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # Over budget by choice (a warm-cache append): the fixed part fits, so "send less of what
-    # no trim removes" would be wrong advice.
-    from types import SimpleNamespace
-
-    from langchain_core.callbacks import dispatch_custom_event
-    from langchain_core.runnables import RunnableLambda
-
-    appended = SimpleNamespace(
-        tokens_after=5200,
-        budget=5000,
-        over_budget=True,
-        span_attributes=lambda: {
-            semconv.TRIM_OVER_BUDGET: True,
-            semconv.TRIM_OVER_BUDGET_CAUSE: "an append on a warm cache: 5,200 tokens",
-            semconv.TRIM_OVER_BUDGET_REASON: semconv.OVER_BUDGET_WARM_CACHE_APPEND,
-        },
-    )
-
-    def trim(messages: list[Any]) -> list[Any]:
-        dispatch_custom_event(semconv.TRIM_SPAN_NAME, appended)
-        return messages
-
-    handler = handler_for(tracer_provider, meter_provider)
-    model = GenericFakeChatModel(messages=iter([AIMessage("answer")]))
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        list((RunnableLambda(trim) | model).stream([HumanMessage("hi")], {"callbacks": [handler]}))
-
-    (message,) = warnings_of(caplog)
-    assert "cannot help" not in message and "lower prompt.token_budget" in message
-
-
 # -- issue 13 item 17: warn once per handler, not per process ----------------------------------
 
 

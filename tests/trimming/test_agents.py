@@ -12,9 +12,8 @@ import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.tools import BaseTool, StructuredTool, tool
-from langgraph.checkpoint.memory import InMemorySaver
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from langchain_core.tools import tool
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.fakes import Recorder, ToolCallingFake
 from support.source_imports import imported_top_level_modules
@@ -22,18 +21,10 @@ from support.source_imports import imported_top_level_modules
 import agent_latency
 from agent_latency import (
     LatencyCallbackHandler,
-    LLMSettings,
-    PromptSettings,
-    Settings,
-    build_chat_model,
-    semconv,
 )
-from agent_latency.doctor import seed_latency_model
 from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
-from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming import CostAwareTrimmer
-from agent_latency.trimming._middleware import STATE_KEY, TrimmingMiddleware
+from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import TOOL_DEFINITION
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
@@ -231,181 +222,13 @@ def test_the_trimmer_modules_do_not_import_the_optional_agent_frameworks() -> No
         assert imported.isdisjoint({"langchain", "langgraph"}), path.name
 
 
-# --- cost-aware in a real agent: create_agent, the real ChatOpenAI, the simulator -------------
-
-SHOP_AREAS = """orders shipments refunds exchanges inventory payments invoices customers suppliers
-warehouses returns coupons reviews carriers tickets accounts subscriptions catalogue pricing taxes
-currencies loyalty giftcards wishlists bundles preorders backorders alerts reports audits"""
-SUBJECTS = SHOP_AREAS.split()  # 30, one lookup tool each
-ASKED_ABOUT = "orders orders refunds refunds inventory inventory payments payments orders taxes"
-QUESTIONS = [
-    f"Tell me about the {subject} of account 42, please." for subject in ASKED_ABOUT.split()
-]
-SHOP_PROMPT = "You are the assistant of an outdoor shop; answer from the lookup tools. " * 12
-
-
-def shop_tool(subject: str) -> BaseTool:
-    def lookup(query: str) -> str:
-        return "\n".join(
-            f"{subject} record {i}: {query}, status ok, value {i * 37} units, updated at 10:{i:02d}"
-            for i in range(25)
-        )
-
-    return StructuredTool.from_function(
-        lookup,
-        name=f"lookup_{subject}",
-        description=f"Looks up the shop's {subject}: every record that matches the query, with "
-        f"its status and value. Use it for questions about {subject}.",
-    )
-
-
-SHOP_TOOLS = [shop_tool(subject) for subject in SUBJECTS]
-
-
-def shop_agent(settings: Settings, trimmer: CostAwareTrimmer, saver: InMemorySaver) -> Any:
-    return create_agent(
-        build_chat_model(settings),
-        tools=SHOP_TOOLS,
-        system_prompt=SHOP_PROMPT,
-        middleware=[TrimmingMiddleware(trimmer)],
-        checkpointer=saver,
-    )
-
-
-def trim_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == TRIM_SPAN_NAME]
-
-
-def test_a_new_users_cost_aware_agent_keeps_its_limits_and_reads_its_cache_truly(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> None:
-    # As a new user tried it (issue 22): create_agent, 30 tools, a tool budget, InMemorySaver,
-    # one thread_id, budget 2,500, the callback handler. Appends reached 3,201-3,503 server
-    # tokens with over_budget=False; it appended right after its own tool list changed; then
-    # the thread stayed evicted while the server kept reporting cached prefixes.
-    recorder = Recorder()
-    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
-    fast = SimulatorConfig(
-        overhead_ms=5, prefill_ms_per_token=0.05, decode_tokens_per_s=20_000, answer_tokens=8
-    )
-    with running_simulator(fast) as sim:
-        settings = Settings(
-            llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]),
-            prompt=PromptSettings(token_budget=2500),
-        )
-        trimmer = CostAwareTrimmer.from_settings(
-            settings, tool_budget=600, tracer_provider=tracer_provider
-        )
-        agent = shop_agent(settings, trimmer, InMemorySaver())
-        config: Any = {"configurable": {"thread_id": "user-1"}, "callbacks": [handler, recorder]}
-        for question in QUESTIONS:
-            agent.invoke({"messages": [HumanMessage(question)]}, config)
-    trims = [span.attributes or {} for span in trim_spans(span_exporter)]
-    assert len(trims) == len(recorder.server_tokens) == 2 * len(QUESTIONS)
-    tools_before = None
-    for trim, server_tokens in zip(trims, recorder.server_tokens, strict=True):
-        tokens, hard_limit = trim[TRIM_TOKENS_AFTER], trim[semconv.TRIM_HARD_LIMIT]
-        assert tokens <= hard_limit and server_tokens <= hard_limit
-        assert trim[semconv.TRIM_OVER_BUDGET] is (tokens > trim[semconv.TRIM_EFFECTIVE_BUDGET])
-        tools = trim[semconv.TRIM_DROPPED_TOOLS]
-        if tools_before is not None and tools != tools_before:  # its own tool list changed
-            assert trim[semconv.TRIM_CACHE_STATE] == "cold"  # the tools open the prompt
-        tools_before = tools
-    states = [trim[semconv.TRIM_CACHE_STATE] for trim in trims]
-    assert "evicted" not in states  # the simulator's cache held every prefix it was sent
-    assert states.count("cold") >= 2 and "append" in {t[semconv.TRIM_OPTION] for t in trims}
-
-
-def test_replicas_sharing_a_checkpointer_decide_as_one_process_does(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
-) -> None:
-    # Two trimmers (two replicas, or one restarted) behind one model server: the record travels
-    # in the agent's state, which the checkpointer keeps; no key is passed, the thread_id does.
-    fast = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0.01, decode_tokens_per_s=20_000)
-    with running_simulator(fast) as sim:
-        settings = Settings(
-            llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]),
-            prompt=PromptSettings(token_budget=2500),
-        )
-        assert isinstance(seed_latency_model(settings), list)  # it predicts from the first call
-
-        def run(replicas: int) -> list[tuple[Any, ...]]:
-            span_exporter.clear()
-            saver, times = InMemorySaver(), itertools.count(1_000.0, 10.0)
-            agents = [
-                shop_agent(
-                    settings,
-                    CostAwareTrimmer.from_settings(
-                        settings,
-                        tool_budget=600,
-                        clock=lambda: next(times),
-                        tracer_provider=tracer_provider,
-                    ),
-                    saver,
-                )
-                for _ in range(replicas)
-            ]
-            config: Any = {"configurable": {"thread_id": "shared"}}
-            for turn, question in enumerate(QUESTIONS[:8]):
-                agents[turn % replicas].invoke({"messages": [HumanMessage(question)]}, config)
-            assert agents[0].get_state(config).values[STATE_KEY]["format"] == 1
-            return [
-                tuple(
-                    (span.attributes or {})[name]
-                    for name in (
-                        semconv.TRIM_CACHE_STATE,
-                        semconv.TRIM_OPTION,
-                        TRIM_TOKENS_AFTER,
-                        semconv.TRIM_DROPPED_MESSAGES,
-                    )
-                )
-                for span in trim_spans(span_exporter)
-            ]
-
-        alone, shared = run(1), run(2)
-    assert shared == alone
-    # The second replica's calls (turns 1, 3, ...: calls 2-3, 6-7, ...) found the first's record.
-    assert {shared[2][0], shared[6][0]} <= {"warm", "evicted", "expired"}
-    assert "append" in {decision[1] for decision in shared}
-
-
-def test_an_unreadable_record_in_the_agent_state_starts_the_conversation_anew(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from langchain.agents.middleware import ExtendedModelResponse
-
-    trimmer = CostAwareTrimmer(
-        PriorityTrimmer(BUDGET, token_counter=COUNTER), context_window=8192, reserve_for_output=0
-    )
-    tampered = {"messages": [], STATE_KEY: {"format": 1, "inputs": "two"}}
-    original = ModelRequest(
-        model=scripted_model(),
-        messages=long_history(),  # type: ignore[arg-type]
-        system_message=SystemMessage("rules"),
-        state=tampered,  # type: ignore[arg-type]
-    )
-    with caplog.at_level(logging.WARNING, logger="agent_latency"):
-        answer = TrimmingMiddleware(trimmer).wrap_model_call(
-            original, lambda request: ModelResponse(result=[AIMessage("ok")])
-        )
-    assert "taken as its first" in caplog.text
-    assert isinstance(answer, ExtendedModelResponse) and answer.command is not None
-    assert answer.command.update[STATE_KEY]["state"] == "cold"  # type: ignore[index]
-
-
-@pytest.mark.parametrize("cost_aware", [False, True])
 def test_in_an_agent_the_trim_span_goes_where_the_handler_records(
-    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, cost_aware: bool
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     # The trimmer has no tracer provider of its own (the global one records nothing here):
     # the handler's tracer records the trim beside its chat span (issue 23, item 9).
     handler = LatencyCallbackHandler(tracer_provider=tracer_provider)
-    plain = PriorityTrimmer(BUDGET, token_counter=COUNTER)
-    trimmer: Any = (
-        CostAwareTrimmer(plain, context_window=8192, reserve_for_output=1000)
-        if cost_aware
-        else plain
-    )
+    trimmer = PriorityTrimmer(BUDGET, token_counter=COUNTER)
     graph = create_agent(
         scripted_model(),
         tools=[lookup],

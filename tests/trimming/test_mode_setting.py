@@ -1,25 +1,16 @@
 """prompt.mode in the settings files chooses the trimmer: trimmer_from_settings and
-TrimmingMiddleware.from_settings build it; a bad mode is refused naming the key."""
+TrimmingMiddleware.from_settings build it; a bad mode is refused naming the key, and the removed
+cost_aware mode and its setting get their fix."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
-from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from support.fakes import ToolCallingFake
 
 from agent_latency import ConfigError, PromptSettings, Settings, load_settings
-from agent_latency.trimming import (
-    CostAwareTrimmer,
-    PriorityTrimmer,
-    TrimmingMiddleware,
-    trimmer_from_settings,
-)
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware, trimmer_from_settings
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -36,57 +27,67 @@ def test_both_files_select_the_mode_and_the_default_is_prefix_stable(tmp_path: P
     config = tmp_path / "files" / "config.toml"
     config.write_text('[llm.prompt]\nmode = "moving_cut"\n', encoding="utf-8")
     settings = tmp_path / "files" / "settings.json"
-    settings.write_text('{"promptTrimmer": {"mode": "cost_aware"}}', encoding="utf-8")
+    settings.write_text('{"promptTrimmer": {"mode": "moving_cut"}}', encoding="utf-8")
     assert load_settings().prompt.mode == "prefix_stable"
     assert load_settings(config).prompt.mode == "moving_cut"
-    assert load_settings(None, settings).prompt.mode == "cost_aware"
+    assert load_settings(None, settings).prompt.mode == "moving_cut"
 
 
 @pytest.mark.parametrize(
-    ("mode", "kind", "prefix_stable"),
-    [
-        ("prefix_stable", PriorityTrimmer, True),
-        ("moving_cut", PriorityTrimmer, False),
-        ("cost_aware", CostAwareTrimmer, True),
-    ],
+    ("mode", "prefix_stable"), [("prefix_stable", True), ("moving_cut", False)]
 )
-def test_the_factory_builds_the_trimmer_of_the_mode(
-    mode: str, kind: type, prefix_stable: bool
-) -> None:
+def test_the_factory_builds_the_trimmer_of_the_mode(mode: str, prefix_stable: bool) -> None:
     settings = Settings(prompt=PromptSettings(mode=mode, token_budget=1200))  # type: ignore[arg-type]
     trimmer = trimmer_from_settings(settings)
-    assert type(trimmer) is kind
-    plain = trimmer.trimmer if isinstance(trimmer, CostAwareTrimmer) else trimmer
-    assert plain.prefix_stable is prefix_stable and plain.budget == 1200
+    assert type(trimmer) is PriorityTrimmer
+    assert trimmer.prefix_stable is prefix_stable and trimmer.budget == 1200
     # Options win over the settings.
-    again = trimmer_from_settings(settings, budget=900)
-    assert (again.trimmer if isinstance(again, CostAwareTrimmer) else again).budget == 900
+    assert trimmer_from_settings(settings, budget=900).budget == 900
 
 
-def test_both_files_can_forbid_cost_aware_appends_past_the_budget(tmp_path: Path) -> None:
-    config = tmp_path / "config.toml"
-    config.write_text(
-        '[llm.prompt]\nmode = "cost_aware"\nallow_over_budget_on_warm_cache = false\n',
-        encoding="utf-8",
-    )
-    settings = tmp_path / "settings.json"
-    settings.write_text(
-        '{"promptTrimmer": {"mode": "cost_aware", "allowOverBudgetOnWarmCache": false}}',
-        encoding="utf-8",
-    )
-    for loaded in (load_settings(config), load_settings(None, settings)):
-        trimmer = trimmer_from_settings(loaded)
-        assert isinstance(trimmer, CostAwareTrimmer)
-        assert trimmer.allow_over_budget_on_warm_cache is False
-        # An option given in code still wins over the files.
-        again = trimmer_from_settings(loaded, allow_over_budget_on_warm_cache=True)
-        assert again.allow_over_budget_on_warm_cache is True  # type: ignore[union-attr]
-    assert (
-        trimmer_from_settings(  # the default: appends may pass the budget, never the limit
-            Settings(prompt=PromptSettings(mode="cost_aware"))
-        ).allow_over_budget_on_warm_cache
-        is True
-    )  # type: ignore[union-attr]
+@pytest.mark.parametrize(
+    ("file", "text", "key"),
+    [
+        ("config.toml", '[llm.prompt]\nmode = "cost_aware"\n', "llm.prompt.mode"),
+        ("settings.json", '{"promptTrimmer": {"mode": "cost_aware"}}', "promptTrimmer.mode"),
+    ],
+)
+def test_the_removed_cost_aware_mode_gets_one_line_naming_the_key_and_the_fix(
+    tmp_path: Path, file: str, text: str, key: str
+) -> None:
+    path = tmp_path / file
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path) if file == "config.toml" else load_settings(None, path)
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"{path}: {key}: 'cost_aware' was removed"), line
+    assert f'Fix: set {key} to "prefix_stable", the default, which now cuts cache-first' in line
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "key"),
+    [
+        (
+            "config.toml",
+            "[llm.prompt]\nallow_over_budget_on_warm_cache = false\n",
+            "llm.prompt.allow_over_budget_on_warm_cache",
+        ),
+        (
+            "settings.json",
+            '{"promptTrimmer": {"allowOverBudgetOnWarmCache": false}}',
+            "promptTrimmer.allowOverBudgetOnWarmCache",
+        ),
+    ],
+)
+def test_the_removed_modes_setting_is_an_unknown_key_to_delete(
+    tmp_path: Path, file: str, text: str, key: str
+) -> None:
+    path = tmp_path / file
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path) if file == "config.toml" else load_settings(None, path)
+    (line,) = str(caught.value).splitlines()
+    assert f"{key}: unknown key. Fix: delete it: it went with the removed cost_aware" in line
 
 
 @pytest.mark.parametrize(
@@ -95,10 +96,6 @@ def test_both_files_can_forbid_cost_aware_appends_past_the_budget(tmp_path: Path
         ('{"promptTrimmer": {"mode": "fastest"}}', "promptTrimmer.mode"),
         ('{"promptTrimmer": {"mode": 1}}', "promptTrimmer.mode"),
         ('{"promptTrimmer": {"defaultBudget": 1000000000}}', "promptTrimmer.defaultBudget"),
-        (
-            '{"promptTrimmer": {"allowOverBudgetOnWarmCache": "no"}}',
-            "promptTrimmer.allowOverBudgetOnWarmCache",
-        ),
     ],
 )
 def test_a_bad_mode_or_budget_is_refused_naming_the_key(
@@ -112,19 +109,6 @@ def test_a_bad_mode_or_budget_is_refused_naming_the_key(
     assert named in message and "settings.json" in message and "Fix" in message, message
 
 
-def test_the_middleware_from_cost_aware_settings_keeps_its_record_in_the_agents_state() -> None:
-    settings = Settings(prompt=PromptSettings(mode="cost_aware", token_budget=800))
-    middleware = TrimmingMiddleware.from_settings(settings, tool_budget=300)
-    assert isinstance(middleware.trimmer, CostAwareTrimmer)
-    call = AIMessage("", tool_calls=[{"name": "lookup", "args": {"key": "x"}, "id": "call_1"}])
-    model = ToolCallingFake(messages=itertools.cycle([call, AIMessage("done")]))
-    agent = create_agent(
-        model, tools=[lookup], middleware=[middleware], checkpointer=InMemorySaver()
-    )
-    config: dict[str, object] = {"configurable": {"thread_id": "t"}}
-    agent.invoke({"messages": [HumanMessage("look x up")]}, config)
-    state = agent.get_state(config).values
-    assert state["agent_latency_latest_call"] is not None  # the conversation's record
-    assert state["messages"][-1].content == "done"
+def test_the_middleware_from_default_settings_trims_prefix_stable() -> None:
     plain = TrimmingMiddleware.from_settings(Settings())
     assert isinstance(plain.trimmer, PriorityTrimmer) and plain.trimmer.prefix_stable

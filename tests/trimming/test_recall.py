@@ -16,7 +16,7 @@ from support.fakes import Recorder, ToolCallingFake
 from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming import CostAwareTrimmer, recall_tool
+from agent_latency.trimming import recall_tool
 from agent_latency.trimming._middleware import LEFT_OUT_KEY, TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT, TOOL_DEFINITION, TOOL_NAME
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -219,10 +219,7 @@ def test_plain_chains_get_no_marker() -> None:
 def test_recall_options_are_checked() -> None:
     with pytest.raises(ValueError, match="recall must be True or False"):
         TrimmingMiddleware(PriorityTrimmer(450), recall=1)  # type: ignore[arg-type]
-    cost_aware = CostAwareTrimmer(PriorityTrimmer(450), context_window=8192, reserve_for_output=0)
-    assert TrimmingMiddleware(cost_aware).tools == []  # cost-aware has no recall
-    with pytest.raises(ValueError, match="recall needs a PriorityTrimmer"):
-        TrimmingMiddleware(cost_aware, recall=True)
+    assert TrimmingMiddleware(PriorityTrimmer(450), recall=False).tools == []
     with pytest.raises(ValueError, match="made with recall=False"):
         recall_tool(PriorityTrimmer(450).as_pre_model_hook(recall=False))
     with pytest.raises(TypeError, match="hook must come from"):

@@ -2,15 +2,13 @@
 at the points of its own knob.
 
 A contender is one strategy at one knob setting; :func:`contenders` returns, per strategy, its
-*default* point (what a user of that strategy gets without setting the knob; where the knob has
-no default, the workload's budget) and, for the frontier, every point of its sweep. Each builds
-a fresh :class:`Strategy` (its own state: a cost-aware trimmer's conversations, a summarizer's
-summaries), which prepares one call's prompt from the conversation so far and learns from the
-call's usage as the callback handler would teach it.
+*default* point (what a user of that strategy gets without setting the knob; where the knob has no
+default, the workload's budget) and, for the frontier, every point of its sweep. Each builds a fresh
+:class:`Strategy` (its own state: a summarizer's summaries), which prepares one call's prompt from
+the conversation so far.
 
-Ours are built with :meth:`PriorityTrimmer.from_settings` and
-:meth:`CostAwareTrimmer.from_settings` from the workload's settings, so the ``prefix_stable``
-and ``cost_aware`` lines are what a user gets with no options; the other lines of ours change
+Ours are built with :meth:`PriorityTrimmer.from_settings` from the workload's settings, so the
+``prefix_stable`` line is what a user gets with no options; the other lines of ours change
 one or two options each (the candidate defaults).
 """
 
@@ -26,15 +24,10 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langchain_openai import ChatOpenAI
 from opentelemetry import trace
 
-from agent_latency._latency_model import LatencyModel
-from agent_latency._wire import ServerUsage
 from agent_latency.bench._mixed import MixedWorkload
 from agent_latency.config import Settings
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming import CostAwareTrimmer, PriorityTrimmer, TrimResult
-
-_AGE_2_4: Final = {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4}
-"""The history options that were the defaults before the frontier chose relevance, 1 and 1."""
+from agent_latency.trimming import PriorityTrimmer
 
 OURS: Final[Mapping[str, Mapping[str, Any]]] = {
     "prefix_stable": {},
@@ -46,23 +39,18 @@ OURS: Final[Mapping[str, Mapping[str, Any]]] = {
         "history_keep_head": 2,
         "history_keep_tail": 4,
     },
-    "age_2_4": _AGE_2_4,
+    # The history options that were the defaults before the frontier chose relevance, 1 and 1.
+    "age_2_4": {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4},
 }
 """Our plain trimmer's lines: options over ``PriorityTrimmer.from_settings``. ``prefix_stable``
 is what a user gets with none (prefix-stable cuts, history by relevance, one head and one tail
 round); each other line names the options it changes, so its meaning does not move with the
 defaults."""
-COST_AWARE: Final[Mapping[str, Mapping[str, Any]]] = {
-    "cost_aware": {},
-    "cost_aware_age_2_4": _AGE_2_4,
-}
-"""The cost-aware trimmer's lines: options over ``CostAwareTrimmer.from_settings``."""
 
 STRATEGIES: Final = (
     "none",
     "hard_limit",
     *OURS,
-    *COST_AWARE,
     "trim_messages_approximate",
     "trim_messages_exact",
     "context_editing_default",
@@ -91,16 +79,13 @@ Knob = Mapping[str, int]
 
 @dataclass(frozen=True)
 class Prepared:
-    """One call's prompt, and what learns from the call's usage.
+    """One call's prompt.
 
     Attributes:
         messages: The prompt to send.
-        learn: Takes the server's usage and the call's time to first token, as the callback
-            handler would hand them to the strategy; ``None`` for a strategy that learns nothing.
     """
 
     messages: list[BaseMessage]
-    learn: Callable[[ServerUsage, int, float], None] | None = None
 
 
 Strategy = Callable[[int, list[BaseMessage], float], Prepared]
@@ -133,17 +118,12 @@ class Kit:
         settings: The channel and the trimming options (``from_settings`` reads them).
         counter: The endpoint's token counter, shared by every trimmer.
         summary_model: The model the summarizer calls.
-        clock: The virtual time.
-        latency_model: Makes the cost-aware trimmer's latency model, seeded with the
-            endpoint's speed (each cost-aware point gets its own).
     """
 
     workload: MixedWorkload
     settings: Settings
     counter: TokenCounter
     summary_model: ChatOpenAI
-    clock: Callable[[], float]
-    latency_model: Callable[[], LatencyModel]
 
 
 def budget_points(workload: MixedWorkload) -> list[int]:
@@ -178,35 +158,7 @@ def _plain(kit: Kit, budget: int, options: Mapping[str, Any]) -> Strategy:
         tracer_provider=_QUIET,
         **{"prefix_stable": True, **options},  # a line's cuts, whatever the user's prompt.mode
     )
-    return lambda _conversation, messages, _at: _from_trim(trimmer.trim(messages))
-
-
-def _from_trim(result: TrimResult, latency: LatencyModel | None = None) -> Prepared:
-    on_usage = result.on_usage
-
-    def learn(usage: ServerUsage, tokens: int, ttft_ms: float) -> None:
-        if on_usage is not None:
-            on_usage(usage.prompt_tokens, usage.cached_tokens, ttft_ms)
-        if latency is not None:
-            latency.observe(ttft_ms, tokens, usage.cached_tokens)
-
-    return Prepared(result.messages, learn)
-
-
-def _cost_aware(kit: Kit, budget: int, options: Mapping[str, Any]) -> Strategy:
-    latency = kit.latency_model()
-    trimmer = CostAwareTrimmer.from_settings(
-        _trim_settings(kit, budget),
-        latency_model=latency,
-        clock=kit.clock,
-        token_counter=kit.counter,
-        calibration=None,
-        tracer_provider=_QUIET,
-        **options,
-    )
-    return lambda conversation, messages, _at: _from_trim(
-        trimmer.trim(messages, key=str(conversation)), latency
-    )
+    return lambda _conversation, messages, _at: Prepared(trimmer.trim(messages).messages)
 
 
 def _trimmed_by_peer(kit: Kit, max_tokens: int, *, exact: bool) -> Strategy:
@@ -273,10 +225,6 @@ def _ours(kit: Kit, options: Mapping[str, Any], knob: Knob) -> Strategy:
     return _plain(kit, knob["budget"], options)
 
 
-def _ours_cost_aware(kit: Kit, options: Mapping[str, Any], knob: Knob) -> Strategy:
-    return _cost_aware(kit, knob["budget"], options)
-
-
 def _peer_trim(kit: Kit, exact: bool, knob: Knob) -> Strategy:
     return _trimmed_by_peer(kit, knob["max_tokens"], exact=exact)
 
@@ -298,7 +246,7 @@ def contenders(kit: Kit, *, frontier: bool = False) -> list[Contender]:
     ``frontier`` every point of its knob's sweep.
 
     ``none`` sends everything; ``hard_limit`` trims only to the hard limit (a moving cut);
-    :data:`OURS` and :data:`COST_AWARE` trim to the budget (knob: the budget). The peers:
+    :data:`OURS` trim to the budget (knob: the budget). The peers:
     ``trim_messages`` as LangChain's docs configure it for chat models (``strategy="last"``,
     ``start_on="human"``, ``end_on=("human", "tool")``, ``include_system=True``) with the
     approximate counter and with an exact one (the endpoint's tokenizer; knob: ``max_tokens``);
@@ -331,8 +279,6 @@ def contenders(kit: Kit, *, frontier: bool = False) -> list[Contender]:
     ]
     for name, options in OURS.items():
         line += _line(name, by_budget, at_budget, partial(_ours, kit, options))
-    for name, options in COST_AWARE.items():
-        line += _line(name, by_budget, at_budget, partial(_ours_cost_aware, kit, options))
     for name, exact in (("trim_messages_approximate", False), ("trim_messages_exact", True)):
         line += _line(name, by_max_tokens, {"max_tokens": budget}, partial(_peer_trim, kit, exact))
     edits = [default_edit, *trigger_keep] if frontier else [default_edit]

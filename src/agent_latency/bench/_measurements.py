@@ -223,8 +223,7 @@ class Strategy:
         key: The name in the JSON document; also says how the prompt is prepared:
             ``untrimmed`` sends the whole conversation, ``hard_limit`` trims only to the
             context window less the answer's room, ``moving_cut`` and ``prefix_stable`` trim
-            to the budget with exact or prefix-stable cuts, ``cost_aware`` is
-            :class:`~agent_latency.CostAwareTrimmer`.
+            to the budget with exact or prefix-stable cuts.
         label: The name in the table.
     """
 
@@ -237,7 +236,6 @@ STRATEGIES: Final = (
     Strategy("hard_limit", "hard limit only"),
     Strategy("moving_cut", "trimming, moving cut"),
     Strategy("prefix_stable", "prefix-stable trimming"),
-    Strategy("cost_aware", "cost-aware trimming"),
 )
 
 

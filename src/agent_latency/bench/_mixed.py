@@ -31,7 +31,7 @@ class MixedWorkload:
         context_window: The model's context window.
         reserve_for_output: Tokens kept free for the answer; the hard limit is
             ``context_window − reserve_for_output``.
-        cache_lifetime_s: The server's cache lifetime, as the cost-aware trimmer is told.
+        cache_lifetime_s: The server's cache lifetime.
         turn_gap_s: Virtual time between two turns of a conversation.
         idle_gap_s: Virtual time before a turn after an idle gap.
         idle_every: Every this many turns of a conversation comes after an idle gap.

@@ -25,10 +25,9 @@ report records why, and the bench goes on with the others.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import openai
 from langchain_core.messages import BaseMessage
@@ -55,11 +54,14 @@ from agent_latency.bench._measurements import (
 )
 from agent_latency.bench._scenario import call_points, new_request_id, with_request_id
 from agent_latency.config import Settings, build_chat_model
-from agent_latency.trimming import CostAwareTrimmer, PriorityTrimmer
+from agent_latency.trimming import PriorityTrimmer
 
 if TYPE_CHECKING:
     from agent_latency.sim import SimulatorConfig
 
+_DEFAULT_CONTEXT_WINDOW: Final = 8192
+"""The context window the hard-limit replay assumes when ``llm.context_window`` is not set: the
+smallest in common use."""
 
 # -- running --------------------------------------------------------------------------------------
 
@@ -158,22 +160,25 @@ class Bench:
                 settings, prefix_stable=False, token_counter=self._counter, tools=self.tools
             ),
         }
-        # The replay's hard-limit and cost-aware strategies need room for the budget in the
-        # context window; without it they fail alone (their error names the numbers).
-        self._cost_aware: CostAwareTrimmer | str
+        # The replay's hard-limit strategy needs room for the budget in the context window;
+        # without it, it fails alone (its error names the numbers).
         self._at_hard_limit: PriorityTrimmer | str
-        try:
-            self._cost_aware = CostAwareTrimmer.from_settings(
-                settings, token_counter=self._counter, tools=self.tools
+        prompt = settings.prompt
+        window = settings.llm.context_window or max(
+            _DEFAULT_CONTEXT_WINDOW, prompt.token_budget + prompt.reserve_for_output
+        )
+        hard_limit = window - prompt.reserve_for_output
+        if hard_limit < prompt.token_budget:
+            self._at_hard_limit = (
+                f"context_window - reserve_for_output = {hard_limit} is below the budget "
+                f"({prompt.token_budget}); lower the budget or the reserve."
             )
-        except ValueError as exc:
-            self._cost_aware = self._at_hard_limit = str(exc)
         else:
-            at_hard_limit = replace(
-                settings, prompt=replace(settings.prompt, token_budget=self._cost_aware.hard_limit)
-            )
             self._at_hard_limit = PriorityTrimmer.from_settings(
-                at_hard_limit, prefix_stable=False, token_counter=self._counter, tools=self.tools
+                replace(settings, prompt=replace(prompt, token_budget=hard_limit)),
+                prefix_stable=False,
+                token_counter=self._counter,
+                tools=self.tools,
             )
 
     @property
@@ -229,7 +234,7 @@ class Bench:
                     self._skipped(step)
                     continue
                 conversation = with_request_id(self.messages[:end], request_id)
-                prepared = self._replay_prompt(strategy, conversation, request_id)
+                prepared = self._replay_prompt(strategy, conversation)
                 try:
                     samples.append(self._measure(prepared, streaming=True, step=step))
                 except RequestRefused as refused:
@@ -299,28 +304,17 @@ class Bench:
 
     def _unavailable(self, strategy: Strategy) -> str | None:
         """Why ``strategy`` cannot replay with these settings, or ``None``."""
-        trimmer = {"hard_limit": self._at_hard_limit, "cost_aware": self._cost_aware}.get(
-            strategy.key
-        )
-        return trimmer if isinstance(trimmer, str) else None
+        if strategy.key == "hard_limit" and isinstance(self._at_hard_limit, str):
+            return self._at_hard_limit
+        return None
 
-    def _replay_prompt(
-        self, strategy: Strategy, messages: list[BaseMessage], session: str
-    ) -> _Prepared:
-        """Prepares one replayed call's prompt as ``strategy`` does (``session``: its key)."""
+    def _replay_prompt(self, strategy: Strategy, messages: list[BaseMessage]) -> _Prepared:
+        """Prepares one replayed call's prompt as ``strategy`` does."""
         if strategy.key == "hard_limit" and isinstance(self._at_hard_limit, PriorityTrimmer):
             result = self._at_hard_limit.trim(messages)
             return _Prepared(
                 result.messages, result.elapsed_ms, self._at_hard_limit.budget, result.over_budget
             )
-        if strategy.key == "cost_aware" and isinstance(self._cost_aware, CostAwareTrimmer):
-            started = time.perf_counter()
-            choice = self._cost_aware.choose(messages, key=session)
-            decided_ms = (time.perf_counter() - started) * 1000  # every candidate trim
-            result = choice.result
-            # Appending may pass the budget (a cut aims at it): the hard limit is its bound.
-            limit = self._cost_aware.hard_limit if choice.option == "append" else result.budget
-            return _Prepared(result.messages, decided_ms, limit, result.over_budget)
         stable = {"untrimmed": None, "moving_cut": False, "prefix_stable": True}[strategy.key]
         return self._prepare(messages, stable)
 

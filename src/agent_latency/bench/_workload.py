@@ -8,10 +8,10 @@ point, :mod:`~agent_latency.bench._contenders`) replays the same schedule on the
 simulator (or an endpoint: ``base_url``) through the real ``ChatOpenAI``, streaming, with the
 project's callback handler measuring the first token.
 
-The idle gap is emulated, not waited for: from a turn after an idle gap on, the prompt sent
-starts with a new *epoch* marker, so the server's prefix cache holds nothing of it, exactly as
-if it had expired the conversation; the cost-aware trimmer is told the virtual time. Each
-contender's prompts carry its own marker too, so none is served from another's cache.
+The idle gap is emulated, not waited for: from a turn after an idle gap on, the prompt sent starts
+with a new *epoch* marker, so the server's prefix cache holds nothing of it, exactly as if it had
+expired the conversation. Each contender's prompts carry its own marker too, so none is served from
+another's cache.
 
 On the simulator without a profile, its clock is scaled by :data:`CLOCK_SCALE` (half its default
 overhead and prefill costs; 4-token answers at 2,000 tokens/s); a server profile runs at its own
@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import openai
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from agent_latency._latency_model import LatencyModel
 from agent_latency._redaction import display_url
 from agent_latency._wire import content_key
 from agent_latency.bench._calls import CallMeter
@@ -56,7 +55,6 @@ from agent_latency.bench._scenario import (
 )
 from agent_latency.bench._workload_report import CallRecord, StrategyRun, WhereItRan, WorkloadReport
 from agent_latency.config import Settings, build_chat_model
-from agent_latency.doctor import Endpoint, seed_latency_model
 from agent_latency.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -266,13 +264,12 @@ def run_mixed_workload(
 ) -> WorkloadReport:
     """Runs the mixed workload once per contender, on the embedded simulator or an endpoint.
 
-    On an endpoint (``base_url``), ``settings.llm`` says the model, key and tokenizer; the
-    trimmers count with that tokenizer, and so does the simulator (the model's own tokens). On
-    either, doctor's prefill probes first teach each cost-aware trimmer's latency model the
-    endpoint's speed (``latency_probes``). A call whose stream reports no usage (llama-cpp-python
-    reports none when streaming) is counted with it too (``prompt_tokens_counted``), its whole
-    prompt taken as prefilled. A request the server refuses (HTTP 400, 413, 422: a context
-    overflow, an invalid sequence) is recorded with the server's message and the run goes on.
+    On an endpoint (``base_url``), ``settings.llm`` says the model, key and tokenizer; the trimmers
+    count with that tokenizer, and so does the simulator (the model's own tokens). A call whose
+    stream reports no usage (llama-cpp-python reports none when streaming) is counted with it too
+    (``prompt_tokens_counted``), its whole prompt taken as prefilled. A request the server refuses
+    (HTTP 400, 413, 422: a context overflow, an invalid sequence) is recorded with the server's
+    message and the run goes on.
 
     Args:
         workload: Its shape. Default: :class:`MixedWorkload`.
@@ -314,7 +311,6 @@ def run_mixed_workload(
     every_point = call_points(conversations[0])
     points = every_point[-workload.calls :] if workload.calls else every_point
     turns = schedule(workload, points)
-    now = [0.0]
     with _endpoint(settings, workload, simulator, profile, base_url) as channel:
         llm = channel.settings.llm
         counter = (
@@ -353,121 +349,105 @@ def run_mixed_workload(
                 _refusal(exc, channel.settings)
                 return None
 
-        probes: list[int] = []
-        with Endpoint(channel.settings, timeout_s=llm.timeout_seconds) as endpoint:
-
-            def seeded() -> LatencyModel:
-                # As after doctor's probes: the cost-aware trimmer starts from the endpoint's speed.
-                latency = LatencyModel()
-                samples = seed_latency_model(channel.settings, endpoint=endpoint, model=latency)
-                probes.append(len(samples) if isinstance(samples, list) else 0)
-                return latency
-
-            kit = Kit(
-                workload=workload,
-                settings=channel.settings,
-                counter=counter,
-                summary_model=model(SUMMARY_MAX_TOKENS),
-                clock=lambda: now[0],
-                latency_model=seeded,
-            )
-            chosen = [
-                c for c in contenders(kit, frontier=frontier) if only is None or c.strategy in only
-            ]
-            _warm_up(meter, timed, conversations[0][: points[-1]], channel.settings)
-            total = len(chosen) * len(turns)
-            runs = []
-            for index, contender in enumerate(chosen):
-                strategy = contender.build()
-                epochs = [0] * workload.conversations
-                calls = []
-                questions: list[list[BaseMessage] | None] = []
-                for turn in turns:
-                    now[0] = turn.at
-                    epochs[turn.conversation] += turn.idle
-                    marker = (
-                        f"{contender.strategy} {index} {turn.conversation} "
-                        f"epoch {epochs[turn.conversation]}"
-                    )
-                    # Marked before the strategy sees it, so that its budget covers the marker.
-                    marked = with_request_id(conversations[turn.conversation][: turn.end], marker)
-                    started = time.perf_counter()
-                    prepared = strategy(turn.conversation, marked, turn.at)
-                    prepare_ms = (time.perf_counter() - started) * 1000
-                    fact = planted[turn.conversation].needs.get(turn.end)
-                    sent = prepared.messages
-                    tokens = counter.count_messages(sent)
-                    kept = int(fact is not None and fact_kept(fact, prepared.messages))
-                    record = CallRecord(
-                        conversation=turn.conversation,
-                        end=turn.end,
-                        idle=turn.idle,
-                        wait_ms=None,
-                        ttft_ms=None,
-                        prepare_ms=prepare_ms,
-                        tokens=tokens,
-                        server_tokens=None,
-                        cached_tokens=None,
-                        invalid=_invalid(prepared.messages),
-                        refused=None,
-                        needed=int(fact is not None),
-                        kept=kept,
-                        fact=fact,
-                    )
-                    try:
-                        call = meter.stream(timed, sent)
-                    except openai.APIError as exc:
-                        refusal = _refusal(exc, channel.settings)
-                        calls.append(replace(record, refused=refusal.server_message, kept=0))
-                        questions.append(None)
-                    else:
-                        usage = call.usage
-                        if prepared.learn is not None:  # as the callback handler does
-                            prepared.learn(usage, usage.prompt_tokens or tokens, call.ttft_ms)
-                        calls.append(
-                            replace(
-                                record,
-                                wait_ms=call.ttft_ms + prepare_ms,
-                                ttft_ms=call.ttft_ms,
-                                server_tokens=usage.prompt_tokens,
-                                cached_tokens=usage.cached_tokens,
-                                server_prefill_ms=call.server_prefill_ms,
-                                ttft_remainder_ms=call.ttft_remainder_ms,
-                            )
-                        )
-                        questions.append(without_request_id(sent, marker) if fact else None)
-                    if on_call is not None:
-                        last = calls[-1]
-                        on_call(
-                            WorkloadProgress(
-                                index * len(turns) + len(calls),
-                                total,
-                                f"{contender.strategy} {_label(contender.knob)}: conversation "
-                                f"{turn.conversation}, {turn.end} messages"
-                                f"{' after an idle gap' if turn.idle else ''}: "
-                                + (
-                                    "refused"
-                                    if last.wait_ms is None
-                                    else f"wait {last.wait_ms:.0f} ms, {last.sent_tokens} tokens"
-                                ),
-                            )
-                        )
-                if answers:
-                    calls = _score_answers(calls, questions, ask, asked)
-                runs.append(
-                    StrategyRun(
-                        contender.strategy,
-                        contender.knob,
-                        contender.default,
-                        tuple(calls),
-                        workload.hard_limit,
-                        answers,
-                    )
+        kit = Kit(
+            workload=workload,
+            settings=channel.settings,
+            counter=counter,
+            summary_model=model(SUMMARY_MAX_TOKENS),
+        )
+        chosen = [
+            c for c in contenders(kit, frontier=frontier) if only is None or c.strategy in only
+        ]
+        _warm_up(meter, timed, conversations[0][: points[-1]], channel.settings)
+        total = len(chosen) * len(turns)
+        runs = []
+        for index, contender in enumerate(chosen):
+            strategy = contender.build()
+            epochs = [0] * workload.conversations
+            calls = []
+            questions: list[list[BaseMessage] | None] = []
+            for turn in turns:
+                epochs[turn.conversation] += turn.idle
+                marker = (
+                    f"{contender.strategy} {index} {turn.conversation} "
+                    f"epoch {epochs[turn.conversation]}"
                 )
+                # Marked before the strategy sees it, so that its budget covers the marker.
+                marked = with_request_id(conversations[turn.conversation][: turn.end], marker)
+                started = time.perf_counter()
+                prepared = strategy(turn.conversation, marked, turn.at)
+                prepare_ms = (time.perf_counter() - started) * 1000
+                fact = planted[turn.conversation].needs.get(turn.end)
+                sent = prepared.messages
+                tokens = counter.count_messages(sent)
+                kept = int(fact is not None and fact_kept(fact, prepared.messages))
+                record = CallRecord(
+                    conversation=turn.conversation,
+                    end=turn.end,
+                    idle=turn.idle,
+                    wait_ms=None,
+                    ttft_ms=None,
+                    prepare_ms=prepare_ms,
+                    tokens=tokens,
+                    server_tokens=None,
+                    cached_tokens=None,
+                    invalid=_invalid(prepared.messages),
+                    refused=None,
+                    needed=int(fact is not None),
+                    kept=kept,
+                    fact=fact,
+                )
+                try:
+                    call = meter.stream(timed, sent)
+                except openai.APIError as exc:
+                    refusal = _refusal(exc, channel.settings)
+                    calls.append(replace(record, refused=refusal.server_message, kept=0))
+                    questions.append(None)
+                else:
+                    usage = call.usage
+                    calls.append(
+                        replace(
+                            record,
+                            wait_ms=call.ttft_ms + prepare_ms,
+                            ttft_ms=call.ttft_ms,
+                            server_tokens=usage.prompt_tokens,
+                            cached_tokens=usage.cached_tokens,
+                            server_prefill_ms=call.server_prefill_ms,
+                            ttft_remainder_ms=call.ttft_remainder_ms,
+                        )
+                    )
+                    questions.append(without_request_id(sent, marker) if fact else None)
+                if on_call is not None:
+                    last = calls[-1]
+                    on_call(
+                        WorkloadProgress(
+                            index * len(turns) + len(calls),
+                            total,
+                            f"{contender.strategy} {_label(contender.knob)}: conversation "
+                            f"{turn.conversation}, {turn.end} messages"
+                            f"{' after an idle gap' if turn.idle else ''}: "
+                            + (
+                                "refused"
+                                if last.wait_ms is None
+                                else f"wait {last.wait_ms:.0f} ms, {last.sent_tokens} tokens"
+                            ),
+                        )
+                    )
+            if answers:
+                calls = _score_answers(calls, questions, ask, asked)
+            runs.append(
+                StrategyRun(
+                    contender.strategy,
+                    contender.knob,
+                    contender.default,
+                    tuple(calls),
+                    workload.hard_limit,
+                    answers,
+                )
+            )
     where = WhereItRan(
         server=None if channel.simulator is not None else display_url(base_url or ""),
         model=llm.model,
-        latency_probes=probes[0] if probes else 0,
         profile=profile,
         latency=None
         if channel.simulator is None

@@ -282,8 +282,6 @@ class WhereItRan:
     Attributes:
         server: The endpoint's API root without credentials; ``None`` on the simulator.
         model: The model name sent.
-        latency_probes: Doctor's prefill probes that seeded the cost-aware latency model (0: a
-            probe failed and the model learnt nothing).
         profile: The simulator's server profile, if one was asked for.
         latency: On the simulator: its latency model (overhead, prefill, attention, cache
             rules) and the clock scale the workload ran it at.
@@ -291,7 +289,6 @@ class WhereItRan:
 
     server: str | None
     model: str
-    latency_probes: int
     profile: str | None = None
     latency: Mapping[str, Any] | None = None
 
@@ -337,15 +334,11 @@ class WorkloadReport:
             },
         }
         if self.where.simulated:
-            document["simulator"] = {
-                **(self.where.latency or {}),
-                "latency_probes": self.where.latency_probes,
-            }
+            document["simulator"] = dict(self.where.latency or {})
         else:
             document["endpoint"] = {
                 "server": self.where.server,
                 "model": self.where.model,
-                "latency_probes": self.where.latency_probes,
             }
         return document
 

@@ -176,7 +176,7 @@ def bench(
             "--workload-strategies",
             metavar="NAMES",
             help="Comma-separated strategies of the workload to run (default: all), e.g. "
-            "none,prefix_stable,cost_aware.",
+            "none,prefix_stable,trim_messages_exact.",
         ),
     ] = None,
     workload_calls: Annotated[

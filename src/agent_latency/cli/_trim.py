@@ -12,12 +12,7 @@ from rich.table import Table
 
 from agent_latency._wire import escape_surrogates, load_request_file, openai_message
 from agent_latency.config import load_settings
-from agent_latency.trimming import (
-    RULE_EXPLANATIONS,
-    CostAwareTrimmer,
-    TrimResult,
-    trimmer_from_settings,
-)
+from agent_latency.trimming import RULE_EXPLANATIONS, TrimResult, trimmer_from_settings
 
 _ACTION_STYLES = {"kept": "green", "dropped": "red", "shortened": "yellow"}
 
@@ -106,9 +101,7 @@ def trim(
     options: dict[str, Any] = {"tools": request.tools, "response_format": request.response_format}
     if budget is not None:
         options["budget"] = budget
-    built = trimmer_from_settings(loaded, **options)
-    # One request of no conversation: a cost-aware trimmer trims it as its prefix-stable one.
-    trimmer = built.trimmer if isinstance(built, CostAwareTrimmer) else built
+    trimmer = trimmer_from_settings(loaded, **options)
     result = trimmer.trim(request.messages)
     Console().print(render_trim_table(result, trimmer.token_counter.name))
     if output is not None:

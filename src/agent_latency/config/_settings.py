@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, cast, get_args
 
 from pydantic import SecretStr
 
@@ -48,11 +48,12 @@ MAX_TOKENS_PARAMS: Final = ("auto", "max_tokens", "max_completion_tokens")
 HistorySelection = Literal["cache_first", "relevance", "age"]
 """How the trimmer picks which middle history rounds to keep (docs/configuration.md)."""
 HISTORY_SELECTIONS: Final[tuple[HistorySelection, ...]] = get_args(HistorySelection)
-TrimMode = Literal["prefix_stable", "moving_cut", "cost_aware"]
-"""How cuts are placed: where the server's prefix cache keeps hitting (``"prefix_stable"``),
-the newest that fit (``"moving_cut"``), or per conversation by the endpoint's latency model
-(``"cost_aware"``); docs/trimming.md says which wins where."""
+TrimMode = Literal["prefix_stable", "moving_cut"]
+"""How cuts are placed: where the server's prefix cache keeps hitting (``"prefix_stable"``) or
+the newest that fit (``"moving_cut"``); docs/trimming.md says which wins where."""
 TRIM_MODES: Final[tuple[TrimMode, ...]] = get_args(TrimMode)
+REMOVED_MODE: Final = "cost_aware"
+"""The mode removed in favour of the cache-first default: a file that names it gets its fix."""
 DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
 MAX_SECONDS: Final = 86_400
@@ -145,10 +146,6 @@ class PromptSettings:
             results with a one-line stub (the call stays).
         mode: How cuts are placed (:data:`TrimMode`); ``trimmer_from_settings`` builds the
             trimmer of that mode.
-        allow_over_budget_on_warm_cache: In the ``cost_aware`` mode, whether appending to a
-            prompt the server's prefix cache holds may pass ``token_budget`` (never the hard
-            limit: the context window less ``reserve_for_output``); ``False`` keeps every
-            request within the budget, as the other modes do.
     """
 
     token_budget: int = 6000
@@ -164,9 +161,7 @@ class PromptSettings:
     history_keep_tail: int = 1
     history_selection: HistorySelection = "cache_first"
     compact_tool_results: bool = False
-    # The frontier's default too: cost-aware ties prefix-stable at best (docs/trimming.md).
     mode: TrimMode = "prefix_stable"
-    allow_over_budget_on_warm_cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -400,6 +395,13 @@ _FIELD_CHECKS: Final[tuple[_Check, ...]] = (
 
 
 def _validate(settings: Settings, found: Found) -> None:
+    # A loaded file's mode is any string until checked: the removed one gets its own fix.
+    if cast("str", settings.prompt.mode) == REMOVED_MODE:
+        raise ConfigError(
+            f"{_place(found, 'prompt.mode')}: {REMOVED_MODE!r} was removed (never 10% sooner "
+            f"than prefix_stable, docs/trimming.md). Fix: set {_key(found, 'prompt.mode')} to "
+            '"prefix_stable", the default, which now cuts cache-first.'
+        )
     for target, check, fix in _FIELD_CHECKS:
         section, name = target.split(".")
         value = getattr(getattr(settings, section), name)

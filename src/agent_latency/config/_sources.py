@@ -62,13 +62,13 @@ TOML_SCHEMA: Final[Mapping[str, Any]] = {
             "keep_latest_user": _Key("prompt.keep_latest_user", "bool"),
             "trim_strategy": _Key("prompt.trim_strategy", "str"),
             "mode": _Key("prompt.mode", "str"),
-            "allow_over_budget_on_warm_cache": _Key(
-                "prompt.allow_over_budget_on_warm_cache", "bool"
-            ),
         },
     }
 }
 """The keys of ``config.toml``."""
+
+_REMOVED_KEYS: Final = frozenset({"allow_over_budget_on_warm_cache", "allowOverBudgetOnWarmCache"})
+"""Keys of the removed ``cost_aware`` mode: a file still holding one is told to delete it."""
 
 JSON_SCHEMA: Final[Mapping[str, Any]] = {
     "promptTrimmer": {
@@ -80,7 +80,6 @@ JSON_SCHEMA: Final[Mapping[str, Any]] = {
         "historySelection": _Key("prompt.history_selection", "str"),
         "compactToolResults": _Key("prompt.compact_tool_results", "bool"),
         "mode": _Key("prompt.mode", "str"),
-        "allowOverBudgetOnWarmCache": _Key("prompt.allow_over_budget_on_warm_cache", "bool"),
     },
     "streaming": {
         "enabled": _Key("streaming.enabled", "bool"),
@@ -259,13 +258,20 @@ def collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, 
             shown = key if key.isprintable() else repr(key)
             raise ConfigError(
                 f"{file}: {'.'.join((*prefix, shown))}: unknown key. "
-                f"Fix: {_moved(key, prefix, schema) or _suggest(key, schema)}"
+                f"Fix: {_removed(key) or _moved(key, prefix, schema) or _suggest(key, schema)}"
             )
         if isinstance(spec, _Key):
             found[spec.target] = (_checked(value, spec, place), place)
         else:
             found.update(collect(value, spec, file, path))
     return found
+
+
+def _removed(key: str) -> str | None:
+    """The fix for a key that went with the ``cost_aware`` mode."""
+    if key in _REMOVED_KEYS:
+        return "delete it: it went with the removed cost_aware mode (docs/trimming.md)."
+    return None
 
 
 def _moved(key: str, prefix: tuple[str, ...], schema: Mapping[str, Any]) -> str | None:

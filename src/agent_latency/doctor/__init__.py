@@ -8,7 +8,7 @@ key and model, the output limit, streaming and streamed usage, the prefill cost,
 error against the server's count, the prefix cache, and the latency model those probes teach.
 Nothing here prints: ``agent-latency doctor`` (:mod:`agent_latency.cli`) shows the results.
 ``seed_latency_model`` runs only the prefill probes, to teach the endpoint's latency model (the
-one ``CostAwareTrimmer.from_settings`` reads) at an application's startup.
+one the callback handler feeds) at an application's startup.
 
 Exports: ``CheckResult``, ``CheckStatus``, ``Endpoint``, ``printable``, ``run_checks``,
 ``seed_latency_model``.

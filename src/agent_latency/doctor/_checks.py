@@ -582,8 +582,8 @@ def check_server_usage(reports: Sequence[tuple[str, ServerUsage]]) -> CheckResul
         CheckStatus.FAIL,
         f"the server reported impossible usage: {where} (negative, not a whole number, above "
         f"{MAX_REPORTED_TOKENS:,} tokens, or more cached than prompt tokens); doctor counted "
-        "those prompts itself, and the callback handler, the calibration and the cost-aware "
-        "trimmer ignore such fields",
+        "those prompts itself, and the callback handler, the calibration and the latency "
+        "model ignore such fields",
         "the server or a proxy in front of it rewrites usage wrongly: upgrade or fix it; until "
         "then the token counts on spans come from the local tokenizer",
     )

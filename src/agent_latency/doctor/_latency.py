@@ -2,9 +2,8 @@
 
 The probes time one-token answers to prompts of known sizes, each with a fresh tag at the start
 (nothing cached), then the largest again (cached, where the server caches). They are the first
-calls the process-wide latency model of the endpoint (the one ``CostAwareTrimmer.from_settings``
-reads and the callback handler feeds) learns from, so a cost-aware trimmer built in the same
-process predicts from this endpoint's own speed rather than from the priors.
+calls the process-wide latency model of the endpoint (the one the callback handler feeds) learns
+from, so it describes this endpoint's own speed rather than the priors.
 """
 
 from __future__ import annotations
@@ -58,9 +57,8 @@ def seed_latency_model(
 ) -> list[PrefillSample] | HttpReply:
     """Probes the endpoint's prefill (and prefix cache) and feeds the endpoint's latency model.
 
-    Call it at startup to let a :class:`~agent_latency.CostAwareTrimmer` built from the same
-    settings predict from the endpoint's own speed before the first calls (about 5 short
-    requests; a few seconds on a slow server).
+    Call it at startup to let the endpoint's latency model describe the endpoint's own speed
+    before the first calls (about 5 short requests; a few seconds on a slow server).
 
     Args:
         settings: The endpoint and model.
@@ -104,14 +102,14 @@ def check_latency_model(
             CheckStatus.FAIL,
             f"the probes cannot teach the endpoint's latency model: {exc}",
             "check the server's reported usage (see the server usage check) and the clock of "
-            "this machine; the cost-aware trimmer predicts from its priors meanwhile",
+            "this machine; the latency model keeps its priors meanwhile",
         )
     if not used:
         return CheckResult(
             "latency model",
             CheckStatus.WARN,
-            "no probe could be used to learn the endpoint's latency; the cost-aware trimmer "
-            "predicts from its priors until the callback handler has seen streamed calls",
+            "no probe could be used to learn the endpoint's latency; the latency model keeps "
+            "its priors until the callback handler has seen streamed calls",
             "check that the server reports usage.prompt_tokens",
         )
     budget = settings.prompt.token_budget

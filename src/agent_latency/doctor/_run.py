@@ -75,7 +75,7 @@ def tokenizer_in_use(
     Raises:
         ValueError: When ``llm.tokenizer`` names no usable tokenizer.
     """
-    # Every mode counts with this counter (a cost-aware trimmer's cuts are prefix-stable ones).
+    # Every mode counts with this counter.
     counter = PriorityTrimmer.from_settings(settings, prefix_stable=True).token_counter
 
     def count(prompt: str, tools: Sequence[Mapping[str, Any]]) -> int:

@@ -1,10 +1,9 @@
 """What a finished model call teaches: the trim that prepared it, and the endpoint's latency model.
 
 The server's count of a trimmed request goes to the trim's calibration (so the trimmers sharing
-it count like the server from the next call on) and, with the cached tokens and the time to
-first token, to the trim's ``on_usage`` (the cost-aware trimmer learns its conversations' cache
-state from it); the time to first token and the prompt tokens go to the latency model of the
-endpoint and model. Each listener's failure is reported and swallowed.
+it count like the server from the next call on); the time to first token and the prompt tokens
+go to the latency model of the endpoint and model.
+Each listener's failure is reported and swallowed.
 """
 
 from __future__ import annotations
@@ -36,17 +35,11 @@ def learn_from_call(
         failures: Where a listener's failure is reported.
     """
     prompt_tokens, cached_tokens = usage.prompt_tokens, usage.cached_tokens
-    if trim is not None:
-        if trim.calibration is not None and prompt_tokens is not None:
-            try:
-                trim.calibration.observe(trim.tokens_after, prompt_tokens)
-            except Exception as exc:
-                failures.report("calibration", exc)
-        if trim.on_usage is not None:
-            try:
-                trim.on_usage(prompt_tokens, cached_tokens, first_token_ms)
-            except Exception as exc:
-                failures.report("trim usage", exc)
+    if trim is not None and trim.calibration is not None and prompt_tokens is not None:
+        try:
+            trim.calibration.observe(trim.tokens_after, prompt_tokens)
+        except Exception as exc:
+            failures.report("calibration", exc)
     if first_token_ms is None or prompt_tokens is None:
         return
     try:

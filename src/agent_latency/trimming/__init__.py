@@ -12,18 +12,11 @@ and needs the ``agents`` extra (it is imported on first use). Every trim returns
 dropped or shortened (:data:`Action`) and by which :data:`Rule` (:data:`RULE_EXPLANATIONS` says
 what each means). The rules are in docs/trimming.md.
 
-:class:`CostAwareTrimmer` wraps a trimmer for multi-turn conversations: per conversation it sends
-the previous prompt plus the new messages while the server's prefix cache is warm, and cuts when
-the latency model of the endpoint predicts an earlier first token from it (docs/trimming.md);
-:class:`LatestCall` is what it remembers of a conversation's latest call (for
-:meth:`CostAwareTrimmer.trim_after`, where the caller keeps it); ``deep_cut_budgets`` gives the
-budgets of its deep cuts (``DEEP_CUT_FRACTIONS`` of the budget by default).
 :func:`trimmer_from_settings` builds the trimmer of the mode the settings name (``prompt.mode``).
 
-Exports: ``Action``, ``ClassFigures``, ``CostAwareChoice``, ``CostAwareTrimmer``,
-``DEEP_CUT_FRACTIONS``, ``LatestCall``, ``MessageDecision``, ``PriorityClass``,
+Exports: ``Action``, ``ClassFigures``, ``MessageDecision``, ``PriorityClass``,
 ``PriorityTrimmer``, ``RULE_EXPLANATIONS``, ``Rule``, ``TrimOptions``, ``TrimResult``,
-``TrimmingMiddleware``, ``deep_cut_budgets``, ``recall_tool``, ``trimmer_from_settings``.
+``TrimmingMiddleware``, ``recall_tool``, ``trimmer_from_settings``.
 
 In agents, what a trim cuts stays readable (docs/trimming.md, "Nothing lost for good"):
 ``TrimmingMiddleware`` and the pre-model hook send an elision marker where history was cut and
@@ -33,15 +26,8 @@ offer the ``recall`` tool; for ``create_react_agent``, :func:`recall_tool` gives
 from typing import TYPE_CHECKING, Any
 
 from agent_latency.config import PriorityClass
-from agent_latency.trimming._choice import CostAwareChoice
-from agent_latency.trimming._cost_aware import (
-    DEEP_CUT_FRACTIONS,
-    CostAwareTrimmer,
-    deep_cut_budgets,
-)
 from agent_latency.trimming._decisions import RULE_EXPLANATIONS, Action, MessageDecision, Rule
 from agent_latency.trimming._from_settings import trimmer_from_settings
-from agent_latency.trimming._latest_call import LatestCall
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._result import ClassFigures, TrimResult
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -51,13 +37,9 @@ if TYPE_CHECKING:
 
 # In sorted() order, as tests/test_public_api.py checks (ruff's RUF022 sorts constants first).
 __all__ = [
-    "DEEP_CUT_FRACTIONS",
     "RULE_EXPLANATIONS",
     "Action",
     "ClassFigures",
-    "CostAwareChoice",
-    "CostAwareTrimmer",
-    "LatestCall",
     "MessageDecision",
     "PriorityClass",
     "PriorityTrimmer",
@@ -65,7 +47,6 @@ __all__ = [
     "TrimOptions",
     "TrimResult",
     "TrimmingMiddleware",
-    "deep_cut_budgets",
     "recall_tool",
     "trimmer_from_settings",
 ]

@@ -1,13 +1,5 @@
 """Trimming every model call of a ``langchain.agents.create_agent`` agent.
 
-With a :class:`CostAwareTrimmer`, the middleware keeps the conversation's record (its latest
-call as sent, and the server's report of its cache) in the agent's state, under
-:data:`STATE_KEY`: the user's checkpointer (``InMemorySaver``, Postgres, Redis) stores it with
-the conversation, so a restarted process or another replica in front of the same model server
-decides as the first one would have, with no key to pass. Where the state has no record yet
-(the thread's first call, or no checkpointer), the run's ``thread_id`` keys it in memory. The
-server's report comes from the callback handler, or else from the model's answer itself.
-
 By default the middleware keeps what it cuts readable (docs/trimming.md, "Nothing lost for
 good"): it sends an elision marker where history was cut and registers the ``recall`` tool,
 which reads the left-out messages back from the agent's state. Each model answer carries, in
@@ -22,26 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, Final, NotRequired, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.types import Command
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
 from agent_latency._validation import checked_bool
-from agent_latency._wire import usage_of_message
 from agent_latency.config import Settings
-from agent_latency.trimming._cost_aware import CostAwareTrimmer, thread_id_of
 from agent_latency.trimming._from_settings import trimmer_from_settings
 from agent_latency.trimming._hook import NO_RECALL, PreModelHook
-from agent_latency.trimming._latest_call import LatestCall
 from agent_latency.trimming._recall import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -56,11 +44,9 @@ try:
     from langchain.agents.middleware import (
         AgentMiddleware,
         AgentState,
-        ExtendedModelResponse,
         ModelRequest,
         ModelResponse,
     )
-    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain.agents.structured_output import (
         AutoStrategy,
         OutputToolBinding,
@@ -75,12 +61,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 logger = logging.getLogger("agent_latency.trimming")
 
-ModelCallResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
-
-STATE_KEY: Final = "agent_latency_latest_call"
-"""The agent state's field holding a cost-aware conversation's record
-(:meth:`~agent_latency.trimming._latest_call.LatestCall.to_state`: a plain JSON value)."""
-
 LEFT_OUT_KEY: Final = "agent_latency_left_out"
 """The ``response_metadata`` field of a model answer that says what its call left out: the ids
 of the first and last message of each run of left-out messages (the recall tool reads it)."""
@@ -89,62 +69,42 @@ Reader = Callable[[list[BaseMessage], str | None, str], str]
 """Answers the recall tool from the state's messages, its call's id and the query."""
 
 
-class CostAwareState(AgentState[Any]):
-    """The agent state with the cost-aware record, which only this middleware reads and writes."""
-
-    agent_latency_latest_call: NotRequired[Annotated[dict[str, Any] | None, PrivateStateAttr]]
-
-
 class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Trims the messages of each model call an agent makes; the agent's state is untouched.
 
     Use with ``langchain.agents.create_agent(model, tools, middleware=[TrimmingMiddleware(t)])``.
     Everything the request sends counts against the budget: its system message (never dropped
     while the trimmer keeps system messages), its tools and its structured-output schema. The
-    stored conversation keeps every message: only what is sent to the model is trimmed. With a
-    :class:`CostAwareTrimmer` the state also carries the conversation's record
-    (:data:`STATE_KEY`, see the module docstring). A trim that fails unexpectedly is logged and
-    the request is sent untrimmed rather than failing the agent.
+    stored conversation keeps every message: only what is sent to the model is trimmed. A trim
+    that fails unexpectedly is logged and the request is sent untrimmed rather than failing the
+    agent.
 
-    With recall (the default with a :class:`PriorityTrimmer`), what a trim leaves out stays
-    readable: the messages are trimmed to the budget less the elision marker's tokens, the
-    marker is sent after the system message(s) when messages were dropped, and the ``recall``
-    tool (in :attr:`tools` from the first call on, so the tool block never changes; its
-    definition counts against the budget) reads the left-out messages back from the state.
+    With recall (the default), what a trim leaves out stays readable: the messages are trimmed to
+    the budget less the elision marker's tokens, the marker is sent after the system message(s)
+    when messages were dropped, and the ``recall`` tool (in :attr:`tools` from the first call on,
+    so the tool block never changes; its definition counts against the budget) reads the
+    left-out messages back from the state.
 
     Args:
         trimmer: The trimmer to apply.
-        recall: Keep what is cut readable (see above). Default: on with a
-            :class:`PriorityTrimmer`, off with a :class:`CostAwareTrimmer` (which has none).
+        recall: Keep what is cut readable (see above). Default: on.
 
     Raises:
-        TypeError: When ``trimmer`` is neither a :class:`PriorityTrimmer` nor a
-            :class:`CostAwareTrimmer`.
-        ValueError: When ``recall`` is not a bool, or is ``True`` with a
-            :class:`CostAwareTrimmer`.
+        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
+        ValueError: When ``recall`` is not a bool.
     """
 
-    def __init__(
-        self, trimmer: PriorityTrimmer | CostAwareTrimmer, *, recall: bool | None = None
-    ) -> None:
-        if not isinstance(trimmer, PriorityTrimmer | CostAwareTrimmer):
+    def __init__(self, trimmer: PriorityTrimmer, *, recall: bool = True) -> None:
+        if not isinstance(trimmer, PriorityTrimmer):
             raise TypeError(
-                f"TrimmingMiddleware: trimmer must be a PriorityTrimmer or a CostAwareTrimmer, "
+                f"TrimmingMiddleware: trimmer must be a PriorityTrimmer, "
                 f"got {type(trimmer).__name__}; e.g. TrimmingMiddleware(PriorityTrimmer(6000))."
             )
-        if recall is not None:
-            checked_bool("TrimmingMiddleware", "recall", recall)
-        if recall and isinstance(trimmer, CostAwareTrimmer):
-            raise ValueError(
-                "TrimmingMiddleware: recall needs a PriorityTrimmer, not a CostAwareTrimmer; "
-                "drop recall=True or pass a PriorityTrimmer."
-            )
+        checked_bool("TrimmingMiddleware", "recall", recall)
         self.trimmer = trimmer
         self.recalling: RecallingTrimmer | None = None
         self.tools: list[BaseTool] = []
-        if isinstance(trimmer, CostAwareTrimmer):
-            self.state_schema = CostAwareState
-        elif recall is not False:
+        if recall:
             self.recalling = RecallingTrimmer(trimmer)
             self.tools = [_recall_tool(self._read_back)]
 
@@ -162,29 +122,29 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelCallResult:
+    ) -> ModelResponse[Any]:
         """Sends the model a trimmed request and reports the trim to the run's handlers."""
-        trimmed, result, record, runs = self._trim(request)
+        trimmed, result, runs = self._trim(request)
         if result is not None:
             try:
                 dispatch_custom_event(TRIM_EVENT, result)
             except Exception:  # no parent run (called outside a graph) or a failing handler
                 logger.debug("Reporting the trim event failed", exc_info=True)
-        return _with_record(_with_left_out(handler(trimmed), runs), record)
+        return _with_left_out(handler(trimmed), runs)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelCallResult:
+    ) -> ModelResponse[Any]:
         """Sends the model a trimmed request and reports the trim to the run's handlers."""
-        trimmed, result, record, runs = self._trim(request)
+        trimmed, result, runs = self._trim(request)
         if result is not None:
             try:
                 await adispatch_custom_event(TRIM_EVENT, result)
             except Exception:  # no parent run (called outside a graph) or a failing handler
                 logger.debug("Reporting the trim event failed", exc_info=True)
-        return _with_record(_with_left_out(await handler(trimmed), runs), record)
+        return _with_left_out(await handler(trimmed), runs)
 
     def _read_back(self, messages: list[BaseMessage], call_id: str | None, query: str) -> str:
         """The recall tool's answer: what the model call that called it left out, as asked."""
@@ -196,10 +156,9 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _trim(
         self, request: ModelRequest[Any]
-    ) -> tuple[ModelRequest[Any], TrimResult | None, LatestCall | None, list[list[str]]]:
+    ) -> tuple[ModelRequest[Any], TrimResult | None, list[list[str]]]:
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
-        record = None
         runs: list[list[str]] = []
         try:
             output_tools, response_format, strict = _structured_output(request)
@@ -212,34 +171,25 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "strict_tools": strict,
                 "output_tools": output_tools,
             }
-            if isinstance(self.trimmer, CostAwareTrimmer):
-                state = request.state if isinstance(request.state, Mapping) else {}
-                choice = self.trimmer.trim_after(
-                    messages,
-                    LatestCall.from_state(state.get(STATE_KEY)),
-                    key=thread_id_of(ensure_config()),
-                    **options,
-                )
-                result, record = choice.result, choice.record
-            elif self.recalling is not None:
+            if self.recalling is not None:
                 result = self.recalling.trim(messages, **options)
                 runs = left_out_runs(messages, result) if result.changed else []
             else:
                 result = self.trimmer.trim(messages, **options)
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
-            return request, None, None, []
+            return request, None, []
         if result.dropped_tools:  # a tool budget left some tools out
             sent = {id(tool) for tool in result.tools or ()}
             request = request.override(tools=[t for t in request.tools if id(t) in sent])
         if not result.changed:
-            return request, result, record, runs
+            return request, result, runs
         # The kept messages are the request's own (or same-typed shortened copies of them),
         # and the recall marker.
         kept = cast("list[AnyMessage]", result.messages)
         if system is not None and kept and kept[0] is system:
-            return request.override(messages=kept[1:]), result, record, runs
-        return request.override(system_message=None, messages=kept), result, record, runs
+            return request.override(messages=kept[1:]), result, runs
+        return request.override(system_message=None, messages=kept), result, runs
 
 
 def recall_tool(hook: PreModelHook) -> BaseTool:
@@ -313,27 +263,6 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
         for m in response.result
     ]
     return dataclasses.replace(response, result=answers)
-
-
-def _with_record(response: ModelResponse[Any], record: LatestCall | None) -> ModelCallResult:
-    """The model's response, with the cost-aware record of its call as an update of the state.
-
-    The server's cached tokens come from the callback handler (``on_usage``) or else from the
-    answer's own usage.
-    """
-    if record is None:
-        return response
-    try:
-        if record.reported_cached is None:
-            answers = [m for m in response.result if isinstance(m, AIMessage)]
-            if answers:
-                usage = usage_of_message(answers[-1])
-                record.report_usage(usage.prompt_tokens, usage.cached_tokens, None)
-        update: Command[Any] = Command(update={STATE_KEY: record.to_state()})
-    except Exception:
-        logger.warning("agent-latency: keeping the cost-aware record failed", exc_info=True)
-        return response
-    return ExtendedModelResponse(model_response=response, command=update)
 
 
 def _current_run() -> tuple[Context | None, Tracer | None]:

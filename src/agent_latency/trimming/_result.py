@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Final
@@ -16,10 +15,6 @@ from agent_latency._trace_link import TRIM_FIELDS
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.tokens import PromptCalibration
 from agent_latency.trimming._decisions import MessageDecision
-
-UsageReceiver = Callable[[int | None, int | None, float | None], object]
-"""Takes a model call's prompt tokens, cached prompt tokens (as the server reported them) and
-time to first token in ms, each ``None`` when unknown."""
 
 _FIXED_PARTS: Final = (
     ("tool_tokens", "tool definitions", "send fewer tools or shorten their descriptions"),
@@ -78,9 +73,8 @@ class TrimResult:
         dropped_messages: How many input messages are not in ``messages``.
         shortened_messages: How many messages were sent shortened.
         over_budget: Whether the request sent exceeds ``effective_budget``: the fixed part
-            alone does not fit (the latest user message is then sent whole), or
-            (``CostAwareTrimmer``) an append on a warm cache went past the budget, up to the
-            hard limit; :attr:`over_budget_reason` says which, :attr:`over_budget_cause` how.
+            alone does not fit (the latest user message is then sent whole);
+            :attr:`over_budget_cause` says what it is made of.
         elapsed_ms: How long the trim took.
         tool_tokens: Tokens of the tool definitions sent (structured-output tools included).
         response_format_tokens: Tokens of the ``response_format`` schema sent.
@@ -95,10 +89,6 @@ class TrimResult:
         question_retention: A proxy for what the trim cost the answer: of the latest user
             message's terms that occur elsewhere in the input, the share still in what is
             sent (1.0 when nothing was left out); ``None`` without such terms.
-        on_usage: Takes the server's ``prompt_tokens`` and cached prompt tokens and the time
-            to first token in ms (each ``None`` when not reported or not streamed) of the
-            request sent; the callback handler calls it when the model call ends.
-            ``CostAwareTrimmer`` learns its conversations' cache state so.
         message_tokens: Each input message's tokens (its framing included), in input order.
         priority_classes: The class each input message was ranked in, in input order.
         sent_message_tokens: Each sent message's tokens as sent, in the order of ``messages``.
@@ -122,7 +112,6 @@ class TrimResult:
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
     dropped_tools: tuple[str, ...] = ()
     question_retention: float | None = None
-    on_usage: UsageReceiver | None = field(default=None, repr=False, compare=False)
     message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     priority_classes: tuple[PriorityClass, ...] = field(repr=False, compare=False)
     sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)
@@ -130,61 +119,8 @@ class TrimResult:
     _must_keep_by_class: Mapping[PriorityClass, int] = field(repr=False, compare=False)
     # Works the decisions out on first access (a trim in an agent loop rarely reads them).
     _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
-    _decided: tuple[MessageDecision, ...] | None = field(default=None, repr=False, compare=False)
     # Whether the latest user message is sent as it was given (over budget: it is, see _plan).
     _question_whole: bool = field(default=True, repr=False, compare=False)
-    # What a prompt not worked out by this trim says its overrun is, and its fix (from_decisions).
-    _stated_cause: str | None = field(default=None, repr=False, compare=False)
-    _stated_hint: str | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def from_decisions(
-        cls,
-        base: TrimResult,
-        decisions: Iterable[MessageDecision],
-        *,
-        messages: Iterable[BaseMessage] | None = None,
-        tokens_after: int | None = None,
-        over_budget: bool | None = None,
-        on_usage: UsageReceiver | None = None,
-        over_budget_cause: str | None = None,
-        over_budget_hint: str | None = None,
-    ) -> TrimResult:
-        """A result of ``base``'s input that sends what ``decisions`` say.
-
-        For a prompt not worked out by a trim of its own, such as ``CostAwareTrimmer``'s
-        append-only prompt (the previous prompt as sent plus the new messages): the request's
-        other figures (tools, framing, budget, calibration) are ``base``'s, and the dropped and
-        shortened counts are those of ``decisions``.
-
-        Args:
-            base: A trim of the same input messages.
-            decisions: One decision per input message, in input order.
-            messages: The messages sent. Default: ``base``'s.
-            tokens_after: Tokens of the request sent. Default: ``base``'s.
-            over_budget: Whether it exceeds the budget. Default: ``base``'s.
-            on_usage: See the attribute. Default: ``base``'s.
-            over_budget_cause: Why the prompt sent is over budget when it is for another reason
-                than its fixed part: the cost-aware trimmer's append on a warm cache, the one
-                such reason (``over_budget_reason`` is then ``"warm_cache_append"``). Default:
-                the fixed part.
-            over_budget_hint: The fix that goes with ``over_budget_cause``. Default: none when
-                a cause is given, else the fixed part's.
-        """
-        decided = tuple(decisions)
-        return dataclasses.replace(
-            base,
-            messages=list(base.messages if messages is None else messages),
-            tokens_after=base.tokens_after if tokens_after is None else tokens_after,
-            dropped_messages=sum(d.action == "dropped" for d in decided),
-            shortened_messages=sum(d.action == "shortened" for d in decided),
-            over_budget=base.over_budget if over_budget is None else over_budget,
-            on_usage=base.on_usage if on_usage is None else on_usage,
-            sent_message_tokens=tuple(d.tokens_after for d in decided if d.action != "dropped"),
-            _decided=decided,
-            _stated_cause=over_budget_cause,
-            _stated_hint=over_budget_hint,
-        )
 
     @property
     def changed(self) -> bool:
@@ -205,13 +141,10 @@ class TrimResult:
     def over_budget_cause(self) -> str | None:
         """What the fixed part is made of, largest first, when ``over_budget``; else ``None``.
 
-        E.g. ``"tool definitions: 9,091 of 9,521 tokens; system messages: 310"``; for a result
-        made by :meth:`from_decisions` with a cause, that cause.
+        E.g. ``"tool definitions: 9,091 of 9,521 tokens; system messages: 310"``.
         """
         if not self.over_budget:
             return None
-        if self._stated_cause is not None:
-            return self._stated_cause
         parts = self._fixed_parts() or [("", "the request", self.tokens_after)]
         (_, name, tokens), *rest = parts
         return "; ".join(
@@ -222,12 +155,9 @@ class TrimResult:
     @property
     def over_budget_reason(self) -> str | None:
         """Why the request is over budget, in one word, when it is: ``"fixed_part"`` (what no
-        trim removes does not fit) or ``"warm_cache_append"`` (a cost-aware append chose to pass
-        the budget, within the hard limit); ``None`` within the budget."""
+        trim removes does not fit, the one reason); ``None`` within the budget."""
         if not self.over_budget:
             return None
-        if self._stated_cause is not None:
-            return semconv.OVER_BUDGET_WARM_CACHE_APPEND
         return semconv.OVER_BUDGET_FIXED_PART
 
     @property
@@ -235,8 +165,6 @@ class TrimResult:
         """How to make the largest part of the fixed part smaller, when ``over_budget``."""
         if not self.over_budget:
             return None
-        if self._stated_cause is not None:
-            return self._stated_hint
         parts = self._fixed_parts()
         hint = parts[0][0] if parts else ""
         return f"{hint}, or raise the budget" if hint else "raise the budget"
@@ -261,7 +189,7 @@ class TrimResult:
     @cached_property
     def decisions(self) -> tuple[MessageDecision, ...]:
         """One decision per input message, in input order."""
-        return self._decided if self._decided is not None else self._decide()
+        return self._decide()
 
     @cached_property
     def by_class(self) -> Mapping[PriorityClass, ClassFigures]:

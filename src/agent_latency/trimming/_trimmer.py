@@ -71,24 +71,6 @@ __all__ = ["PriorityTrimmer", "TrimResult"]
 logger = logging.getLogger("agent_latency.trimming")
 
 _UNSET: Any = object()
-
-
-def unbuilt_mode(caller: str, mode: object) -> str:
-    """The error for a ``prompt.mode`` that ``caller`` does not build: the key and the fix."""
-    where = "llm.prompt.mode in config.toml or promptTrimmer.mode in settings.json"
-    if mode == "cost_aware":
-        return (
-            f"{caller}: prompt.mode is 'cost_aware' ({where}), which a PriorityTrimmer does not "
-            "do. Fix: build the trimmer with trimmer_from_settings(settings) or, for an agent, "
-            "TrimmingMiddleware.from_settings(settings) (both give a CostAwareTrimmer), or set "
-            "the mode to prefix_stable or moving_cut."
-        )
-    return (
-        f"{caller}: prompt.mode {mode!r} is no mode ({where}). "
-        f"Fix: use one of {', '.join(TRIM_MODES)}."
-    )
-
-
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
 
 
@@ -302,19 +284,21 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         Args:
             settings: Loaded settings; the budget is ``settings.prompt.token_budget`` (the output
                 reserve is separate and already checked against the context window); cuts are
-                prefix-stable unless ``prompt.mode`` is ``"moving_cut"`` (a ``"cost_aware"``
-                trimmer is built by :func:`trimmer_from_settings`; here it is an error).
+                prefix-stable unless ``prompt.mode`` is ``"moving_cut"``.
             **options: Keyword options of :class:`PriorityTrimmer` that win over the settings
                 (e.g. ``budget``, ``token_counter``, ``calibration``, ``tracer_provider``).
 
         Raises:
-            ValueError: When ``prompt.mode`` is ``"cost_aware"`` (or no mode) and ``options``
-                do not choose ``prefix_stable``: this class does not build that mode, and a
-                trimmer of another mode must not stand in for it silently.
+            ValueError: When ``prompt.mode`` is no mode (settings built in code are not checked
+                as loaded ones are): a trimmer of another mode must not stand in for it.
         """
         prompt, llm = settings.prompt, settings.llm
-        if prompt.mode not in ("prefix_stable", "moving_cut") and "prefix_stable" not in options:
-            raise ValueError(unbuilt_mode("PriorityTrimmer.from_settings", prompt.mode))
+        if prompt.mode not in TRIM_MODES:
+            raise ValueError(
+                f"PriorityTrimmer.from_settings: prompt.mode {prompt.mode!r} is no mode "
+                "(llm.prompt.mode in config.toml or promptTrimmer.mode in settings.json). "
+                f"Fix: use one of {', '.join(TRIM_MODES)}."
+            )
         from_settings: dict[str, Any] = {
             "budget": prompt.token_budget,
             "priority_order": prompt.priority_order,
