@@ -243,3 +243,22 @@ def test_in_an_agent_the_trim_span_goes_where_the_handler_records(
     assert all(
         t.parent is not None and t.parent == c.parent for t, c in zip(trims, chats, strict=True)
     )
+
+
+def test_a_state_record_of_the_removed_cost_aware_mode_is_not_read() -> None:
+    """A checkpointer may still hold the removed mode's record (once read with counts up to
+    10**8, allocating gigabytes): nothing reads it now, whatever it holds."""
+    import tracemalloc
+
+    record = {"actions": [["kept", 10**8]], "fingerprints": ["x" * 64], "prompt_tokens": 10**9}
+    messages = request(long_history())
+    state = {"messages": messages.messages, "agent_latency_latest_call": record}
+    original = messages.override(state=state)
+    tracemalloc.start()
+    try:
+        sent = sent_by(TrimmingMiddleware(PriorityTrimmer(BUDGET)), original)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(sent.messages) < len(original.messages)
+    assert peak < 64 * 1024 * 1024
