@@ -54,6 +54,8 @@ def test_prints_a_row_per_message_with_action_and_reason(
     assert "always kept" in rows[-1] and "latest_user" in rows[-1]
     reason = RULE_EXPLANATIONS["dropped_at_cut"][0]
     assert any("dropped" in row and reason in row for row in rows)
+    # What is sent below the budget is said, and why: the room the conversation grows into.
+    assert "cache-first cut:" in out and "tokens left free" in " ".join(out.split())
     assert "Trim to 600 tokens" in out
     assert "dropped" in out.split("total")[-1]
 

@@ -57,6 +57,17 @@ def render_trim_table(result: TrimResult, counted_with: str) -> Table:
             f"{result.dropped_messages} dropped, {result.shortened_messages} shortened",
             fixed,
             *(
+                [
+                    f"cache-first cut: {result.budget - result.tokens_after:,} of "
+                    f"{result.budget:,} tokens left free, so that the next calls append to the "
+                    "prompt the server has cached; the cut moves once the history has grown by "
+                    "an epoch (docs/trimming.md, Cache-first cuts)"
+                ]
+                if any(d.rule == "dropped_at_cut" for d in result.decisions)
+                and result.tokens_after < result.budget
+                else []
+            ),
+            *(
                 [f"OVER BUDGET: {result.over_budget_cause}. Fix: {result.over_budget_hint}."]
                 if result.over_budget
                 else []
