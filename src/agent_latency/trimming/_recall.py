@@ -21,12 +21,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
-from langchain_core.callbacks.manager import (
-    AsyncCallbackManagerForChainRun,
-    CallbackManagerForChainRun,
-)
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
@@ -37,14 +32,7 @@ from agent_latency.tokens import PromptCalibration, TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._result import TrimResult
-from agent_latency.trimming._span import (
-    areport_trim,
-    end_span,
-    report_trim,
-    run_context,
-    run_tracer,
-    start_span,
-)
+from agent_latency.trimming._span import TrimRunnable, end_span, start_span
 
 __all__ = [
     "MARKER_TEXT",
@@ -107,7 +95,7 @@ class Trimming(Protocol):
     def _with(self, **changes: Any) -> Trimming: ...
 
 
-class RecallingTrimmer(Runnable[Any, list[BaseMessage]]):
+class RecallingTrimmer(TrimRunnable):
     """Trims like ``trimmer`` and marks the cut; reads back what it left out (module docstring).
 
     A LangChain ``Runnable`` (the pre-model hook invokes it) whose :meth:`trim` takes the
@@ -257,36 +245,6 @@ class RecallingTrimmer(Runnable[Any, list[BaseMessage]]):
             effective_budget=effective,
             over_budget=tokens > effective,
         )
-
-    # -- Runnable -----------------------------------------------------------------------------
-
-    def invoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[BaseMessage]:
-        """Returns the trimmed messages of ``input``, the marker in (see :meth:`trim`)."""
-        return self._call_with_config(self._trim_in_run, input, config)
-
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[BaseMessage]:
-        """Returns the trimmed messages of ``input``, the marker in (see :meth:`trim`)."""
-        return await self._acall_with_config(self._atrim_in_run, input, config)
-
-    def _trim_in_run(
-        self, input_: Any, run_manager: CallbackManagerForChainRun
-    ) -> list[BaseMessage]:
-        tracer = run_tracer(run_manager, self._tracer)
-        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
-        report_trim(run_manager, result)
-        return result.messages
-
-    async def _atrim_in_run(
-        self, input_: Any, run_manager: AsyncCallbackManagerForChainRun
-    ) -> list[BaseMessage]:
-        tracer = run_tracer(run_manager, self._tracer)
-        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
-        await areport_trim(run_manager, result)
-        return result.messages
 
 
 def left_out_of(messages: object, result: TrimResult) -> list[BaseMessage]:

@@ -11,13 +11,15 @@ are recorded on the span and propagate unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from langchain_core.callbacks.manager import (
     AsyncCallbackManagerForChainRun,
     CallbackManagerForChainRun,
 )
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
@@ -103,3 +105,51 @@ async def areport_trim(run_manager: AsyncCallbackManagerForChainRun, result: obj
         await run_manager.get_child().on_custom_event(TRIM_EVENT, result, run_id=run_manager.run_id)
     except Exception:  # a handler with raise_error=True must not fail the trim
         logger.debug("Reporting the trim event failed", exc_info=True)
+
+
+class _Trimmed(Protocol):
+    @property
+    def messages(self) -> list[BaseMessage]: ...
+
+
+class TrimRunnable(Runnable[Any, list[BaseMessage]]):
+    """A trimmer as a LangChain ``Runnable``: ``invoke`` and ``ainvoke`` trim inside the run,
+    record the trim span in the run's trace and report the result to the run's handlers.
+
+    Subclasses give :meth:`trim` (``trim(input, *, context, tracer) -> TrimResult``) and a
+    ``_tracer`` for trims outside a traced run.
+    """
+
+    _tracer: Tracer
+    trim: Callable[..., _Trimmed]
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Returns the trimmed messages of ``input`` (see :meth:`trim`)."""
+        return self._call_with_config(self._trim_in_run, input, config)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Returns the trimmed messages of ``input`` (see :meth:`trim`).
+
+        The trim itself is synchronous: it is CPU-only and takes about a millisecond.
+        """
+        return await self._acall_with_config(self._atrim_in_run, input, config)
+
+    def _trim_in_run(
+        self, input_: Any, run_manager: CallbackManagerForChainRun
+    ) -> list[BaseMessage]:
+        tracer = run_tracer(run_manager, self._tracer)
+        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
+        report_trim(run_manager, result)
+        return result.messages
+
+    async def _atrim_in_run(
+        self, input_: Any, run_manager: AsyncCallbackManagerForChainRun
+    ) -> list[BaseMessage]:
+        tracer = run_tracer(run_manager, self._tracer)
+        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
+        await areport_trim(run_manager, result)
+        return result.messages

@@ -21,12 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
-from langchain_core.callbacks.manager import (
-    AsyncCallbackManagerForChainRun,
-    CallbackManagerForChainRun,
-)
 from langchain_core.messages import BaseMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableConfig
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer, TracerProvider
@@ -56,14 +51,7 @@ from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._rounds import AnalysisMemo
 from agent_latency.trimming._shortening import MessageShortener
-from agent_latency.trimming._span import (
-    areport_trim,
-    end_span,
-    report_trim,
-    run_context,
-    run_tracer,
-    start_span,
-)
+from agent_latency.trimming._span import TrimRunnable, end_span, start_span
 from agent_latency.trimming._tools import select_tools
 
 __all__ = ["PriorityTrimmer", "TrimResult"]
@@ -74,7 +62,7 @@ _UNSET: Any = object()
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
 
 
-class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
+class PriorityTrimmer(TrimRunnable):
     """Fits a model call's whole request into a prompt token budget by dropping what matters least.
 
     A LangChain ``Runnable``: ``prompt | trimmer | model`` works, as do ``invoke``, ``ainvoke``,
@@ -409,21 +397,6 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
             )
         return result
 
-    def invoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[BaseMessage]:
-        """Returns the trimmed messages of ``input`` (see :meth:`trim`)."""
-        return self._call_with_config(self._trim_in_run, input, config)
-
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[BaseMessage]:
-        """Returns the trimmed messages of ``input`` (see :meth:`trim`).
-
-        The trim itself is synchronous: it is CPU-only and takes about a millisecond.
-        """
-        return await self._acall_with_config(self._atrim_in_run, input, config)
-
     def as_pre_model_hook(
         self,
         *,
@@ -471,22 +444,6 @@ class PriorityTrimmer(Runnable[Any, list[BaseMessage]]):
         if recall:
             changes["tools"] = [*changes.get("tools", self.options.tools or ()), TOOL_DEFINITION]
         return PreModelHook(self._with(**changes) if changes else self, system, recall=recall)
-
-    def _trim_in_run(
-        self, input_: Any, run_manager: CallbackManagerForChainRun
-    ) -> list[BaseMessage]:
-        tracer = run_tracer(run_manager, self._tracer)
-        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
-        report_trim(run_manager, result)
-        return result.messages
-
-    async def _atrim_in_run(
-        self, input_: Any, run_manager: AsyncCallbackManagerForChainRun
-    ) -> list[BaseMessage]:
-        tracer = run_tracer(run_manager, self._tracer)
-        result = self.trim(input_, context=run_context(run_manager), tracer=tracer)
-        await areport_trim(run_manager, result)
-        return result.messages
 
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
