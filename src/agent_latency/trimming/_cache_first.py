@@ -10,15 +10,18 @@ call re-prefills everything after it; this one moves rarely:
   cut therefore stays put while the conversation grows by an epoch, on every replica, with no
   state kept anywhere.
 * **The stable part** is what the rounds before the cut keep, decided from them alone: the
-  head rounds, the rounds the question asked at the cut needs (turn-level BM25, with each
-  hit's neighbouring rounds; of equally relevant rounds the newer, so a correction beats what
-  it corrects), then the most recent, up to :data:`STABLE_SHARE` of the room. The rounds since
-  the cut are appended after it whole, so the prompt up to the new messages is the previous
-  call's, byte for byte.
-* **Recall**: when the latest user message names something no kept message mentions but a
-  dropped round does, the best such rounds (with neighbours) come back right before the current
-  turn, after the stable part and the appended rounds, so the cached prefix is not moved. Most
-  turns of a conversation are not questions about its past; they recall nothing.
+  head rounds, the tail rounds, the rounds the question asked at the cut needs (turn level:
+  a round scores as its best message, by the summed rarity of the question's terms it holds,
+  with each hit's neighbouring rounds; of equally relevant rounds the newer, so a correction
+  beats what it corrects), then the most recent without gaps, up to :data:`STABLE_SHARE` of
+  the room. The rounds since the cut are appended after it whole, so the prompt up to the new
+  messages is the previous call's, byte for byte.
+* **Recall**: when the latest user message names something no message sent holds, or a
+  left-out round speaks to more of it than any round sent (or as much and is newer), the best
+  such rounds (with neighbours) come back right before the current turn, after the stable part
+  and the appended rounds, so the cached prefix is not moved; when they do not fit, the call is
+  refocused (:func:`_refocus`). Most turns of a conversation are not questions about its past;
+  they recall nothing.
 
 What is left of the room after the stable part and an epoch of appended rounds is the room
 for the current turn and for recall. Whatever still does not fit is dropped by the general
