@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -28,6 +28,11 @@ from opentelemetry.trace import Tracer
 from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
 from agent_latency._validation import checked_bool
 from agent_latency.config import Settings
+from agent_latency.trimming._cache_key import (
+    CACHE_KEY_SETTING,
+    conversation_cache_key,
+    takes_cache_key,
+)
 from agent_latency.trimming._from_settings import trimmer_from_settings
 from agent_latency.trimming._hook import NO_RECALL, PreModelHook
 from agent_latency.trimming._recall import (
@@ -85,22 +90,35 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     so the tool block never changes; its definition counts against the budget) reads the
     left-out messages back from the state.
 
+    Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
+    conversation's first messages, where the server takes one (by default OpenAI's own API), so
+    that its calls reach the machines that hold their prefix; one the model settings already
+    give is kept.
+
     Args:
         trimmer: The trimmer to apply.
         recall: Keep what is cut readable (see above). Default: on.
+        cache_key: Send the per-conversation ``prompt_cache_key``: ``None`` (the default) where
+            the model is a ``ChatOpenAI`` on OpenAI's API, ``True`` always (a gateway or server
+            that takes it), ``False`` never.
 
     Raises:
         TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
-        ValueError: When ``recall`` is not a bool.
+        ValueError: When ``recall`` is not a bool, or ``cache_key`` neither a bool nor ``None``.
     """
 
-    def __init__(self, trimmer: PriorityTrimmer, *, recall: bool = True) -> None:
+    def __init__(
+        self, trimmer: PriorityTrimmer, *, recall: bool = True, cache_key: bool | None = None
+    ) -> None:
         if not isinstance(trimmer, PriorityTrimmer):
             raise TypeError(
                 f"TrimmingMiddleware: trimmer must be a PriorityTrimmer, "
                 f"got {type(trimmer).__name__}; e.g. TrimmingMiddleware(PriorityTrimmer(6000))."
             )
         checked_bool("TrimmingMiddleware", "recall", recall)
+        if cache_key is not None:
+            checked_bool("TrimmingMiddleware", "cache_key", cache_key)
+        self.cache_key = cache_key
         self.trimmer = trimmer
         self.recalling: RecallingTrimmer | None = None
         self.tools: list[BaseTool] = []
@@ -160,6 +178,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
+        request = self._keyed(request, messages)
         try:
             output_tools, response_format, strict = _structured_output(request)
             context, tracer = _current_run()
@@ -190,6 +209,19 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if system is not None and kept and kept[0] is system:
             return request.override(messages=kept[1:]), result, runs
         return request.override(system_message=None, messages=kept), result, runs
+
+    def _keyed(
+        self, request: ModelRequest[Any], messages: Sequence[BaseMessage]
+    ) -> ModelRequest[Any]:
+        """The request with the conversation's ``prompt_cache_key``, where one is sent."""
+        if CACHE_KEY_SETTING in request.model_settings or not (
+            self.cache_key or (self.cache_key is None and takes_cache_key(request.model))
+        ):
+            return request
+        key = conversation_cache_key(messages)
+        if key is None:
+            return request
+        return request.override(model_settings={**request.model_settings, CACHE_KEY_SETTING: key})
 
 
 def recall_tool(hook: PreModelHook) -> BaseTool:

@@ -1,0 +1,64 @@
+"""Each call of a conversation carries one prompt_cache_key where the server takes it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+
+from agent_latency.trimming import PriorityTrimmer
+from agent_latency.trimming._middleware import TrimmingMiddleware
+
+
+def _agent(base_url: str, bodies: list[dict[str, Any]], **options: Any) -> Any:
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "ok"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
+        return httpx.Response(200, json={**created, "choices": [choice]})
+
+    model = ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key="sk-test",  # type: ignore[arg-type]
+        base_url=base_url,
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+    middleware = TrimmingMiddleware(PriorityTrimmer(2000), recall=False, **options)
+    return create_agent(model, [], system_prompt="Be brief.", middleware=[middleware])
+
+
+def _ask(agent: Any, *questions: str) -> None:
+    messages: list[Any] = []
+    for question in questions:
+        messages = agent.invoke({"messages": [*messages, HumanMessage(question)]})["messages"]
+
+
+def test_on_openai_every_call_of_a_conversation_sends_one_key_and_another_one_another() -> None:
+    bodies: list[dict[str, Any]] = []
+    agent = _agent("https://api.openai.com/v1", bodies)
+    _ask(agent, "Plan my trip to Porto.", "And the hotel?")
+    _ask(agent, "Something else entirely.")
+    keys = [body.get("prompt_cache_key") for body in bodies]
+    assert keys[0] is not None and keys[0].startswith("agent-latency-")
+    assert keys[1] == keys[0]
+    assert keys[2] is not None and keys[2] != keys[0]
+
+
+@pytest.mark.parametrize(("option", "sent"), [(None, False), (True, True), (False, False)])
+def test_other_servers_get_the_key_only_when_asked(option: bool | None, sent: bool) -> None:
+    bodies: list[dict[str, Any]] = []
+    agent = _agent("http://127.0.0.1:9/v1", bodies, cache_key=option)
+    _ask(agent, "Plan my trip to Porto.")
+    assert ("prompt_cache_key" in bodies[0]) is sent
+
+
+def test_a_cache_key_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="cache_key"):
+        TrimmingMiddleware(PriorityTrimmer(2000), cache_key="yes")  # type: ignore[arg-type]
