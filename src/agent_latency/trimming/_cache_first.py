@@ -321,7 +321,9 @@ def _recall(history: _History, room: int, options: TrimOptions, cut: int) -> Non
         return
     if not chosen:
         return
-    indices = [i for r in sorted(chosen) for i in history.indices[r]]
+    # In input order: a round's units list a tool call's results with the call, while another
+    # message can sit between them.
+    indices = sorted(i for r in chosen for i in history.indices[r])
     plan.restore(indices, ["recalled"] * len(indices))
     plan.moved = indices
 
@@ -366,4 +368,4 @@ def _refocus(history: _History, options: TrimOptions, scores: list[float], cut: 
     plan.restore(
         kept, ["recalled" if r < cut else "within_budget" for r in back for _ in history.indices[r]]
     )
-    plan.moved = [i for r in back if r < cut for i in history.indices[r]]
+    plan.moved = sorted(i for r in back if r < cut for i in history.indices[r])
