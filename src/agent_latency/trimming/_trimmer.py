@@ -451,7 +451,8 @@ class PriorityTrimmer(TrimRunnable):
         counts, texts, units = self._analyses.analyse(messages)
         dropped_tools: tuple[str, ...] = ()
         # What the request weighed as given, before a tool budget left tools out.
-        tools_given = sum(self._extras_counter.count(request))
+        tool_tokens, response_format_tokens = self._extras_counter.count(request)
+        tools_given = tool_tokens + response_format_tokens
         if self.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
                 request,
@@ -461,7 +462,7 @@ class PriorityTrimmer(TrimRunnable):
                 counter=self._extras_counter,
                 terms=self.term_cache,
             )
-        tool_tokens, response_format_tokens = self._extras_counter.count(request)
+            tool_tokens, response_format_tokens = self._extras_counter.count(request)
         factor = self.calibration.factor if self.calibration is not None else 1.0
         plan = Plan(
             messages,
