@@ -98,7 +98,7 @@ def cache_first_cut(
         keep = _remembered_stable_part(history, cut, stable_target, options)
         left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
         plan.drop(left_out, "dropped_at_cut")
-    _recall(history, plan.budget - plan.tokens, options, cut)
+    _recall(history, plan.budget - plan.tokens, cut)
 
 
 @dataclass(slots=True)
@@ -258,7 +258,7 @@ def _cut_query(history: _History, cut: int) -> str:
     return "" if question is None else plan.texts[question]
 
 
-def _recall(history: _History, room: int, options: TrimOptions, cut: int) -> None:
+def _recall(history: _History, room: int, cut: int) -> None:
     """Brings back the left-out rounds the latest user message needs, before the current turn.
 
     Only when the question needs them: a left-out round holds a term of the question that no
@@ -317,7 +317,7 @@ def _recall(history: _History, room: int, options: TrimOptions, cut: int) -> Non
                 elif candidate == r:
                     missed = True
     if missed and best >= REFOCUS_MATCH * ideal:
-        _refocus(history, options, scores, cut)
+        _refocus(history, scores, cut)
         return
     if not chosen:
         return
@@ -328,7 +328,7 @@ def _recall(history: _History, room: int, options: TrimOptions, cut: int) -> Non
     plan.moved = indices
 
 
-def _refocus(history: _History, options: TrimOptions, scores: list[float], cut: int) -> None:
+def _refocus(history: _History, scores: list[float], cut: int) -> None:
     """Gives this call's room after the stable part to the rounds the question needs.
 
     The stable part stays (the server still holds it); the rest of the history is chosen
