@@ -151,6 +151,17 @@ def test_inputs_are_never_mutated_and_survivors_keep_their_order(
     outcome = trimmer.trim(messages)
     assert [m.model_dump() for m in messages] == before
     survivors = [d for d in outcome.decisions if d.action != "dropped"]
+    # In input order, but recalled history (docs/trimming.md, Cache-first cuts) is sent right
+    # before the latest user message, after the cached prefix, in its own order.
+    recalled = [d for d in survivors if d.rule == "recalled"]
+    if recalled:
+        question = next(d.index for d in survivors if d.priority_class == "latest_user")
+        rest = [d for d in survivors if d.rule != "recalled"]
+        survivors = [
+            *(d for d in rest if d.index < question),
+            *recalled,
+            *(d for d in rest if d.index >= question),
+        ]
     assert len(survivors) == len(outcome.messages)
     for decision, sent in zip(survivors, outcome.messages, strict=True):
         original = messages[decision.index]
