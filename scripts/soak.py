@@ -368,7 +368,7 @@ def run_sequential(
         settings, base_url=base_url, model=DEFAULT_MODEL, max_retries=0, streaming=True
     )
     untraced = PriorityTrimmer.from_settings(
-        settings, budget=wired.trimmer.budget, tracer_provider=trace.NoOpTracerProvider()
+        settings, budget=wired.trimmer.options.budget, tracer_provider=trace.NoOpTracerProvider()
     )
     watch = StopWatch()
     time_agent_latency(watch, wired.handler, wired.trimmer)

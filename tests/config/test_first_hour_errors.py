@@ -19,21 +19,16 @@ import pytest
 
 from agent_latency import ConfigError, load_settings
 from agent_latency.cli import main
-from agent_latency.config._sources import JSON_SCHEMA, TOML_SCHEMA, _Key
+from agent_latency.config._settings import JSON, TOML
+from agent_latency.config._sources import FileSchema
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
 SECRET = "sk-env-secret-8d2f0b"
 
 
-def _int_keys(schema: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    keys: list[tuple[str, ...]] = []
-    for key, spec in schema.items():
-        if isinstance(spec, _Key):
-            keys += [(*prefix, key)] if spec.kind == "int" else []
-        else:
-            keys += _int_keys(spec, (*prefix, key))
-    return keys
+def _int_keys(schema: FileSchema) -> list[tuple[str, ...]]:
+    return [tuple(dotted.split(".")) for dotted, key in schema.keys.items() if key.kind == "int"]
 
 
 def _toml(path: tuple[str, ...], value: object) -> str:
@@ -66,8 +61,8 @@ def config_error(config: str | None = None, settings: str | None = None) -> str:
 
 @pytest.mark.parametrize(
     ("file", "path"),
-    [("config.toml", path) for path in _int_keys(TOML_SCHEMA)]
-    + [("settings.json", path) for path in _int_keys(JSON_SCHEMA)],
+    [("config.toml", path) for path in _int_keys(TOML)]
+    + [("settings.json", path) for path in _int_keys(JSON)],
     ids=lambda each: ".".join(each) if isinstance(each, tuple) else each,
 )
 def test_every_integer_setting_refuses_a_value_no_64_bit_integer_holds(

@@ -23,7 +23,7 @@ from agent_latency.config import (
     load_settings,
     with_channel_overrides,
 )
-from agent_latency.config._sources import JSON_SCHEMA, TOML_SCHEMA
+from agent_latency.config._settings import JSON, TOML
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-8d1f0c2e-do-not-print"
@@ -46,7 +46,6 @@ ISSUE_SETTINGS = Settings(
         reserve_for_output=2000,
         keep_system=True,
         keep_latest_user=True,
-        trim_strategy="priority",
         priority_order=("system", "latest_user", "tool_result", "history"),
         history_keep_head=2,
         history_keep_tail=4,
@@ -480,12 +479,15 @@ def test_temperature_bounds_are_inclusive(tmp_path: Path, temperature: float) ->
     assert settings.streaming.temperature == temperature
 
 
-def test_trim_strategy_other_than_priority(tmp_path: Path) -> None:
-    message = _config_error(tmp_path, '[llm.prompt]\ntrim_strategy = "fifo"\n')
+@pytest.mark.parametrize("value", ['"priority"', '"fifo"'])
+def test_the_removed_trim_strategy_is_named_with_its_fix(tmp_path: Path, value: str) -> None:
+    """``priority`` was its only value: a file still setting it is told to delete the key."""
+    message = _config_error(tmp_path, f"[llm.prompt]\ntrim_strategy = {value}\n")
 
-    assert "config.toml: llm.prompt.trim_strategy" in message
-    assert "'fifo'" in message
-    assert "'priority'" in message
+    assert message.endswith(
+        "config.toml: llm.prompt.trim_strategy: unknown key. Fix: delete it: priority, its only "
+        "value, is how the trimmer always works."
+    )
 
 
 @pytest.mark.parametrize(
@@ -665,7 +667,7 @@ def _leaf_keys(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 def test_every_key_of_both_files_has_a_row_in_docs_configuration() -> None:
     docs = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-    keys = _leaf_keys(TOML_SCHEMA) + _leaf_keys(JSON_SCHEMA)
+    keys = [*TOML.keys, *JSON.keys]
 
     assert "llm.tokenizer" in keys and "promptTrimmer.historySelection" in keys
     assert [key for key in keys if f"| `{key}` |" not in docs] == []

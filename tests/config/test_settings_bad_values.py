@@ -231,7 +231,7 @@ def test_a_timeout_beyond_a_day_is_refused(tmp_path: Path, timeout: str) -> None
 
     message = config_error(config)
 
-    assert "config.toml: llm.timeout_seconds" in message and "at most 86400" in message
+    assert "config.toml: llm.timeout_seconds" in message and "at most 86,400 (a day)" in message
 
 
 def test_a_timeout_of_a_day_is_accepted(tmp_path: Path) -> None:

@@ -92,7 +92,6 @@ TOML_KEYS: dict[str, Any] = {
             "reserve_for_output": "int",
             "keep_system": "bool",
             "keep_latest_user": "bool",
-            "trim_strategy": "str",
         },
     }
 }
@@ -220,7 +219,6 @@ def _assert_valid(loaded: Settings) -> None:
     assert SECRET not in repr(loaded)
     prompt, streaming, metrics, llm = loaded.prompt, loaded.streaming, loaded.metrics, loaded.llm
     assert prompt.token_budget > 0
-    assert prompt.trim_strategy == "priority"
     assert sorted(prompt.priority_order) == sorted(CLASSES)
     assert 0 <= streaming.temperature <= 2
     assert metrics.ttft_warn_ms <= metrics.ttft_error_ms

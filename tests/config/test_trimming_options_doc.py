@@ -2,17 +2,18 @@
 
 The table gave ``history_keep_head`` 2, ``history_keep_tail`` 4 and ``history_selection`` ``age``
 long after the defaults (one source: :class:`~agent_latency.config.PromptSettings`) became 1, 1
-and ``relevance``. Each row here is checked against ``PriorityTrimmer``'s signature, so a changed
-default fails until the table says it too.
+and ``relevance``. Each row here is checked against the trimmer's options table
+(``TrimOptions``, whose fields are ``PriorityTrimmer``'s options), so a changed default fails
+until the table says it too.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import re
 from pathlib import Path
 
-from agent_latency.trimming import PriorityTrimmer
+from agent_latency.trimming import TrimOptions
 
 TRIMMING_DOC = Path(__file__).resolve().parents[2] / "docs/trimming.md"
 
@@ -40,12 +41,8 @@ def _shown(value: object) -> str:
 
 
 def _defaults() -> dict[str, object]:
-    signature = inspect.signature(PriorityTrimmer.__init__)
-    return {
-        name: parameter.default
-        for name, parameter in signature.parameters.items()
-        if name != "self"
-    }
+    defaults = TrimOptions()
+    return {field.name: getattr(defaults, field.name) for field in dataclasses.fields(TrimOptions)}
 
 
 def test_the_table_has_a_row_per_option_and_no_other() -> None:
@@ -55,7 +52,7 @@ def test_the_table_has_a_row_per_option_and_no_other() -> None:
 def test_each_fixed_default_is_the_one_in_the_code() -> None:
     table = _options_table()
     for name, default in _defaults().items():
-        if default is None or default == ():
+        if default is None or default in ((), frozenset()):
             continue  # budget-dependent or "none": said in words
         assert table[name] == _shown(default), f"docs/trimming.md Options: {name}"
 
@@ -63,6 +60,6 @@ def test_each_fixed_default_is_the_one_in_the_code() -> None:
 def test_a_default_said_in_words_is_no_literal() -> None:
     table = _options_table()
     for name, default in _defaults().items():
-        if default is None or default == ():
+        if default is None or default in ((), frozenset()):
             cell = table[name]
             assert not re.fullmatch(r"\d+|`(True|False|\w+)`", cell) or cell == "`None`", name

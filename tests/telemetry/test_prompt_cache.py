@@ -270,13 +270,13 @@ def test_from_settings_trimmer_learns_the_servers_count_through_the_handler(
     with running_simulator(FAST) as sim:
         settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
         trimmer = PriorityTrimmer.from_settings(settings)
-        assert trimmer.calibration is not None
+        assert trimmer.options.calibration is not None
         chain = trimmer | build_chat_model(settings, streaming=True, stream_usage=True)
         for question in ("What is an invoice?", "And a credit note?", "And a refund?"):
             list(chain.stream(conversation(question), config={"callbacks": [handler]}))
 
     spans = chat_spans(span_exporter)
-    assert trimmer.calibration.observations == len(spans) == 3
+    assert trimmer.options.calibration.observations == len(spans) == 3
     for span in spans:
         ours = span.attributes[semconv.TRIM_TOKENS_AFTER]
         server = span.attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS]

@@ -7,6 +7,7 @@ content and list content with text and image parts. The options are random too.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,8 +128,8 @@ def layout(messages: list[BaseMessage], trimmer: PriorityTrimmer) -> Layout:
             else "history"
         )
         classes.update(dict.fromkeys(unit.indices, name))
-    must_keep = {i for i in classes if classes[i] == "system" and trimmer.keep_system}
-    if trimmer.keep_latest_user and latest_user >= 0:
+    must_keep = {i for i in classes if classes[i] == "system" and trimmer.options.keep_system}
+    if trimmer.options.keep_latest_user and latest_user >= 0:
         must_keep.add(latest_user)
     turn = [u.indices for u in units if classes[u.indices[0]] == "tool_result"]
     tool_calls = [u.indices for u in units if u.kind == "tool_call" and u.indices in turn]
@@ -180,8 +181,8 @@ def test_the_budget_is_exact_and_input_that_fits_is_unchanged(
     outcome = trimmer.trim(messages)
     assert outcome.tokens_before == COUNTER.count_messages(messages)
     assert outcome.tokens_after == COUNTER.count_messages(outcome.messages)
-    assert outcome.over_budget == (outcome.tokens_after > trimmer.budget)
-    if outcome.tokens_before <= trimmer.budget:
+    assert outcome.over_budget == (outcome.tokens_after > trimmer.options.budget)
+    if outcome.tokens_before <= trimmer.options.budget:
         assert not outcome.changed
         assert all(a is b for a, b in zip(outcome.messages, messages, strict=True))
 
@@ -250,9 +251,9 @@ def test_lower_classes_and_older_tool_calls_are_dropped_first(
     # Strict priority: once a class loses a message to the budget, lower classes keep nothing
     # optional.
     losing = {d.priority_class for d in outcome.decisions if d.rule == "dropped_for_budget"}
-    for rank, name in enumerate(trimmer.priority_order):
+    for rank, name in enumerate(trimmer.options.priority_order):
         if name in losing:
-            lower = set(trimmer.priority_order[rank + 1 :])
+            lower = set(trimmer.options.priority_order[rank + 1 :])
             assert not [i for i in survivors - rules.must_keep if rules.classes[i] in lower], (
                 name,
                 lower,
@@ -265,17 +266,8 @@ def test_the_same_input_gives_the_same_output(
     messages: list[BaseMessage], trimmer: PriorityTrimmer
 ) -> None:
     first = trimmer.trim(messages)
-    again = PriorityTrimmer(
-        trimmer.budget,
-        priority_order=trimmer.priority_order,
-        keep_system=trimmer.keep_system,
-        keep_latest_user=trimmer.keep_latest_user,
-        history_keep_head=trimmer.history_keep_head,
-        history_keep_tail=trimmer.history_keep_tail,
-        max_tool_result_tokens=trimmer.max_tool_result_tokens,
-        prefix_stable=trimmer.prefix_stable,
-        prefix_step_tokens=trimmer.prefix_step_tokens,
-        token_counter=TokenCounter(cache_size=64),
+    again = PriorityTrimmer._from_options(
+        dataclasses.replace(trimmer.options, token_counter=TokenCounter(cache_size=64))
     ).trim([m.model_copy() for m in messages])
     assert [m.model_dump() for m in first.messages] == [m.model_dump() for m in again.messages]
     assert [d.rule for d in first.decisions] == [d.rule for d in again.decisions]

@@ -40,9 +40,9 @@ def test_the_factory_builds_the_trimmer_of_the_mode(mode: str, prefix_stable: bo
     settings = Settings(prompt=PromptSettings(mode=mode, token_budget=1200))  # type: ignore[arg-type]
     trimmer = trimmer_from_settings(settings)
     assert type(trimmer) is PriorityTrimmer
-    assert trimmer.prefix_stable is prefix_stable and trimmer.budget == 1200
+    assert trimmer.options.prefix_stable is prefix_stable and trimmer.options.budget == 1200
     # Options win over the settings.
-    assert trimmer_from_settings(settings, budget=900).budget == 900
+    assert trimmer_from_settings(settings, budget=900).options.budget == 900
 
 
 @pytest.mark.parametrize(
@@ -111,4 +111,4 @@ def test_a_bad_mode_or_budget_is_refused_naming_the_key(
 
 def test_the_middleware_from_default_settings_trims_prefix_stable() -> None:
     plain = TrimmingMiddleware.from_settings(Settings())
-    assert isinstance(plain.trimmer, PriorityTrimmer) and plain.trimmer.prefix_stable
+    assert isinstance(plain.trimmer, PriorityTrimmer) and plain.trimmer.options.prefix_stable

@@ -371,8 +371,8 @@ def test_a_large_tool_result_is_shortened_to_the_cap_keeping_head_and_tail() -> 
 
 
 def test_the_default_tool_result_cap_is_a_quarter_of_the_budget() -> None:
-    assert PriorityTrimmer(6000).max_tool_result_tokens == 1500
-    assert PriorityTrimmer(40).max_tool_result_tokens == 32  # never below the shortening floor
+    assert PriorityTrimmer(6000).options.tool_result_cap == 1500
+    assert PriorityTrimmer(40).options.tool_result_cap == 32  # never below the shortening floor
     messages = [HumanMessage("task"), calls("a"), result("a", 3000), HumanMessage("ok")]
     outcome = trimmer(2000).trim(messages)
     assert COUNTER.count_message(outcome.messages[2]) <= 500
@@ -523,10 +523,11 @@ def test_from_settings_takes_the_prompt_settings() -> None:
         )
     )
     built = PriorityTrimmer.from_settings(settings, max_tool_result_tokens=100)
-    assert built.budget == 900 and built.keep_system is False and built.keep_latest_user is True
-    assert built.priority_order == ("latest_user", "system", "history", "tool_result")
-    assert (built.history_keep_head, built.history_keep_tail) == (1, 3)
-    assert built.max_tool_result_tokens == 100 and built.prefix_step_tokens == 225
+    options = built.options
+    assert options.budget == 900 and options.keep_system is False and options.keep_latest_user
+    assert options.priority_order == ("latest_user", "system", "history", "tool_result")
+    assert (options.history_keep_head, options.history_keep_tail) == (1, 3)
+    assert options.tool_result_cap == 100 and options.step_tokens == 225
 
 
 @pytest.mark.parametrize(

@@ -312,9 +312,7 @@ class Bench:
         """Prepares one replayed call's prompt as ``strategy`` does."""
         if strategy.key == "hard_limit" and isinstance(self._at_hard_limit, PriorityTrimmer):
             result = self._at_hard_limit.trim(messages)
-            return _Prepared(
-                result.messages, result.elapsed_ms, self._at_hard_limit.budget, result.over_budget
-            )
+            return _Prepared(result.messages, result.elapsed_ms, result.budget, result.over_budget)
         stable = {"untrimmed": None, "moving_cut": False, "prefix_stable": True}[strategy.key]
         return self._prepare(messages, stable)
 

@@ -8,12 +8,14 @@ and key are checked where they are loaded (:func:`check_base_url`), and
 :func:`build_chat_model` turns it into a LangChain ``ChatOpenAI`` (imported on first use: it
 loads langchain_openai and openai).
 
-The parts: the settings and their checks, the sources (files, schemas, environment), the
-channel's URL and key, and the chat model.
+The parts: the declarations (each setting once: type, default, bounds, meaning, file keys and
+the trimmer option it sets, read back as :data:`SETTINGS`), the settings and their checks, the
+sources (files, schemas, environment), the channel's URL and key, and the chat model.
 
 Exports: ``ConfigError``, ``HISTORY_SELECTIONS``, ``HistorySelection``, ``LLMSettings``,
 ``MAX_TOKENS_PARAMS``, ``MetricsSettings``, ``PRIORITY_CLASSES``, ``PriorityClass``,
-``PromptSettings``, ``Settings``, ``StreamingSettings``, ``TRIM_MODES``, ``TrimMode``,
+``PromptSettings``, ``SETTINGS``, ``Setting``, ``Settings``, ``StreamingSettings``,
+``TRIM_MODES``, ``TrimMode``,
 ``build_chat_model``,
 ``check_base_url``, ``is_http_url``, ``load_settings``, ``with_channel_overrides``.
 """
@@ -21,10 +23,12 @@ Exports: ``ConfigError``, ``HISTORY_SELECTIONS``, ``HistorySelection``, ``LLMSet
 from typing import TYPE_CHECKING, Any
 
 from agent_latency.config._channel import check_base_url, is_http_url
+from agent_latency.config._declared import Setting
 from agent_latency.config._settings import (
     HISTORY_SELECTIONS,
     MAX_TOKENS_PARAMS,
     PRIORITY_CLASSES,
+    SETTINGS,
     TRIM_MODES,
     HistorySelection,
     LLMSettings,
@@ -46,6 +50,7 @@ __all__ = [
     "HISTORY_SELECTIONS",
     "MAX_TOKENS_PARAMS",
     "PRIORITY_CLASSES",
+    "SETTINGS",
     "TRIM_MODES",
     "ConfigError",
     "HistorySelection",
@@ -53,6 +58,7 @@ __all__ = [
     "MetricsSettings",
     "PriorityClass",
     "PromptSettings",
+    "Setting",
     "Settings",
     "StreamingSettings",
     "TrimMode",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal, cast, get_args
 
@@ -24,11 +23,12 @@ from agent_latency.config._channel import (
     checked_key,
     output_limit_field,
 )
+from agent_latency.config._declared import Setting, declarations, documented, setting
+from agent_latency.config._sources import ConfigError as ConfigError
 from agent_latency.config._sources import (
-    JSON_SCHEMA,
-    TOML_KEYS,
-    TOML_SCHEMA,
+    FileSchema,
     Found,
+    Key,
     apply_environment,
     collect,
     merge,
@@ -36,7 +36,6 @@ from agent_latency.config._sources import (
     parse_toml,
     resolve,
 )
-from agent_latency.config._sources import ConfigError as ConfigError
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -44,7 +43,9 @@ PriorityClass = Literal["system", "latest_user", "tool_result", "history"]
 """The message classes ``prompt.priority_order`` ranks (docs/trimming.md)."""
 PRIORITY_CLASSES: Final[tuple[PriorityClass, ...]] = get_args(PriorityClass)
 """Every priority class, in the default order: the first gets the budget first."""
-MAX_TOKENS_PARAMS: Final = ("auto", "max_tokens", "max_completion_tokens")
+MaxTokensParam = Literal["auto", "max_tokens", "max_completion_tokens"]
+"""Which request field carries the output limit (``llm.max_tokens_param``)."""
+MAX_TOKENS_PARAMS: Final[tuple[MaxTokensParam, ...]] = get_args(MaxTokensParam)
 HistorySelection = Literal["cache_first", "relevance", "age"]
 """How the trimmer picks which middle history rounds to keep (docs/configuration.md)."""
 HISTORY_SELECTIONS: Final[tuple[HistorySelection, ...]] = get_args(HistorySelection)
@@ -62,37 +63,90 @@ MAX_MILLISECONDS: Final = MAX_SECONDS * 1000
 """The longest duration a setting in milliseconds takes (a day)."""
 MAX_ROUNDS: Final = 1_000_000
 """The most history rounds a setting counts: more than any context window holds."""
+_MILLISECONDS: Final[dict[str, Any]] = {
+    "minimum": 0,
+    "above": True,
+    "maximum": MAX_MILLISECONDS,
+    "note": " (a day)",
+}
+_ROUNDS: Final[dict[str, Any]] = {"minimum": 0, "maximum": MAX_ROUNDS, "example": "e.g. 1"}
 
 
+@documented
 @dataclass(frozen=True)
 class LLMSettings:
     """The model channel: one OpenAI-compatible endpoint and key for many models.
 
-    Attributes:
-        base_url: The API root, e.g. ``https://api.example.com/v1``; ``None`` uses OpenAI's.
-            The repr shows it without user info, query or fragment.
-        api_key: The key, masked in every repr.
-        model: The model name sent with each request.
-        timeout_seconds: The request timeout.
-        context_window: The model's context limit in tokens, when known.
-        max_tokens_param: Which request field carries the output limit: ``"max_tokens"``,
-            ``"max_completion_tokens"``, or ``"auto"`` (the latter for OpenAI itself, the former
-            for every other server).
-        tokenizer: Which tokenizer counts prompt tokens: a known name (e.g. ``"cl100k"``,
-            ``"o200k"``, ``"qwen"``, ``"llama3"``, ``"server"``) or the path of a
-            ``tokenizer.json``; ``None`` chooses from ``model``.
-        cache_lifetime_seconds: How long the endpoint keeps an idle prompt prefix cached;
-            ``None`` uses the provider's documented default.
-    """
+    The repr shows ``base_url`` without user info, query or fragment and masks the key."""
 
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    model: str = "qwen-7b-chat"
-    timeout_seconds: float = 60.0
-    context_window: int | None = None
-    max_tokens_param: str = "auto"
-    tokenizer: str | None = None
-    cache_lifetime_seconds: float | None = None
+    base_url: str | None = setting(
+        None,
+        "the API root of the OpenAI-compatible endpoint, e.g. `https://api.example.com/v1`; "
+        "unset: OpenAI's",
+        toml="llm.base_url",
+        accepts="string, http(s) URL, port 0–65535, no `user:password@`",
+    )
+    api_key: SecretStr | None = setting(
+        None,
+        "the key; never logged, traced or printed; surrounding whitespace is removed",
+        toml="llm.api_key",
+        accepts="string of printable ASCII",
+    )
+    model: str = setting(
+        "qwen-7b-chat",
+        "the model name; switching models is this one field",
+        toml="llm.model",
+        rule=(lambda v: bool(v.strip()), "must not be empty; write the model name"),
+    )
+    timeout_seconds: float = setting(
+        60.0,
+        "request timeout (at most a day: longer ones overflow the clocks beneath httpx)",
+        toml="llm.timeout_seconds",
+        minimum=0,
+        above=True,
+        maximum=MAX_SECONDS,
+        note=" (a day)",
+        example="e.g. 60",
+    )
+    context_window: int | None = setting(
+        None,
+        "the model's context limit in tokens; enables the check that `token_budget` plus "
+        "`reserve_for_output` fits it",
+        toml="llm.context_window",
+        minimum=0,
+        above=True,
+        maximum=MAX_REPORTED_TOKENS,
+        example="write the model's context limit in tokens",
+    )
+    max_tokens_param: MaxTokensParam = setting(
+        "auto",
+        "which request field carries the output limit: `auto` sends `max_completion_tokens` to "
+        "OpenAI and `max_tokens` to every other server (llama.cpp's Python server ignores "
+        "`max_completion_tokens` and generates until its context is full)",
+        toml="llm.max_tokens_param",
+    )
+    tokenizer: str | None = setting(
+        None,
+        "which tokenizer counts prompt tokens: a known name (`cl100k`, `o200k`, `qwen`, "
+        "`llama3`, `server` — the endpoint's own tokenize route) or the path of a Hugging Face "
+        "`tokenizer.json` on this machine (nothing is downloaded); unset: chosen from `model`",
+        toml="llm.tokenizer",
+        rule=(
+            lambda v: v is None or bool(v.strip()),
+            "must not be empty; write a tokenizer name or a tokenizer.json path, or leave it out",
+        ),
+    )
+    cache_lifetime_seconds: float | None = setting(
+        None,
+        "how long the endpoint keeps an idle prompt prefix cached; unset: the provider's "
+        "default (read by nothing since the cost-aware mode was removed; kept so files that set "
+        "it still load)",
+        toml="llm.cache_lifetime_seconds",
+        minimum=0,
+        maximum=MAX_SECONDS,
+        note=" (a day)",
+        example="e.g. 300",
+    )
 
     @property
     def output_limit_field(self) -> str:
@@ -108,75 +162,158 @@ class LLMSettings:
         return f"LLMSettings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
 
+@documented
 @dataclass(frozen=True)
 class StreamingSettings:
-    """Streaming and generation options.
+    """Streaming and generation options."""
 
-    Attributes:
-        enabled: Whether model calls stream.
-        chunk_timeout_ms: A gap between chunks longer than this is a stall.
-        temperature: Sampling temperature.
-        max_tokens: The output limit sent with each request.
-        record_ttft: Whether time to first token is measured.
-    """
+    enabled: bool = setting(
+        True, "stream model calls", toml="llm.streaming.enabled", json="streaming.enabled"
+    )
+    chunk_timeout_ms: int = setting(
+        800,
+        "a gap between chunks longer than this is a stall",
+        toml="llm.streaming.chunk_timeout_ms",
+        **_MILLISECONDS,
+        example="e.g. 800",
+    )
+    temperature: float = setting(
+        0.1,
+        "sampling temperature; 0.1–0.3 keeps streamed agent answers short and stable",
+        json="streaming.temperature",
+        minimum=0,
+        maximum=2,
+        example="0.1-0.3 for agents",
+    )
+    # = prompt.reserve_for_output: the answer fits the room kept free
+    max_tokens: int = setting(
+        2000,
+        "the output limit sent with each request; the default equals `reserveForOutput`, so a "
+        "full prompt leaves room for a whole answer",
+        json="streaming.maxTokens",
+        minimum=0,
+        above=True,
+        maximum=MAX_REPORTED_TOKENS,
+        example="e.g. 2000",
+    )
+    record_ttft: bool = setting(True, "measure time to first token", json="streaming.recordTtft")
 
-    enabled: bool = True
-    chunk_timeout_ms: int = 800
-    temperature: float = 0.1
-    max_tokens: int = 2000  # = prompt.reserve_for_output: the answer fits the room kept free
-    record_ttft: bool = True
 
-
+@documented
 @dataclass(frozen=True)
 class PromptSettings:
-    """Prompt trimming options.
+    """Prompt trimming options; those naming a ``trimmer`` option set that
+    ``PriorityTrimmer`` option in ``PriorityTrimmer.from_settings``."""
 
-    Attributes:
-        token_budget: The most prompt tokens sent per model call.
-        reserve_for_output: Tokens kept free in the context window for the answer.
-        keep_system: Never drop system messages.
-        keep_latest_user: Never drop the latest user message.
-        trim_strategy: Only ``"priority"`` exists.
-        priority_order: Which message class gets the budget first.
-        history_keep_head: Oldest history rounds kept before the middle is trimmed.
-        history_keep_tail: Newest history rounds kept before the middle is trimmed.
-        history_selection: Which middle history rounds are kept first: the newest (``"age"``)
-            or those most relevant to the latest user message (``"relevance"``).
-        compact_tool_results: Before whole history rounds are dropped, replace their tool
-            results with a one-line stub (the call stays).
-        mode: How cuts are placed (:data:`TrimMode`); ``trimmer_from_settings`` builds the
-            trimmer of that mode.
-    """
+    token_budget: int = setting(
+        6000,
+        "the most prompt tokens per model call",
+        toml="llm.prompt.token_budget",
+        json="promptTrimmer.defaultBudget",
+        minimum=0,
+        above=True,
+        maximum=MAX_REPORTED_TOKENS,
+        example="e.g. 6000",
+        trimmer="budget",
+    )
+    reserve_for_output: int = setting(
+        2000,
+        "tokens kept free in the context window for the answer",
+        toml="llm.prompt.reserve_for_output",
+        json="promptTrimmer.reserveForOutput",
+        minimum=0,
+        maximum=MAX_REPORTED_TOKENS,
+        example="e.g. 2000",
+    )
+    keep_system: bool = setting(
+        True, "never drop system messages", toml="llm.prompt.keep_system", trimmer="keep_system"
+    )
+    keep_latest_user: bool = setting(
+        True,
+        "never drop the latest user message (its middle may be shortened)",
+        toml="llm.prompt.keep_latest_user",
+        trimmer="keep_latest_user",
+    )
+    priority_order: tuple[PriorityClass, ...] = setting(
+        PRIORITY_CLASSES,
+        "which message class gets the budget first; a permutation of "
+        + ", ".join(f"`{each}`" for each in PRIORITY_CLASSES),
+        json="promptTrimmer.priorityOrder",
+        rule=(
+            lambda v: all(isinstance(c, str) for c in v) and sorted(v) == sorted(PRIORITY_CLASSES),
+            f"must list each of {', '.join(PRIORITY_CLASSES)} exactly once",
+        ),
+        trimmer="priority_order",
+    )
+    # Chosen from the latency-quality frontier (docs/benchmarks.md): one head and one tail round
+    # kept the needed facts best at every budget, on every server profile, for the prompt size.
+    history_keep_head: int = setting(
+        1,
+        "oldest history rounds kept before the middle is trimmed, or at a cache-first cut (with "
+        "`relevance`, a preference that yields when they fill the budget)",
+        json="promptTrimmer.historyKeepHead",
+        **_ROUNDS,
+        trimmer="history_keep_head",
+    )
+    history_keep_tail: int = setting(
+        1,
+        "newest history rounds kept before the middle is trimmed, or at a cache-first cut",
+        json="promptTrimmer.historyKeepTail",
+        **_ROUNDS,
+        trimmer="history_keep_tail",
+    )
+    history_selection: HistorySelection = setting(
+        "cache_first",
+        "how history is cut: rarely and deep, appending in between, recalling what a question "
+        "needs (`cache_first`: the server's prefix cache keeps hitting, "
+        "[trimming.md](trimming.md#cache-first-cuts)); on every call, the rounds most relevant "
+        "to the latest user message first (`relevance`), or the newest (`age`)",
+        json="promptTrimmer.historySelection",
+        trimmer="history_selection",
+    )
+    compact_tool_results: bool = setting(
+        False,
+        "before whole history rounds are dropped, replace their tool results with a one-line "
+        "stub that keeps the call and the result's first line (stable from call to call, so "
+        "the prefix cache keeps matching)",
+        json="promptTrimmer.compactToolResults",
+        trimmer="compact_tool_results",
+    )
+    mode: TrimMode = setting(
+        "prefix_stable",
+        "how cuts are placed; `trimmer_from_settings(settings)` and "
+        "`TrimmingMiddleware.from_settings(settings)` build the trimmer of this mode "
+        "([trimming.md](trimming.md#which-mode-wins-where)); `cost_aware` was removed (a file "
+        "naming it gets the fix: use `prefix_stable`), and with it "
+        "`allow_over_budget_on_warm_cache`",
+        toml="llm.prompt.mode",
+        json="promptTrimmer.mode",
+    )
 
-    token_budget: int = 6000
-    reserve_for_output: int = 2000
-    keep_system: bool = True
-    keep_latest_user: bool = True
-    trim_strategy: str = "priority"
-    priority_order: tuple[PriorityClass, ...] = PRIORITY_CLASSES
-    # Chosen from the latency-quality frontier (docs/benchmarks.md): ranking the history by
-    # relevance with one head and one tail round kept the needed facts best at every budget, on
-    # every server profile, for the same prompt size.
-    history_keep_head: int = 1
-    history_keep_tail: int = 1
-    history_selection: HistorySelection = "cache_first"
-    compact_tool_results: bool = False
-    mode: TrimMode = "prefix_stable"
 
-
+@documented
 @dataclass(frozen=True)
 class MetricsSettings:
-    """Latency thresholds and logging.
+    """Latency thresholds and logging."""
 
-    Attributes:
-        ttft_warn_ms: Time to first token above this logs a warning.
-        ttft_error_ms: Time to first token above this logs an error.
-        log_every_request: Log one INFO line per model call.
-    """
-
-    ttft_warn_ms: int = 1200
-    ttft_error_ms: int = 2500
-    log_every_request: bool = True
+    ttft_warn_ms: int = setting(
+        1200,
+        "time to first token above this logs a WARNING",
+        toml="llm.streaming.first_token_warn_ms",
+        json="metrics.ttftWarnMs",
+        **_MILLISECONDS,
+        example="e.g. 1200",
+    )
+    ttft_error_ms: int = setting(
+        2500,
+        "time to first token above this logs an ERROR",
+        json="metrics.ttftErrorMs",
+        **_MILLISECONDS,
+        example="e.g. 2500",
+    )
+    log_every_request: bool = setting(
+        True, "one INFO line per model call", json="metrics.logEveryRequest"
+    )
 
 
 @dataclass(frozen=True)
@@ -224,15 +361,15 @@ def load_settings(
     """
     found: Found = {}
     sources: list[str] = []
-    for path, default_name, parse, schema in (
-        (config_path, DEFAULT_CONFIG_FILE, parse_toml, TOML_SCHEMA),
-        (settings_path, DEFAULT_SETTINGS_FILE, parse_json, JSON_SCHEMA),
+    for path, parse, schema, other in (
+        (config_path, parse_toml, TOML, JSON),
+        (settings_path, parse_json, JSON, TOML),
     ):
-        resolved = resolve(path, default_name)
+        resolved = resolve(path, schema.name)
         if resolved is None:
             continue
         sources.append(str(resolved))
-        merge(found, collect(parse(resolved), schema, str(resolved)))
+        merge(found, collect(parse(resolved), schema, other, str(resolved)))
     apply_environment(found)
     if "llm.api_key" in found:
         key, place = found["llm.api_key"]
@@ -294,6 +431,23 @@ def _build(found: Found) -> Settings:
     )
 
 
+SETTINGS: Final[tuple[Setting, ...]] = tuple(
+    declarations(LLMSettings, StreamingSettings, PromptSettings, MetricsSettings)
+)
+"""Every setting, as declared."""
+_BY_TARGET: Final = {each.target: each for each in SETTINGS}
+TOML: Final = FileSchema(
+    DEFAULT_CONFIG_FILE,
+    {each.declared.toml: Key(each.target, each.kind) for each in SETTINGS if each.declared.toml},
+)
+"""The keys of ``config.toml``."""
+JSON: Final = FileSchema(
+    DEFAULT_SETTINGS_FILE,
+    {each.declared.json: Key(each.target, each.kind) for each in SETTINGS if each.declared.json},
+)
+"""The keys of ``settings.json``."""
+
+
 def _place(found: Found, target: str) -> str:
     return found[target][1] if target in found else f"default {target}"
 
@@ -305,93 +459,7 @@ def _key(found: Found, target: str) -> str:
     """
     if target in found:
         return found[target][1].split(": ", 1)[-1]
-    return next(key for key, target_of in TOML_KEYS.items() if target_of == target)
-
-
-_Check = tuple[str, Callable[[Any], bool], str]
-
-_FIELD_CHECKS: Final[tuple[_Check, ...]] = (
-    ("llm.model", lambda v: bool(v.strip()), "must not be empty; write the model name"),
-    (
-        "llm.timeout_seconds",
-        lambda v: 0 < v <= MAX_SECONDS,
-        f"must be > 0 and at most {MAX_SECONDS} (a day); e.g. 60",
-    ),
-    (
-        "llm.tokenizer",
-        lambda v: v is None or bool(v.strip()),
-        "must not be empty; write a tokenizer name or a tokenizer.json path, or leave it out",
-    ),
-    (
-        "llm.cache_lifetime_seconds",
-        lambda v: v is None or 0 <= v <= MAX_SECONDS,
-        f"must be >= 0 and at most {MAX_SECONDS} (a day); e.g. 300",
-    ),
-    (
-        "llm.context_window",
-        lambda v: v is None or 0 < v <= MAX_REPORTED_TOKENS,
-        f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; write the model's context limit in "
-        "tokens",
-    ),
-    (
-        "llm.max_tokens_param",
-        lambda v: v in MAX_TOKENS_PARAMS,
-        f"must be one of {', '.join(MAX_TOKENS_PARAMS)}",
-    ),
-    (
-        "streaming.chunk_timeout_ms",
-        lambda v: 0 < v <= MAX_MILLISECONDS,
-        f"must be > 0 and at most {MAX_MILLISECONDS:,} (a day); e.g. 800",
-    ),
-    ("streaming.temperature", lambda v: 0 <= v <= 2, "must be within [0, 2]; 0.1-0.3 for agents"),
-    (
-        "streaming.max_tokens",
-        lambda v: 0 < v <= MAX_REPORTED_TOKENS,
-        f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 2000",
-    ),
-    (
-        "prompt.token_budget",
-        lambda v: 0 < v <= MAX_REPORTED_TOKENS,
-        f"must be > 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 6000",
-    ),
-    (
-        "prompt.reserve_for_output",
-        lambda v: 0 <= v <= MAX_REPORTED_TOKENS,
-        f"must be >= 0 and at most {MAX_REPORTED_TOKENS:,}; e.g. 2000",
-    ),
-    ("prompt.trim_strategy", lambda v: v == "priority", "must be 'priority' (the only strategy)"),
-    (
-        "prompt.priority_order",
-        lambda v: all(isinstance(c, str) for c in v) and sorted(v) == sorted(PRIORITY_CLASSES),
-        f"must list each of {', '.join(PRIORITY_CLASSES)} exactly once",
-    ),
-    (
-        "prompt.history_keep_head",
-        lambda v: 0 <= v <= MAX_ROUNDS,
-        f"must be >= 0 and at most {MAX_ROUNDS:,}; e.g. 1",
-    ),
-    (
-        "prompt.history_keep_tail",
-        lambda v: 0 <= v <= MAX_ROUNDS,
-        f"must be >= 0 and at most {MAX_ROUNDS:,}; e.g. 1",
-    ),
-    (
-        "prompt.history_selection",
-        lambda v: v in HISTORY_SELECTIONS,
-        f"must be one of {', '.join(HISTORY_SELECTIONS)}",
-    ),
-    ("prompt.mode", lambda v: v in TRIM_MODES, f"must be one of {', '.join(TRIM_MODES)}"),
-    (
-        "metrics.ttft_warn_ms",
-        lambda v: 0 < v <= MAX_MILLISECONDS,
-        f"must be > 0 and at most {MAX_MILLISECONDS:,} (a day); e.g. 1200",
-    ),
-    (
-        "metrics.ttft_error_ms",
-        lambda v: 0 < v <= MAX_MILLISECONDS,
-        f"must be > 0 and at most {MAX_MILLISECONDS:,} (a day); e.g. 2500",
-    ),
-)
+    return cast(str, _BY_TARGET[target].declared.toml)
 
 
 def _validate(settings: Settings, found: Found) -> None:
@@ -402,11 +470,13 @@ def _validate(settings: Settings, found: Found) -> None:
             f"than prefix_stable, docs/trimming.md). Fix: set {_key(found, 'prompt.mode')} to "
             '"prefix_stable", the default, which now cuts cache-first.'
         )
-    for target, check, fix in _FIELD_CHECKS:
-        section, name = target.split(".")
+    for each in SETTINGS:
+        section, name = each.target.split(".")
         value = getattr(getattr(settings, section), name)
-        if not check(value):
-            raise ConfigError(f"{_place(found, target)}: {value!r} is invalid. Fix: it {fix}.")
+        if each.violated(value):
+            raise ConfigError(
+                f"{_place(found, each.target)}: {value!r} is invalid. Fix: it {each.requirement}."
+            )
     metrics = settings.metrics
     if metrics.ttft_warn_ms > metrics.ttft_error_ms:
         raise ConfigError(

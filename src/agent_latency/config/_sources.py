@@ -1,6 +1,7 @@
 """Where settings come from: ``config.toml``, ``settings.json`` and the environment.
 
-The two schemas map every documented key to its ``Settings`` field and type. Reading a file
+A :class:`FileSchema` maps every key of a file to its ``Settings`` field and type (the schemas
+themselves are made from the settings' declarations, in ``_settings``). Reading a file
 gives ``{"section.field": (value, "file: key.path")}`` (the environment's places are
 ``"environment VARIABLE"``), so every later error can name where the value came from. Anything
 wrong with the file itself (missing, unreadable, malformed, an unknown key, a wrong type, a key
@@ -15,8 +16,8 @@ import math
 import os
 import sys
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,84 +34,60 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class _Key:
+class Key:
     """One leaf key of a file: where its value goes in Settings and what type it must have."""
 
     target: str  # "section.field" in Settings
     kind: str  # "int", "number", "bool", "str", "list"
 
 
-TOML_SCHEMA: Final[Mapping[str, Any]] = {
-    "llm": {
-        "base_url": _Key("llm.base_url", "str"),
-        "api_key": _Key("llm.api_key", "str"),
-        "model": _Key("llm.model", "str"),
-        "timeout_seconds": _Key("llm.timeout_seconds", "number"),
-        "context_window": _Key("llm.context_window", "int"),
-        "max_tokens_param": _Key("llm.max_tokens_param", "str"),
-        "tokenizer": _Key("llm.tokenizer", "str"),
-        "cache_lifetime_seconds": _Key("llm.cache_lifetime_seconds", "number"),
-        "streaming": {
-            "enabled": _Key("streaming.enabled", "bool"),
-            "chunk_timeout_ms": _Key("streaming.chunk_timeout_ms", "int"),
-            "first_token_warn_ms": _Key("metrics.ttft_warn_ms", "int"),
-        },
-        "prompt": {
-            "token_budget": _Key("prompt.token_budget", "int"),
-            "reserve_for_output": _Key("prompt.reserve_for_output", "int"),
-            "keep_system": _Key("prompt.keep_system", "bool"),
-            "keep_latest_user": _Key("prompt.keep_latest_user", "bool"),
-            "trim_strategy": _Key("prompt.trim_strategy", "str"),
-            "mode": _Key("prompt.mode", "str"),
-        },
-    }
+@dataclass(frozen=True)
+class FileSchema:
+    """The keys of one file, each dotted (``"llm.prompt.token_budget"``) with its :class:`Key`.
+
+    Attributes:
+        name: The file's usual name, ``"config.toml"`` or ``"settings.json"``.
+        keys: Every leaf key, in the order the docs list them.
+        tree: The same keys nested as the file nests them.
+    """
+
+    name: str
+    keys: Mapping[str, Key]
+    tree: Mapping[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        tree: dict[str, Any] = {}
+        for dotted, key in self.keys.items():
+            *tables, leaf = dotted.split(".")
+            node = tree
+            for table in tables:
+                node = node.setdefault(table, {})
+            node[leaf] = key
+        object.__setattr__(self, "tree", tree)  # derived once, while the value is made
+        object.__setattr__(self, "keys", dict(_leaves(tree)))  # grouped by table
+
+    @property
+    def toml(self) -> bool:
+        """Whether this is ``config.toml``'s schema."""
+        return self.name.endswith(".toml")
+
+
+_REMOVED_KEYS: Final = {
+    "allow_over_budget_on_warm_cache": "it went with the removed cost_aware mode "
+    "(docs/trimming.md)",
+    "allowOverBudgetOnWarmCache": "it went with the removed cost_aware mode (docs/trimming.md)",
+    "trim_strategy": "priority, its only value, is how the trimmer always works",
 }
-"""The keys of ``config.toml``."""
-
-_REMOVED_KEYS: Final = frozenset({"allow_over_budget_on_warm_cache", "allowOverBudgetOnWarmCache"})
-"""Keys of the removed ``cost_aware`` mode: a file still holding one is told to delete it."""
-
-JSON_SCHEMA: Final[Mapping[str, Any]] = {
-    "promptTrimmer": {
-        "defaultBudget": _Key("prompt.token_budget", "int"),
-        "reserveForOutput": _Key("prompt.reserve_for_output", "int"),
-        "priorityOrder": _Key("prompt.priority_order", "list"),
-        "historyKeepHead": _Key("prompt.history_keep_head", "int"),
-        "historyKeepTail": _Key("prompt.history_keep_tail", "int"),
-        "historySelection": _Key("prompt.history_selection", "str"),
-        "compactToolResults": _Key("prompt.compact_tool_results", "bool"),
-        "mode": _Key("prompt.mode", "str"),
-    },
-    "streaming": {
-        "enabled": _Key("streaming.enabled", "bool"),
-        "temperature": _Key("streaming.temperature", "number"),
-        "maxTokens": _Key("streaming.max_tokens", "int"),
-        "recordTtft": _Key("streaming.record_ttft", "bool"),
-    },
-    "metrics": {
-        "ttftWarnMs": _Key("metrics.ttft_warn_ms", "int"),
-        "ttftErrorMs": _Key("metrics.ttft_error_ms", "int"),
-        "logEveryRequest": _Key("metrics.log_every_request", "bool"),
-    },
-}
-"""The keys of ``settings.json``."""
+"""Keys of removed settings: a file still holding one is told to delete it, and why."""
 
 
-def _leaves(schema: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for key, spec in schema.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(spec, _Key):
-            keys[dotted] = spec.target
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Key]]:
+    for key, spec in tree.items():
+        if isinstance(spec, Key):
+            yield f"{prefix}{key}", spec
         else:
-            keys.update(_leaves(spec, f"{dotted}."))
-    return keys
+            yield from _leaves(spec, f"{prefix}{key}.")
 
-
-TOML_KEYS: Final = _leaves(TOML_SCHEMA)
-"""Every key of ``config.toml`` (``"llm.prompt.token_budget"``) with its ``Settings`` target."""
-JSON_KEYS: Final = _leaves(JSON_SCHEMA)
-"""Every key of ``settings.json`` (``"promptTrimmer.defaultBudget"``) with its target."""
 
 _KIND_NAMES: Final = {
     "int": "an integer",
@@ -239,56 +216,64 @@ def parse_json(path: Path) -> Any:
         ) from None
 
 
-def collect(tree: Any, schema: Mapping[str, Any], file: str, prefix: tuple[str, ...] = ()) -> Found:
-    """Walks a parsed file along its schema (``TOML_SCHEMA`` or ``JSON_SCHEMA``), checking keys
-    and types."""
+def collect(
+    tree: Any, schema: FileSchema, other: FileSchema, file: str, prefix: tuple[str, ...] = ()
+) -> Found:
+    """Walks a parsed file along its schema, checking keys and types.
+
+    Args:
+        tree: The parsed file, or the table at ``prefix``.
+        schema: The file's keys.
+        other: The other file's keys, named in the fix of a key that belongs there.
+        file: The file's path, named in every error.
+        prefix: Where ``tree`` is in the file.
+    """
     where = ".".join(prefix) or "the top level"
     if not isinstance(tree, dict):
         raise ConfigError(
             f"{file}: {where} must be a table/object, got {_type_name(tree)}. "
             "Fix: see examples/ for the expected layout."
         )
+    node: Mapping[str, Any] = schema.tree
+    for table in prefix:
+        node = node[table]
     found: Found = {}
     for key, value in tree.items():
         path = (*prefix, key)
         place = f"{file}: {'.'.join(path)}"
-        spec = schema.get(key)
+        spec = node.get(key)
         if spec is None:
             # repr() keeps a key holding a newline or control character on the message's line.
             shown = key if key.isprintable() else repr(key)
             raise ConfigError(
-                f"{file}: {'.'.join((*prefix, shown))}: unknown key. "
-                f"Fix: {_removed(key) or _moved(key, prefix, schema) or _suggest(key, schema)}"
+                f"{file}: {'.'.join((*prefix, shown))}: unknown key. Fix: "
+                f"{_removed(key) or _moved(key, prefix, schema, other) or _suggest(key, node)}"
             )
-        if isinstance(spec, _Key):
+        if isinstance(spec, Key):
             found[spec.target] = (_checked(value, spec, place), place)
         else:
-            found.update(collect(value, spec, file, path))
+            found.update(collect(value, schema, other, file, path))
     return found
 
 
 def _removed(key: str) -> str | None:
-    """The fix for a key that went with the ``cost_aware`` mode."""
+    """The fix for a key of a removed setting."""
     if key in _REMOVED_KEYS:
-        return "delete it: it went with the removed cost_aware mode (docs/trimming.md)."
+        return f"delete it: {_REMOVED_KEYS[key]}."
     return None
 
 
-def _moved(key: str, prefix: tuple[str, ...], schema: Mapping[str, Any]) -> str | None:
+def _moved(key: str, prefix: tuple[str, ...], schema: FileSchema, other: FileSchema) -> str | None:
     """Where ``key`` belongs when it is a key of another section, or of the other file."""
-    toml = prefix[0] in TOML_SCHEMA if prefix else schema is TOML_SCHEMA
-    keys, other, other_file = (
-        (TOML_KEYS, JSON_KEYS, "settings.json") if toml else (JSON_KEYS, TOML_KEYS, "config.toml")
-    )
-    for dotted in keys:
+    for dotted in schema.keys:
         section, _, name = dotted.rpartition(".")
         if name == key and section != ".".join(prefix):
-            return f"{key!r} belongs in {_section(section, toml)}; move it there."
-    for dotted, target in other.items():
+            return f"{key!r} belongs in {_section(section, schema.toml)}; move it there."
+    for dotted, spec in other.keys.items():
         if dotted.rpartition(".")[2] == key:
-            ours = [mine for mine, mine_target in keys.items() if mine_target == target]
+            ours = [mine for mine, mine_spec in schema.keys.items() if mine_spec == spec]
             instead = f"write {ours[0]} here instead" if ours else "move it there"
-            return f"{key!r} is a key of {other_file} ({dotted}); {instead}."
+            return f"{key!r} is a key of {other.name} ({dotted}); {instead}."
     return None
 
 
@@ -312,7 +297,7 @@ def _type_name(value: Any) -> str:
     )
 
 
-def _checked(value: Any, spec: _Key, place: str) -> Any:
+def _checked(value: Any, spec: Key, place: str) -> Any:
     ok = {
         "int": is_integer(value),
         "number": is_integer(value) or isinstance(value, float),  # inf and nan: below

@@ -1,21 +1,27 @@
-"""The trimmer's options: one frozen value, checked once, when it is made."""
+"""The trimmer's options: one frozen value, checked once, when it is made.
+
+:class:`TrimOptions` is the table of ``PriorityTrimmer``'s options; :class:`TrimmerOptions` types
+its keywords (a test keeps the two the same). An option a setting also sets (its declaration
+names it: ``trimmer="budget"``) takes its default, its check and its meaning from that
+declaration, so the settings, this check and ``from_settings`` cannot disagree.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Any, Final, TypedDict
 
 from opentelemetry.trace import TracerProvider
 
 from agent_latency._validation import checked_bool, checked_int
-from agent_latency._wire import MAX_REPORTED_TOKENS
 from agent_latency.config import (
-    HISTORY_SELECTIONS,
-    PRIORITY_CLASSES,
+    SETTINGS,
     HistorySelection,
     PriorityClass,
     PromptSettings,
+    Setting,
 )
 from agent_latency.tokens import PromptCalibration, TokenCounting
 from agent_latency.trimming._request import extras
@@ -29,14 +35,70 @@ _OWNER = "PriorityTrimmer"
 _SETTINGS = PromptSettings()
 """The trimmer's defaults are the settings' defaults: one source for both."""
 
+FROM_SETTINGS: Final[Mapping[str, Setting]] = {
+    each.declared.trimmer: each for each in SETTINGS if each.declared.trimmer is not None
+}
+"""The options a setting sets, by option name (``"budget"``), each with its declaration."""
+
+
+class TrimmerOptions(TypedDict, total=False):
+    """``PriorityTrimmer``'s keyword options after ``budget``; the default of each is its
+    :class:`TrimOptions` field's.
+
+    ``priority_order``, ``keep_system``, ``keep_latest_user``, ``history_keep_head``,
+    ``history_keep_tail``, ``history_selection`` and ``compact_tool_results`` mean what the
+    setting of that name says (:class:`~agent_latency.config.PromptSettings`, the tables of
+    docs/configuration.md). The others:
+
+    Attributes:
+        max_tool_result_tokens: A tool result above this many tokens is shortened to it when
+            the input does not fit. Default: a quarter of the budget (at least 32).
+        prefix_stable: Move the cut point in steps so the prompt prefix stays identical
+            across calls of a growing conversation (see ``docs/trimming.md``).
+        prefix_step_tokens: The step. Default: a quarter of the budget. A larger step keeps the
+            prefix stable for more calls but sends up to that many tokens less context.
+        tools: The tools sent with every request (as given to ``bind_tools``); see also
+            ``PriorityTrimmer.for_model``. A request's own tools given to ``trim`` replace them.
+        response_format: The ``response_format`` sent with every request, if any.
+        tool_budget: Makes tool definitions trimmable (opt-in; only ``TrimmingMiddleware``
+            can send fewer tools): the most tokens they may take. The tools the conversation
+            called and ``pinned_tools`` are kept, then the others by relevance to the latest
+            user message while they fit. Default: ``None``, every tool is sent.
+        pinned_tools: Names of tools a ``tool_budget`` never drops.
+        token_counter: The counter to use (its vocabulary and chat template); pass one to share
+            its cache. Default: a new ``TokenCounter()`` (cl100k, OpenAI's framing).
+        calibration: Corrects our count toward the server's (see ``from_settings``); the
+            budget is divided by its factor. Default: none.
+        tracer_provider: Where trim spans go. Default: the global tracer provider.
+    """
+
+    priority_order: Sequence[str]
+    keep_system: bool
+    keep_latest_user: bool
+    history_keep_head: int
+    history_keep_tail: int
+    history_selection: HistorySelection
+    compact_tool_results: bool
+    max_tool_result_tokens: int | None
+    prefix_stable: bool
+    prefix_step_tokens: int | None
+    tools: Sequence[object] | None
+    response_format: object | None
+    tool_budget: int | None
+    pinned_tools: Sequence[str]
+    token_counter: TokenCounting | None
+    calibration: PromptCalibration | None
+    tracer_provider: TracerProvider | None
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrimOptions:
     """Everything a :class:`~agent_latency.trimming.PriorityTrimmer` is told, checked.
 
-    The fields are :class:`~agent_latency.trimming.PriorityTrimmer`'s keyword options (its
-    docstring says what each means) as given, ``None`` standing for a default that depends on
-    the budget (:attr:`tool_result_cap`, :attr:`step_tokens` resolve it), so that
+    The fields are :class:`~agent_latency.trimming.PriorityTrimmer`'s options
+    (:class:`TrimmerOptions` and ``budget``, the most prompt tokens to send, tools and framing
+    included) as given, ``None`` standing for a default that depends on the budget
+    (:attr:`tool_result_cap`, :attr:`step_tokens` resolve it), so that
     ``dataclasses.replace(options, budget=...)`` moves those defaults with the budget.
     Sequences are stored as tuples, ``pinned_tools`` as a frozenset.
 
@@ -65,27 +127,12 @@ class TrimOptions:
     tracer_provider: TracerProvider | None = None
 
     def __post_init__(self) -> None:
-        checked_int(_OWNER, "budget", self.budget, minimum=1, hint="prompt tokens per model call")
-        if self.budget > MAX_REPORTED_TOKENS:
-            raise ValueError(
-                f"PriorityTrimmer: budget must be at most {MAX_REPORTED_TOKENS:,} (more prompt "
-                f"tokens than any context window holds), got {self.budget!r}."
-            )
-        self._set("priority_order", _validated_order(self.priority_order))
-        checked_bool(_OWNER, "keep_system", self.keep_system)
-        checked_bool(_OWNER, "keep_latest_user", self.keep_latest_user)
-        checked_int(
-            _OWNER, "history_keep_head", self.history_keep_head, minimum=0, hint="rounds; e.g. 2"
-        )
-        checked_int(
-            _OWNER, "history_keep_tail", self.history_keep_tail, minimum=0, hint="rounds; e.g. 4"
-        )
-        if self.history_selection not in HISTORY_SELECTIONS:
-            raise ValueError(
-                f"PriorityTrimmer: history_selection must be one of "
-                f"{', '.join(HISTORY_SELECTIONS)}, got {self.history_selection!r}."
-            )
-        checked_bool(_OWNER, "compact_tool_results", self.compact_tool_results)
+        for name, declared in FROM_SETTINGS.items():
+            value = getattr(self, name)
+            problem = declared.problem(value)
+            if problem is not None:
+                raise ValueError(f"PriorityTrimmer: {name} {problem}, got {value!r}.")
+        self._set("priority_order", tuple(self.priority_order))
         checked_int(
             _OWNER,
             "max_tool_result_tokens",
@@ -151,20 +198,6 @@ class TrimOptions:
         object.__setattr__(self, name, value)
 
 
-def _validated_order(value: object) -> tuple[PriorityClass, ...]:
-    if (
-        isinstance(value, str)
-        or not isinstance(value, Sequence)
-        or sorted(map(str, value)) != sorted(PRIORITY_CLASSES)
-        or len(value) != len(PRIORITY_CLASSES)
-    ):
-        raise ValueError(
-            f"PriorityTrimmer: priority_order must list each of {', '.join(PRIORITY_CLASSES)} "
-            f"exactly once, highest priority first; got {value!r}."
-        )
-    return cast(tuple[PriorityClass, ...], tuple(value))
-
-
 def _tool_names(value: object) -> frozenset[str]:
     if not isinstance(value, str) and isinstance(value, Iterable):
         names = tuple(value)
@@ -175,3 +208,29 @@ def _tool_names(value: object) -> frozenset[str]:
 
 DEFAULTS: Final = TrimOptions()
 """The options a trimmer given none has (``PriorityTrimmer()``'s keyword defaults)."""
+
+
+def given_options(budget: object, options: Mapping[str, Any]) -> TrimOptions:
+    """The checked options of ``PriorityTrimmer(budget, **options)``.
+
+    Raises:
+        TypeError: For an option the trimmer does not have, naming the closest one.
+        ValueError: For an invalid value (see :class:`TrimOptions`).
+    """
+    unknown = sorted(set(options) - set(TrimmerOptions.__annotations__))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], TrimmerOptions.__annotations__, n=1)
+        fix = f"did you mean {close[0]!r}?" if close else "remove it."
+        raise TypeError(
+            f"PriorityTrimmer: unknown option {unknown[0]!r}. Fix: {fix} The options: budget, "
+            f"{', '.join(TrimmerOptions.__annotations__)}."
+        )
+    return TrimOptions(budget=budget, **options)  # type: ignore[arg-type]
+
+
+def settings_options(prompt: PromptSettings) -> dict[str, Any]:
+    """The options ``prompt`` sets: those its declarations name, and ``prefix_stable`` of its
+    ``mode``."""
+    return {name: getattr(prompt, declared.name) for name, declared in FROM_SETTINGS.items()} | {
+        "prefix_stable": prompt.mode != "moving_cut"
+    }

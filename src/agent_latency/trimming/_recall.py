@@ -28,7 +28,7 @@ from opentelemetry.trace import NoOpTracer, Tracer
 
 from agent_latency import semconv
 from agent_latency._wire import coerce_messages
-from agent_latency.tokens import PromptCalibration, TokenCounting
+from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._result import TrimResult
@@ -81,13 +81,7 @@ class Trimming(Protocol):
     term_cache: TermCache
 
     @property
-    def budget(self) -> int: ...
-
-    @property
     def token_counter(self) -> TokenCounting: ...
-
-    @property
-    def calibration(self) -> PromptCalibration | None: ...
 
     @property
     def trim(self) -> Callable[..., TrimResult]: ...
@@ -183,7 +177,9 @@ class RecallingTrimmer(TrimRunnable):
     def _within_limit(self, chosen: list[BaseMessage]) -> str:
         """``chosen`` as text within a quarter of the budget, the note on the rest included."""
         counter = self.trimmer.token_counter
-        limit = max(self.trimmer.budget // READ_SHARE, 1) - counter.count_text(_more(len(chosen)))
+        limit = max(self.trimmer.options.budget // READ_SHARE, 1) - counter.count_text(
+            _more(len(chosen))
+        )
         parts: list[str] = []
         used = 0
         for message in chosen:
@@ -208,14 +204,13 @@ class RecallingTrimmer(TrimRunnable):
         Its defaults that follow the budget (the tool-result cap, the prefix step) stay those
         of the whole budget; it is rebuilt only when the calibration moves the reserve.
         """
-        base = self.trimmer
-        factor = base.calibration.factor if base.calibration is not None else 1.0
+        base, options = self.trimmer, self.trimmer.options
+        factor = options.calibration.factor if options.calibration is not None else 1.0
         reserve = math.ceil(self.marker_tokens * factor)
         reserved = self._reserved
         if reserved is None or reserved[0] != reserve:
-            options = base.options
             trimmer = base._with(
-                budget=max(base.budget - reserve, 1),
+                budget=max(options.budget - reserve, 1),
                 max_tool_result_tokens=options.tool_result_cap,
                 prefix_step_tokens=options.step_tokens,
             )
@@ -224,7 +219,7 @@ class RecallingTrimmer(TrimRunnable):
 
     def _marked(self, result: TrimResult) -> TrimResult:
         """``result`` against the whole budget, with the marker sent when messages were dropped."""
-        budget = self.trimmer.budget
+        budget = self.trimmer.options.budget
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after
         sizes = result.sent_message_tokens

@@ -19,22 +19,28 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from langchain_core.messages import BaseMessage, SystemMessage
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Tracer, TracerProvider
+from opentelemetry.trace import Tracer
 
 from agent_latency import semconv
 from agent_latency._validation import checked_bool
 from agent_latency._wire import coerce_messages
-from agent_latency.config import TRIM_MODES, HistorySelection, PriorityClass, Settings
-from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
+from agent_latency.config import TRIM_MODES, Settings
+from agent_latency.tokens import TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._cache_first import cache_first_cut
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._hook import PreModelHook, system_prompt
-from agent_latency.trimming._options import DEFAULTS, TrimOptions
+from agent_latency.trimming._options import (
+    DEFAULTS,
+    TrimmerOptions,
+    TrimOptions,
+    given_options,
+    settings_options,
+)
 from agent_latency.trimming._plan import (
     Plan,
     cap_tool_results,
@@ -73,89 +79,19 @@ class PriorityTrimmer(TrimRunnable):
 
     Args:
         budget: The most prompt tokens to send, tools and framing included.
-        priority_order: Which class gets the budget first; each of ``system``, ``latest_user``,
-            ``tool_result`` and ``history`` exactly once.
-        keep_system: Never drop system messages.
-        keep_latest_user: Never drop the latest user message (its middle may be shortened).
-        history_keep_head: How many first history rounds are dropped only after the middle ones
-            (default 1; with relevance, a preference that yields when they fill the budget).
-            Rounds dropped before the one whose drop made the rest fit come back where they
-            fit (docs/trimming.md, "The rules").
-        history_keep_tail: How many last history rounds are dropped only after the middle ones
-            (default 1).
-        history_selection: Which middle history rounds are kept first: the most relevant to
-            the latest user message (``"relevance"``, lexical BM25: the default) or the newest
-            (``"age"``). The defaults are the point of the latency-quality frontier that kept
-            the needed facts best for the prompt size (docs/benchmarks.md).
-        compact_tool_results: Before whole history rounds are dropped, replace their tool
-            results with a one-line stub that keeps the call and the result's first line.
-        max_tool_result_tokens: A tool result above this many tokens is shortened to it when
-            the input does not fit. Default: a quarter of the budget (at least 32).
-        prefix_stable: Move the cut point in steps so the prompt prefix stays identical
-            across calls of a growing conversation (see ``docs/trimming.md``).
-        prefix_step_tokens: The step. Default: a quarter of the budget. A larger step keeps the
-            prefix stable for more calls but sends up to that many tokens less context.
-        tools: The tools sent with every request (as given to ``bind_tools``); see also
-            :meth:`for_model`. A request's own tools given to :meth:`trim` replace them.
-        tool_budget: Makes tool definitions trimmable (opt-in; only ``TrimmingMiddleware``
-            can send fewer tools): the most tokens they may take. The tools the conversation
-            called and ``pinned_tools`` are kept, then the others by relevance to the latest
-            user message while they fit. Default: ``None``, every tool is sent.
-        pinned_tools: Names of tools a ``tool_budget`` never drops.
-        response_format: The ``response_format`` sent with every request, if any.
-        token_counter: The counter to use (its vocabulary and chat template); pass one to share
-            its cache. Default: a new ``TokenCounter()`` (cl100k, OpenAI's framing).
-        calibration: Corrects our count toward the server's (see ``from_settings``); the
-            budget is divided by its factor. Default: none.
-        tracer_provider: Where trim spans go. Default: the global tracer provider.
+        **options: The keyword options (:class:`TrimmerOptions`, the table in
+            docs/trimming.md); the trimmer keeps them as :attr:`options`.
 
     Raises:
+        TypeError: For an option the trimmer does not have.
         ValueError: When an option is invalid; the message names it and the accepted values.
     """
 
-    def __init__(
-        self,
-        budget: int = DEFAULTS.budget,
-        *,
-        priority_order: Sequence[str] = DEFAULTS.priority_order,
-        keep_system: bool = DEFAULTS.keep_system,
-        keep_latest_user: bool = DEFAULTS.keep_latest_user,
-        history_keep_head: int = DEFAULTS.history_keep_head,
-        history_keep_tail: int = DEFAULTS.history_keep_tail,
-        history_selection: HistorySelection = DEFAULTS.history_selection,
-        compact_tool_results: bool = DEFAULTS.compact_tool_results,
-        max_tool_result_tokens: int | None = None,
-        prefix_stable: bool = True,
-        prefix_step_tokens: int | None = None,
-        tools: Sequence[object] | None = None,
-        response_format: object | None = None,
-        tool_budget: int | None = None,
-        pinned_tools: Sequence[str] = (),
-        token_counter: TokenCounting | None = None,
-        calibration: PromptCalibration | None = None,
-        tracer_provider: TracerProvider | None = None,
-    ) -> None:
-        options = TrimOptions(
-            budget=budget,
-            priority_order=cast(tuple[PriorityClass, ...], priority_order),
-            keep_system=keep_system,
-            keep_latest_user=keep_latest_user,
-            history_keep_head=history_keep_head,
-            history_keep_tail=history_keep_tail,
-            history_selection=history_selection,
-            compact_tool_results=compact_tool_results,
-            max_tool_result_tokens=max_tool_result_tokens,
-            prefix_stable=prefix_stable,
-            prefix_step_tokens=prefix_step_tokens,
-            tools=cast(tuple[object, ...], tools),
-            response_format=response_format,
-            tool_budget=tool_budget,
-            pinned_tools=cast(frozenset[str], pinned_tools),
-            token_counter=token_counter,
-            calibration=calibration,
-            tracer_provider=tracer_provider,
-        )
-        self._build(options)
+    options: TrimOptions
+    """The trimmer's checked options (``token_counter`` set)."""
+
+    def __init__(self, budget: int = DEFAULTS.budget, **options: Unpack[TrimmerOptions]) -> None:
+        self._build(given_options(budget, options))
 
     def _build(self, options: TrimOptions) -> None:
         """Sets the trimmer up from checked options (a new counter when they name none)."""
@@ -184,81 +120,10 @@ class PriorityTrimmer(TrimRunnable):
         trimmer._build(options)
         return trimmer
 
-    # Read-only views of the options: other parts and users read them by these names.
-    @property
-    def budget(self) -> int:
-        """The most prompt tokens to send, tools and framing included."""
-        return self.options.budget
-
-    @property
-    def priority_order(self) -> tuple[PriorityClass, ...]:
-        """Which class gets the budget first."""
-        return self.options.priority_order
-
-    @property
-    def keep_system(self) -> bool:
-        """Whether system messages are never dropped."""
-        return self.options.keep_system
-
-    @property
-    def keep_latest_user(self) -> bool:
-        """Whether the latest user message is never dropped."""
-        return self.options.keep_latest_user
-
-    @property
-    def history_keep_head(self) -> int:
-        """How many first history rounds are dropped only after the middle ones."""
-        return self.options.history_keep_head
-
-    @property
-    def history_keep_tail(self) -> int:
-        """How many last history rounds are dropped only after the middle ones."""
-        return self.options.history_keep_tail
-
-    @property
-    def history_selection(self) -> HistorySelection:
-        """Which middle history rounds are kept first: ``"age"`` or ``"relevance"``."""
-        return self.options.history_selection
-
-    @property
-    def compact_tool_results(self) -> bool:
-        """Whether history tool results are stubbed before whole rounds are dropped."""
-        return self.options.compact_tool_results
-
-    @property
-    def max_tool_result_tokens(self) -> int:
-        """The size large tool results are shortened to (the default resolved)."""
-        return self.options.tool_result_cap
-
-    @property
-    def prefix_stable(self) -> bool:
-        """Whether the cut moves in steps of :attr:`prefix_step_tokens`."""
-        return self.options.prefix_stable
-
-    @property
-    def prefix_step_tokens(self) -> int:
-        """The step of a prefix-stable cut (the default resolved)."""
-        return self.options.step_tokens
-
-    @property
-    def tool_budget(self) -> int | None:
-        """The most tokens the tool definitions may take, or ``None`` (all are sent)."""
-        return self.options.tool_budget
-
-    @property
-    def pinned_tools(self) -> frozenset[str]:
-        """Names of tools a ``tool_budget`` never drops."""
-        return self.options.pinned_tools
-
     @property
     def token_counter(self) -> TokenCounting:
-        """The counter the trimmer counts with."""
+        """The counter the trimmer counts with (``options.token_counter``, never ``None``)."""
         return cast(TokenCounting, self.options.token_counter)
-
-    @property
-    def calibration(self) -> PromptCalibration | None:
-        """Corrects our count toward the server's, if any."""
-        return self.options.calibration
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> PriorityTrimmer:
@@ -287,17 +152,7 @@ class PriorityTrimmer(TrimRunnable):
                 "(llm.prompt.mode in config.toml or promptTrimmer.mode in settings.json). "
                 f"Fix: use one of {', '.join(TRIM_MODES)}."
             )
-        from_settings: dict[str, Any] = {
-            "budget": prompt.token_budget,
-            "priority_order": prompt.priority_order,
-            "keep_system": prompt.keep_system,
-            "keep_latest_user": prompt.keep_latest_user,
-            "history_keep_head": prompt.history_keep_head,
-            "history_keep_tail": prompt.history_keep_tail,
-            "history_selection": prompt.history_selection,
-            "compact_tool_results": prompt.compact_tool_results,
-            "prefix_stable": prompt.mode != "moving_cut",
-        }
+        from_settings = settings_options(prompt)
         if "calibration" not in options:
             from_settings["calibration"] = calibration_for(llm.base_url, llm.model)
         if "token_counter" not in options:
@@ -329,10 +184,11 @@ class PriorityTrimmer(TrimRunnable):
         return self._from_options(dataclasses.replace(self.options, **changes))
 
     def __repr__(self) -> str:
+        options = self.options
         return (
-            f"PriorityTrimmer(budget={self.budget}, priority_order={self.priority_order}, "
-            f"max_tool_result_tokens={self.max_tool_result_tokens}, "
-            f"prefix_stable={self.prefix_stable}, prefix_step_tokens={self.prefix_step_tokens}, "
+            f"PriorityTrimmer(budget={options.budget}, priority_order={options.priority_order}, "
+            f"max_tool_result_tokens={options.tool_result_cap}, "
+            f"prefix_stable={options.prefix_stable}, prefix_step_tokens={options.step_tokens}, "
             f"tools={len(self._extras.tools)})"
         )
 
@@ -453,24 +309,24 @@ class PriorityTrimmer(TrimRunnable):
         # What the request weighed as given, before a tool budget left tools out.
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
         tools_given = tool_tokens + response_format_tokens
-        if self.tool_budget is not None and request.tools:
+        if self.options.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
                 request,
                 messages,
-                budget=self.tool_budget,
-                pinned=self.pinned_tools,
+                budget=self.options.tool_budget,
+                pinned=self.options.pinned_tools,
                 counter=self._extras_counter,
                 terms=self.term_cache,
             )
             tool_tokens, response_format_tokens = self._extras_counter.count(request)
-        factor = self.calibration.factor if self.calibration is not None else 1.0
+        factor = self.options.calibration.factor if self.options.calibration is not None else 1.0
         plan = Plan(
             messages,
             counts,
             texts,
             overhead=tool_tokens + response_format_tokens,
             framing=self._framing,
-            budget=math.floor(self.budget / factor),
+            budget=math.floor(self.options.budget / factor),
             shortener=self._shortener,
         )
         input_framing = plan.framing
@@ -499,7 +355,7 @@ class PriorityTrimmer(TrimRunnable):
             messages=output,
             tokens_before=sum(counts) + tools_given + input_framing,
             tokens_after=plan.tokens,
-            budget=self.budget,
+            budget=self.options.budget,
             effective_budget=plan.budget,
             calibration_factor=factor,
             dropped_messages=len(messages) - len(output),
@@ -510,9 +366,9 @@ class PriorityTrimmer(TrimRunnable):
             response_format_tokens=response_format_tokens,
             framing_tokens=plan.framing,
             must_keep_tokens=sum(must_keep.values()),
-            tools=request.tools if self.tool_budget is not None else None,
+            tools=request.tools if self.options.tool_budget is not None else None,
             dropped_tools=dropped_tools,
-            calibration=self.calibration,
+            calibration=self.options.calibration,
             question_retention=question_retention(plan, self.term_cache, occurrences),
             message_tokens=tuple(counts),
             priority_classes=tuple(plan.classes),
