@@ -4,6 +4,9 @@
 ``settings.json`` holds the trimmer, streaming and metrics options in camelCase. Both are
 optional. Where both set the same thing and disagree, loading fails and names both places, so a
 stale copy never wins silently. Environment variables override the channel fields.
+
+Each setting is declared once, as its field (``_declared``): the files' schemas (:data:`TOML`,
+:data:`JSON`) and the checks of loaded values are read from the declarations (:data:`SETTINGS`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ _MILLISECONDS: Final[dict[str, Any]] = {
     "note": " (a day)",
 }
 _ROUNDS: Final[dict[str, Any]] = {"minimum": 0, "maximum": MAX_ROUNDS, "example": "e.g. 1"}
+_TOKENS: Final[dict[str, Any]] = {"minimum": 0, "above": True, "maximum": MAX_REPORTED_TOKENS}
 
 
 @documented
@@ -113,9 +117,7 @@ class LLMSettings:
         "the model's context limit in tokens; enables the check that `token_budget` plus "
         "`reserve_for_output` fits it",
         toml="llm.context_window",
-        minimum=0,
-        above=True,
-        maximum=MAX_REPORTED_TOKENS,
+        **_TOKENS,
         example="write the model's context limit in tokens",
     )
     max_tokens_param: MaxTokensParam = setting(
@@ -191,9 +193,7 @@ class StreamingSettings:
         "the output limit sent with each request; the default equals `reserveForOutput`, so a "
         "full prompt leaves room for a whole answer",
         json="streaming.maxTokens",
-        minimum=0,
-        above=True,
-        maximum=MAX_REPORTED_TOKENS,
+        **_TOKENS,
         example="e.g. 2000",
     )
     record_ttft: bool = setting(True, "measure time to first token", json="streaming.recordTtft")
@@ -210,9 +210,7 @@ class PromptSettings:
         "the most prompt tokens per model call",
         toml="llm.prompt.token_budget",
         json="promptTrimmer.defaultBudget",
-        minimum=0,
-        above=True,
-        maximum=MAX_REPORTED_TOKENS,
+        **_TOKENS,
         example="e.g. 6000",
         trimmer="budget",
     )

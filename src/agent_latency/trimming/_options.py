@@ -210,7 +210,7 @@ DEFAULTS: Final = TrimOptions()
 """The options a trimmer given none has (``PriorityTrimmer()``'s keyword defaults)."""
 
 
-def given_options(budget: object, options: Mapping[str, Any]) -> TrimOptions:
+def given_options(budget: int, options: Mapping[str, Any]) -> TrimOptions:
     """The checked options of ``PriorityTrimmer(budget, **options)``.
 
     Raises:
@@ -225,7 +225,7 @@ def given_options(budget: object, options: Mapping[str, Any]) -> TrimOptions:
             f"PriorityTrimmer: unknown option {unknown[0]!r}. Fix: {fix} The options: budget, "
             f"{', '.join(TrimmerOptions.__annotations__)}."
         )
-    return TrimOptions(budget=budget, **options)  # type: ignore[arg-type]
+    return TrimOptions(budget=budget, **options)
 
 
 def settings_options(prompt: PromptSettings) -> dict[str, Any]:
