@@ -6,9 +6,7 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -23,7 +21,6 @@ from agent_latency.config import (
     load_settings,
     with_channel_overrides,
 )
-from agent_latency.config._settings import JSON, TOML
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-8d1f0c2e-do-not-print"
@@ -650,24 +647,3 @@ def test_channel_overrides_replace_the_channel_and_its_warnings() -> None:
 def test_bad_channel_overrides_are_config_errors(option: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         with_channel_overrides(Settings(), **{option: value})
-
-
-# --- the documentation names every key ----------------------------------------------------------
-
-
-def _leaf_keys(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
-    return [
-        leaf
-        for key, spec in schema.items()
-        for leaf in (
-            _leaf_keys(spec, f"{prefix}{key}.") if isinstance(spec, Mapping) else [prefix + key]
-        )
-    ]
-
-
-def test_every_key_of_both_files_has_a_row_in_docs_configuration() -> None:
-    docs = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-    keys = [*TOML.keys, *JSON.keys]
-
-    assert "llm.tokenizer" in keys and "promptTrimmer.historySelection" in keys
-    assert [key for key in keys if f"| `{key}` |" not in docs] == []
