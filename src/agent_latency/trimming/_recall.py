@@ -36,6 +36,7 @@ from agent_latency.trimming._span import TrimRunnable, end_span, start_span
 
 __all__ = [
     "MARKER_TEXT",
+    "PLAIN_MARKER_TEXT",
     "TOOL_DEFINITION",
     "TOOL_DESCRIPTION",
     "TOOL_NAME",
@@ -53,6 +54,10 @@ MARKER_TEXT: Final = (
     f"Nothing is lost: call the `{TOOL_NAME}` tool with words of what you need to read them back.]"
 )
 """The elision marker: the same text on every call, so it never moves the cached prefix."""
+PLAIN_MARKER_TEXT: Final = (
+    "[Earlier messages of this conversation were left out of this prompt to keep it short.]"
+)
+"""The marker where the model has no ``recall`` tool: it does not invite a call it cannot make."""
 TOOL_DESCRIPTION: Final = (
     "Reads back messages left out of your prompt: give words of what you need, or message ids."
 )
@@ -104,11 +109,15 @@ class RecallingTrimmer(TrimRunnable):
 
     Args:
         trimmer: The ``PriorityTrimmer`` to trim with.
+        offers_tool: Whether the model has the ``recall`` tool: the marker then invites it to
+            call it (:data:`MARKER_TEXT`), else it only says that messages were left out
+            (:data:`PLAIN_MARKER_TEXT`).
     """
 
-    def __init__(self, trimmer: Trimming) -> None:
+    def __init__(self, trimmer: Trimming, *, offers_tool: bool = True) -> None:
         self.trimmer = trimmer
-        self.marker = SystemMessage(MARKER_TEXT)
+        self.offers_tool = offers_tool
+        self.marker = SystemMessage(MARKER_TEXT if offers_tool else PLAIN_MARKER_TEXT)
         self.marker_tokens = trimmer.token_counter.count_message(self.marker)
         self._reserved: tuple[int, Trimming] | None = None
         self._tracer = trace.get_tracer(
@@ -118,7 +127,8 @@ class RecallingTrimmer(TrimRunnable):
         )
 
     def __repr__(self) -> str:
-        return f"RecallingTrimmer({self.trimmer!r})"
+        tool = "" if self.offers_tool else ", offers_tool=False"
+        return f"RecallingTrimmer({self.trimmer!r}{tool})"
 
     def trim(
         self,
