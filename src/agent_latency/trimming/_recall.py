@@ -216,7 +216,9 @@ class RecallingTrimmer(TrimRunnable):
         """The trimmer with the marker's tokens, in the server's tokens, taken off its budget.
 
         Its defaults that follow the budget (the tool-result cap, the prefix step) stay those
-        of the whole budget; it is rebuilt only when the calibration moves the reserve.
+        of the whole budget, the step no larger than what is left (a budget hardly larger than
+        the marker leaves less than a step); it is rebuilt only when the calibration moves the
+        reserve.
         """
         base = self.trimmer
         factor = base.calibration.factor if base.calibration is not None else 1.0
@@ -224,10 +226,11 @@ class RecallingTrimmer(TrimRunnable):
         reserved = self._reserved
         if reserved is None or reserved[0] != reserve:
             options = base.options
+            budget = max(base.budget - reserve, 1)
             trimmer = base._with(
-                budget=max(base.budget - reserve, 1),
+                budget=budget,
                 max_tool_result_tokens=options.tool_result_cap,
-                prefix_step_tokens=options.step_tokens,
+                prefix_step_tokens=min(options.step_tokens, budget),
             )
             reserved = self._reserved = (reserve, trimmer)
         return reserved[1]
