@@ -339,6 +339,27 @@ def test_empty_strings_anywhere_are_trimmed_without_error() -> None:
         messages.pop()
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a\x00b " * 50,
+        "half an emoji \ud83d pasted " * 20,  # a lone surrogate, as browsers can send
+        "x" * 20_000,
+        "مرحبا " * 300,
+        "👩‍👩‍👧‍👦" * 500,
+    ],
+    ids=["nul", "lone-surrogate", "no-spaces", "rtl", "zwj-emoji"],
+)
+def test_odd_text_as_the_question_or_in_history_is_trimmed_to_fit(text: str) -> None:
+    history = [HumanMessage(filler(i)) for i in range(10)]
+    for messages in (
+        [SystemMessage(SYSTEM), *history, HumanMessage(text)],
+        [SystemMessage(SYSTEM), HumanMessage(text), AIMessage("ok"), *history],
+    ):
+        result = trimmer(600).trim(messages)
+        assert result.tokens_after <= 600 and not result.over_budget
+
+
 def test_a_system_message_in_the_middle_is_sent_in_its_place() -> None:
     t = trimmer()
     for messages in grow(30):
