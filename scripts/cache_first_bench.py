@@ -13,8 +13,9 @@ On a public long-conversation QA set with labelled evidence turns (by default th
 
 ``summarization_stand_in`` is LangChain's ``SummarizationMiddleware`` with a *stand-in* summary
 (a fixed 150-word text from langchain-core's ``GenericFakeChatModel``, no model call): it shows
-what summarising does to the prefix and the tokens sent, not what a summary keeps; the tables
-say so under each budget.
+what summarising does to the prefix and the tokens sent, not what a summary keeps, nor the
+prefill of the summary call itself (a real summariser reads the summarised messages first); the
+tables say so under each budget.
 
 ``--conversations N`` takes the first N conversations of the set (for both measurements; no
 sampling otherwise), ``--turns N`` replays only each conversation's first N turns. The default
@@ -51,8 +52,8 @@ COLUMNS = ("strategy", "mean sent", "mean uncached", "% cached", "trim ms", "evi
 STAND_IN = "summarization_stand_in"
 STAND_IN_NOTE = (
     f"{STAND_IN}: SummarizationMiddleware with a STAND-IN summary (a fixed text from a fake "
-    "chat model, no model call): its prefix and token figures are those of summarising; its "
-    "evidence kept counts only turns sent verbatim."
+    "chat model, no model call): its prefix and token figures are those of summarising, "
+    "without the summary call's own prefill; its evidence kept counts only turns sent verbatim."
 )
 
 

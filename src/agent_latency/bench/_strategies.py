@@ -178,8 +178,10 @@ def summarization_stand_in(counter: TokenCounter) -> StrategyFactory:
     The summary is written by a stand-in outside this package: langchain-core's
     ``GenericFakeChatModel`` answering :data:`STAND_IN_SUMMARY`, numbered, every time, so the
     replay is deterministic and needs no model. It measures what a summary does to the prompt (the
-    prefix it rewrites, the tokens sent and uncached), not what a summary keeps: the stand-in
-    holds none of the conversation, and only evidence sent verbatim counts as kept.
+    prefix it rewrites, the tokens sent and uncached), not what a summary keeps (the stand-in
+    holds none of the conversation, and only evidence sent verbatim counts as kept), nor the
+    summary call itself (a real summariser prefills the summarised messages, up to the
+    middleware's ``trim_tokens_to_summarize``, before the model call that waits for it).
     """
     from langchain.agents.middleware import SummarizationMiddleware
 
