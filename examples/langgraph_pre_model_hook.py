@@ -5,7 +5,9 @@ New agents use ``langchain.agents.create_agent`` with ``TrimmingMiddleware``
 came with langgraph-prebuilt 0.1.8 (LangGraph 0.3); LangGraph 1.0 deprecates
 ``create_react_agent`` (``LangGraphDeprecatedSinceV10``, to be removed in 2.0), and this example
 keeps working until then. The hook returns ``{"llm_input_messages": trimmed}``: the model sees
-the trimmed list, the graph's state keeps every message.
+the trimmed list, the graph's state keeps every message. Where the hook cuts history it sends a
+marker that invites the model to call the ``recall`` tool, which reads the cut messages back:
+``recall_tool(hook)`` is that tool, given to the agent with its own.
 Run: ``python examples/langgraph_pre_model_hook.py [--otlp]``.
 """
 
@@ -22,6 +24,7 @@ from langgraph.prebuilt import create_react_agent
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 
 from agent_latency import PriorityTrimmer, build_chat_model
+from agent_latency.trimming import recall_tool
 
 
 @tool
@@ -33,14 +36,15 @@ def lookup_invoice(invoice_id: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(__doc__ or "", argv)
     with example_setup(args) as (settings, telemetry):
-        trimmer = PriorityTrimmer(budget=600)
+        tools = [lookup_invoice]
+        hook = PriorityTrimmer(budget=600).as_pre_model_hook(tools=tools)
         with warnings.catch_warnings():
             # LangGraph 1.x points to langchain.agents.create_agent; this agent still works.
             warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
             agent = create_react_agent(
                 build_chat_model(settings),
-                tools=[lookup_invoice],
-                pre_model_hook=trimmer.as_pre_model_hook(),
+                tools=[*tools, recall_tool(hook)],
+                pre_model_hook=hook,
             )
         history = []
         for n in range(15):

@@ -101,6 +101,7 @@ def test_the_strategies_are_the_peers_in_table_order() -> None:
         "trim_messages",
         "clear_tool_uses",
         "bm25_neighbours",
+        "summarization_stand_in",
     ]
     messages = question_call(chat(), chat().questions[0])
     # "default" is PriorityTrimmer with its defaults of the day.

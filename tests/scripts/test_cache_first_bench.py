@@ -17,6 +17,7 @@ STRATEGIES = [
     "trim_messages",
     "clear_tool_uses",
     "bm25_neighbours",
+    "summarization_stand_in",
 ]
 
 
@@ -41,6 +42,9 @@ def test_a_tiny_slice_prints_a_table_per_budget_and_writes_its_figures(
     for name in STRATEGIES:
         assert printed.count(f"\n{name} ") == 2, name
     assert json.loads(out.read_text(encoding="utf-8")) == figures
+    # The stand-in summariser is labelled as one under each table and in the figures.
+    assert printed.count("summarization_stand_in: SummarizationMiddleware with a STAND-IN") == 2
+    assert "STAND-IN" in figures["notes"]["summarization_stand_in"]
     assert [(r["budget"], r["strategy"]) for r in figures["replay"]] == [
         (b, s) for b in (2000, 4000) for s in STRATEGIES
     ]

@@ -14,17 +14,22 @@ token budget. :func:`cache_first_strategies` returns them by name, in table orde
   trigger, keep 3, approximate counting). It only clears tool results: on a chat without tool
   messages it sends everything, by design.
 - ``bm25_neighbours``: the yardstick of :func:`bm25_neighbours`.
+- ``summarization_stand_in``: LangChain's ``SummarizationMiddleware`` over an agent's state
+  (:func:`summarization_stand_in`), its summaries written by a stand-in: a fixed text of
+  :data:`STAND_IN_SUMMARY_WORDS` words, not a model's summary.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, cast
 
-from langchain_core.messages import BaseMessage, trim_messages
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, trim_messages
 from opentelemetry import trace
 
 from agent_latency.bench._contenders import OURS
@@ -40,6 +45,15 @@ BM25_K1: Final = 1.5
 BM25_B: Final = 0.75
 _WORD = re.compile(r"\w+")
 _QUIET: Final = trace.NoOpTracerProvider()
+STAND_IN_SUMMARY_WORDS: Final = 150
+"""The length of the stand-in summary, in words (about 200 tokens: a few paragraphs)."""
+STAND_IN_SUMMARY: Final = "[stand-in summary {number}, not a model's] " + " ".join(
+    f"point{i}" for i in range(STAND_IN_SUMMARY_WORDS - 6)
+)
+"""What the stand-in summariser answers, ``{number}`` its count in the conversation: each
+summary differs from the one before from its first words on, as a model's would."""
+SUMMARY_KEEP_SHARE: Final = 0.5
+"""What a summary keeps of the budget's room as recent messages (``keep=("tokens", ...)``)."""
 
 
 def _trimmer(counter: TokenCounter, options: dict[str, Any]) -> StrategyFactory:
@@ -150,6 +164,74 @@ def _bm25(documents: list[list[str]], query: list[str]) -> list[float]:
     return scores
 
 
+def summarization_stand_in(counter: TokenCounter) -> StrategyFactory:
+    """LangChain's ``SummarizationMiddleware`` as an agent runs it, with a stand-in summariser.
+
+    The strategy holds the agent's state, the messages after the leading system messages: each
+    call appends to it the messages that are new since the previous call (a call that does not
+    extend the previous one starts the state afresh), then runs the middleware's
+    ``before_model`` on it, which replaces the state with a summary and the most recent
+    messages when it has reached the budget's room (the budget less the system messages:
+    ``trigger=("tokens", room)``, ``keep=("tokens", SUMMARY_KEEP_SHARE * room)``, counted with
+    ``counter``). The call sends the system messages and the state.
+
+    The summary is written by a stand-in outside this package: langchain-core's
+    ``GenericFakeChatModel`` answering :data:`STAND_IN_SUMMARY`, numbered, every time, so the
+    replay is deterministic and needs no model. It measures what a summary does to the prompt (the
+    prefix it rewrites, the tokens sent and uncached), not what a summary keeps (the stand-in
+    holds none of the conversation, and only evidence sent verbatim counts as kept), nor the
+    summary call itself (a real summariser prefills the summarised messages, up to the
+    middleware's ``trim_tokens_to_summarize``, before the model call that waits for it).
+    """
+    from langchain.agents.middleware import SummarizationMiddleware
+
+    def count(messages: Iterable[Any]) -> int:  # the middleware's counter gets messages only
+        return counter.count_messages(list(messages))
+
+    def build(budget: int) -> TrimStrategy:
+        state: list[AnyMessage] = []
+        seen: list[BaseMessage] = []
+        middleware: list[SummarizationMiddleware] = []
+
+        def send(messages: list[BaseMessage]) -> list[BaseMessage]:
+            head = 0
+            while head < len(messages) and messages[head].type == "system":
+                head += 1
+            system, rest = messages[:head], messages[head:]
+            if not middleware:
+                room = max(budget - counter.count_messages(system), 2)
+                summariser = GenericFakeChatModel(
+                    messages=(
+                        AIMessage(STAND_IN_SUMMARY.format(number=n)) for n in itertools.count(1)
+                    )
+                )
+                middleware.append(
+                    SummarizationMiddleware(
+                        summariser,
+                        trigger=("tokens", room),
+                        keep=("tokens", max(math.floor(SUMMARY_KEEP_SHARE * room), 1)),
+                        token_counter=count,
+                    )
+                )
+            extends = len(rest) >= len(seen) and all(
+                a is b for a, b in zip(seen, rest, strict=False)
+            )
+            if not extends:
+                state.clear()
+                seen.clear()
+            # Copies: the middleware gives messages without an id one, in place.
+            state.extend(cast("AnyMessage", m.model_copy()) for m in rest[len(seen) :])
+            seen[:] = rest
+            update = middleware[0].before_model({"messages": state}, None)  # type: ignore[arg-type]
+            if update is not None:  # RemoveMessage(REMOVE_ALL), the summary, what it keeps
+                state[:] = update["messages"][1:]
+            return [*system, *state]
+
+        return send
+
+    return build
+
+
 def cache_first_strategies(counter: TokenCounter) -> dict[str, StrategyFactory]:
     """The bench's strategies by name, in table order, all counting with ``counter``."""
     return {
@@ -159,4 +241,5 @@ def cache_first_strategies(counter: TokenCounter) -> dict[str, StrategyFactory]:
         "trim_messages": _trim_messages(counter),
         "clear_tool_uses": _clear_tool_uses,
         "bm25_neighbours": bm25_neighbours(counter),
+        "summarization_stand_in": summarization_stand_in(counter),
     }

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ from ._waiting import UNSENT, Sleeper, Stopping, unless_disconnected
 
 _SYSTEM_FINGERPRINT = "fp_agent_latency_sim"
 _OWNER = "agent-latency-sim"
+_KEPT_HEADERS = 1024
+"""How many chat requests' headers :meth:`Simulator.request_headers` keeps (the latest)."""
+_SECRET_HEADERS = frozenset({"authorization", "api-key", "cookie", "proxy-authorization"})
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ class Simulator:
         self._prefix_cache = prefix_cache_for(config)
         self._random = random.Random(config.seed)
         self._stats = _StatsRecorder()
+        self._headers: deque[dict[str, str]] = deque(maxlen=_KEPT_HEADERS)
         self.sleeper = Sleeper()
         """Every wait of a request; the server stops it when it stops serving."""
         self.app = Starlette(
@@ -202,8 +207,14 @@ class Simulator:
         """Returns the counts so far; safe to call from any thread."""
         return self._stats.snapshot()
 
+    def request_headers(self) -> list[dict[str, str]]:
+        """The headers of the latest chat requests (up to 1,024), oldest first, names in lower
+        case, credentials left out (what a router in front of the server would route by)."""
+        return list(self._headers)
+
     async def _chat_completions(self, request: Request) -> Response:
         arrival = asyncio.get_running_loop().time()
+        self._headers.append({k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS})
         try:
             plan = await self._accept(request, arrival)
         except RequestError as error:

@@ -241,6 +241,11 @@ class RunningSimulator:
         """Requests served, prompt tokens, cached prompt tokens reused, and so on, so far."""
         return self._simulator.stats()
 
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        """The headers of the latest chat requests, oldest first, credentials left out."""
+        return self._simulator.request_headers()
+
     def start(self) -> RunningSimulator:
         """Binds the address, starts serving and waits until requests are accepted.
 

@@ -1,16 +1,36 @@
-"""A per-conversation prompt cache key, for servers that route or cache by one.
+"""A per-conversation key, for servers and routers that route or cache by one.
 
 OpenAI's ``prompt_cache_key`` sends requests that share it to the same machines, whose caches
 then hold their prefix. The key here is derived from the conversation's first messages (its
 system prompt and first user message), so every call of a conversation and every replica
-serving it send the same one, with no state to share.
+serving it send the same one, with no state to share. It is a SHA-256 digest: no text of the
+conversation, nor any credential, can be read from it.
+
+Routers in front of self-hosted replicas that hash a request header rather than read
+``prompt_cache_key`` get the same key in the header they name (:func:`checked_session_header`,
+:func:`with_session_header`):
+
+* vLLM production-stack's router, ``--routing-logic session --session-key <header>``: its
+  ``SessionRouter`` sends the requests carrying the same value of that header to the same
+  engine (docs.vllm.ai/projects/production-stack, "Router Logic").
+* SGLang's model gateway (SMG), sticky sessions: the routing key of a request without a body
+  ``rid`` is read from a header, ``x-smg-routing-key`` by default (smg-project/smg-docs,
+  concepts/routing/sticky-sessions.md).
+* LLM Gateway takes ``x-session-id`` before ``prompt_cache_key`` (docs.llmgateway.io,
+  features/sessions); Merge Gateway ``X-Session-Id`` (docs.merge.dev, cache-aware routing).
+* Any consistent-hash load balancer on a header: Envoy or Kong ``hash_on: header``, Google
+  Cloud's ``HEADER_FIELD`` session affinity.
+
+OpenRouter needs neither: its provider sticky routing keeps a cached conversation on one
+provider by itself (openrouter.ai/docs, prompt caching, "Provider Sticky Routing").
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import Final
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from langchain_core.messages import BaseMessage
@@ -20,7 +40,15 @@ from agent_latency.trimming._relevance import text_of
 
 CACHE_KEY_SETTING: Final = "prompt_cache_key"
 """The request field (and ``ChatOpenAI`` keyword) that carries the key."""
+HEADERS_SETTING: Final = "extra_headers"
+"""The ``ChatOpenAI`` keyword (the OpenAI SDK's request option) that adds request headers."""
 _OPENAI_HOST: Final = "api.openai.com"
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (RFC 9110, section 5.1)."""
+_CLIENT_HEADERS: Final = frozenset(
+    {"authorization", "api-key", "content-length", "content-type", "host", "user-agent"}
+)
+"""Headers the client sets itself: a session value there would break the request."""
 
 
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
@@ -55,3 +83,51 @@ def takes_cache_key(model: object) -> bool:
         return False
     base = model.openai_api_base
     return base is None or urlsplit(base).hostname == _OPENAI_HOST
+
+
+def checked_session_header(owner: str, name: object) -> str | None:
+    """Returns ``name``, the header to send the conversation's key in, or ``None`` for none.
+
+    Raises:
+        ValueError: When ``name`` is neither ``None`` nor an HTTP header name, or names a
+            header the client sets itself (``authorization``, ``content-type``, ...).
+    """
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        raise ValueError(
+            f"{owner}: session_header must be an HTTP header name such as 'x-session-id', "
+            f"got {name!r}."
+        )
+    if name.lower() in _CLIENT_HEADERS:
+        raise ValueError(
+            f"{owner}: session_header {name!r} is a header the client sets itself; name the "
+            "header your router hashes, such as 'x-session-id'."
+        )
+    return name
+
+
+def with_session_header(
+    settings: Mapping[str, Any], model: object, header: str, key: str
+) -> Mapping[str, Any]:
+    """Model settings that also send ``key`` in the request header ``header``.
+
+    A value the caller already gives that header (in ``settings``' or ``model.model_kwargs``'
+    ``extra_headers``, or in ``model.default_headers``, in any case) is kept, and so are the
+    other headers they give: the settings' ``extra_headers`` replace the model's when sent.
+
+    Args:
+        settings: The request's model settings (keywords of the model call).
+        model: The chat model, a ``ChatOpenAI`` or another.
+        header: The header's name.
+        key: The conversation's key.
+    """
+    model_kwargs = getattr(model, "model_kwargs", None) or {}
+    defaults = getattr(model, "default_headers", None) or {}
+    headers = {
+        **(model_kwargs.get(HEADERS_SETTING) or {}),
+        **(settings.get(HEADERS_SETTING) or {}),
+    }
+    if header.lower() in {name.lower() for name in (*headers, *defaults)}:
+        return settings
+    return {**settings, HEADERS_SETTING: {**headers, header: key}}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -30,11 +30,13 @@ from agent_latency._validation import checked_bool
 from agent_latency.config import Settings
 from agent_latency.trimming._cache_key import (
     CACHE_KEY_SETTING,
+    checked_session_header,
     conversation_cache_key,
     takes_cache_key,
+    with_session_header,
 )
 from agent_latency.trimming._from_settings import trimmer_from_settings
-from agent_latency.trimming._hook import NO_RECALL, PreModelHook
+from agent_latency.trimming._hook import PreModelHook
 from agent_latency.trimming._recall import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -93,7 +95,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
     conversation's first messages, where the server takes one (by default OpenAI's own API), so
     that its calls reach the machines that hold their prefix; one the model settings already
-    give is kept.
+    give is kept. Routers that hash a request header instead (vLLM production-stack's session
+    router, SGLang's gateway, ...; sources in :mod:`agent_latency.trimming._cache_key`) get the
+    same key in the header ``session_header`` names, sent through ``ChatOpenAI``'s
+    ``extra_headers``: a SHA-256 digest of the conversation's first messages, no text of them.
 
     Args:
         trimmer: The trimmer to apply.
@@ -101,14 +106,23 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         cache_key: Send the per-conversation ``prompt_cache_key``: ``None`` (the default) where
             the model is a ``ChatOpenAI`` on OpenAI's API, ``True`` always (a gateway or server
             that takes it), ``False`` never.
+        session_header: The request header to send the same per-conversation key in, e.g.
+            ``"x-session-id"`` (the one your router's session affinity hashes); one the model
+            settings' ``extra_headers`` already give is kept. Default: none.
 
     Raises:
         TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
-        ValueError: When ``recall`` is not a bool, or ``cache_key`` neither a bool nor ``None``.
+        ValueError: When ``recall`` is not a bool, ``cache_key`` neither a bool nor ``None``,
+            or ``session_header`` not a header name the client leaves to the caller.
     """
 
     def __init__(
-        self, trimmer: PriorityTrimmer, *, recall: bool = True, cache_key: bool | None = None
+        self,
+        trimmer: PriorityTrimmer,
+        *,
+        recall: bool = True,
+        cache_key: bool | None = None,
+        session_header: str | None = None,
     ) -> None:
         if not isinstance(trimmer, PriorityTrimmer):
             raise TypeError(
@@ -119,6 +133,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if cache_key is not None:
             checked_bool("TrimmingMiddleware", "cache_key", cache_key)
         self.cache_key = cache_key
+        self.session_header = checked_session_header("TrimmingMiddleware", session_header)
         self.trimmer = trimmer
         self.recalling: RecallingTrimmer | None = None
         self.tools: list[BaseTool] = []
@@ -213,15 +228,22 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _keyed(
         self, request: ModelRequest[Any], messages: Sequence[BaseMessage]
     ) -> ModelRequest[Any]:
-        """The request with the conversation's ``prompt_cache_key``, where one is sent."""
-        if CACHE_KEY_SETTING in request.model_settings or not (
+        """The request with the conversation's key in ``prompt_cache_key`` and the session
+        header, where they are sent."""
+        settings: Mapping[str, Any] = request.model_settings
+        as_field = CACHE_KEY_SETTING not in settings and (
             self.cache_key or (self.cache_key is None and takes_cache_key(request.model))
-        ):
+        )
+        if not as_field and self.session_header is None:
             return request
         key = conversation_cache_key(messages)
         if key is None:
             return request
-        return request.override(model_settings={**request.model_settings, CACHE_KEY_SETTING: key})
+        if as_field:
+            settings = {**settings, CACHE_KEY_SETTING: key}
+        if self.session_header is not None:
+            settings = with_session_header(settings, request.model, self.session_header, key)
+        return request.override(model_settings=dict(settings))
 
 
 def recall_tool(hook: PreModelHook) -> BaseTool:
@@ -229,7 +251,9 @@ def recall_tool(hook: PreModelHook) -> BaseTool:
 
     ``hook = trimmer.as_pre_model_hook(prompt=PROMPT, tools=tools)``, then
     ``create_react_agent(model, [*tools, recall_tool(hook)], prompt=PROMPT, pre_model_hook=hook)``:
-    the model can call it to read back what the hook cut (docs/trimming.md).
+    the model can call it to read back what the hook cut (docs/trimming.md). Making it tells the
+    hook that the agent has the tool, so that its elision marker invites the model to call it
+    (without it the marker only says messages were left out): give the tool to the agent.
 
     Args:
         hook: A hook from ``PriorityTrimmer.as_pre_model_hook`` (with ``recall``, the default).
@@ -243,8 +267,7 @@ def recall_tool(hook: PreModelHook) -> BaseTool:
             f"recall_tool: hook must come from trimmer.as_pre_model_hook(), got "
             f"{type(hook).__name__}."
         )
-    if hook.recalling is None:
-        raise ValueError(NO_RECALL)
+    hook.offer_tool()
     return _recall_tool(hook.read_back)
 
 

@@ -36,6 +36,7 @@ from agent_latency.trimming._span import TrimRunnable, end_span, start_span
 
 __all__ = [
     "MARKER_TEXT",
+    "PLAIN_MARKER_TEXT",
     "TOOL_DEFINITION",
     "TOOL_DESCRIPTION",
     "TOOL_NAME",
@@ -53,6 +54,10 @@ MARKER_TEXT: Final = (
     f"Nothing is lost: call the `{TOOL_NAME}` tool with words of what you need to read them back.]"
 )
 """The elision marker: the same text on every call, so it never moves the cached prefix."""
+PLAIN_MARKER_TEXT: Final = (
+    "[Earlier messages of this conversation were left out of this prompt to keep it short.]"
+)
+"""The marker where the model has no ``recall`` tool: it does not invite a call it cannot make."""
 TOOL_DESCRIPTION: Final = (
     "Reads back messages left out of your prompt: give words of what you need, or message ids."
 )
@@ -98,11 +103,15 @@ class RecallingTrimmer(TrimRunnable):
 
     Args:
         trimmer: The ``PriorityTrimmer`` to trim with.
+        offers_tool: Whether the model has the ``recall`` tool: the marker then invites it to
+            call it (:data:`MARKER_TEXT`), else it only says that messages were left out
+            (:data:`PLAIN_MARKER_TEXT`).
     """
 
-    def __init__(self, trimmer: Trimming) -> None:
+    def __init__(self, trimmer: Trimming, *, offers_tool: bool = True) -> None:
         self.trimmer = trimmer
-        self.marker = SystemMessage(MARKER_TEXT)
+        self.offers_tool = offers_tool
+        self.marker = SystemMessage(MARKER_TEXT if offers_tool else PLAIN_MARKER_TEXT)
         self.marker_tokens = trimmer.token_counter.count_message(self.marker)
         self._reserved: tuple[int, Trimming] | None = None
         self._tracer = trace.get_tracer(
@@ -112,7 +121,8 @@ class RecallingTrimmer(TrimRunnable):
         )
 
     def __repr__(self) -> str:
-        return f"RecallingTrimmer({self.trimmer!r})"
+        tool = "" if self.offers_tool else ", offers_tool=False"
+        return f"RecallingTrimmer({self.trimmer!r}{tool})"
 
     def trim(
         self,
@@ -202,17 +212,20 @@ class RecallingTrimmer(TrimRunnable):
         """The trimmer with the marker's tokens, in the server's tokens, taken off its budget.
 
         Its defaults that follow the budget (the tool-result cap, the prefix step) stay those
-        of the whole budget; it is rebuilt only when the calibration moves the reserve.
+        of the whole budget, the step no larger than what is left (a budget hardly larger than
+        the marker leaves less than a step); it is rebuilt only when the calibration moves the
+        reserve.
         """
         base, options = self.trimmer, self.trimmer.options
         factor = options.calibration.factor if options.calibration is not None else 1.0
         reserve = math.ceil(self.marker_tokens * factor)
         reserved = self._reserved
         if reserved is None or reserved[0] != reserve:
+            budget = max(options.budget - reserve, 1)
             trimmer = base._with(
-                budget=max(options.budget - reserve, 1),
+                budget=budget,
                 max_tool_result_tokens=options.tool_result_cap,
-                prefix_step_tokens=options.step_tokens,
+                prefix_step_tokens=min(options.step_tokens, budget),
             )
             reserved = self._reserved = (reserve, trimmer)
         return reserved[1]
