@@ -4,6 +4,7 @@ strategy and peer, retention of the planted facts, refused requests, the frontie
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from agent_latency.bench._facts import Fact
 from agent_latency.bench._mixed import schedule
 from agent_latency.bench._scenario import with_request_id, without_request_id
 from agent_latency.bench._workload import (
+    _plan_calls,
     _score_answers,
     profile_simulator,
     workload_simulator,
@@ -325,6 +327,18 @@ def test_answers_are_asked_without_the_bench_marker_and_once_per_prompt_sent() -
     # The model saw the user's prompt, not the bench's marker, and the same prompt once.
     assert len(asked) == 2 and asked[0][0].content == "Rules."
     assert asked[0] == [system, *question]
+
+
+def test_a_turn_s_epoch_counts_the_idle_gaps_its_own_conversation_has_been_through() -> None:
+    plan = _plan_calls(SMALL, None)
+    assert any(turn.idle for turn in plan.turns) and len(plan.epochs) == len(plan.turns)
+    for conversation in range(SMALL.conversations):
+        own = [
+            (turn.idle, epoch)
+            for turn, epoch in zip(plan.turns, plan.epochs, strict=True)
+            if turn.conversation == conversation
+        ]
+        assert [epoch for _, epoch in own] == list(accumulate(int(idle) for idle, _ in own))
 
 
 def test_without_request_id_undoes_with_request_id_and_leaves_other_prompts_alone() -> None:

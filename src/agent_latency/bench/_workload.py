@@ -42,11 +42,18 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from agent_latency._redaction import display_url
 from agent_latency._wire import content_key
-from agent_latency.bench._calls import CallMeter
-from agent_latency.bench._contenders import STRATEGIES, SUMMARY_MAX_TOKENS, Kit, contenders
+from agent_latency.bench._calls import CallMeter, MeasuredCall
+from agent_latency.bench._contenders import (
+    STRATEGIES,
+    SUMMARY_MAX_TOKENS,
+    Contender,
+    Kit,
+    Strategy,
+    contenders,
+)
 from agent_latency.bench._errors import RequestRefused, explain_api_error
-from agent_latency.bench._facts import answer_gives, fact_kept, plant_facts
-from agent_latency.bench._mixed import MixedWorkload, schedule
+from agent_latency.bench._facts import PlantedConversation, answer_gives, fact_kept, plant_facts
+from agent_latency.bench._mixed import MixedWorkload, Turn, schedule
 from agent_latency.bench._scenario import (
     call_points,
     load_scenario,
@@ -293,6 +300,43 @@ def run_mixed_workload(
             ``profile`` and ``base_url``; an :class:`~agent_latency.bench._errors.EndpointError`
             when the endpoint fails as a whole.
     """
+    _check_choices(simulator, profile, base_url, only)
+    workload = workload or MixedWorkload()
+    plan = _plan_calls(workload, messages)
+    with _endpoint(settings or Settings(), workload, simulator, profile, base_url) as channel:
+        rig = _Rig(channel, workload, greedy=answers)
+        kit = Kit(
+            workload=workload,
+            settings=channel.settings,
+            counter=rig.counter,
+            summary_model=rig.model(SUMMARY_MAX_TOKENS),
+        )
+        chosen = [
+            c for c in contenders(kit, frontier=frontier) if only is None or c.strategy in only
+        ]
+        _warm_up(rig.meter, rig.timed, plan.conversations[0][: plan.points[-1]], channel.settings)
+        progress = _Progress(on_call, total=len(chosen) * len(plan.turns))
+        runs = [
+            _run_contender(rig, plan, contender, index, answers=answers, progress=progress)
+            for index, contender in enumerate(chosen)
+        ]
+    return WorkloadReport(
+        workload=workload,
+        calls_per_conversation=len(plan.points),
+        where=_where_it_ran(channel, profile, base_url),
+        strategies=tuple(run for run in runs if run.default),
+        frontier=tuple(runs) if frontier else (),
+        answers=answers,
+    )
+
+
+def _check_choices(
+    simulator: SimulatorConfig | None,
+    profile: str | None,
+    base_url: str | None,
+    only: Sequence[str] | None,
+) -> None:
+    """Refuses more than one place to run on, and unknown strategies, before any call."""
     if sum(option is not None for option in (simulator, profile, base_url)) > 1:
         raise ValueError("run_mixed_workload: pass one of simulator, profile or base_url.")
     unknown = sorted(set(only or ()) - set(STRATEGIES))
@@ -300,8 +344,32 @@ def run_mixed_workload(
         raise ValueError(
             f"run_mixed_workload: unknown strategies {unknown}; choose from {list(STRATEGIES)}."
         )
-    workload = workload or MixedWorkload()
-    settings = settings or Settings()
+
+
+@dataclass(frozen=True)
+class _CallPlan:
+    """The calls every contender replays, in order.
+
+    Attributes:
+        workload: The workload's shape.
+        planted: Each conversation with its facts planted (and what each question needs).
+        conversations: Each conversation's messages, marked with its request id.
+        points: The prompt lengths replayed of each conversation.
+        turns: The calls, interleaved by their virtual time.
+        epochs: Per turn: how many idle gaps its conversation has been through, itself
+            included (a new epoch's prompt shares no prefix with the one before).
+    """
+
+    workload: MixedWorkload
+    planted: list[PlantedConversation]
+    conversations: list[list[BaseMessage]]
+    points: list[int]
+    turns: list[Turn]
+    epochs: list[int]
+
+
+def _plan_calls(workload: MixedWorkload, messages: Sequence[BaseMessage] | None) -> _CallPlan:
+    """Plants the facts in each conversation and schedules the calls."""
     scenario = list(messages) if messages is not None else load_scenario()
     planted = [plant_facts(scenario, index) for index in range(workload.conversations)]
     conversations = [
@@ -311,153 +379,189 @@ def run_mixed_workload(
     every_point = call_points(conversations[0])
     points = every_point[-workload.calls :] if workload.calls else every_point
     turns = schedule(workload, points)
-    with _endpoint(settings, workload, simulator, profile, base_url) as channel:
-        llm = channel.settings.llm
-        counter = (
-            TokenCounter.for_model(channel.simulator.prompt_tokenizer)  # as the simulator counts
-            if channel.simulator is not None
-            else TokenCounter.for_model(
-                llm.model,
-                tokenizer=llm.tokenizer,
-                base_url=llm.base_url,
-                api_key=llm.api_key.get_secret_value() if llm.api_key is not None else None,
-                timeout_s=llm.timeout_seconds,
-            )
-        )
-        meter = CallMeter(chunk_timeout_ms=channel.settings.streaming.chunk_timeout_ms)
-        greedy: dict[str, Any] = {"temperature": 0.0} if answers else {}
+    gaps = [0] * workload.conversations
+    epochs = []
+    for turn in turns:
+        gaps[turn.conversation] += turn.idle
+        epochs.append(gaps[turn.conversation])
+    return _CallPlan(workload, planted, conversations, points, turns, epochs)
 
-        def model(max_tokens: int, **options: Any) -> Any:
-            return build_chat_model(
-                channel.settings, max_retries=0, max_tokens=max_tokens, **options
-            )
 
-        # On the simulator each call reserves the answer's room, as a user's settings do
-        # (streaming.max_tokens = prompt.reserve_for_output), and is answered short; an
-        # endpoint really writes what it is allowed to.
+class _Rig:
+    """What every contender's calls go through: the channel, the token counter, the meter and
+    the models, and the answers to fact questions asked so far (by what goes on the wire).
+
+    On the simulator each call reserves the answer's room, as a user's settings do
+    (``streaming.max_tokens = prompt.reserve_for_output``), and is answered short; an endpoint
+    really writes what it is allowed to. With ``greedy``, every answer is greedy
+    (temperature 0).
+    """
+
+    def __init__(self, channel: _Channel, workload: MixedWorkload, *, greedy: bool) -> None:
+        self.channel = channel
+        self.counter = _counter(channel)
+        self.meter = CallMeter(chunk_timeout_ms=channel.settings.streaming.chunk_timeout_ms)
+        self._greedy: dict[str, Any] = {"temperature": 0.0} if greedy else {}
         on_sim = channel.simulator is not None
-        timed_tokens = workload.reserve_for_output if on_sim else _TIMED_ANSWER_TOKENS
-        answer_tokens = workload.reserve_for_output if on_sim else ANSWER_TOKENS
-        timed = model(timed_tokens, streaming=True, callbacks=meter.callbacks, **greedy)
-        answering = model(answer_tokens, streaming=True, callbacks=meter.callbacks, **greedy)
-        asked: dict[tuple[Any, ...], str | None] = {}
-
-        def ask(prompt: list[BaseMessage]) -> str | None:
-            try:
-                return meter.stream(answering, prompt).text
-            except openai.APIError as exc:
-                _refusal(exc, channel.settings)
-                return None
-
-        kit = Kit(
-            workload=workload,
-            settings=channel.settings,
-            counter=counter,
-            summary_model=model(SUMMARY_MAX_TOKENS),
+        self.timed = self.model(
+            workload.reserve_for_output if on_sim else _TIMED_ANSWER_TOKENS, measured=True
         )
-        chosen = [
-            c for c in contenders(kit, frontier=frontier) if only is None or c.strategy in only
-        ]
-        _warm_up(meter, timed, conversations[0][: points[-1]], channel.settings)
-        total = len(chosen) * len(turns)
-        runs = []
-        for index, contender in enumerate(chosen):
-            strategy = contender.build()
-            epochs = [0] * workload.conversations
-            calls = []
-            questions: list[list[BaseMessage] | None] = []
-            for turn in turns:
-                epochs[turn.conversation] += turn.idle
-                marker = (
-                    f"{contender.strategy} {index} {turn.conversation} "
-                    f"epoch {epochs[turn.conversation]}"
-                )
-                # Marked before the strategy sees it, so that its budget covers the marker.
-                marked = with_request_id(conversations[turn.conversation][: turn.end], marker)
-                started = time.perf_counter()
-                prepared = strategy(turn.conversation, marked, turn.at)
-                prepare_ms = (time.perf_counter() - started) * 1000
-                fact = planted[turn.conversation].needs.get(turn.end)
-                sent = prepared.messages
-                tokens = counter.count_messages(sent)
-                kept = int(fact is not None and fact_kept(fact, prepared.messages))
-                record = CallRecord(
-                    conversation=turn.conversation,
-                    end=turn.end,
-                    idle=turn.idle,
-                    wait_ms=None,
-                    ttft_ms=None,
-                    prepare_ms=prepare_ms,
-                    tokens=tokens,
-                    server_tokens=None,
-                    cached_tokens=None,
-                    invalid=_invalid(prepared.messages),
-                    refused=None,
-                    needed=int(fact is not None),
-                    kept=kept,
-                    fact=fact,
-                )
-                try:
-                    call = meter.stream(timed, sent)
-                except openai.APIError as exc:
-                    refusal = _refusal(exc, channel.settings)
-                    calls.append(replace(record, refused=refusal.server_message, kept=0))
-                    questions.append(None)
-                else:
-                    usage = call.usage
-                    calls.append(
-                        replace(
-                            record,
-                            wait_ms=call.ttft_ms + prepare_ms,
-                            ttft_ms=call.ttft_ms,
-                            server_tokens=usage.prompt_tokens,
-                            cached_tokens=usage.cached_tokens,
-                            server_prefill_ms=call.server_prefill_ms,
-                            ttft_remainder_ms=call.ttft_remainder_ms,
-                        )
-                    )
-                    questions.append(without_request_id(sent, marker) if fact else None)
-                if on_call is not None:
-                    last = calls[-1]
-                    on_call(
-                        WorkloadProgress(
-                            index * len(turns) + len(calls),
-                            total,
-                            f"{contender.strategy} {_label(contender.knob)}: conversation "
-                            f"{turn.conversation}, {turn.end} messages"
-                            f"{' after an idle gap' if turn.idle else ''}: "
-                            + (
-                                "refused"
-                                if last.wait_ms is None
-                                else f"wait {last.wait_ms:.0f} ms, {last.sent_tokens} tokens"
-                            ),
-                        )
-                    )
-            if answers:
-                calls = _score_answers(calls, questions, ask, asked)
-            runs.append(
-                StrategyRun(
-                    contender.strategy,
-                    contender.knob,
-                    contender.default,
-                    tuple(calls),
-                    workload.hard_limit,
-                    answers,
-                )
-            )
-    where = WhereItRan(
-        server=None if channel.simulator is not None else display_url(base_url or ""),
-        model=llm.model,
-        profile=profile,
-        latency=None
-        if channel.simulator is None
-        else _latency(channel.simulator, channel.clock_scale),
+        self._answering = self.model(
+            workload.reserve_for_output if on_sim else ANSWER_TOKENS, measured=True
+        )
+        self.asked: dict[tuple[Any, ...], str | None] = {}
+
+    def model(self, max_tokens: int, *, measured: bool = False) -> Any:
+        """A chat model of the channel; ``measured``: streaming, greedy if asked, metered."""
+        options: dict[str, Any] = (
+            {"streaming": True, "callbacks": self.meter.callbacks, **self._greedy}
+            if measured
+            else {}
+        )
+        return build_chat_model(
+            self.channel.settings, max_retries=0, max_tokens=max_tokens, **options
+        )
+
+    def ask(self, prompt: list[BaseMessage]) -> str | None:
+        """The answer to a fact question; ``None`` when the server refuses the prompt."""
+        try:
+            return self.meter.stream(self._answering, prompt).text
+        except openai.APIError as exc:
+            _refusal(exc, self.channel.settings)
+            return None
+
+
+def _counter(channel: _Channel) -> TokenCounter:
+    """Counts as the simulator counts, or with the endpoint's model and tokenizer."""
+    if channel.simulator is not None:
+        return TokenCounter.for_model(channel.simulator.prompt_tokenizer)
+    llm = channel.settings.llm
+    return TokenCounter.for_model(
+        llm.model,
+        tokenizer=llm.tokenizer,
+        base_url=llm.base_url,
+        api_key=llm.api_key.get_secret_value() if llm.api_key is not None else None,
+        timeout_s=llm.timeout_seconds,
     )
-    return WorkloadReport(
-        workload=workload,
-        calls_per_conversation=len(points),
-        where=where,
-        strategies=tuple(run for run in runs if run.default),
-        frontier=tuple(runs) if frontier else (),
-        answers=answers,
+
+
+class _Progress:
+    """Counts the calls of the whole run and reports each to ``on_call``, if given."""
+
+    def __init__(self, on_call: Callable[[WorkloadProgress], None] | None, total: int) -> None:
+        self._on_call = on_call
+        self._total = total
+        self._done = 0
+
+    def __call__(self, step: str) -> None:
+        self._done += 1
+        if self._on_call is not None:
+            self._on_call(WorkloadProgress(self._done, self._total, step))
+
+
+def _run_contender(
+    rig: _Rig,
+    plan: _CallPlan,
+    contender: Contender,
+    index: int,
+    *,
+    answers: bool,
+    progress: _Progress,
+) -> StrategyRun:
+    """Replays every call of ``plan`` with one contender, then scores its answers if asked."""
+    strategy = contender.build()
+    calls = []
+    questions = []
+    for turn, epoch in zip(plan.turns, plan.epochs, strict=True):
+        marker = f"{contender.strategy} {index} {turn.conversation} epoch {epoch}"
+        call, question = _replay(rig, plan, strategy, turn, marker)
+        calls.append(call)
+        questions.append(question)
+        progress(_step(contender, turn, call))
+    if answers:
+        calls = _score_answers(calls, questions, rig.ask, rig.asked)
+    return StrategyRun(
+        contender.strategy,
+        contender.knob,
+        contender.default,
+        tuple(calls),
+        plan.workload.hard_limit,
+        answers,
+    )
+
+
+def _replay(
+    rig: _Rig, plan: _CallPlan, strategy: Strategy, turn: Turn, marker: str
+) -> tuple[CallRecord, list[BaseMessage] | None]:
+    """Prepares one call with a contender's strategy and sends it.
+
+    Returns:
+        The call's record, and the prompt it sent less ``marker`` when it asked a fact question
+        and was answered (``None`` otherwise), to answer again with answers asked for.
+    """
+    # Marked before the strategy sees it, so that its budget covers the marker.
+    marked = with_request_id(plan.conversations[turn.conversation][: turn.end], marker)
+    started = time.perf_counter()
+    sent = strategy(turn.conversation, marked, turn.at).messages
+    prepare_ms = (time.perf_counter() - started) * 1000
+    fact = plan.planted[turn.conversation].needs.get(turn.end)
+    record = CallRecord(
+        conversation=turn.conversation,
+        end=turn.end,
+        idle=turn.idle,
+        wait_ms=None,
+        ttft_ms=None,
+        prepare_ms=prepare_ms,
+        tokens=rig.counter.count_messages(sent),
+        server_tokens=None,
+        cached_tokens=None,
+        invalid=_invalid(sent),
+        refused=None,
+        needed=int(fact is not None),
+        kept=int(fact is not None and fact_kept(fact, sent)),
+        fact=fact,
+    )
+    try:
+        call = rig.meter.stream(rig.timed, sent)
+    except openai.APIError as exc:
+        refusal = _refusal(exc, rig.channel.settings)
+        return replace(record, refused=refusal.server_message, kept=0), None
+    return _answered(record, call), without_request_id(sent, marker) if fact else None
+
+
+def _answered(record: CallRecord, call: MeasuredCall) -> CallRecord:
+    """``record`` with what its call measured: the wait is the prompt's preparation and TTFT."""
+    return replace(
+        record,
+        wait_ms=call.ttft_ms + record.prepare_ms,
+        ttft_ms=call.ttft_ms,
+        server_tokens=call.usage.prompt_tokens,
+        cached_tokens=call.usage.cached_tokens,
+        server_prefill_ms=call.server_prefill_ms,
+        ttft_remainder_ms=call.ttft_remainder_ms,
+    )
+
+
+def _step(contender: Contender, turn: Turn, call: CallRecord) -> str:
+    """What a call was, for the progress line."""
+    idle = " after an idle gap" if turn.idle else ""
+    result = (
+        "refused"
+        if call.wait_ms is None
+        else f"wait {call.wait_ms:.0f} ms, {call.sent_tokens} tokens"
+    )
+    return (
+        f"{contender.strategy} {_label(contender.knob)}: conversation {turn.conversation}, "
+        f"{turn.end} messages{idle}: {result}"
+    )
+
+
+def _where_it_ran(channel: _Channel, profile: str | None, base_url: str | None) -> WhereItRan:
+    """The endpoint or simulator the workload ran on, for the report."""
+    simulator = channel.simulator
+    return WhereItRan(
+        server=None if simulator is not None else display_url(base_url or ""),
+        model=channel.settings.llm.model,
+        profile=profile,
+        latency=None if simulator is None else _latency(simulator, channel.clock_scale),
     )

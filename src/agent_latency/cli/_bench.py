@@ -23,9 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from agent_latency._wire import RequestFile
 from agent_latency.bench import (
     BenchPlan,
+    BenchReport,
     MixedWorkload,
+    QualityRow,
     WorkloadProgress,
     WorkloadReport,
     check_regression,
@@ -42,6 +45,7 @@ from agent_latency.bench import (
     workload_strategies,
     write_plot,
 )
+from agent_latency.cli._command import options_command
 from agent_latency.cli._tables import (
     frontier_table,
     modes_table,
@@ -59,23 +63,26 @@ _PROGRESS_LINES: Final = 10
 """Without a terminal, each phase prints at most this many progress lines (one per tenth)."""
 
 
-def bench(
+@dataclass(frozen=True)
+class BenchOptions:
+    """The options of ``agent-latency bench``, as the command line gave them."""
+
     config: Annotated[
         Path | None, typer.Option("--config", metavar="FILE", help="config.toml to read.")
-    ] = None,
+    ] = None
     settings_file: Annotated[
         Path | None, typer.Option("--settings", metavar="FILE", help="settings.json to read.")
-    ] = None,
+    ] = None
     base_url: Annotated[
         str | None,
         typer.Option(
             help="API root, e.g. https://host/v1. Default: llm.base_url, else the simulator."
         ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name to request.")] = None,
+    ] = None
+    model: Annotated[str | None, typer.Option(help="Model name to request.")] = None
     api_key: Annotated[
         str | None, typer.Option(help="API key (or AGENT_LATENCY_API_KEY).", show_default=False)
-    ] = None,
+    ] = None
     messages: Annotated[
         Path | None,
         typer.Option(
@@ -85,11 +92,11 @@ def bench(
             '[...], "tools": [...]} whose tools are sent with every call and counted. Default: '
             "a ~8,200-token agent request.",
         ),
-    ] = None,
+    ] = None
     budget: Annotated[
         int | None,
         typer.Option(min=1, help="Trimmer budget in prompt tokens; default: prompt.token_budget."),
-    ] = None,
+    ] = None
     runs: Annotated[
         int,
         typer.Option(
@@ -98,25 +105,25 @@ def bench(
             "sweep (about 20 s each on the simulator), e.g. for --quality, --workload or --turns "
             "alone.",
         ),
-    ] = 5,
+    ] = 5
     turns: Annotated[
         int | None,
         typer.Option(min=1, help="Also replay the last N calls of the conversation, per strategy."),
-    ] = None,
+    ] = None
     json_file: Annotated[
         Path | None, typer.Option("--json", metavar="FILE", help="Write the results as JSON.")
-    ] = None,
+    ] = None
     plot: Annotated[
         Path | None,
         typer.Option(
             metavar="FILE.png",
             help="Draw the modes and a budget sweep's prefill line (matplotlib).",
         ),
-    ] = None,
+    ] = None
     baseline: Annotated[
         Path | None,
         typer.Option(metavar="FILE.json", help="A --json file of an earlier run to compare with."),
-    ] = None,
+    ] = None
     quality: Annotated[
         bool,
         typer.Option(
@@ -124,7 +131,7 @@ def bench(
             help="Also measure what trimming keeps of the facts a question needs (retention) at "
             "budgets 6,000 and 3,000, per strategy, next to the TTFT the simulator predicts.",
         ),
-    ] = False,
+    ] = False
     workload: Annotated[
         str | None,
         typer.Option(
@@ -133,7 +140,7 @@ def bench(
             "conversations with idle gaps that state facts and ask about them later, every "
             "strategy and peer; about 5 minutes).",
         ),
-    ] = None,
+    ] = None
     workload_profile: Annotated[
         str | None,
         typer.Option(
@@ -142,7 +149,7 @@ def bench(
             "vllm-h100-7b, llama-cpu, or all (one after another). Default: the simulator's "
             "default latency at half speed.",
         ),
-    ] = None,
+    ] = None
     frontier: Annotated[
         bool,
         typer.Option(
@@ -151,7 +158,7 @@ def bench(
             'max_tokens, trigger and keep) and write the points as "frontier" (about 20 '
             "minutes per profile).",
         ),
-    ] = False,
+    ] = False
     workload_answers: Annotated[
         bool,
         typer.Option(
@@ -160,7 +167,7 @@ def bench(
             "(temperature 0, 32 tokens) on the prompt the strategy sent, less the bench's "
             "request marker, and score the answers.",
         ),
-    ] = False,
+    ] = False
     workload_endpoint: Annotated[
         bool,
         typer.Option(
@@ -169,7 +176,7 @@ def bench(
             "instead of the simulator; its budget is --budget (default 6,000, the library's "
             "default budget), its context window llm.context_window (default 8,192).",
         ),
-    ] = False,
+    ] = False
     workload_strategies_option: Annotated[
         str | None,
         typer.Option(
@@ -178,15 +185,15 @@ def bench(
             help="Comma-separated strategies of the workload to run (default: all), e.g. "
             "none,prefix_stable,trim_messages_exact.",
         ),
-    ] = None,
+    ] = None
     workload_calls: Annotated[
         int | None,
         typer.Option(min=1, help="Calls per conversation of the workload (default 17)."),
-    ] = None,
+    ] = None
     workload_conversations: Annotated[
         int | None,
         typer.Option(min=1, help="Interleaved conversations of the workload (default 3)."),
-    ] = None,
+    ] = None
     max_regression: Annotated[
         float | None,
         typer.Option(
@@ -195,71 +202,114 @@ def bench(
             help=f"With --baseline: fail (exit 1) when trimmed + streaming TTFT p50 is more than "
             f"PCT% slower. Default {DEFAULT_MAX_REGRESSION_PCT:g}.",
         ),
-    ] = None,
-) -> None:
+    ] = None
+
+
+@dataclass(frozen=True)
+class BenchResults:
+    """What one ``bench`` run measured.
+
+    Attributes:
+        report: The four modes, the turns and the prefill sweep.
+        retention: The ``--quality`` rows, if asked for.
+        workloads: One report per workload profile run (none without ``--workload``).
+    """
+
+    report: BenchReport
+    retention: list[QualityRow] | None
+    workloads: list[WorkloadReport]
+
+
+@options_command(BenchOptions)
+def bench(options: BenchOptions) -> None:
     """Measure TTFT and total time, untrimmed/trimmed × blocking/streaming, on an endpoint.
 
     With no --base-url and no llm.base_url configured, an embedded simulator serves the calls.
     """
-    if max_regression is not None and baseline is None:
+    _check_flags(options)
+    workloads = workload_shape(options)
+    settings = with_channel_overrides(
+        load_settings(options.config, options.settings_file),
+        base_url=options.base_url,
+        model=options.model,
+        api_key=options.api_key,
+    )
+    request = load_scenario_request(options.messages)
+    # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
+    plan = BenchPlan(
+        runs=options.runs,
+        turns=options.turns,
+        budget=options.budget,
+        sweep=options.plot is not None and options.runs > 0,
+    )
+    baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
+    _check_outputs(options)
+    results = _measure(options, settings, request, plan, workloads)
+    console = Console()
+    _print_results(console, results, settings)
+    _write_outputs(console, results, options)
+    if baseline_ms is not None:
+        _gate(console, results.report, baseline_ms, options.max_regression)
+
+
+def _check_flags(options: BenchOptions) -> None:
+    """Refuses flags that contradict each other, before anything is read or called."""
+    if options.max_regression is not None and options.baseline is None:
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
-    if workload not in (None, "mixed"):
-        raise ValueError(f"--workload {workload!r}: the only workload is 'mixed'.")
-    if runs == 0 and not (quality or workload or turns):
+    if options.workload not in (None, "mixed"):
+        raise ValueError(f"--workload {options.workload!r}: the only workload is 'mixed'.")
+    if options.runs == 0 and not (options.quality or options.workload or options.turns):
         raise ValueError(
             "--runs 0 skips the four modes, so give something else to run: --quality, "
             "--workload mixed or --turns N."
         )
-    if runs == 0 and baseline is not None:
+    if options.runs == 0 and options.baseline is not None:
         raise ValueError("--baseline compares the trimmed + streaming mode: give --runs 1 or more.")
-    shape = workload_shape(
-        workload,
-        endpoint=workload_endpoint,
-        budget=budget,
-        calls=workload_calls,
-        conversations=workload_conversations,
-        strategies=workload_strategies_option,
-        profile=workload_profile,
-        frontier=frontier,
-        answers=workload_answers,
-    )
-    settings = with_channel_overrides(
-        load_settings(config, settings_file), base_url=base_url, model=model, api_key=api_key
-    )
-    request = load_scenario_request(messages)
-    conversation = request.messages
-    # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
-    plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None and runs > 0)
-    baseline_ms = load_baseline(baseline) if baseline is not None else None
-    for option, path in (("--json", json_file), ("--plot", plot)):
+
+
+def _check_outputs(options: BenchOptions) -> None:
+    """Checks the output files can be written and the plot drawn, before any call."""
+    for option, path in (("--json", options.json_file), ("--plot", options.plot)):
         if path is not None:
             check_output_file(option, path)
-    if plot is not None:
+    if options.plot is not None:
         require_matplotlib()
 
+
+def _measure(
+    options: BenchOptions,
+    settings: Settings,
+    request: RequestFile,
+    plan: BenchPlan,
+    workloads: WorkloadPlan | None,
+) -> BenchResults:
+    """Runs the bench, then ``--quality``, then the workloads, each with its progress line."""
     with open_endpoint(settings) as (endpoint_settings, simulator), _progress("bench") as advance:
         report = run_bench(
             endpoint_settings,
-            conversation,
+            request.messages,
             plan,
             simulator=simulator,
             tools=request.tools,
             on_call=_counted(advance, plan.calls()),
         )
-
-    retention = run_quality() if quality else None
+    retention = run_quality() if options.quality else None
     mixed = (
         _run_workloads(
-            shape,
+            workloads,
             settings,
-            messages=conversation if messages is not None else None,
-            endpoint=workload_endpoint,
+            messages=request.messages if options.messages is not None else None,
+            endpoint=options.workload_endpoint,
         )
-        if shape is not None
+        if workloads is not None
         else []
     )
+    return BenchResults(report, retention, mixed)
 
-    console = Console()
+
+def _print_results(console: Console, results: BenchResults, settings: Settings) -> None:
+    """Prints the tables and findings on stdout, the failures last."""
+    report = results.report
     if report.modes:
         console.print(Text(modes_title(report)), soft_wrap=True)
         console.print(modes_table(report))
@@ -267,51 +317,72 @@ def bench(
     if breakdown is not None:
         console.print(breakdown.describe())
     if report.turns:
-        console.print(turns_table(report))
-        advice = warm_cut_advice(
-            report,
-            context_window=settings.llm.context_window,
-            reserve=settings.prompt.reserve_for_output,
+        _print_turns(console, report, settings)
+    fit = report.prefill_fit() if report.sweep else None
+    if fit is not None:
+        console.print(
+            f"Prefill: {fit.describe()}, fitted over {len(report.sweep)} budgets.", soft_wrap=True
         )
-        if advice is not None:
-            console.print(Text(advice), soft_wrap=True)
-    if report.sweep:
-        fit = report.prefill_fit()
-        if fit is not None:
-            console.print(
-                f"Prefill: {fit.describe()}, fitted over {len(report.sweep)} budgets.",
-                soft_wrap=True,
-            )
-    if retention is not None:
-        console.print(quality_table(retention))
-    for run in mixed:
+    if results.retention is not None:
+        console.print(quality_table(results.retention))
+    for run in results.workloads:
         console.print(Text(workload_table(run)), soft_wrap=True)
         console.print(Text(retention_by_kind_table(run)), soft_wrap=True)
         if run.frontier:
             console.print(Text(frontier_table(run)), soft_wrap=True)
     for failure in report.failures():
         console.print(Text(f"Failed: {failure}"), style="bold red", soft_wrap=True)
-    if json_file is not None:
-        document = report.to_json()
-        if retention is not None:
-            document["quality"] = [row.to_json() for row in retention]
-        if len(mixed) == 1:
-            document["workload"] = mixed[0].to_json()
-        elif mixed:
-            document["workloads"] = [run.to_json() for run in mixed]
-        if any(run.frontier for run in mixed):
-            document["frontier"] = combined_frontier(mixed)
-        json_file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        console.print(f"Wrote {json_file}")
-    if plot is not None:
-        write_plot(report, plot, quality=retention, frontier=[r for r in mixed if r.frontier])
-        console.print(f"Wrote {plot}")
-    if baseline_ms is not None:
-        limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
-        verdict = check_regression(report, baseline_ms, limit)
-        console.print(verdict.describe())
-        if not verdict.passed:
-            raise typer.Exit(code=1)
+
+
+def _print_turns(console: Console, report: BenchReport, settings: Settings) -> None:
+    """Prints the replayed turns and, when sending everything was sooner, the advice."""
+    console.print(turns_table(report))
+    advice = warm_cut_advice(
+        report,
+        context_window=settings.llm.context_window,
+        reserve=settings.prompt.reserve_for_output,
+    )
+    if advice is not None:
+        console.print(Text(advice), soft_wrap=True)
+
+
+def _write_outputs(console: Console, results: BenchResults, options: BenchOptions) -> None:
+    """Writes ``--json`` and ``--plot``, each said on stdout."""
+    mixed = results.workloads
+    if options.json_file is not None:
+        document = json.dumps(_document(results), indent=2) + "\n"
+        options.json_file.write_text(document, encoding="utf-8")
+        console.print(f"Wrote {options.json_file}")
+    if options.plot is not None:
+        frontier = [run for run in mixed if run.frontier]
+        write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
+        console.print(f"Wrote {options.plot}")
+
+
+def _document(results: BenchResults) -> dict[str, Any]:
+    """The ``--json`` document: the report's, with the quality rows and the workloads."""
+    document = results.report.to_json()
+    mixed = results.workloads
+    if results.retention is not None:
+        document["quality"] = [row.to_json() for row in results.retention]
+    if len(mixed) == 1:
+        document["workload"] = mixed[0].to_json()
+    elif mixed:
+        document["workloads"] = [run.to_json() for run in mixed]
+    if any(run.frontier for run in mixed):
+        document["frontier"] = combined_frontier(mixed)
+    return document
+
+
+def _gate(
+    console: Console, report: BenchReport, baseline_ms: float, max_regression: float | None
+) -> None:
+    """The ``--baseline`` gate: prints the verdict, exits 1 when it failed."""
+    limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
+    verdict = check_regression(report, baseline_ms, limit)
+    console.print(verdict.describe())
+    if not verdict.passed:
+        raise typer.Exit(code=1)
 
 
 @dataclass(frozen=True)
@@ -334,18 +405,7 @@ class WorkloadPlan:
     answers: bool
 
 
-def workload_shape(
-    workload: str | None,
-    *,
-    endpoint: bool,
-    budget: int | None,
-    calls: int | None,
-    conversations: int | None,
-    strategies: str | None,
-    profile: str | None = None,
-    frontier: bool = False,
-    answers: bool = False,
-) -> WorkloadPlan | None:
+def workload_shape(options: BenchOptions) -> WorkloadPlan | None:
     """The workload the ``--workload*`` options ask for, checked before any call.
 
     Returns:
@@ -355,56 +415,80 @@ def workload_shape(
         ValueError: When a ``--workload-*`` option (or ``--frontier``) comes without
             ``--workload``, names an unknown strategy or profile, or options conflict.
     """
-    given = {
-        "--workload-endpoint": endpoint or None,
-        "--workload-calls": calls,
-        "--workload-conversations": conversations,
-        "--workload-strategies": strategies,
-        "--workload-profile": profile,
-        "--frontier": frontier or None,
-        "--workload-answers": answers or None,
-    }
-    if workload is None:
-        stray = [option for option, value in given.items() if value is not None]
-        if stray:
-            raise ValueError(f"{stray[0]} needs --workload mixed.")
+    if options.workload is None:
+        _refuse_stray_workload_options(options)
         return None
-    only = None
-    if strategies is not None:
-        only = [name.strip() for name in strategies.split(",") if name.strip()]
-        unknown = sorted(set(only) - set(workload_strategies()))
-        if unknown or not only:
-            raise ValueError(
-                f"--workload-strategies {strategies!r}: unknown {unknown or 'none given'}; "
-                f"choose from {', '.join(workload_strategies())}."
-            )
-    if profile is not None and endpoint:
+    only = _chosen_strategies(options.workload_strategies_option)
+    if options.workload_profile is not None and options.workload_endpoint:
         raise ValueError(
             "--workload-profile sets up the simulator; with --workload-endpoint the workload "
             "runs on the endpoint: give one of them."
         )
-    if answers and not endpoint:
+    if options.workload_answers and not options.workload_endpoint:
         raise ValueError(
             "--workload-answers scores a real model's answers (the simulator answers filler): "
             "add --workload-endpoint and a --base-url serving a model."
         )
-    profiles: tuple[str | None, ...] = (profile,)
-    if profile is not None:
-        from agent_latency.sim import server_profile, server_profiles
+    return WorkloadPlan(
+        _workload_size(options),
+        only,
+        _profiles(options.workload_profile),
+        options.frontier,
+        options.workload_answers,
+    )
 
-        if profile == ALL_PROFILES:
-            profiles = tuple(p.name for p in server_profiles())
-        else:
-            profiles = (server_profile(profile).name,)  # an unknown name fails here
-    shape = MixedWorkload()
+
+def _refuse_stray_workload_options(options: BenchOptions) -> None:
+    """Refuses a ``--workload-*`` option (or ``--frontier``) given without ``--workload``."""
+    given = {
+        "--workload-endpoint": options.workload_endpoint or None,
+        "--workload-calls": options.workload_calls,
+        "--workload-conversations": options.workload_conversations,
+        "--workload-strategies": options.workload_strategies_option,
+        "--workload-profile": options.workload_profile,
+        "--frontier": options.frontier or None,
+        "--workload-answers": options.workload_answers or None,
+    }
+    stray = [option for option, value in given.items() if value is not None]
+    if stray:
+        raise ValueError(f"{stray[0]} needs --workload mixed.")
+
+
+def _chosen_strategies(strategies: str | None) -> list[str] | None:
+    """The strategies ``--workload-strategies`` names; ``None`` (all) without it."""
+    if strategies is None:
+        return None
+    only = [name.strip() for name in strategies.split(",") if name.strip()]
+    unknown = sorted(set(only) - set(workload_strategies()))
+    if unknown or not only:
+        raise ValueError(
+            f"--workload-strategies {strategies!r}: unknown {unknown or 'none given'}; "
+            f"choose from {', '.join(workload_strategies())}."
+        )
+    return only
+
+
+def _profiles(profile: str | None) -> tuple[str | None, ...]:
+    """The server profiles ``--workload-profile`` names, one run each; ``(None,)`` without it."""
+    if profile is None:
+        return (None,)
+    from agent_latency.sim import server_profile, server_profiles
+
+    if profile == ALL_PROFILES:
+        return tuple(p.name for p in server_profiles())
+    return (server_profile(profile).name,)  # an unknown name fails here
+
+
+def _workload_size(options: BenchOptions) -> MixedWorkload:
+    """The workload's shape: its calls, conversations and (on the endpoint) budget."""
     changes: dict[str, int] = {}
-    if calls is not None:
-        changes["calls"] = calls
-    if conversations is not None:
-        changes["conversations"] = conversations
-    if budget is not None and endpoint:
-        changes["budget"] = budget
-    return WorkloadPlan(replace(shape, **changes), only, profiles, frontier, answers)
+    if options.workload_calls is not None:
+        changes["calls"] = options.workload_calls
+    if options.workload_conversations is not None:
+        changes["conversations"] = options.workload_conversations
+    if options.budget is not None and options.workload_endpoint:
+        changes["budget"] = options.budget
+    return replace(MixedWorkload(), **changes)
 
 
 def _run_workloads(
@@ -474,6 +558,26 @@ def _counted(advance: Advance, total: int) -> Callable[[str], None]:
     return on_call
 
 
+class _ProgressLines:
+    """Progress without a terminal: a line on stderr at each tenth of the calls, and the last."""
+
+    def __init__(self, phase: str) -> None:
+        self._phase = phase
+        self._started = time.monotonic()
+        self._shown = 0  # tenths shown so far
+
+    def __call__(self, done: int, total: int, step: str) -> None:
+        tenth = done * _PROGRESS_LINES // total if total else _PROGRESS_LINES
+        if tenth > self._shown or done == total:
+            self._shown = _PROGRESS_LINES if done == total else tenth
+            elapsed = time.monotonic() - self._started
+            print(
+                f"{self._phase}: {done}/{total} calls, {step} ({elapsed:,.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 @contextlib.contextmanager
 def _progress(phase: str) -> Iterator[Advance]:
     """Yields the progress callback of one phase, on stderr (stdout holds only the results).
@@ -484,21 +588,7 @@ def _progress(phase: str) -> Iterator[Advance]:
     """
     stderr = Console(stderr=True)
     if not stderr.is_terminal:
-        started = time.monotonic()
-        shown = [0]
-
-        def line(done: int, total: int, step: str) -> None:
-            tenth = done * _PROGRESS_LINES // total if total else _PROGRESS_LINES
-            if tenth > shown[0] or done == total:
-                shown[0] = _PROGRESS_LINES if done == total else tenth
-                elapsed = time.monotonic() - started
-                print(
-                    f"{phase}: {done}/{total} calls, {step} ({elapsed:,.0f} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-        yield line
+        yield _ProgressLines(phase)
         return
     with Progress(
         TextColumn(f"{phase}: " + "[progress.description]{task.description}"),

@@ -2,78 +2,100 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import dataclasses
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import typer
 
+from agent_latency.cli._command import options_command
 from agent_latency.sim import SimulatorConfig, run_simulator
 from agent_latency.tokens import TokenCounter
 
 _DEFAULT = SimulatorConfig()
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+_SERVED: tuple[str, ...] = ("host", "port", "model", "log_level")
+"""The options that are not the simulator's own latency and behaviour fields."""
 
 
-def sim(
-    host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8000,
-    overhead_ms: Annotated[
-        float, typer.Option(help="Fixed time before prefill.")
-    ] = _DEFAULT.overhead_ms,
+@dataclass(frozen=True)
+class SimOptions:
+    """The options of ``agent-latency sim``: where to serve, and the simulator's fields."""
+
+    host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1"
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8000
+    overhead_ms: Annotated[float, typer.Option(help="Fixed time before prefill.")] = (
+        _DEFAULT.overhead_ms
+    )
     prefill_ms_per_token: Annotated[
         float, typer.Option(help="Prefill cost per uncached prompt token.")
-    ] = _DEFAULT.prefill_ms_per_token,
+    ] = _DEFAULT.prefill_ms_per_token
     attention_ms_per_1k_context: Annotated[
         float,
         typer.Option(
             help="What each uncached token costs more per 1,000 tokens of prompt it attends over."
         ),
-    ] = _DEFAULT.attention_ms_per_1k_context,
-    decode_tokens_per_s: Annotated[
-        float, typer.Option(help="Output tokens per second.")
-    ] = _DEFAULT.decode_tokens_per_s,
-    answer_tokens: Annotated[
-        int, typer.Option(help="Answer length without max_tokens.")
-    ] = _DEFAULT.answer_tokens,
+    ] = _DEFAULT.attention_ms_per_1k_context
+    decode_tokens_per_s: Annotated[float, typer.Option(help="Output tokens per second.")] = (
+        _DEFAULT.decode_tokens_per_s
+    )
+    answer_tokens: Annotated[int, typer.Option(help="Answer length without max_tokens.")] = (
+        _DEFAULT.answer_tokens
+    )
     context_window: Annotated[
         int | None, typer.Option(help="Refuse prompt + max_tokens above this; default no limit.")
-    ] = _DEFAULT.context_window,
+    ] = _DEFAULT.context_window
     tokenizer: Annotated[
         str | None,
         typer.Option(
             help="Counts prompt tokens: cl100k, o200k, qwen, llama3 or a model name; "
             "default: the served model's own."
         ),
-    ] = _DEFAULT.tokenizer,
-    prefix_cache: Annotated[
-        bool, typer.Option(help="Reuse cached prompt prefixes.")
-    ] = _DEFAULT.prefix_cache,
+    ] = _DEFAULT.tokenizer
+    prefix_cache: Annotated[bool, typer.Option(help="Reuse cached prompt prefixes.")] = (
+        _DEFAULT.prefix_cache
+    )
     cache_tokens: Annotated[
         int, typer.Option(help="Prefix cache capacity in tokens, LRU across conversations.")
-    ] = _DEFAULT.cache_tokens,
+    ] = _DEFAULT.cache_tokens
     cache_block_tokens: Annotated[
         int, typer.Option(help="Only whole blocks of this many tokens are reused.")
-    ] = _DEFAULT.cache_block_tokens,
+    ] = _DEFAULT.cache_block_tokens
     cache_lifetime_s: Annotated[
         float | None, typer.Option(help="Cached blocks expire after this idle time; default never.")
-    ] = _DEFAULT.cache_lifetime_s,
+    ] = _DEFAULT.cache_lifetime_s
     api_key: Annotated[
         str | None, typer.Option(envvar="AGENT_LATENCY_SIM_API_KEY", help="Require this key.")
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name served.")] = None,
-    error_rate: Annotated[
-        float, typer.Option(help="Share of requests answered 500.")
-    ] = _DEFAULT.error_rate,
+    ] = None
+    model: Annotated[str | None, typer.Option(help="Model name served.")] = None
+    error_rate: Annotated[float, typer.Option(help="Share of requests answered 500.")] = (
+        _DEFAULT.error_rate
+    )
     stall_after_chunks: Annotated[
         int | None, typer.Option(help="Pause once after this many chunks.")
-    ] = _DEFAULT.stall_after_chunks,
-    stall_ms: Annotated[float, typer.Option(help="Length of that pause.")] = _DEFAULT.stall_ms,
+    ] = _DEFAULT.stall_after_chunks
+    stall_ms: Annotated[float, typer.Option(help="Length of that pause.")] = _DEFAULT.stall_ms
     buffered: Annotated[
         bool, typer.Option(help="Hold all chunks to the end, like a buffering proxy.")
-    ] = _DEFAULT.buffered,
+    ] = _DEFAULT.buffered
     log_level: Annotated[
         LogLevel, typer.Option(help="uvicorn's log level; info logs every request.")
-    ] = "warning",
-) -> None:
+    ] = "warning"
+
+    def simulator(self) -> SimulatorConfig:
+        """The simulator these options describe (the default model unless one is named)."""
+        fields: dict[str, Any] = {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name not in _SERVED
+        }
+        if self.model is not None:
+            fields["model"] = self.model
+        return SimulatorConfig(**fields)
+
+
+@options_command(SimOptions)
+def sim(options: SimOptions) -> None:
     """Serve the OpenAI chat-completions API with a stated latency model.
 
     Time to first token = overhead + uncached prompt tokens x (prefill per token + attention
@@ -87,34 +109,14 @@ def sim(
     one whose description shares the most words with it, else the next tool in turn. After a
     tool result the answer is text.
     """
-    options = {
-        "overhead_ms": overhead_ms,
-        "prefill_ms_per_token": prefill_ms_per_token,
-        "attention_ms_per_1k_context": attention_ms_per_1k_context,
-        "decode_tokens_per_s": decode_tokens_per_s,
-        "answer_tokens": answer_tokens,
-        "context_window": context_window,
-        "tokenizer": tokenizer,
-        "prefix_cache": prefix_cache,
-        "cache_tokens": cache_tokens,
-        "cache_block_tokens": cache_block_tokens,
-        "cache_lifetime_s": cache_lifetime_s,
-        "api_key": api_key,
-        "error_rate": error_rate,
-        "stall_after_chunks": stall_after_chunks,
-        "stall_ms": stall_ms,
-        "buffered": buffered,
-    }
-    if model is not None:
-        options["model"] = model
-    config = SimulatorConfig(**options)  # type: ignore[arg-type]
+    config = options.simulator()
     # Said, because a name it does not know is taken for a model's and counted as cl100k.
     counted_as = TokenCounter.for_model(config.prompt_tokenizer).name
     run_simulator(
         config,
-        host=host,
-        port=port,
-        log_level=log_level,
+        host=options.host,
+        port=options.port,
+        log_level=options.log_level,
         on_listening=lambda url: typer.echo(
             f"agent-latency simulator on {url}, prompt tokens counted as {counted_as} "
             "(Ctrl-C to stop)",

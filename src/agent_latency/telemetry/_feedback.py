@@ -9,42 +9,30 @@ Each listener's failure is reported and swallowed.
 from __future__ import annotations
 
 from agent_latency._latency_model import LATENCY_MODELS
-from agent_latency._trace_link import PendingTrim
-from agent_latency._wire import ServerUsage
 from agent_latency.telemetry._log import FailureLog
+from agent_latency.telemetry._record import CallOutcome
+from agent_latency.telemetry._run_state import ModelRunState
 
 
-def learn_from_call(
-    *,
-    trim: PendingTrim | None,
-    server: tuple[str, int] | None,
-    model: str | None,
-    first_token_ms: float | None,
-    usage: ServerUsage,
-    failures: FailureLog,
-) -> None:
+def learn_from_call(state: ModelRunState, outcome: CallOutcome, failures: FailureLog) -> None:
     """Hands what one finished call measured to everything that learns from it.
 
     Args:
-        trim: The trim that prepared the call, if any.
-        server: The endpoint's host and port, when the integration says.
-        model: The requested model, if known.
-        first_token_ms: The call's time to first token; ``None`` for a blocking call (its first
-            text waits for the whole answer) and when none was measured.
-        usage: What the server reported about the call.
+        state: The call: the trim that prepared it, its endpoint and requested model.
+        outcome: What it measured: the server's usage and the time to first token.
         failures: Where a listener's failure is reported.
     """
-    prompt_tokens, cached_tokens = usage.prompt_tokens, usage.cached_tokens
+    trim, prompt_tokens = state.trim, outcome.usage.prompt_tokens
     if trim is not None and trim.calibration is not None and prompt_tokens is not None:
         try:
             trim.calibration.observe(trim.tokens_after, prompt_tokens)
         except Exception as exc:
             failures.report("calibration", exc)
-    if first_token_ms is None or prompt_tokens is None:
+    if outcome.first_token_ms is None or prompt_tokens is None:
         return
     try:
-        LATENCY_MODELS.model_for(server, model).observe(
-            first_token_ms, prompt_tokens, cached_tokens
+        LATENCY_MODELS.model_for(state.server, state.model).observe(
+            outcome.first_token_ms, prompt_tokens, outcome.usage.cached_tokens
         )
     except Exception as exc:
         failures.report("latency_model", exc)

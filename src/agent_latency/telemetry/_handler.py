@@ -31,7 +31,7 @@ from agent_latency._trace_link import TRIM_EVENT
 from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency.telemetry._content import messages_json, prompts_json
 from agent_latency.telemetry._log import FailureLog
-from agent_latency.telemetry._model_call import CallOptions, ModelCallTracer
+from agent_latency.telemetry._model_call import CallOptions, ModelCallTracer, ModelStart
 from agent_latency.telemetry._record import LatencyRecord
 from agent_latency.telemetry._run_tree import RunTree
 
@@ -270,9 +270,17 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         if self._tree.is_repeated_start(run_id, parent_run_id):
             return
         prompt = messages[0] if messages else []
-        content = messages_json(prompt) if self.capture_content else None
         self._start_model(
-            _CHAT, serialized, run_id, parent_run_id, metadata, kwargs, content, prompt
+            ModelStart(
+                operation=_CHAT,
+                run_id=run_id,
+                parent_run_id=parent_run_id,
+                serialized=serialized,
+                metadata=metadata or {},
+                params=kwargs.get("invocation_params") or {},
+                content=messages_json(prompt) if self.capture_content else None,
+                messages=prompt,
+            )
         )
 
     @guarded
@@ -289,9 +297,17 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         """Traces a completion-model (text in, text out) call like a chat call."""
         if self._tree.is_repeated_start(run_id, parent_run_id):
             return
-        content = prompts_json(prompts) if self.capture_content else None
         self._start_model(
-            _TEXT_COMPLETION, serialized, run_id, parent_run_id, metadata, kwargs, content, None
+            ModelStart(
+                operation=_TEXT_COMPLETION,
+                run_id=run_id,
+                parent_run_id=parent_run_id,
+                serialized=serialized,
+                metadata=metadata or {},
+                params=kwargs.get("invocation_params") or {},
+                content=prompts_json(prompts) if self.capture_content else None,
+                messages=None,
+            )
         )
 
     def on_llm_new_token(
@@ -405,27 +421,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _start_model(
-        self,
-        operation: str,
-        serialized: Mapping[str, Any] | None,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        metadata: Mapping[str, Any] | None,
-        kwargs: Mapping[str, Any],
-        content: str | None,
-        messages: list[BaseMessage] | None,
-    ) -> None:
+    def _start_model(self, call: ModelStart) -> None:
         state = self._calls.start(
-            operation,
-            serialized,
-            run_id,
-            parent_run_id,
-            metadata,
-            kwargs,
-            content=content,
-            messages=messages,
-            parent_context=self._tree.parent_context(parent_run_id),
-            trim=self._tree.take_trim(parent_run_id),
+            call,
+            parent_context=self._tree.parent_context(call.parent_run_id),
+            trim=self._tree.take_trim(call.parent_run_id),
         )
-        self._tree.add(state, ends_with_task=operation == _CHAT)
+        self._tree.add(state, ends_with_task=call.operation == _CHAT)

@@ -13,15 +13,13 @@ from collections.abc import Mapping
 from typing import Final
 
 from opentelemetry import metrics
-from opentelemetry.context import Context
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.semconv.attributes import error_attributes
 
 from agent_latency import semconv
-from agent_latency._wire import ServerUsage
-from agent_latency.telemetry._split import TtftSplit
-from agent_latency.telemetry._timing import CallTiming
+from agent_latency.telemetry._record import CallOutcome
+from agent_latency.telemetry._run_state import ModelRunState
 
 _INPUT = gen_ai.GenAiTokenTypeValues.INPUT.value
 _OUTPUT = gen_ai.GenAiTokenTypeValues.OUTPUT.value
@@ -115,31 +113,24 @@ class Instruments:
             description="Streamed model calls whose time to first token crossed a threshold.",
         )
 
-    def record_call(
-        self,
-        attributes: Mapping[str, AttributeValue],
-        context: Context,
-        *,
-        timing: CallTiming,
-        usage: ServerUsage,
-        split: TtftSplit | None,
-        stalls: int,
-        streamed: bool,
-        question_retention: AttributeValue | None = None,
-    ) -> None:
+    def record_call(self, state: ModelRunState, outcome: CallOutcome) -> None:
         """Records one finished model call.
 
+        Its metric attributes are the call's low-cardinality ones, with the model that answered
+        and the error type once known; the span's context goes with each measurement, so
+        exemplars link to the trace. A blocking call is no TTFT breach: its first text is its
+        whole answer.
+
         Args:
-            attributes: The call's low-cardinality metric attributes.
-            context: The call's span context (so exemplars link to the trace).
-            timing: The call's timing.
-            usage: What the server reported: its token counts.
-            split: Where the call's time to first token went, when the server said.
-            stalls: Stalls between chunks.
-            streamed: Whether the call streamed; a blocking call is no TTFT breach, since its
-                first text is its whole answer.
-            question_retention: The retention proxy of the trim that prepared the call.
+            state: The call: its attributes, context, stalls, whether it streamed, its trim.
+            outcome: What it measured.
         """
+        attributes = state.metric_attributes
+        if outcome.response.model is not None:
+            attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = outcome.response.model
+        if outcome.error_type is not None:
+            attributes[error_attributes.ERROR_TYPE] = outcome.error_type
+        context, timing, usage, split = state.context, outcome.timing, outcome.usage, outcome.split
         self.duration.record(timing.total_ms / 1e3, attributes, context)
         if timing.first_chunk_s is not None:
             self.time_to_first_chunk.record(timing.first_chunk_s, attributes, context)
@@ -166,10 +157,13 @@ class Instruments:
         if split is not None:
             self.server_prefill.record(split.server_prefill_ms / 1e3, attributes, context)
             self.ttft_remainder.record(split.remainder_ms / 1e3, attributes, context)
-        if stalls:
-            self.stalls.add(stalls, attributes, context)
-        if isinstance(question_retention, float | int) and not isinstance(question_retention, bool):
-            self.question_retention.record(question_retention, attributes, context)
+        if state.stalls:
+            self.stalls.add(state.stalls, attributes, context)
+        retention = (
+            state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
+        )
+        if isinstance(retention, float | int) and not isinstance(retention, bool):
+            self.question_retention.record(retention, attributes, context)
         level = timing.ttft_level
-        if streamed and level is not None and level != "ok":
+        if state.streamed and level is not None and level != "ok":
             self.ttft_breaches.add(1, {**attributes, semconv.TTFT_LEVEL: level}, context)

@@ -1,10 +1,10 @@
 """Model calls: their spans, chunk timing, and what each records when it ends.
 
 :class:`ModelCallTracer` opens a ``chat {model}`` (or ``text_completion {model}``) span when a
-call starts, times its content chunks, and when the call ends sets the span's figures (timing,
-the server's usage, where the first token's time went, the trim that prepared it), records the
-metrics, hands the call's lessons on (:func:`learn_from_call`), logs it and builds its
-:class:`LatencyRecord`.
+call starts (from a :class:`ModelStart`), times its content chunks, and when the call ends works
+out once what it measured (a :class:`CallOutcome`: timing, the server's usage, where the first
+token's time went, what held it up) and hands that to the span, the metrics, what learns from
+calls (:func:`learn_from_call`), the :class:`LatencyRecord` and the log.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import Meter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from opentelemetry.semconv.attributes import error_attributes, server_attributes
+from opentelemetry.semconv.attributes import server_attributes
 from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
@@ -40,11 +40,17 @@ from agent_latency.telemetry._langchain import (
     server,
 )
 from agent_latency.telemetry._log import FailureLog, logger
-from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
+from agent_latency.telemetry._record import (
+    CallOutcome,
+    LatencyRecord,
+    end_attributes,
+    latency_record,
+    log_record,
+)
 from agent_latency.telemetry._run_state import ModelRunState, RunState
 from agent_latency.telemetry._run_tree import end_span, error_type, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
-from agent_latency.telemetry._timing import call_timing
+from agent_latency.telemetry._timing import CallTiming, call_timing
 from agent_latency.tokens import TokenCounter
 
 _now_ns: Callable[[], int] = time.perf_counter_ns
@@ -74,6 +80,31 @@ class CallOptions:
     on_record: Callable[[LatencyRecord], object] | None
 
 
+@dataclass(frozen=True, slots=True)
+class ModelStart:
+    """What LangChain says when a model call starts.
+
+    Attributes:
+        operation: ``chat`` or ``text_completion``.
+        run_id: The call's run.
+        parent_run_id: The run it is in, if any.
+        serialized: LangChain's serialised model (its endpoint).
+        metadata: LangChain's run metadata (the model and provider).
+        params: The invocation parameters.
+        content: The prompt as ``gen_ai.input.messages``; ``None`` unless captured.
+        messages: The chat prompt, kept for the local token count.
+    """
+
+    operation: str
+    run_id: UUID
+    parent_run_id: UUID | None
+    serialized: Mapping[str, Any] | None
+    metadata: Mapping[str, Any]
+    params: Mapping[str, Any]
+    content: str | None
+    messages: Sequence[BaseMessage] | None
+
+
 class ModelCallTracer:
     """Traces and measures model calls for one handler.
 
@@ -98,30 +129,12 @@ class ModelCallTracer:
         self._impossible_usage_seen = False
 
     def start(
-        self,
-        operation: str,
-        serialized: Mapping[str, Any] | None,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        metadata: Mapping[str, Any] | None,
-        kwargs: Mapping[str, Any],
-        *,
-        content: str | None,
-        messages: Sequence[BaseMessage] | None,
-        parent_context: Context,
-        trim: PendingTrim | None,
+        self, call: ModelStart, *, parent_context: Context, trim: PendingTrim | None
     ) -> ModelRunState:
         """Opens the span of a model call (``chat`` or ``text_completion``) and its state.
 
         Args:
-            operation: ``chat`` or ``text_completion``.
-            serialized: LangChain's serialised model (its endpoint).
-            run_id: The call's run.
-            parent_run_id: The run it is in, if any.
-            metadata: LangChain's run metadata (the model and provider).
-            kwargs: The callback's other arguments (the invocation parameters).
-            content: The prompt as ``gen_ai.input.messages``; ``None`` unless captured.
-            messages: The chat prompt, kept for the local token count.
+            call: What LangChain said when the call started.
             parent_context: The context the span starts in.
             trim: The trim that prepared the call, if any.
 
@@ -129,50 +142,29 @@ class ModelCallTracer:
             The open call, for the run tree to register.
         """
         started_ns = _now_ns()
-        params: Mapping[str, Any] = kwargs.get("invocation_params") or {}
-        meta: Mapping[str, Any] = metadata or {}
-        model = requested_model(meta, params)
-        metric_attributes: dict[str, AttributeValue] = {
-            gen_ai.GEN_AI_OPERATION_NAME: operation,
-            gen_ai.GEN_AI_PROVIDER_NAME: provider_name(meta),
-        }
-        if model is not None:
-            metric_attributes[gen_ai.GEN_AI_REQUEST_MODEL] = model
-        endpoint = server(serialized)
-        if endpoint is not None:
-            metric_attributes[server_attributes.SERVER_ADDRESS] = endpoint[0]
-            metric_attributes[server_attributes.SERVER_PORT] = endpoint[1]
-        attributes = dict(metric_attributes)
-        temperature = params.get("temperature", meta.get("ls_temperature"))
-        if is_number(temperature):
-            attributes[gen_ai.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
-        max_tokens = first_int(
-            params.get("max_tokens"), params.get("max_completion_tokens"), meta.get("ls_max_tokens")
-        )
-        if max_tokens is not None:
-            attributes[gen_ai.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
-        if content is not None:
-            attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = content
+        model = requested_model(call.metadata, call.params)
+        endpoint = server(call.serialized)
+        metric_attributes = _metric_attributes(call, model, endpoint)
         span = self._tracer.start_span(
-            f"{operation} {model}" if model else operation,
+            f"{call.operation} {model}" if model else call.operation,
             context=parent_context,
             kind=SpanKind.CLIENT,
-            attributes=attributes,
+            attributes={**metric_attributes, **_request_attributes(call)},
         )
         if trim is not None:
             span.set_attributes(trim.attributes)
         return ModelRunState(
-            run_id=run_id,
-            parent_run_id=parent_run_id,
+            run_id=call.run_id,
+            parent_run_id=call.parent_run_id,
             span=span,
             context=trace.set_span_in_context(span, parent_context),
             model=model,
             started_ns=started_ns,
             stall_ns=self._stall_ns,
-            messages=messages,
-            tools=_tools_sent(params),
+            messages=call.messages,
+            tools=_tools_sent(call.params),
             metric_attributes=metric_attributes,
-            streamed=params.get("stream") is True,
+            streamed=call.params.get("stream") is True,
             trim=trim,
             server=endpoint,
         )
@@ -210,9 +202,12 @@ class ModelCallTracer:
     def finish(
         self, state: ModelRunState, error: BaseException | None, response: LLMResult | None
     ) -> None:
-        """Ends a model call's span and records the call (its run has left the tree)."""
+        """Ends a model call's span and records the call (its run has left the tree).
+
+        What the call measured is worked out once (:class:`CallOutcome`) and handed to the
+        span, the metrics, what learns from calls, the record and the log.
+        """
         end_ns = _now_ns()
-        options = self.options
         span = state.span
         assert span is not None  # model runs always have a span
         # Ends the span even when measuring fails: the run is already out of the tree, so
@@ -221,119 +216,88 @@ class ModelCallTracer:
             trailing_stall = state.close_stream(end_ns)
             if trailing_stall:
                 _add_stall_event(span, trailing_stall, state.chunks)
-            timing = call_timing(
-                started_ns=state.started_ns,
-                end_ns=end_ns,
-                first_chunk_ns=state.first_chunk_ns,
-                last_chunk_ns=state.last_chunk_ns,
-                chunks=state.chunks,
-                failed=error is not None,
-                record_ttft=options.record_ttft,
-                warn_ms=options.ttft_warn_ms,
-                error_ms=options.ttft_error_ms,
-            )
-            details = response_details(response)
-            usage = details.usage
-            split = split_ttft(
-                timing.ttft_ms,
-                prefill_ms=usage.prefill_ms,
-                decode_ms=usage.decode_ms,
-                prefilled_tokens=usage.prefilled_tokens,
-                streamed=state.streamed,
-            )
-            # Our count of the request: the trim's (the whole request) when a trim prepared it.
-            estimated = (
-                state.trim.tokens_after
-                if state.trim
-                else self._estimate_tokens(state.messages, state.tools)
-            )
-            span.set_attributes(
-                end_attributes(
-                    state, timing, details, estimated, split, latest_names=self._latest_names
-                )
-            )
-            if options.capture_content and response is not None:
+            result = self._outcome(state, end_ns, error, response)
+            span.set_attributes(end_attributes(state, result, latest_names=self._latest_names))
+            if self.options.capture_content and response is not None:
                 span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
         finally:
             end_span(span, error)
+        self._instruments.record_call(state, result)
+        if result.usage.invalid:
+            self._report_impossible_usage(state.model, result.usage.invalid)
+        learn_from_call(state, result, self._failures)
+        record = latency_record(state, result)
+        log_record(record, state.trim, result, every_request=self.options.log_every_request)
+        self._hand_on(record)
 
-        result = outcome(error)
-        failure = error_type(error) if error is not None and result != "abandoned" else None
-        metric_attributes = state.metric_attributes
-        if details.model is not None:
-            metric_attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = details.model
-        if failure is not None:
-            metric_attributes[error_attributes.ERROR_TYPE] = failure
-        self._instruments.record_call(
-            metric_attributes,
-            state.context,
-            timing=timing,
-            usage=usage,
-            split=split,
-            stalls=state.stalls,
+    def _outcome(
+        self,
+        state: ModelRunState,
+        end_ns: int,
+        error: BaseException | None,
+        response: LLMResult | None,
+    ) -> CallOutcome:
+        """Works out, once, what a call measured: its timing, the server's usage, the split of
+        its time to first token and what held that up."""
+        options = self.options
+        timing = self._timing(state, end_ns, failed=error is not None)
+        details = response_details(response)
+        usage = details.usage
+        split = split_ttft(
+            timing.ttft_ms,
+            prefill_ms=usage.prefill_ms,
+            decode_ms=usage.decode_ms,
+            prefilled_tokens=usage.prefilled_tokens,
             streamed=state.streamed,
-            question_retention=(
-                state.trim.attributes.get(semconv.TRIM_QUESTION_RETENTION) if state.trim else None
-            ),
         )
-        if usage.invalid:
-            self._report_impossible_usage(state.model, usage.invalid)
-        learn_from_call(
-            trim=state.trim,
-            server=state.server,
-            model=state.model,
+        decode_ms = usage.decode_ms if state.streamed else None
+        held_ms = held_back_ms(split, state.chunk_spread_ms, decode_ms)
+        status = outcome(error)
+        return CallOutcome(
+            timing=timing,
+            response=details,
+            split=split,
+            # Our count of the request: the trim's (the whole request) when a trim prepared it.
+            estimated_tokens=(
+                state.trim.tokens_after
+                if state.trim
+                else self._estimate_tokens(state.messages, state.tools)
+            ),
+            status=status,
+            error_type=error_type(error) if error is not None and status != "abandoned" else None,
             # A blocking call's first text waits for the whole answer: no time to first token.
             first_token_ms=timing.ttft_ms if state.streamed else None,
-            usage=usage,
-            failures=self._failures,
-        )
-        record = LatencyRecord(
-            run_id=state.run_id,
-            model=state.model or "unknown",
-            streaming=state.streamed,
-            ttft_ms=timing.ttft_ms,
-            total_ms=timing.total_ms,
-            chunks=state.chunks,
-            stalls=state.stalls,
-            max_chunk_gap_ms=state.max_gap_ns / 1e6,
-            input_tokens=usage.prompt_tokens,
-            estimated_input_tokens=estimated,
-            output_tokens=usage.completion_tokens,
-            ttft_level=timing.ttft_level,
-            error_type=failure,
-            outcome=result,
-            cache_read_tokens=usage.cached_tokens,
-            prefilled_tokens=usage.prefilled_tokens,
-            server_prefill_ms=split.server_prefill_ms if split else None,
-            server_decode_ms=split.server_decode_ms if split else None,
-            ttft_remainder_ms=split.remainder_ms if split else None,
-        )
-        spread_ms = (
-            None
-            if state.first_chunk_ns is None
-            else (state.last_chunk_ns - state.first_chunk_ns) / 1e6
-        )
-        held_ms = held_back_ms(split, spread_ms, usage.decode_ms if state.streamed else None)
-        log_record(
-            record,
-            state.trim,
-            split=split,
             cause=slow_cause(
-                split,
-                buffered=is_buffered(state.chunks, timing.mean_chunk_gap_s),
-                held_ms=held_ms,
+                split, buffered=is_buffered(state.chunks, timing.mean_chunk_gap_s), held_ms=held_ms
             ),
             held_ms=held_ms,
             threshold_ms=(
                 options.ttft_error_ms if timing.ttft_level == "error" else options.ttft_warn_ms
             ),
-            every_request=options.log_every_request,
         )
-        if options.on_record is not None:
-            try:
-                options.on_record(record)
-            except Exception as exc:
-                self._failures.report("on_record", exc)
+
+    def _timing(self, state: ModelRunState, end_ns: int, *, failed: bool) -> CallTiming:
+        """What the call's clock readings say, against the handler's thresholds."""
+        return call_timing(
+            started_ns=state.started_ns,
+            end_ns=end_ns,
+            first_chunk_ns=state.first_chunk_ns,
+            last_chunk_ns=state.last_chunk_ns,
+            chunks=state.chunks,
+            failed=failed,
+            record_ttft=self.options.record_ttft,
+            warn_ms=self.options.ttft_warn_ms,
+            error_ms=self.options.ttft_error_ms,
+        )
+
+    def _hand_on(self, record: LatencyRecord) -> None:
+        """Calls ``on_record`` with the record, if given; its failure is reported, not raised."""
+        if self.options.on_record is None:
+            return
+        try:
+            self.options.on_record(record)
+        except Exception as exc:
+            self._failures.report("on_record", exc)
 
     def _report_impossible_usage(self, model: str | None, fields: Sequence[str]) -> None:
         """Logs a WARNING the first time the server reports impossible usage, DEBUG after."""
@@ -363,6 +327,39 @@ class ModelCallTracer:
                 logger.warning("agent-latency: no local token estimate: %s", exc)
                 return None
         return self._token_counter.count_request(messages, tools)
+
+
+def _metric_attributes(
+    call: ModelStart, model: str | None, endpoint: tuple[str, int] | None
+) -> dict[str, AttributeValue]:
+    """The call's low-cardinality attributes, on its metrics and its span."""
+    attributes: dict[str, AttributeValue] = {
+        gen_ai.GEN_AI_OPERATION_NAME: call.operation,
+        gen_ai.GEN_AI_PROVIDER_NAME: provider_name(call.metadata),
+    }
+    if model is not None:
+        attributes[gen_ai.GEN_AI_REQUEST_MODEL] = model
+    if endpoint is not None:
+        attributes[server_attributes.SERVER_ADDRESS] = endpoint[0]
+        attributes[server_attributes.SERVER_PORT] = endpoint[1]
+    return attributes
+
+
+def _request_attributes(call: ModelStart) -> dict[str, AttributeValue]:
+    """The span's further request attributes: temperature, output limit, captured prompt."""
+    params, meta = call.params, call.metadata
+    attributes: dict[str, AttributeValue] = {}
+    temperature = params.get("temperature", meta.get("ls_temperature"))
+    if is_number(temperature):
+        attributes[gen_ai.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
+    max_tokens = first_int(
+        params.get("max_tokens"), params.get("max_completion_tokens"), meta.get("ls_max_tokens")
+    )
+    if max_tokens is not None:
+        attributes[gen_ai.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
+    if call.content is not None:
+        attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = call.content
+    return attributes
 
 
 def _tools_sent(params: Mapping[str, Any]) -> Sequence[Any]:

@@ -1,4 +1,5 @@
-"""What one model call measured: its :class:`LatencyRecord`, span attributes and log lines."""
+"""What one model call measured: its :class:`CallOutcome`, worked out once when it ends, and
+what that becomes: the span's end attributes, the :class:`LatencyRecord` and the log lines."""
 
 from __future__ import annotations
 
@@ -11,11 +12,49 @@ from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
 from agent_latency._trace_link import PendingTrim
+from agent_latency._wire import ServerUsage
 from agent_latency.telemetry._langchain import Response
 from agent_latency.telemetry._log import logger
 from agent_latency.telemetry._run_state import ModelRunState
 from agent_latency.telemetry._split import SlowCause, TtftSplit
 from agent_latency.telemetry._timing import CallTiming
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What a finished model call measured, worked out once and handed to its span, metrics,
+    record, log and what learns from it.
+
+    Attributes:
+        timing: What the call's clock readings say.
+        response: What its response says: the names and the server's usage.
+        split: Where its time to first token went, when the server said enough.
+        estimated_tokens: Our count of the request: the trim's count of the whole request when
+            a trim prepared the call, else the messages and tools counted locally; if it could be.
+        status: ``"ok"``, ``"error"``, ``"cancelled"`` or ``"abandoned"``.
+        error_type: The exception type of a failed or cancelled call (not of an abandoned one).
+        first_token_ms: The time to first token the latency model learns from: ``None`` for a
+            blocking call (its first text waits for the whole answer) and when none was measured.
+        cause: What held the first token up.
+        held_ms: How long the server generated before the first content chunk, if it said.
+        threshold_ms: The TTFT threshold its ``ttft_level`` crossed (the warning one for ``ok``).
+    """
+
+    timing: CallTiming
+    response: Response
+    split: TtftSplit | None
+    estimated_tokens: int | None
+    status: str
+    error_type: str | None
+    first_token_ms: float | None
+    cause: SlowCause
+    held_ms: float | None
+    threshold_ms: float
+
+    @property
+    def usage(self) -> ServerUsage:
+        """What the server reported about the call."""
+        return self.response.usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +116,12 @@ class LatencyRecord:
 
 
 def end_attributes(
-    state: ModelRunState,
-    timing: CallTiming,
-    response: Response,
-    estimated: int | None,
-    split: TtftSplit | None,
-    *,
-    latest_names: bool = False,
+    state: ModelRunState, outcome: CallOutcome, *, latest_names: bool = False
 ) -> dict[str, AttributeValue]:
     """The attributes a model-call span gets when the call ends (with ``latest_names``, the
     newest GenAI conventions' name of the cache writes)."""
+    timing, response, split = outcome.timing, outcome.response, outcome.split
+    estimated = outcome.estimated_tokens
     usage = response.usage
     prompt_tokens = usage.prompt_tokens
     optional: dict[str, AttributeValue | None] = {
@@ -124,6 +159,32 @@ def end_attributes(
     }
     attributes.update({key: value for key, value in optional.items() if value is not None})
     return attributes
+
+
+def latency_record(state: ModelRunState, outcome: CallOutcome) -> LatencyRecord:
+    """The record of a finished model call, for ``on_record`` and the log."""
+    usage, split = outcome.usage, outcome.split
+    return LatencyRecord(
+        run_id=state.run_id,
+        model=state.model or "unknown",
+        streaming=state.streamed,
+        ttft_ms=outcome.timing.ttft_ms,
+        total_ms=outcome.timing.total_ms,
+        chunks=state.chunks,
+        stalls=state.stalls,
+        max_chunk_gap_ms=state.max_gap_ns / 1e6,
+        input_tokens=usage.prompt_tokens,
+        estimated_input_tokens=outcome.estimated_tokens,
+        output_tokens=usage.completion_tokens,
+        ttft_level=outcome.timing.ttft_level,
+        error_type=outcome.error_type,
+        outcome=outcome.status,
+        cache_read_tokens=usage.cached_tokens,
+        prefilled_tokens=usage.prefilled_tokens,
+        server_prefill_ms=None if split is None else split.server_prefill_ms,
+        server_decode_ms=None if split is None else split.server_decode_ms,
+        ttft_remainder_ms=None if split is None else split.remainder_ms,
+    )
 
 
 _SLOW_STREAMED = (
@@ -166,13 +227,8 @@ _HINT_PREFILL = (
 )
 
 
-def _hint(
-    record: LatencyRecord,
-    trim: PendingTrim | None,
-    split: TtftSplit | None,
-    cause: SlowCause,
-    held_ms: float | None,
-) -> str:
+def _hint(record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome) -> str:
+    split, cause, held_ms = outcome.split, outcome.cause, outcome.held_ms
     if cause is SlowCause.BUFFERED:
         return _HINT_BUFFERED.format(
             chunks=record.chunks, ttft=record.ttft_ms or 0.0, total=record.total_ms
@@ -191,14 +247,7 @@ def _hint(
 
 
 def log_record(
-    record: LatencyRecord,
-    trim: PendingTrim | None,
-    *,
-    split: TtftSplit | None,
-    cause: SlowCause,
-    held_ms: float | None,
-    threshold_ms: float,
-    every_request: bool,
+    record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome, *, every_request: bool
 ) -> None:
     """Logs a call: a WARNING or ERROR when its TTFT crossed a threshold, INFO if asked.
 
@@ -210,10 +259,8 @@ def log_record(
     Args:
         record: The call.
         trim: The trim that prepared it, if any.
-        split: Where its time to first token went, when the server said.
-        cause: What held the first token up.
-        held_ms: How long the server generated before the first content chunk, if it said.
-        threshold_ms: The threshold its ``ttft_level`` crossed (unused for ``"ok"``).
+        outcome: What it measured: where its time to first token went, what held it up, the
+            threshold its ``ttft_level`` crossed.
         every_request: Whether to log the INFO line of every call.
     """
     tokens = (
@@ -225,9 +272,9 @@ def log_record(
     if record.ttft_level in ("warn", "error") and record.ttft_ms is not None:
         budget = f"trim budget {trim.budget}" if trim is not None else "no trim before it"
         level = logging.ERROR if record.ttft_level == "error" else logging.WARNING
-        common = (record.model, record.ttft_ms, threshold_ms, shown_tokens, budget)
+        common = (record.model, record.ttft_ms, outcome.threshold_ms, shown_tokens, budget)
         if record.streaming:
-            logger.log(level, _SLOW_STREAMED, *common, _hint(record, trim, split, cause, held_ms))
+            logger.log(level, _SLOW_STREAMED, *common, _hint(record, trim, outcome))
         else:
             logger.log(level, _SLOW_BLOCKING, *common)
     if every_request:

@@ -133,6 +133,13 @@ class ModelRunState(RunState):
             return 0
         return self._account_gap(end_ns - self.last_chunk_ns)
 
+    @property
+    def chunk_spread_ms(self) -> float | None:
+        """From the first content chunk to the last (0 for one chunk); ``None`` without one."""
+        if self.first_chunk_ns is None:
+            return None
+        return (self.last_chunk_ns - self.first_chunk_ns) / 1e6
+
     def _account_gap(self, gap: int) -> int:
         """Adds a wait between chunks to the figures; returns it when it was a stall, else 0."""
         if gap > self.max_gap_ns:
