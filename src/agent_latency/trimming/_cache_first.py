@@ -11,9 +11,9 @@ call re-prefills everything after it; this one moves rarely:
   state kept anywhere.
 * **The stable part** is what the rounds before the cut keep, decided from them alone: the
   head rounds, the tail rounds, the rounds the question asked at the cut needs (turn level:
-  a round scores as its best message, by the summed rarity of the question's terms it holds,
-  with each hit's neighbouring rounds; of equally relevant rounds the newer, so a correction
-  beats what it corrects), then the most recent without gaps, up to :data:`STABLE_SHARE` of
+  a round scores as its best message by BM25, with each hit's neighbouring rounds; a round
+  saying the same of the question as an older one ranks first, so a correction beats what it
+  corrects), then the most recent without gaps, up to :data:`STABLE_SHARE` of
   the room. The rounds since the cut are appended after it whole, so the prompt up to the new
   messages is the previous call's, byte for byte.
 * **Recall**: when the latest user message names something no message sent holds, or a
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -60,6 +61,9 @@ _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
 _COMMON: Final = 0.5
 """A term in more than this share of the messages does not rank rounds."""
+_K1: Final = 1.2
+_B: Final = 0.75
+"""BM25's term-count saturation and length discount (the usual values)."""
 
 
 def cache_first_cut(
@@ -144,41 +148,78 @@ class _History:
         sizes = [sum(planned[i] for i in members) for members in indices]
         return cls(plan, indices, sizes, [0, *accumulate(sizes)], owner, terms, occurrences)
 
-    def scores(self, query: str, upto: int) -> tuple[list[float], float, list[frozenset[str]]]:
+    def scores(self, query: str, upto: int) -> tuple[list[float], float, dict[int, set[str]]]:
         """How well each of the first ``upto`` rounds answers ``query``, turn by turn, by what
         the messages before round ``upto`` say (so later messages change nothing).
 
-        A message's score is the summed inverse document frequency of the query's terms it
-        holds (each term once: how much of the question it speaks to, not how often or how
-        briefly), a round's the best of its messages', plus a tie-break toward the newer round,
-        so that of two rounds saying the same thing the later one (a correction) ranks first.
-        Only the messages holding a term of the query are read.
+        A message scores by BM25 against the query (a term's weight is its rarity, its count
+        saturates, a long message is discounted), a round as its best message; a round holding
+        the same query terms as an older round scores at least as well, plus a tie-break
+        toward the newer round, so that of two rounds saying the same thing the later one (a
+        correction) ranks first. Only the messages holding a term of the query are read.
 
         Returns:
-            The rounds' scores, the score of a message holding every term of the query, and
-            each round's query terms.
+            The rounds' scores, the score of an average-length message holding every term of
+            the query once, and the query terms of each round that holds any.
         """
         owner = self.owner
         length = self.indices[upto][0] if upto < len(self.indices) else self.occurrences.length
         occurrences = self.occurrences._replace(length=length)
-        per_message: dict[int, list[str]] = {}
-        idf: dict[str, float] = {}
+        bags, sizes, totals = self._messages(length)
+        norm = _K1 * length / (totals[length] or 1)
+        per_message: dict[int, float] = {}
+        held: dict[int, set[str]] = {}
+        ideal = 0.0
         for term in self.terms.counts(query):
             positions = occurrences.positions(term)
-            idf[term] = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
+            idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
+            ideal += idf
             if len(positions) > length * _COMMON:
                 continue  # says little about which round, and would be read everywhere
             for position in positions:
-                if 0 <= owner[position] < upto:
-                    per_message.setdefault(position, []).append(term)
+                r = owner[position]
+                if 0 <= r < upto:
+                    tf = bags[position][term]
+                    size = _K1 * (1 - _B) + norm * _B * sizes[position]
+                    per_message[position] = per_message.get(position, 0.0) + idf * tf * (
+                        _K1 + 1
+                    ) / (tf + size)
+                    held.setdefault(r, set()).add(term)
         best = [0.0] * upto
-        held: list[set[str]] = [set() for _ in range(upto)]
-        for position, found in per_message.items():
+        for position, score in per_message.items():
             r = owner[position]
-            best[r] = max(best[r], sum(idf[t] for t in found))
-            held[r].update(found)
-        scores = [b + _RECENCY * r if b > 0 else 0.0 for r, b in enumerate(best)]
-        return scores, sum(idf.values()), [frozenset(h) for h in held]
+            best[r] = max(best[r], score)
+        # A round holding the same terms of the query as an older one ranks at least as high
+        # (and, by the tie-break, first): the newer of two statements of a thing is the one
+        # that stands, whichever is the shorter.
+        by_terms: dict[frozenset[str], float] = {}
+        for r in sorted(held):
+            said = frozenset(held[r])
+            best[r] = max(best[r], by_terms.get(said, 0.0))
+            by_terms[said] = best[r]
+            best[r] += _RECENCY * r
+        return best, ideal, held
+
+    def _messages(self, length: int) -> tuple[list[Counter[str]], list[int], list[int]]:
+        """Per message of the conversation's first ``length`` (at least), its term counts and
+        its number of terms, and the running total of terms before each: remembered per
+        conversation index and extended as it grows, so scoring a question reads lists, not
+        caches."""
+        postings = self.occurrences.postings
+        key = ("messages", id(postings))
+        remembered: tuple[object, list[Counter[str]], list[int], list[int]] | None
+        remembered = self.terms.scores.get(key)
+        if remembered is None or remembered[0] is not postings:
+            remembered = (postings, [], [], [0])
+        _, bags, sizes, totals = remembered
+        if len(bags) < length:
+            # New lists, not extended in place: another thread may be reading the old ones.
+            new = self.plan.texts[len(bags) : length]
+            bags = [*bags, *map(self.terms.counts, new)]
+            sizes = [*sizes, *map(self.terms.length, new)]
+            totals = [*totals[:-1], *accumulate(sizes[len(totals) - 1 :], initial=totals[-1])]
+            self.terms.scores.put(key, (postings, bags, sizes, totals), 64 * len(bags))
+        return bags, sizes, totals
 
 
 def _remembered_stable_part(
