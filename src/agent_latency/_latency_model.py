@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 
 from agent_latency._caches import LRUCache
 from agent_latency._redaction import host_and_port
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._validation import checked_number
-from agent_latency._wire import MAX_REPORTED_TOKENS
 
 _KILO: Final = 1000.0
 """Features are in thousands of tokens (and millions of token pairs), to keep the fit well

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from agent_latency._wire import RequestFile, load_request_file
+from agent_latency._user_input import RequestFile, load_request_file
 
 DEFAULT_SCENARIO: Final = "agent_8k.json"
 """The scenario shipped in ``agent_latency/scenarios``: an ~8,200-token agent request."""

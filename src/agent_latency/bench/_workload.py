@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import openai
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from agent_latency._chat_format import content_key
 from agent_latency._redaction import display_url
-from agent_latency._wire import content_key
 from agent_latency.bench._calls import CallMeter
 from agent_latency.bench._contenders import STRATEGIES, SUMMARY_MAX_TOKENS, Kit, contenders
 from agent_latency.bench._errors import RequestRefused, explain_api_error

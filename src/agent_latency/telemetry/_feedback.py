@@ -9,8 +9,8 @@ Each listener's failure is reported and swallowed.
 from __future__ import annotations
 
 from agent_latency._latency_model import LATENCY_MODELS
+from agent_latency._server_usage import ServerUsage
 from agent_latency._trace_link import PendingTrim
-from agent_latency._wire import ServerUsage
 from agent_latency.telemetry._log import FailureLog
 
 

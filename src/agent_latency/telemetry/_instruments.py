@@ -19,7 +19,7 @@ from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
-from agent_latency._wire import ServerUsage
+from agent_latency._server_usage import ServerUsage
 from agent_latency.telemetry._split import TtftSplit
 from agent_latency.telemetry._timing import CallTiming
 

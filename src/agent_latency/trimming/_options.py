@@ -8,8 +8,8 @@ from typing import Final, cast
 
 from opentelemetry.trace import TracerProvider
 
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._validation import checked_bool, checked_int
-from agent_latency._wire import MAX_REPORTED_TOKENS
 from agent_latency.config import (
     HISTORY_SELECTIONS,
     PRIORITY_CLASSES,

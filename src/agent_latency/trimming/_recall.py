@@ -27,7 +27,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from agent_latency import semconv
-from agent_latency._wire import coerce_messages
+from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import PromptCalibration, TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of

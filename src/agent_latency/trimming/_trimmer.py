@@ -27,8 +27,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer, TracerProvider
 
 from agent_latency import semconv
+from agent_latency._user_input import coerce_messages
 from agent_latency._validation import checked_bool
-from agent_latency._wire import coerce_messages
 from agent_latency.config import TRIM_MODES, HistorySelection, PriorityClass, Settings
 from agent_latency.tokens import PromptCalibration, TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._cache_first import cache_first_cut
