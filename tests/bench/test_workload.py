@@ -117,13 +117,17 @@ def test_schedule_interleaves_conversations_and_marks_idle_turns() -> None:
     [
         ({"conversations": 0}, "conversations"),
         ({"idle_gap_s": 10.0}, "idle_gap_s"),
-        ({"calls": True}, "calls"),
         ({"budget": 7000}, "budget"),
     ],
 )
 def test_bad_workloads_name_the_option(options: dict[str, object], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         MixedWorkload(**options)  # type: ignore[arg-type]
+
+
+def test_a_workload_option_of_the_wrong_type_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="calls"):
+        MixedWorkload(calls=True)
 
 
 def test_on_an_endpoint_it_says_where_it_ran_and_what_the_server_reported() -> None:

@@ -103,8 +103,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             that takes it), ``False`` never.
 
     Raises:
-        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
-        ValueError: When ``recall`` is not a bool, or ``cache_key`` neither a bool nor ``None``.
+        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`, ``recall`` not a bool, or
+            ``cache_key`` neither a bool nor ``None``.
     """
 
     def __init__(
