@@ -50,10 +50,15 @@ from agent_latency.bench._mixed import MixedWorkload, schedule
 from agent_latency.bench._scenario import (
     call_points,
     load_scenario,
-    with_request_id,
-    without_request_id,
+    with_cache_salt,
+    without_cache_salt,
 )
-from agent_latency.bench._workload_report import CallRecord, StrategyRun, WhereItRan, WorkloadReport
+from agent_latency.bench._workload_report import (
+    StrategyCall,
+    StrategyRun,
+    WhereItRan,
+    WorkloadReport,
+)
 from agent_latency.config import Settings, build_chat_model
 from agent_latency.tokens import TokenCounter
 
@@ -202,7 +207,7 @@ def _warm_up(meter: CallMeter, model: Any, messages: list[BaseMessage], settings
     A refused warm-up (a prompt too long for the server) is left for the contenders to record.
     """
     try:
-        meter.stream(model, with_request_id(messages, "warm-up"))
+        meter.stream(model, with_cache_salt(messages, "warm-up"))
     except openai.APIError as exc:
         _refusal(exc, settings)
 
@@ -217,14 +222,14 @@ def _refusal(exc: openai.APIError, settings: Settings) -> RequestRefused:
 
 
 def _score_answers(
-    calls: Sequence[CallRecord],
+    calls: Sequence[StrategyCall],
     prompts: Sequence[Sequence[BaseMessage] | None],
     ask: Callable[[list[BaseMessage]], str | None],
     asked: dict[tuple[Any, ...], str | None],
-) -> list[CallRecord]:
+) -> list[StrategyCall]:
     """Returns ``calls`` with each fact question's answer and whether it gave the fact.
 
-    ``prompts[i]`` is what call ``i`` sent less the bench's request marker (``None`` where it
+    ``prompts[i]`` is what call ``i`` sent less the bench's cache salt (``None`` where it
     asked no fact question or was refused): the marker is the bench's, not the user's, and a few
     different tokens at the start of a prompt can turn a small model's greedy answer. A prompt
     asked before, by this strategy or another, is not asked again (``asked``, keyed by what goes
@@ -305,7 +310,7 @@ def run_mixed_workload(
     scenario = list(messages) if messages is not None else load_scenario()
     planted = [plant_facts(scenario, index) for index in range(workload.conversations)]
     conversations = [
-        with_request_id(list(p.messages), f"conversation {index}")
+        with_cache_salt(list(p.messages), f"conversation {index}")
         for index, p in enumerate(planted)
     ]
     every_point = call_points(conversations[0])
@@ -368,26 +373,25 @@ def run_mixed_workload(
             questions: list[list[BaseMessage] | None] = []
             for turn in turns:
                 epochs[turn.conversation] += turn.idle
-                marker = (
+                salt = (
                     f"{contender.strategy} {index} {turn.conversation} "
                     f"epoch {epochs[turn.conversation]}"
                 )
-                # Marked before the strategy sees it, so that its budget covers the marker.
-                marked = with_request_id(conversations[turn.conversation][: turn.end], marker)
+                # Marked before the strategy sees it, so that its budget covers the salt.
+                salted = with_cache_salt(conversations[turn.conversation][: turn.end], salt)
                 started = time.perf_counter()
-                prepared = strategy(turn.conversation, marked, turn.at)
+                prepared = strategy(turn.conversation, salted, turn.at)
                 prepare_ms = (time.perf_counter() - started) * 1000
                 fact = planted[turn.conversation].needs.get(turn.end)
                 sent = prepared.messages
                 tokens = counter.count_messages(sent)
                 kept = int(fact is not None and fact_kept(fact, prepared.messages))
-                record = CallRecord(
+                row = StrategyCall(
                     conversation=turn.conversation,
                     end=turn.end,
                     idle=turn.idle,
                     wait_ms=None,
                     ttft_ms=None,
-                    prepare_ms=prepare_ms,
                     tokens=tokens,
                     server_tokens=None,
                     cached_tokens=None,
@@ -401,13 +405,13 @@ def run_mixed_workload(
                     call = meter.stream(timed, sent)
                 except openai.APIError as exc:
                     refusal = _refusal(exc, channel.settings)
-                    calls.append(replace(record, refused=refusal.server_message, kept=0))
+                    calls.append(replace(row, refused=refusal.server_message, kept=0))
                     questions.append(None)
                 else:
                     usage = call.usage
                     calls.append(
                         replace(
-                            record,
+                            row,
                             wait_ms=call.ttft_ms + prepare_ms,
                             ttft_ms=call.ttft_ms,
                             server_tokens=usage.prompt_tokens,
@@ -416,7 +420,7 @@ def run_mixed_workload(
                             ttft_remainder_ms=call.ttft_remainder_ms,
                         )
                     )
-                    questions.append(without_request_id(sent, marker) if fact else None)
+                    questions.append(without_cache_salt(sent, salt) if fact else None)
                 if on_call is not None:
                     last = calls[-1]
                     on_call(

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from agent_latency.bench import (
-    BenchPlan,
+    BenchOptions,
     MixedWorkload,
     WorkloadProgress,
     WorkloadReport,
@@ -158,7 +158,7 @@ def bench(
             "--workload-answers",
             help="With --workload-endpoint on a real model: answer each fact question greedily "
             "(temperature 0, 32 tokens) on the prompt the strategy sent, less the bench's "
-            "request marker, and score the answers.",
+            "cache salt, and score the answers.",
         ),
     ] = False,
     workload_endpoint: Annotated[
@@ -229,7 +229,9 @@ def bench(
     request = load_scenario_request(messages)
     conversation = request.messages
     # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
-    plan = BenchPlan(runs=runs, turns=turns, budget=budget, sweep=plot is not None and runs > 0)
+    options = BenchOptions(
+        runs=runs, turns=turns, budget=budget, sweep=plot is not None and runs > 0
+    )
     baseline_ms = load_baseline(baseline) if baseline is not None else None
     for option, path in (("--json", json_file), ("--plot", plot)):
         if path is not None:
@@ -241,10 +243,10 @@ def bench(
         report = run_bench(
             endpoint_settings,
             conversation,
-            plan,
+            options,
             simulator=simulator,
             tools=request.tools,
-            on_call=_counted(advance, plan.calls()),
+            on_call=_counted(advance, options.calls()),
         )
 
     retention = run_quality() if quality else None
@@ -315,7 +317,7 @@ def bench(
 
 
 @dataclass(frozen=True)
-class WorkloadPlan:
+class WorkloadOptions:
     """What the ``--workload*`` options ask for.
 
     Attributes:
@@ -345,11 +347,11 @@ def workload_shape(
     profile: str | None = None,
     frontier: bool = False,
     answers: bool = False,
-) -> WorkloadPlan | None:
+) -> WorkloadOptions | None:
     """The workload the ``--workload*`` options ask for, checked before any call.
 
     Returns:
-        The plan, or ``None`` without ``--workload``.
+        The options, or ``None`` without ``--workload``.
 
     Raises:
         ValueError: When a ``--workload-*`` option (or ``--frontier``) comes without
@@ -404,22 +406,22 @@ def workload_shape(
         changes["conversations"] = conversations
     if budget is not None and endpoint:
         changes["budget"] = budget
-    return WorkloadPlan(replace(shape, **changes), only, profiles, frontier, answers)
+    return WorkloadOptions(replace(shape, **changes), only, profiles, frontier, answers)
 
 
 def _run_workloads(
-    plan: WorkloadPlan,
+    options: WorkloadOptions,
     settings: Settings,
     *,
     messages: list[Any] | None,
     endpoint: bool,
 ) -> list[WorkloadReport]:
     """Runs the workload once per profile asked for, one after another."""
-    shape = plan.shape
+    shape = options.shape
     if endpoint and settings.llm.context_window:
         shape = replace(shape, context_window=settings.llm.context_window)
     reports = []
-    for profile in plan.profiles:
+    for profile in options.profiles:
         with _progress(f"workload {profile or ''}".strip()) as advance:
             reports.append(
                 run_mixed_workload(
@@ -428,9 +430,9 @@ def _run_workloads(
                     messages=messages,
                     profile=profile,
                     base_url=settings.llm.base_url if endpoint else None,
-                    only=plan.only,
-                    frontier=plan.frontier,
-                    answers=plan.answers,
+                    only=options.only,
+                    frontier=options.frontier,
+                    answers=options.answers,
                     on_call=partial(_forward, advance),
                 )
             )

@@ -168,14 +168,12 @@ class PrefillSample:
         prompt_tokens: The server's ``usage.prompt_tokens``, else the local cl100k estimate.
         ttft_ms: Time to the answer (one token, so the first token's time).
         prompt: The prompt sent, as one user message.
-        reported: The server reported a possible ``usage.prompt_tokens``.
         usage: Everything the server reported about the call.
     """
 
     prompt_tokens: int
     ttft_ms: float
     prompt: str = ""
-    reported: bool = True
     usage: ServerUsage = field(default_factory=ServerUsage)
 
     @property
@@ -384,7 +382,6 @@ class Endpoint:
             else self._counter.count_messages([HumanMessage(prompt)]),
             ttft_ms=elapsed_ms,
             prompt=prompt,
-            reported=prompt_tokens is not None,
             usage=usage,
         )
 

@@ -42,7 +42,7 @@ from agent_latency.telemetry._langchain import (
 from agent_latency.telemetry._log import FailureLog, logger
 from agent_latency.telemetry._record import LatencyRecord, end_attributes, log_record
 from agent_latency.telemetry._run_state import ModelRunState, RunState
-from agent_latency.telemetry._run_tree import end_span, error_type, outcome
+from agent_latency.telemetry._run_tree import end_run_span, error_type, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
 from agent_latency.telemetry._timing import call_timing
 from agent_latency.tokens import TokenCounter
@@ -255,7 +255,7 @@ class ModelCallTracer:
             if options.capture_content and response is not None:
                 span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
         finally:
-            end_span(span, error)
+            end_run_span(span, error)
 
         result = outcome(error)
         failure = error_type(error) if error is not None and result != "abandoned" else None

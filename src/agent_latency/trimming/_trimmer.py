@@ -51,7 +51,7 @@ from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._rounds import AnalysisMemo
 from agent_latency.trimming._shortening import MessageShortener
-from agent_latency.trimming._span import TrimRunnable, end_span, start_span
+from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 from agent_latency.trimming._tools import select_tools
 
 __all__ = ["PriorityTrimmer", "TrimResult"]
@@ -378,13 +378,13 @@ class PriorityTrimmer(TrimRunnable):
                 strict=strict_tools,
                 output_tools=output_tools,
             )
-        span = start_span(tracer or self._tracer, context)
+        span = start_trim_span(tracer or self._tracer, context)
         try:
             result = self._trim(messages, request)
         except BaseException as exc:
-            end_span(span, exc)
+            end_trim_span(span, exc)
             raise
-        end_span(span, None, result.span_attributes())
+        end_trim_span(span, None, result.span_attributes())
         if result.over_budget:
             logger.warning(
                 "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
@@ -515,7 +515,6 @@ class PriorityTrimmer(TrimRunnable):
             calibration=self.calibration,
             question_retention=question_retention(plan, self.term_cache, occurrences),
             message_tokens=tuple(counts),
-            priority_classes=tuple(plan.classes),
             sent_message_tokens=plan.sent_sizes(),
             _must_keep_by_class=must_keep,
             _question_whole=question is not None and question not in plan.shortened,
