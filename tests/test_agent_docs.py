@@ -1,4 +1,4 @@
-"""The README, docs/trimming.md and examples/ lead with ``create_agent`` (issue 29, item 13).
+"""The README, docs/trimming.md and examples/ lead with ``create_agent``.
 
 LangGraph 1.0 deprecates ``create_react_agent`` (``LangGraphDeprecatedSinceV10``) for
 ``langchain.agents.create_agent`` with middleware; the README recommended its ``pre_model_hook``

@@ -302,7 +302,7 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
     assert "error" in titles
     exprs = " ".join(dashboard_exprs().values())
     assert "histogram_quantile(0.50" in exprs and "histogram_quantile(0.95" in exprs
-    # Issue 21: the client's time to first token beside the server's prefill, and llama-server's
+    # The client's time to first token beside the server's prefill, and llama-server's
     # own cache hit ratio beside the clients'.
     [split] = [p for p in dashboard["panels"] if "server prefill" in p["title"].lower()]
     split_exprs = " ".join(target["expr"] for target in split["targets"])

@@ -39,8 +39,9 @@ def test_checked_int_names_the_owner_option_bound_and_hint() -> None:
     with pytest.raises(ValueError) as raised:
         checked_int("Owner", "size", 0, minimum=1, hint="rows; e.g. 4")
     assert str(raised.value) == "Owner: size must be an integer >= 1 (rows; e.g. 4), got 0."
-    with pytest.raises(ValueError, match=r"must be an integer >= 1, got True\."):
-        checked_int("Owner", "size", True, minimum=1)
+    for wrong_type in (True, 3.0, "3"):  # as Python: a wrong type is a TypeError
+        with pytest.raises(TypeError, match=r"must be an integer >= 1, got "):
+            checked_int("Owner", "size", wrong_type, minimum=1)
 
 
 def test_checked_number_bounds() -> None:
@@ -51,11 +52,14 @@ def test_checked_number_bounds() -> None:
         checked_number("Owner", "wait", 0, minimum=0, above=True)
     with pytest.raises(ValueError, match=r"got inf\."):
         checked_number("Owner", "wait", math.inf)
+    for wrong_type in (True, "0.5", None):
+        with pytest.raises(TypeError, match=r"wait must be a finite number, got "):
+            checked_number("Owner", "wait", wrong_type)
     assert checked_number("Owner", "wait", 0.25, minimum=0.25) == 0.25
 
 
 @pytest.mark.parametrize("value", [1, 0, "yes", None])
 def test_checked_bool_takes_only_true_or_false(value: object) -> None:
     assert checked_bool("Owner", "flag", True) is True
-    with pytest.raises(ValueError, match=r"Owner: flag must be True or False, got "):
+    with pytest.raises(TypeError, match=r"Owner: flag must be True or False, got "):
         checked_bool("Owner", "flag", value)

@@ -5,7 +5,7 @@ fits the same model to ``bench``'s sweep of budgets and to ``doctor``'s prefill 
 the user the cost of each 1,000 prompt tokens and the budget that keeps TTFT in bounds, in the
 words doctor's latency-model check uses (:func:`describe_coefficients`).
 
-The latency model (issue 12) is::
+The latency model is::
 
     TTFT ≈ a + b · uncached + c · uncached · context + d · context
 
@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
 
 from agent_latency._caches import LRUCache
 from agent_latency._redaction import host_and_port
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._validation import checked_number
-from agent_latency._wire import MAX_REPORTED_TOKENS
 
 _KILO: Final = 1000.0
 """Features are in thousands of tokens (and millions of token pairs), to keep the fit well
@@ -68,29 +67,6 @@ DEFAULT_PRIORS: Final = LatencyCoefficients(
 )
 """Before any call is observed: the embedded simulator's default latency model (fitted to
 Gemma 3 270M on llama.cpp, docs/real-model.md)."""
-
-
-DEFAULT_CACHE_LIFETIME_S: Final = 300.0
-"""How long an idle prefix is assumed cached on an endpoint not listed in
-:data:`PROVIDER_CACHE_LIFETIMES`: OpenAI's documented 5-10 minutes of inactivity, the shorter."""
-PROVIDER_CACHE_LIFETIMES: Final[Mapping[str, float]] = {
-    "api.openai.com": 300.0,  # "5-10 minutes of inactivity" (prompt caching guide)
-    "api.anthropic.com": 300.0,  # the default cache_control TTL
-    "api.deepseek.com": 3600.0,  # disk cache, "cleared within a few hours to days"
-    "dashscope.aliyuncs.com": 300.0,  # Qwen implicit cache: no documented TTL; as OpenAI
-    "127.0.0.1": 3600.0,  # self-hosted vLLM, SGLang, llama.cpp: no expiry, LRU eviction only
-    "localhost": 3600.0,
-}
-"""Documented (or, for self-hosted servers, assumed) idle lifetimes of cached prefixes, by host."""
-
-
-def default_cache_lifetime(base_url: str | None) -> float:
-    """Returns the documented cache lifetime of the endpoint at ``base_url``, in seconds."""
-    host = urlsplit(base_url or "https://api.openai.com/v1").hostname or ""
-    for known, lifetime in PROVIDER_CACHE_LIFETIMES.items():
-        if host == known or host.endswith("." + known):
-            return lifetime
-    return DEFAULT_CACHE_LIFETIME_S
 
 
 def _check(name: str, value: object, minimum: float, *, above: bool = False) -> float:
@@ -154,6 +130,7 @@ class LatencyModel:
             ``0.98`` halves an observation's weight after about 35 calls).
 
     Raises:
+        TypeError: When an option is not a number; the message names it.
         ValueError: When an option is out of range; the message names it.
     """
 
@@ -217,6 +194,7 @@ class LatencyModel:
                 reported) is taken as 0.
 
         Raises:
+            TypeError: When a value is not a number (a string, ``True``); the message names it.
             ValueError: When a value is impossible: negative, not finite, a time above a day
                 (:data:`MAX_TTFT_MS`), more prompt tokens than any context window holds
                 (``MAX_REPORTED_TOKENS``), or more cached than prompt tokens; the message names
@@ -416,7 +394,7 @@ def fit_prefill(samples: Iterable[tuple[float, float]]) -> PrefillFit | None:
     for tokens, ttft in samples:
         try:
             model.observe(ttft, tokens, 0)  # type: ignore[arg-type]  # floats are checked
-        except ValueError:
+        except (TypeError, ValueError):
             continue
         sizes.add(float(tokens))
     if len(sizes) < 2:

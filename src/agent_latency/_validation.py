@@ -3,10 +3,11 @@
 A whole number is an ``int`` that is not a ``bool`` (``True`` is an ``int`` in Python, and no
 option means it as 1); a number is a whole number or a finite ``float``. Every option of the
 package is checked with :func:`checked_int`, :func:`checked_number` or :func:`checked_bool`, so
-every bad value gets the same kind of error: the owner, the option, what it must be, and the
-value given. A file read whole (a configuration, a conversation) is checked with
-:func:`file_problem` first: a regular file of at most :data:`MAX_FILE_BYTES`, so ``/dev/zero``
-cannot exhaust memory and a FIFO cannot hang the reader.
+every bad option gets the same error: the owner, the option, what it must be, and the value
+given; as Python's own checks do, a value of the wrong type raises ``TypeError`` and one of the
+right type out of bounds (or not finite) ``ValueError``. A file read whole (a configuration, a
+conversation) is checked with :func:`file_problem` first: a regular file of at most
+:data:`MAX_FILE_BYTES`, so ``/dev/zero`` cannot exhaust memory and a FIFO cannot hang the reader.
 """
 
 from __future__ import annotations
@@ -45,10 +46,13 @@ def checked_int(
         hint: What the number is, or a value to use, shown in brackets.
 
     Raises:
-        ValueError: ``"{owner}: {name} must be an integer >= {minimum} ({hint}), got {value!r}."``
+        TypeError: When ``value`` is not an ``int`` (a ``bool``, a float, a string):
+            ``"{owner}: {name} must be an integer >= {minimum} ({hint}), got {value!r}."``
+        ValueError: The same message, when it is below ``minimum``.
     """
     if not is_integer(value) or (minimum is not None and value < minimum):
-        raise _error(owner, name, value, "an integer", _bound(minimum, above=False), hint)
+        bound = _bound(minimum, above=False)
+        raise _error(owner, name, value, "an integer", bound, hint, is_integer(value))
     return value
 
 
@@ -74,7 +78,9 @@ def checked_number(
         hint: What the number is, shown in brackets.
 
     Raises:
-        ValueError: ``"{owner}: {name} must be a finite number > {minimum}, got {value!r}."``
+        TypeError: When ``value`` is not an ``int`` or a ``float`` (a ``bool``, a string):
+            ``"{owner}: {name} must be a finite number > {minimum}, got {value!r}."``
+        ValueError: The same message, when it is not finite or out of bounds.
     """
     if (
         not is_number(value)
@@ -84,7 +90,8 @@ def checked_number(
         bound = _bound(minimum, above=above)
         if maximum is not None:
             bound += f" and <= {_shown(maximum)}" if bound else f" <= {_shown(maximum)}"
-        raise _error(owner, name, value, "a finite number", bound, hint)
+        right_type = isinstance(value, float) or is_integer(value)
+        raise _error(owner, name, value, "a finite number", bound, hint, right_type)
     return float(value)
 
 
@@ -92,10 +99,10 @@ def checked_bool(owner: str, name: str, value: object) -> bool:
     """Returns ``value`` if it is ``True`` or ``False`` (not 0, 1 or a string).
 
     Raises:
-        ValueError: ``"{owner}: {name} must be True or False, got {value!r}."``
+        TypeError: ``"{owner}: {name} must be True or False, got {value!r}."``
     """
     if not isinstance(value, bool):
-        raise _error(owner, name, value, "True or False", "", None)
+        raise _error(owner, name, value, "True or False", "", None, right_type=False)
     return value
 
 
@@ -110,10 +117,18 @@ def _shown(bound: float) -> str:
 
 
 def _error(
-    owner: str, name: str, value: object, what: str, bound: str, hint: str | None
-) -> ValueError:
+    owner: str,
+    name: str,
+    value: object,
+    what: str,
+    bound: str,
+    hint: str | None,
+    right_type: bool,
+) -> ValueError | TypeError:
+    """The option's error: a ``ValueError`` for a value of the right type, else a ``TypeError``."""
     shown = f" ({hint})" if hint else ""
-    return ValueError(f"{owner}: {name} must be {what}{bound}{shown}, got {value!r}.")
+    kind = ValueError if right_type else TypeError
+    return kind(f"{owner}: {name} must be {what}{bound}{shown}, got {value!r}.")
 
 
 def file_problem(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> str | None:

@@ -13,7 +13,7 @@ from langchain_core.messages import convert_to_messages
 from support.conversations import INSTANT, agent_conversation
 from support.scripts import benchmark_script
 
-from agent_latency.bench import BenchPlan, BenchReport, check_regression, run_bench
+from agent_latency.bench import BenchOptions, BenchReport, check_regression, run_bench
 from agent_latency.bench._measurements import MODES, ModeResult, Sample
 from agent_latency.bench._report import saving_breakdown
 from agent_latency.config import Settings
@@ -37,7 +37,7 @@ def test_a_mode_too_long_for_the_context_window_fails_alone() -> None:
         report = run_bench(
             settings_for(sim.base_url, context_window=window),
             messages,
-            BenchPlan(runs=2, turns=8, budget=600, sweep=True),
+            BenchOptions(runs=2, turns=8, budget=600, sweep=True),
         )
 
     by_mode = {result.mode: result for result in report.modes}
@@ -75,7 +75,7 @@ def test_a_request_the_server_refuses_fails_its_mode_with_the_whole_message() ->
     messages = convert_to_messages(agent_conversation(8))
     # The untrimmed request body is larger than the server accepts (413); trimmed ones pass.
     with running_simulator(replace(INSTANT, max_body_bytes=6_000)) as sim:
-        report = run_bench(settings_for(sim.base_url), messages, BenchPlan(runs=1, budget=400))
+        report = run_bench(settings_for(sim.base_url), messages, BenchOptions(runs=1, budget=400))
 
     untrimmed = [result for result in report.modes if not result.mode.trimmed]
     assert all("answered HTTP 413" in (result.error or "") for result in untrimmed)

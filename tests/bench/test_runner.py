@@ -24,7 +24,7 @@ from pydantic import SecretStr
 from support.conversations import INSTANT, agent_conversation
 
 from agent_latency.bench import (
-    BenchPlan,
+    BenchOptions,
     BenchReport,
     check_regression,
     load_baseline,
@@ -41,7 +41,7 @@ from agent_latency.bench._measurements import (
     percentile,
 )
 from agent_latency.bench._report import saving_breakdown
-from agent_latency.bench._scenario import call_points, load_scenario, with_request_id
+from agent_latency.bench._scenario import call_points, load_scenario, with_cache_salt
 from agent_latency.config import Settings
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
@@ -75,7 +75,7 @@ def instant_sim() -> Iterator[RunningSimulator]:
 @pytest.fixture(scope="module")
 def report(sim: RunningSimulator) -> BenchReport:
     messages = convert_to_messages(agent_conversation())
-    return run_bench(settings_for(sim), messages, BenchPlan(runs=1, budget=300), simulator=SIM)
+    return run_bench(settings_for(sim), messages, BenchOptions(runs=1, budget=300), simulator=SIM)
 
 
 # -- statistics -----------------------------------------------------------------------------------
@@ -129,13 +129,13 @@ def test_saving_breakdown_splits_prefill_and_decode() -> None:
 
 
 def test_bench_plan_validates_and_counts_calls() -> None:
-    assert BenchPlan(runs=5).calls() == 1 + 5 * 4
-    assert BenchPlan(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 4 + 6
+    assert BenchOptions(runs=5).calls() == 1 + 5 * 4
+    assert BenchOptions(runs=2, turns=3, sweep=True).calls() == 1 + 2 * 4 + 3 * 4 + 6
     # --runs 0 skips the four modes and their warm-up.
-    assert BenchPlan(runs=0, turns=3).calls() == 3 * 4
+    assert BenchOptions(runs=0, turns=3).calls() == 3 * 4
     for options in ({"runs": -1}, {"turns": 0}, {"budget": -1}, {"runs": True}):
         with pytest.raises(ValueError, match=f"--{next(iter(options))}"):
-            BenchPlan(**options)  # type: ignore[arg-type]
+            BenchOptions(**options)  # type: ignore[arg-type]
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -188,11 +188,11 @@ def test_call_points_are_before_each_assistant_turn_and_at_the_end() -> None:
     assert call_points(doubled) == [2, 4, 7, 9, 11]
 
 
-def test_request_id_makes_the_prompt_start_unique_without_touching_the_input() -> None:
+def test_a_cache_salt_makes_the_prompt_start_unique_without_touching_the_input() -> None:
     messages = convert_to_messages(agent_conversation(rounds=1))
     original = messages[0].content
-    first = with_request_id(messages, "000000001")
-    second = with_request_id(messages, "987654321")
+    first = with_cache_salt(messages, "000000001")
+    second = with_cache_salt(messages, "987654321")
     assert messages[0].content == original
     assert str(first[0].content).startswith("Request 000000001.")
     assert first[0].content != second[0].content
@@ -200,7 +200,7 @@ def test_request_id_makes_the_prompt_start_unique_without_touching_the_input() -
     counter = TokenCounter()
     assert counter.count_messages(first) == counter.count_messages(second)
     parts = [SystemMessage(content=[{"type": "text", "text": "Be brief."}])]
-    assert with_request_id(parts, "123")[0].content[0] == {  # type: ignore[index]
+    assert with_cache_salt(parts, "123")[0].content[0] == {  # type: ignore[index]
         "type": "text",
         "text": "Request 123.\n\n",
     }
@@ -292,7 +292,7 @@ def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSim
     report = run_bench(
         settings_for(instant_sim),
         messages,
-        BenchPlan(runs=1, turns=16, budget=1500),
+        BenchOptions(runs=1, turns=16, budget=1500),
     )
     results = {r.strategy.key: r for r in report.turns}
     assert [r.strategy for r in report.turns] == list(STRATEGIES)
@@ -319,7 +319,7 @@ def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSim
 def test_every_call_lists_our_count_next_to_the_servers() -> None:
     # The simulator counts in the model's tokenizer and template, as the trimmer does.
     config = replace(INSTANT, tokenizer=Settings().llm.model)
-    plan = BenchPlan(runs=1, turns=3, budget=600, sweep=True)
+    plan = BenchOptions(runs=1, turns=3, budget=600, sweep=True)
     with running_simulator(config) as running:
         report = run_bench(
             settings_for(running), convert_to_messages(agent_conversation(rounds=8)), plan
@@ -351,7 +351,7 @@ def test_every_call_lists_our_count_next_to_the_servers() -> None:
         assert call.cached_tokens is not None and 0 <= call.cached_tokens < call.input_tokens
         if call.budget is not None:
             assert call.input_tokens <= call.budget or call.over_budget, call
-    # A replay's later calls are served from the prefix cache; a fresh request id is not.
+    # A replay's later calls are served from the prefix cache; a fresh cache salt is not.
     assert any(c.cached_tokens for c in replay)
     assert calls[0].cached_tokens == 0
     listed_json = report.to_json()["calls"]
@@ -371,7 +371,7 @@ def test_too_many_turns_fail_before_any_call() -> None:
     unreachable = replace(settings, llm=replace(settings.llm, base_url="http://127.0.0.1:9/v1"))
     messages = convert_to_messages(agent_conversation(rounds=2))
     with pytest.raises(ValueError, match=r"--turns 6: .* only 5 model calls"):
-        run_bench(unreachable, messages, BenchPlan(runs=1, turns=6))
+        run_bench(unreachable, messages, BenchOptions(runs=1, turns=6))
 
 
 def test_endpoint_errors_name_the_endpoint_but_never_the_key() -> None:
@@ -379,13 +379,13 @@ def test_endpoint_errors_name_the_endpoint_but_never_the_key() -> None:
     with running_simulator(replace(INSTANT, api_key="sk-the-right-one")) as keyed:
         settings = settings_for(keyed, api_key=SecretStr(secret))
         with pytest.raises(EndpointError) as caught:
-            run_bench(settings, convert_to_messages(agent_conversation(1)), BenchPlan(runs=1))
+            run_bench(settings, convert_to_messages(agent_conversation(1)), BenchOptions(runs=1))
     message = str(caught.value)
     assert "HTTP 401" in message and keyed.host in message and "API key" in message
     assert secret not in message
     unreachable = replace(Settings(), llm=replace(Settings().llm, base_url="http://127.0.0.1:9/v1"))
     with pytest.raises(EndpointError, match="could not be reached"):
-        run_bench(unreachable, convert_to_messages(agent_conversation(1)), BenchPlan(runs=1))
+        run_bench(unreachable, convert_to_messages(agent_conversation(1)), BenchOptions(runs=1))
 
 
 def test_open_endpoint_starts_the_simulator_only_without_a_base_url(

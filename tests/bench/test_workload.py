@@ -21,14 +21,14 @@ from agent_latency.bench import (
 from agent_latency.bench._contenders import budget_points
 from agent_latency.bench._facts import Fact
 from agent_latency.bench._mixed import schedule
-from agent_latency.bench._scenario import with_request_id, without_request_id
+from agent_latency.bench._scenario import with_cache_salt, without_cache_salt
 from agent_latency.bench._workload import (
     _plan_calls,
     _score_answers,
     profile_simulator,
     workload_simulator,
 )
-from agent_latency.bench._workload_report import CallRecord, StrategyRun
+from agent_latency.bench._workload_report import StrategyCall, StrategyRun
 from agent_latency.sim import SimulatorConfig, running_simulator
 
 FAST_LATENCY = {"overhead_ms": 1, "prefill_ms_per_token": 0.002, "decode_tokens_per_s": 5000}
@@ -120,13 +120,17 @@ def test_schedule_interleaves_conversations_and_marks_idle_turns() -> None:
     [
         ({"conversations": 0}, "conversations"),
         ({"idle_gap_s": 10.0}, "idle_gap_s"),
-        ({"calls": True}, "calls"),
         ({"budget": 7000}, "budget"),
     ],
 )
 def test_bad_workloads_name_the_option(options: dict[str, object], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         MixedWorkload(**options)  # type: ignore[arg-type]
+
+
+def test_a_workload_option_of_the_wrong_type_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="calls"):
+        MixedWorkload(calls=True)
 
 
 def test_on_an_endpoint_it_says_where_it_ran_and_what_the_server_reported() -> None:
@@ -221,8 +225,8 @@ def test_on_the_simulator_a_call_past_the_hard_limit_is_refused_where_the_server
         assert by_name[name].invalid_requests == 0, by_name[name].refusals
 
 
-def test_the_request_marker_counts_against_the_budget() -> None:
-    # Every call's prompt starts with a marker (its strategy, conversation and epoch); marked
+def test_the_cache_salt_counts_against_the_budget() -> None:
+    # Every call's prompt starts with a cache salt (its strategy, conversation and epoch); salted
     # after the trim, the hard-limit strategy sent 6,145 and 6,146 tokens and was refused twice.
     workload = MixedWorkload(conversations=2, calls=None)
     report = run_mixed_workload(
@@ -238,14 +242,15 @@ def test_the_request_marker_counts_against_the_budget() -> None:
 # -- retention accounting -------------------------------------------------------------------------
 
 
-def record(*, needed: int, kept: int, refused: str | None = None, **fields: object) -> CallRecord:
+def strategy_call(
+    *, needed: int, kept: int, refused: str | None = None, **fields: object
+) -> StrategyCall:
     values: dict[str, object] = {
         "conversation": 0,
         "end": 10,
         "idle": False,
         "wait_ms": None if refused else 100.0,
         "ttft_ms": None if refused else 90.0,
-        "prepare_ms": 10.0,
         "tokens": 1000,
         "server_tokens": None if refused else 1010,
         "cached_tokens": None if refused else 500,
@@ -254,7 +259,7 @@ def record(*, needed: int, kept: int, refused: str | None = None, **fields: obje
         "needed": needed,
         "kept": kept,
     }
-    return CallRecord(**{**values, **fields})  # type: ignore[arg-type]
+    return StrategyCall(**{**values, **fields})  # type: ignore[arg-type]
 
 
 def test_retention_is_the_share_of_needed_facts_sent_and_calls_needing_none_do_not_count() -> None:
@@ -263,11 +268,11 @@ def test_retention_is_the_share_of_needed_facts_sent_and_calls_needing_none_do_n
         {"budget": 3000},
         True,
         (
-            record(needed=0, kept=0),
-            record(needed=1, kept=1),
-            record(needed=1, kept=0),
-            record(needed=1, kept=0, refused="too long", tokens=9000),
-            record(needed=0, kept=0, tokens=7000, server_tokens=7100),
+            strategy_call(needed=0, kept=0),
+            strategy_call(needed=1, kept=1),
+            strategy_call(needed=1, kept=0),
+            strategy_call(needed=1, kept=0, refused="too long", tokens=9000),
+            strategy_call(needed=0, kept=0, tokens=7000, server_tokens=7100),
         ),
         hard_limit=6144,
     )
@@ -276,15 +281,15 @@ def test_retention_is_the_share_of_needed_facts_sent_and_calls_needing_none_do_n
     assert run.violations == 2  # the refused 9,000-token request and the 7,100-token one
     assert run.invalid_requests == 1 and run.refusals == ["too long"]
     assert run.answer_accuracy is None  # answers were not asked for
-    assert StrategyRun("t", {}, True, (record(needed=0, kept=0),), 6144).retention is None
+    assert StrategyRun("t", {}, True, (strategy_call(needed=0, kept=0),), 6144).retention is None
 
 
 def test_answer_accuracy_counts_a_refused_question_as_wrong() -> None:
     calls = (
-        record(needed=1, kept=1, answered=True),
-        record(needed=1, kept=1, answered=False),
-        record(needed=1, kept=0, refused="too long"),
-        record(needed=0, kept=0, answered=None),
+        strategy_call(needed=1, kept=1, answered=True),
+        strategy_call(needed=1, kept=1, answered=False),
+        strategy_call(needed=1, kept=0, refused="too long"),
+        strategy_call(needed=0, kept=0, answered=None),
     )
     scored = StrategyRun("s", {}, True, calls, 6144, answers=True)
     assert scored.answer_accuracy == pytest.approx(1 / 3)
@@ -304,15 +309,15 @@ def test_answers_are_scored_only_for_fact_questions_with_the_option() -> None:
     assert answers[0] is None and answers[2] is None and answers[1]
 
 
-def test_answers_are_asked_without_the_bench_marker_and_once_per_prompt_sent() -> None:
+def test_answers_are_asked_without_the_cache_salt_and_once_per_prompt_sent() -> None:
     fact = Fact("8443", "The port is 8443.", "Which port?", "8443.", "en", "user", True)
     system = SystemMessage("Rules.")
     question = [HumanMessage("The port is 8443."), AIMessage("Noted."), HumanMessage("Which port?")]
     # Two strategies sent the same prompt under their own markers; a third dropped the fact.
     prompts = [
-        without_request_id(with_request_id([system, *question], "a 0"), "a 0"),
-        without_request_id(with_request_id([system, *question], "b 1"), "b 1"),
-        without_request_id(with_request_id([system, question[-1]], "c 2"), "c 2"),
+        without_cache_salt(with_cache_salt([system, *question], "a 0"), "a 0"),
+        without_cache_salt(with_cache_salt([system, *question], "b 1"), "b 1"),
+        without_cache_salt(with_cache_salt([system, question[-1]], "c 2"), "c 2"),
         None,  # refused, or no question: not asked
     ]
     asked: list[list[BaseMessage]] = []
@@ -321,7 +326,7 @@ def test_answers_are_asked_without_the_bench_marker_and_once_per_prompt_sent() -
         asked.append(prompt)
         return "Port 8443." if "8443" in str([m.content for m in prompt]) else None
 
-    calls = [record(needed=1, kept=1, fact=fact) for _ in prompts]
+    calls = [strategy_call(needed=1, kept=1, fact=fact) for _ in prompts]
     scored = _score_answers(calls, prompts, ask, {})
     assert [call.answered for call in scored] == [True, True, False, None]
     assert [call.answer for call in scored] == ["Port 8443.", "Port 8443.", None, None]
@@ -342,14 +347,14 @@ def test_a_turn_s_epoch_counts_the_idle_gaps_its_own_conversation_has_been_throu
         assert [epoch for _, epoch in own] == list(accumulate(int(idle) for idle, _ in own))
 
 
-def test_without_request_id_undoes_with_request_id_and_leaves_other_prompts_alone() -> None:
+def test_without_cache_salt_undoes_with_cache_salt_and_leaves_other_prompts_alone() -> None:
     parts: list[str | dict[str, object]] = [{"type": "text", "text": "Rules."}]
     for first in (SystemMessage("Rules."), SystemMessage(content=parts)):
         prompt = [first, HumanMessage("hi")]
-        marked = with_request_id(prompt, "x 1")
-        assert marked != prompt and without_request_id(marked, "x 1") == prompt
-        assert without_request_id(marked, "y 2") == marked  # another marker: not removed
-    assert without_request_id([], "x") == []
+        marked = with_cache_salt(prompt, "x 1")
+        assert marked != prompt and without_cache_salt(marked, "x 1") == prompt
+        assert without_cache_salt(marked, "y 2") == marked  # another marker: not removed
+    assert without_cache_salt([], "x") == []
 
 
 # -- the frontier ---------------------------------------------------------------------------------
@@ -431,10 +436,10 @@ def test_retention_is_broken_down_by_the_kind_of_fact() -> None:
         {},
         True,
         (
-            record(needed=1, kept=1, fact=user),
-            record(needed=1, kept=0, fact=tool),
-            record(needed=1, kept=1, fact=tool),
-            record(needed=0, kept=0),
+            strategy_call(needed=1, kept=1, fact=user),
+            strategy_call(needed=1, kept=0, fact=tool),
+            strategy_call(needed=1, kept=1, fact=tool),
+            strategy_call(needed=0, kept=0),
         ),
         6144,
     )

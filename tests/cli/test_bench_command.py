@@ -109,7 +109,7 @@ def test_bench_prints_the_table_and_writes_json_and_plot(full_run: tuple[Result,
         "trimmed + streaming",
         "change vs untrimmed + blocking",
         "TTFT = total",
-        "unique request id",
+        "unique cache salt",
         "prefix-stable trimming",
         "per 1k prefilled tokens",
         "per 1k tokens of context",
@@ -223,7 +223,7 @@ TOOLS: list[dict[str, Any]] = [
 def test_the_tools_of_a_request_body_are_sent_and_counted(
     sim: RunningSimulator, tmp_path: Path
 ) -> None:
-    """Issue 29 item 4: the body's ``tools`` were ignored (94 tokens measured where ``trim``
+    """The body's ``tools`` are sent and counted (ignored, they gave 94 tokens where ``trim``
     counted 4,649)."""
     body = tmp_path / "request.json"
     body.write_text(json.dumps({"messages": CONVERSATION, "tools": TOOLS}), encoding="utf-8")
@@ -242,7 +242,7 @@ def test_the_tools_of_a_request_body_are_sent_and_counted(
         if mode["trimmed"]:
             assert tools_tokens < mode["input_tokens"] <= 2500
         else:
-            # ...and the request id the bench puts first (a dozen tokens)
+            # ...and the cache salt the bench puts first (a dozen tokens)
             assert untrimmed < mode["input_tokens"] <= untrimmed + 20
     # The server saw the tools too (it counts in another tokenizer: roughly ours).
     for call in document["calls"]:

@@ -15,7 +15,7 @@ from support.conversations import INSTANT, agent_conversation
 from typer.testing import CliRunner, Result
 
 from agent_latency.bench import (
-    BenchPlan,
+    BenchOptions,
     BenchReport,
     Mode,
     ModeResult,
@@ -140,7 +140,7 @@ def test_progress_goes_to_stderr_in_a_few_lines_without_a_terminal(tmp_path: Pat
 
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
-    total = BenchPlan(runs=3, turns=8).calls()
+    total = BenchOptions(runs=3, turns=8).calls()
     assert total == 45
     assert 2 <= len(lines) <= 10  # a line at each tenth of the calls, not one per call
     assert all(line.startswith("bench: ") for line in lines)

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import typer
 
-from agent_latency.cli._bench import BenchOptions, bench
-from agent_latency.cli._sim import SimOptions, sim
+from agent_latency.cli._bench import BenchFlags, bench
+from agent_latency.cli._sim import SimFlags, sim
 from agent_latency.sim import SimulatorConfig
 
 
 @pytest.mark.parametrize(
-    ("command", "options"), [(bench, BenchOptions), (sim, SimOptions)], ids=["bench", "sim"]
+    ("command", "options"), [(bench, BenchFlags), (sim, SimFlags)], ids=["bench", "sim"]
 )
 def test_the_command_line_has_one_option_per_field_with_its_default(
     command: Any, options: type[Any]
@@ -30,6 +30,6 @@ def test_the_command_line_has_one_option_per_field_with_its_default(
 
 
 def test_sim_s_options_left_alone_serve_the_simulator_s_defaults() -> None:
-    assert SimOptions().simulator() == SimulatorConfig()
-    chosen = SimOptions(host="0.0.0.0", port=0, model="m-1", overhead_ms=5.0, buffered=True)
+    assert SimFlags().simulator() == SimulatorConfig()
+    chosen = SimFlags(host="0.0.0.0", port=0, model="m-1", overhead_ms=5.0, buffered=True)
     assert chosen.simulator() == SimulatorConfig(model="m-1", overhead_ms=5.0, buffered=True)

@@ -1,8 +1,8 @@
 """The command line's help: ``-h`` everywhere, no ``<bool>`` on flags, help with no arguments.
 
-Also that the CLI reaches typer only through its public names (issue 10 item 6): typer's
+Also that the CLI reaches typer only through its public names: typer's
 vendored click is a private module that may move in any release; and that ``--version``,
-``--help`` and a mistyped command load no command's stack (issue 28 item 8).
+``--help`` and a mistyped command load no command's stack.
 """
 
 from __future__ import annotations

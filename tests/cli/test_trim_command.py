@@ -200,7 +200,7 @@ def test_an_output_path_that_cannot_be_written_is_named_before_the_trim(
     assert f"--output {output}" in line and "Fix:" in line
 
 
-# --- issue 29: files that never end, and LangChain's own dump ---------------------------------
+# --- files that never end, and LangChain's own dump -------------------------------------------
 
 
 def _trim_in_a_process(path: str, cwd: Path) -> subprocess.CompletedProcess[str]:

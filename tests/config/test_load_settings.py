@@ -25,8 +25,8 @@ from agent_latency.config import (
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-8d1f0c2e-do-not-print"
 
-# The values issue 2 specifies for examples/config.toml and examples/settings.json.
-ISSUE_SETTINGS = Settings(
+# The values examples/config.toml and examples/settings.json hold.
+EXAMPLE_SETTINGS = Settings(
     llm=LLMSettings(
         base_url="https://api.example.com/v1",
         api_key=SecretStr("sk-your-key"),
@@ -87,7 +87,7 @@ def test_examples_round_trip_to_the_values_of_the_issue(monkeypatch: pytest.Monk
 
     settings = load_settings("examples/config.toml", "examples/settings.json")
 
-    assert dataclasses.replace(settings, sources=(), warnings=()) == ISSUE_SETTINGS
+    assert dataclasses.replace(settings, sources=(), warnings=()) == EXAMPLE_SETTINGS
     assert settings.llm.api_key is not None
     assert settings.llm.api_key.get_secret_value() == "sk-your-key"
     assert settings.sources == ("examples/config.toml", "examples/settings.json")
@@ -97,19 +97,19 @@ def test_examples_round_trip_to_the_values_of_the_issue(monkeypatch: pytest.Monk
 
 
 def test_defaults_are_the_values_of_the_issue_without_channel() -> None:
-    no_channel = dataclasses.replace(ISSUE_SETTINGS.llm, base_url=None, api_key=None)
+    no_channel = dataclasses.replace(EXAMPLE_SETTINGS.llm, base_url=None, api_key=None)
     # The defaults that differ from the issue's files: 2048 would not fit the reserve, and the
     # history is cut cache-first, keeping one head and one tail round at a cut.
-    answer_fits = dataclasses.replace(ISSUE_SETTINGS.streaming, max_tokens=2000)
+    answer_fits = dataclasses.replace(EXAMPLE_SETTINGS.streaming, max_tokens=2000)
     frontier = dataclasses.replace(
-        ISSUE_SETTINGS.prompt,
+        EXAMPLE_SETTINGS.prompt,
         history_keep_head=1,
         history_keep_tail=1,
         history_selection="cache_first",
     )
 
     assert Settings() == dataclasses.replace(
-        ISSUE_SETTINGS, llm=no_channel, streaming=answer_fits, prompt=frontier
+        EXAMPLE_SETTINGS, llm=no_channel, streaming=answer_fits, prompt=frontier
     )
 
 

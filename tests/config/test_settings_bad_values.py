@@ -1,4 +1,4 @@
-"""load_settings against what an adversarial review found (issue 13, items 8, 9, 10, 12, 14).
+"""load_settings against keys, URLs, durations, ports and numbers that look valid and are not.
 
 Keys with surrounding whitespace or characters no header can carry, credentials in base_url,
 durations that overflow the clocks, keys repeated in settings.json, ports out of range and
@@ -93,7 +93,7 @@ def test_the_new_settings_are_validated(
     assert named in config_error(config, settings)
 
 
-# --- item 8: whitespace around the key --------------------------------------------------------
+# --- whitespace around the key --------------------------------------------------------------------
 
 
 def test_a_key_with_a_final_newline_is_stripped_and_the_log_says_so_without_it(
@@ -137,7 +137,7 @@ def test_a_command_line_key_is_stripped() -> None:
     assert settings.llm.api_key == SecretStr(KEY)
 
 
-# --- item 10: a key no header can carry -------------------------------------------------------
+# --- a key no header can carry --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", ["é", "\u200b", "\x00", "\t"])
@@ -170,7 +170,7 @@ def test_a_non_ascii_command_line_key_names_the_option() -> None:
     assert KEY not in str(caught.value)
 
 
-# --- item 9: credentials in base_url ----------------------------------------------------------
+# --- credentials in base_url ----------------------------------------------------------------------
 
 
 URL_WITH_PASSWORD = f"https://user:{PASSWORD}@api.example.com/v1"
@@ -222,7 +222,7 @@ def test_the_website_warning_hides_user_info() -> None:
     assert "looks like a website" in warning and PASSWORD not in warning
 
 
-# --- item 12: values that pass the type check but break later ---------------------------------
+# --- values that pass the type check but break later ----------------------------------------------
 
 
 @pytest.mark.parametrize("timeout", ["1e10", "86401", str(10**30)])

@@ -75,7 +75,7 @@ TYPED: dict[str, st.SearchStrategy[Any]] = {
     ),
 }
 
-# The documented layout of both files (issue 2): leaf keys map to their kind in TYPED.
+# The documented layout of both files: leaf keys map to their kind in TYPED.
 TOML_KEYS: dict[str, Any] = {
     "llm": {
         "base_url": "str",

@@ -1,4 +1,4 @@
-"""docs/trimming.md's Options table against the code (issue 29, item 11).
+"""docs/trimming.md's Options table against the code.
 
 The table gave ``history_keep_head`` 2, ``history_keep_tail`` 4 and ``history_selection`` ``age``
 long after the defaults (one source: :class:`~agent_latency.config.PromptSettings`) became 1, 1

@@ -1,4 +1,4 @@
-"""``bench --plot`` and ``doctor`` print and draw one latency fit (issue 29, item 6).
+"""``bench --plot`` and ``doctor`` print and draw one latency fit.
 
 ``bench`` drew a straight line ("414 ms per 1k tokens + 0 ms") through curved data while
 ``doctor`` printed the latency model (≈ 203 ms + 160 ms per 1k, + 30.8 per 1k of context) on the
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from agent_latency.bench import BenchPlan, run_bench
+from agent_latency.bench import BenchOptions, run_bench
 from agent_latency.cli import main
 from agent_latency.config import Settings
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -67,7 +67,7 @@ def test_doctor_prints_and_bench_fits_one_model_that_follows_the_curve() -> None
             main(["doctor", "--config", "config.toml", "--base-url", sim.base_url])
         settings = Settings()
         settings = replace(settings, llm=replace(settings.llm, base_url=sim.base_url))
-        report = run_bench(settings, _conversation(), BenchPlan(runs=1, sweep=True))
+        report = run_bench(settings, _conversation(), BenchOptions(runs=1, sweep=True))
 
     [prefill] = [line for line in out.getvalue().splitlines() if "  prefill:" in line]
     [latency] = [line for line in out.getvalue().splitlines() if "  latency model:" in line]

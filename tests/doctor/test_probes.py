@@ -169,7 +169,7 @@ def test_offsetting_errors_in_text_and_tools_still_warn() -> None:
 
 
 def test_a_cl100k_simulator_under_a_qwen_trimmer_is_caught() -> None:
-    # Issue 23: the simulator counted cl100k with OpenAI's framing while the library's default
+    # A simulator once counted cl100k with OpenAI's framing while the library's default
     # model is qwen-7b-chat; doctor passed (+1.0-1.4%) because its probe text was English.
     with running_simulator(SimulatorConfig(**{**FAST, "tokenizer": "cl100k"})) as sim:
         checks = _by_name(Settings(llm=LLMSettings(base_url=sim.base_url, context_window=8192)))
@@ -269,7 +269,7 @@ def test_a_model_name_with_escape_codes_and_newlines_prints_on_one_line(tmp_path
     assert output.splitlines()[0].endswith("model evil\\x1b[31m\\nPASS  api key: forged")
 
 
-# --- impossible usage (issue 23: a traceback at 1e12, "lower token_budget to about -304,800") --
+# --- impossible usage: no traceback at 1e12, no "lower token_budget to about -304,800" ------
 
 
 class ReportsPromptTokens(httpx.HTTPTransport):

@@ -87,7 +87,8 @@ def test_first_token_follows_overhead_plus_prefill_then_the_decode_rate() -> Non
 
 
 def test_the_same_new_tokens_prefill_slower_over_a_longer_context() -> None:
-    # What llama.cpp showed (issue 12): appending to a long conversation costs more per token.
+    # What llama.cpp showed (docs/real-model.md): appending to a long conversation costs more
+    # per token.
     config = SimulatorConfig(
         overhead_ms=0,
         prefill_ms_per_token=0,

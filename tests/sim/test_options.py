@@ -19,7 +19,7 @@ def test_defaults_give_an_agent_prompt_about_three_and_a_half_seconds_to_first_t
 
 
 def test_prefill_per_token_grows_with_the_context_as_measured_on_llama_cpp() -> None:
-    # Issue 12: no trimming prefilled at 174 tok/s, prefix-stable at 272 tok/s; the cold
+    # On llama.cpp, no trimming prefilled at 174 tok/s, prefix-stable at 272 tok/s; the cold
     # prefills of docs/real-model.md put their mean contexts near 5,800 and 1,800 tokens.
     config = SimulatorConfig()
     long_context = config.prefill_ms(1, 5800)
@@ -50,15 +50,11 @@ def test_the_context_term_can_be_switched_off() -> None:
     [
         ("overhead_ms", -1),
         ("overhead_ms", float("nan")),
-        ("overhead_ms", "200"),
-        ("prefill_ms_per_token", True),
         ("decode_tokens_per_s", 0),
         ("answer_tokens", 0),
-        ("answer_tokens", 2.5),
         ("attention_ms_per_1k_context", -0.1),
         ("attention_ms_per_1k_context", float("inf")),
         ("context_window", 0),
-        ("context_window", 1.5),
         ("tokenizer", ""),
         ("tokenizer", 5),
         ("cache_tokens", 0),
@@ -67,22 +63,16 @@ def test_the_context_term_can_be_switched_off() -> None:
         ("cache_lifetime_s", 0),
         ("cache_lifetime_s", float("nan")),
         ("cache_min_tokens", -1),
-        ("cache_min_tokens", 1.5),
         ("cache_slots", 0),
-        ("cache_slots", True),
-        ("timings", "no"),
         ("usage_format", "anthropic"),
         ("header_timeout_s", 0),
         ("error_rate", 1.5),
         ("rate_limit_rate", -0.1),
         ("retry_after_s", float("inf")),
-        ("seed", "x"),
         ("stall_after_chunks", 0),
         ("stall_ms", -5),
         ("reset_after_chunks", 0),
         ("max_body_bytes", 0),
-        ("prefix_cache", "yes"),
-        ("buffered", 1),
         ("model", ""),
         ("model", ()),
         ("model", ("ok", 3)),
@@ -91,6 +81,28 @@ def test_the_context_term_can_be_switched_off() -> None:
 )
 def test_invalid_options_are_refused_naming_the_option(option: str, value: object) -> None:
     with pytest.raises(ValueError, match=option):
+        SimulatorConfig(**{option: value})
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("overhead_ms", "200"),
+        ("prefill_ms_per_token", True),
+        ("answer_tokens", 2.5),
+        ("context_window", 1.5),
+        ("cache_min_tokens", 1.5),
+        ("cache_slots", True),
+        ("timings", "no"),
+        ("seed", "x"),
+        ("prefix_cache", "yes"),
+        ("buffered", 1),
+    ],
+)
+def test_options_of_the_wrong_type_are_type_errors_naming_the_option(
+    option: str, value: object
+) -> None:
+    with pytest.raises(TypeError, match=option):
         SimulatorConfig(**{option: value})
 
 
@@ -162,7 +174,7 @@ def test_the_tokenizer_is_the_served_models_own_unless_one_is_named() -> None:
 
 
 def test_the_simulator_counts_in_the_served_models_own_tokens_by_default() -> None:
-    # Issue 23 item 13: it counted cl100k with OpenAI's framing whatever the model: a Chinese
+    # Counting cl100k with OpenAI's framing whatever the model made a Chinese
     # conversation 2,004 tokens by the simulator, 1,355 by the trimmer (Qwen, the default model).
     from langchain_core.messages import HumanMessage, SystemMessage
     from langchain_openai import ChatOpenAI

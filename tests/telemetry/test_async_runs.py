@@ -1,4 +1,4 @@
-"""Runs started and ended across asyncio tasks, on the wire (issue 28 items 1 and 4).
+"""Runs started and ended across asyncio tasks, on the wire.
 
 A real ``ChatOpenAI`` against the embedded simulator, the real OTLP exporter to a receiver the
 test starts: LangChain's ``abatch`` starts each input's root run in a short-lived ``gather``

@@ -407,19 +407,22 @@ def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
 
 
 @pytest.mark.parametrize(
-    ("options", "named"),
+    ("options", "named", "raised"),
     [
-        ({"ttft_warn_ms": 0}, "ttft_warn_ms"),
-        ({"ttft_error_ms": float("nan")}, "ttft_error_ms"),
-        ({"ttft_warn_ms": 500, "ttft_error_ms": 400}, "ttft_error_ms"),
-        ({"chunk_timeout_ms": True}, "chunk_timeout_ms"),
-        ({"capture_content": "yes"}, "capture_content"),
-        ({"on_record": 3}, "on_record"),
-        ({"max_open_runs": 0}, "max_open_runs"),
+        ({"ttft_warn_ms": 0}, "ttft_warn_ms", ValueError),
+        ({"ttft_error_ms": float("nan")}, "ttft_error_ms", ValueError),
+        ({"ttft_warn_ms": 500, "ttft_error_ms": 400}, "ttft_error_ms", ValueError),
+        ({"chunk_timeout_ms": True}, "chunk_timeout_ms", TypeError),
+        ({"capture_content": "yes"}, "capture_content", TypeError),
+        ({"on_record": 3}, "on_record", TypeError),
+        ({"max_open_runs": 0}, "max_open_runs", ValueError),
     ],
 )
-def test_invalid_options_are_refused_by_name(options: dict[str, Any], named: str) -> None:
-    with pytest.raises(ValueError, match=named):
+def test_invalid_options_are_refused_by_name(
+    options: dict[str, Any], named: str, raised: type[Exception]
+) -> None:
+    # A value of the wrong type is a TypeError, one of the right type out of bounds a ValueError.
+    with pytest.raises(raised, match=named):
         LatencyCallbackHandler(**options)
 
 

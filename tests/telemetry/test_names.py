@@ -44,10 +44,10 @@ def package_genai_names() -> set[str]:
 
 
 def test_every_name_of_ours_is_in_our_namespace_or_a_newer_genai_name_the_package_lacks() -> None:
-    # Issue 23 item 12: gen_ai.first_chunk and gen_ai.token.type=cache_read looked standard and
-    # were not; a gen_ai.* name the conventions lack may later mean something else. Issue 28
-    # item 7: the GenAI names newer than the package are ours until it has them; then its
-    # constants replace ours (this test fails when it does).
+    # A gen_ai.* name the conventions lack (gen_ai.first_chunk, gen_ai.token.type=cache_read
+    # looked standard and were not) may later mean something else. The GenAI names newer than
+    # the package are ours until it has them; then its constants replace ours (this test fails
+    # when it does).
     names = {
         value
         for key, value in vars(semconv).items()
@@ -220,7 +220,7 @@ def test_a_cut_request_is_compacted_on_its_chat_and_trim_spans_and_only_then(
 
 
 def test_the_telemetry_doc_lists_every_name_we_emit_with_its_source() -> None:
-    # Issue 28 item 7: every name, the package's and ours, with the module it comes from.
+    # Every name, the package's and ours, with the module it comes from.
     import re
     from pathlib import Path
 

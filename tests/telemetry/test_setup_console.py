@@ -1,5 +1,5 @@
-"""What a user reads on the console: the ``console`` exporter's trace tree (issue 28 item 6) and
-the slow-first-token warning on a line of its own (issue 29 item 12).
+"""What a user reads on the console: the ``console`` exporter's trace tree and the
+slow-first-token warning on a line of its own.
 
 Real ``ChatOpenAI`` streaming over HTTP from the embedded simulator.
 """

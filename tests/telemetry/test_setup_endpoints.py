@@ -1,5 +1,5 @@
 """configure_telemetry's endpoints by OpenTelemetry's rules, credentials kept out of every log
-line, and a quick shutdown when nothing listens (issue 28 items 3 and 5).
+line, and a quick shutdown when nothing listens.
 
 Real OTLP/HTTP exporters, to the test receiver or to a port that refuses connections.
 """

@@ -112,7 +112,7 @@ def test_ttft_level_is_strictly_above_the_thresholds(ttft_ms: float | None, leve
     assert ttft_level(ttft_ms, 1200, 2500) == level
 
 
-# -- issue 13 item 16: a slow blocking call is not a slow first token --------------------------
+# -- a slow blocking call is not a slow first token -------------------------------------------
 
 
 def test_slow_blocking_call_hints_at_streaming_and_is_no_ttft_breach(
@@ -154,7 +154,7 @@ def test_slow_streamed_call_is_a_ttft_breach_with_the_trim_hint(
     assert breach.attributes[semconv.TTFT_LEVEL] == "warn"
 
 
-# -- issue 11 item 4: the hint names a fixed part over the budget ------------------------------
+# -- the hint names a fixed part over the budget -----------------------------------------------
 
 
 @tool
@@ -186,7 +186,7 @@ def test_hint_names_the_fixed_part_when_it_alone_exceeds_the_budget(
     assert "cannot help" in message
 
 
-# -- issue 13 item 17: warn once per handler, not per process ----------------------------------
+# -- warn once per handler, not per process ---------------------------------------------------
 
 
 class BrokenProvider:
@@ -211,7 +211,7 @@ def test_each_handler_reports_its_own_first_failure(caplog: pytest.LogCaptureFix
     assert len(failures) == 2  # once for each handler, not twice for the first
 
 
-# -- issue 13 item 18: completion models are traced --------------------------------------------
+# -- completion models are traced -------------------------------------------------------------
 
 
 class StreamingCompletionModel(LLM):
@@ -272,7 +272,7 @@ def test_completion_output_is_captured_only_when_asked(
     assert '"content": "plain"' in span.attributes[gen_ai.GEN_AI_OUTPUT_MESSAGES]
 
 
-# -- issue 13 item 15: shutdown is bounded -----------------------------------------------------
+# -- shutdown is bounded ----------------------------------------------------------------------
 
 
 class BlockingSpanProcessor(SpanProcessor):

@@ -1,5 +1,5 @@
-"""A trim run under the handler records its span into the handler's tracer provider (issue 23
-item 9): beside its parent, whoever owns the global provider."""
+"""A trim run under the handler records its span into the handler's tracer provider: beside
+its parent, whoever owns the global provider."""
 
 from __future__ import annotations
 

@@ -190,7 +190,7 @@ def test_the_split_believes_the_server_only_up_to_the_clients_own_wait() -> None
     assert one is not None and "3 ms prefill of 1 uncached token," in one.describe()
 
 
-# -- the hint of a slow first token follows the split (issue 23 item 10) ----------------------
+# -- the hint of a slow first token follows the split -----------------------------------------
 
 
 class Clock:
@@ -340,7 +340,8 @@ def test_without_the_servers_timings_the_hint_is_the_trim_one(
 def test_a_buffered_stream_is_named_not_blamed_on_the_prompt(
     clock: Clock, tracer_provider: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Issue 23 item 10: every chunk of a 508-token answer within 2 ms of the first, 1,397 ms in.
+    # A buffered stream from a real server: every chunk of a 508-token answer within 2 ms of
+    # the first, 1,397 ms in.
     message = slow_hint(
         tracer_provider,
         clock,

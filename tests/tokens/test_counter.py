@@ -407,7 +407,7 @@ def test_content_parts_that_are_not_json_still_count() -> None:
     assert TokenCounter().count_message(message) > 0
 
 
-# --- OpenAI dicts and lone surrogates (issue 23, items 6 and 8) --------------------------------
+# --- OpenAI dicts and lone surrogates ---------------------------------------------------------
 
 OPENAI_DICTS: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},

@@ -442,7 +442,7 @@ def test_loaded_vocabularies_are_bounded_when_many_tokenizer_files_are_used(
     assert load_vocabulary(paths[0]) is not first and len(reads) == 13  # the oldest was let go
 
 
-# --- Roles and content parts (issue 13, items 1 and 7) ----------------------------------------
+# --- Roles and content parts -----------------------------------------------------------------
 
 
 def test_a_chat_message_counts_as_the_role_chat_openai_sends() -> None:
@@ -469,7 +469,7 @@ def test_anthropic_style_tool_result_blocks_count_their_text() -> None:
     assert counter.count_message(HumanMessage(content=[nested])) == plain
 
 
-# --- The simulator counts like the counter (issue 11, item 6) ----------------------------------
+# --- The simulator counts like the counter ----------------------------------------------------
 
 
 @pytest.mark.parametrize(

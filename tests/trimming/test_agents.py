@@ -226,7 +226,7 @@ def test_in_an_agent_the_trim_span_goes_where_the_handler_records(
     tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     # The trimmer has no tracer provider of its own (the global one records nothing here):
-    # the handler's tracer records the trim beside its chat span (issue 23, item 9).
+    # the handler's tracer records the trim beside its chat span.
     handler = LatencyCallbackHandler(tracer_provider=tracer_provider)
     trimmer = PriorityTrimmer(BUDGET, token_counter=COUNTER)
     graph = create_agent(

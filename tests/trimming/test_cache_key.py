@@ -60,5 +60,5 @@ def test_other_servers_get_the_key_only_when_asked(option: bool | None, sent: bo
 
 
 def test_a_cache_key_option_is_checked() -> None:
-    with pytest.raises(ValueError, match="cache_key"):
+    with pytest.raises(TypeError, match="cache_key"):
         TrimmingMiddleware(PriorityTrimmer(2000), cache_key="yes")  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""A mode the builder does not build is an error, not another trimmer (issue 29, item 5).
+"""A mode the builder does not build is an error, not another trimmer.
 
 Settings built in code with a mode that does not exist got a prefix-stable trimmer without a word.
 """

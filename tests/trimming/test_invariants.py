@@ -230,7 +230,7 @@ def test_over_budget_only_when_the_must_keep_messages_alone_do_not_fit(
             and COUNTER.count_text(messages[d.index].text) > MIN_SHORTENED_TOKENS
         ]
         # Every tool result was shortened as far as it goes; the question is sent whole, since
-        # shortening it could not make the request fit (issue 23, item 1).
+        # shortening it could not make the request fit.
         assert all(d.action == "shortened" or d.tokens <= MIN_SHORTENED_TOKENS for d in shortenable)
         assert all(
             d.action != "shortened" for d in outcome.decisions if d.priority_class == "latest_user"

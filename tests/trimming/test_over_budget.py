@@ -2,9 +2,9 @@
 
 The latest question is the one thing the model is called to answer: it is shortened only when
 that makes the request fit, never below the 32-token floor in any language, and otherwise sent
-whole with ``over_budget`` saying what overflows (issue 23, item 1). A drop is planned with the
+whole with ``over_budget`` saying what overflows. A drop is planned with the
 framing of what will be sent: Qwen's, Qwen 2.5's and SmolLM2's templates add a default system
-turn when the first message sent is not a system message (item 3).
+turn when the first message sent is not a system message.
 """
 
 from __future__ import annotations

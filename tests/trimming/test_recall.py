@@ -1,4 +1,4 @@
-"""Nothing lost for good in agents: the elision marker and the recall tool (issue 27, item 2)."""
+"""Nothing lost for good in agents: the elision marker and the recall tool."""
 
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def test_plain_chains_get_no_marker() -> None:
 
 
 def test_recall_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="recall must be True or False"):
+    with pytest.raises(TypeError, match="recall must be True or False"):
         TrimmingMiddleware(PriorityTrimmer(450), recall=1)  # type: ignore[arg-type]
     assert TrimmingMiddleware(PriorityTrimmer(450), recall=False).tools == []
     with pytest.raises(ValueError, match="made with recall=False"):

@@ -195,7 +195,7 @@ def test_question_retention_counts_what_shortening_the_question_removed() -> Non
     assert result.question_retention is not None and result.question_retention < 0.5
 
 
-# --- The head and tail rounds are a preference, not a wall (issue 22, deliver 4) -------------
+# --- The head and tail rounds are a preference, not a wall -----------------------------------
 
 NEEDLES = {
     "en": (

@@ -531,36 +531,38 @@ def test_from_settings_takes_the_prompt_settings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "names"),
+    ("options", "names", "raised"),
     [
-        ({"budget": 0}, "budget"),
-        ({"budget": True}, "budget"),
-        ({"budget": 10.5}, "budget"),
+        ({"budget": 0}, "budget", ValueError),
+        ({"budget": True}, "budget", TypeError),
+        ({"budget": 10.5}, "budget", TypeError),
         # Past any context window, and past the 64-bit integers OTLP carries: the exporter
         # logged an ERROR with a traceback for the trim span's budget on every trim.
-        ({"budget": 10**30}, "budget"),
-        ({"priority_order": ("system", "history")}, "priority_order"),
-        ({"priority_order": "system"}, "priority_order"),
+        ({"budget": 10**30}, "budget", ValueError),
+        ({"priority_order": ("system", "history")}, "priority_order", ValueError),
+        ({"priority_order": "system"}, "priority_order", ValueError),
         (
             {"priority_order": ("system", "latest_user", "tool_result", "tool_result")},
             "priority_order",
+            ValueError,
         ),
-        ({"keep_system": "yes"}, "keep_system"),
-        ({"keep_latest_user": 1}, "keep_latest_user"),
-        ({"history_keep_head": -1}, "history_keep_head"),
-        ({"history_keep_tail": None}, "history_keep_tail"),
-        ({"max_tool_result_tokens": 10}, "max_tool_result_tokens"),
-        ({"prefix_stable": None}, "prefix_stable"),
-        ({"prefix_step_tokens": 0}, "prefix_step_tokens"),
-        ({"prefix_step_tokens": 7000}, "prefix_step_tokens"),
-        ({"token_counter": "cl100k_base"}, "token_counter"),
+        ({"keep_system": "yes"}, "keep_system", TypeError),
+        ({"keep_latest_user": 1}, "keep_latest_user", TypeError),
+        ({"history_keep_head": -1}, "history_keep_head", ValueError),
+        ({"history_keep_tail": None}, "history_keep_tail", TypeError),
+        ({"max_tool_result_tokens": 10}, "max_tool_result_tokens", ValueError),
+        ({"prefix_stable": None}, "prefix_stable", TypeError),
+        ({"prefix_step_tokens": 0}, "prefix_step_tokens", ValueError),
+        ({"prefix_step_tokens": 7000}, "prefix_step_tokens", ValueError),
+        ({"token_counter": "cl100k_base"}, "token_counter", ValueError),
     ],
 )
 def test_invalid_options_are_rejected_up_front_naming_the_option(
-    options: dict[str, object], names: str
+    options: dict[str, object], names: str, raised: type[Exception]
 ) -> None:
+    # A value of the wrong type is a TypeError, one of the right type out of bounds a ValueError.
     budget = options.pop("budget", 6000)
-    with pytest.raises(ValueError, match=f"PriorityTrimmer: {names} must"):
+    with pytest.raises(raised, match=f"PriorityTrimmer: {names} must"):
         PriorityTrimmer(budget, **options)  # type: ignore[arg-type]
 
 

@@ -1,4 +1,4 @@
-"""Tool definitions as a trimmable class (issue 11 item 5): opt-in ``tool_budget``."""
+"""Tool definitions as a trimmable class: opt-in ``tool_budget``."""
 
 from __future__ import annotations
 

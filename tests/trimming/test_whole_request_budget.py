@@ -1,4 +1,4 @@
-"""The budget covers the whole request (issue 11): tools, system prompt, framing, calibration.
+"""The budget covers the whole request: tools, system prompt, framing, calibration.
 
 Wire-level: the real ChatOpenAI (``build_chat_model``) in ``create_agent`` against the simulator,
 which counts ``usage.prompt_tokens`` with Qwen's tokenizer and chat template, tools included.

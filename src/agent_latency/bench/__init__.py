@@ -28,7 +28,7 @@ budget; :func:`evidence_retention` gives an :class:`EvidenceRow` per strategy an
 evidence kept), :func:`growing_replay` a :class:`ReplayRow` (tokens sent and uncached per call
 with a one-slot prefix cache, the prompts rendered by a :class:`PromptRenderer`).
 
-Exports: ``BenchPlan``, ``BenchReport``, ``Conversation``, ``EndpointError``,
+Exports: ``BenchOptions``, ``BenchReport``, ``Conversation``, ``EndpointError``,
 ``EvidenceRow``, ``MixedWorkload``, ``Mode``, ``ModeResult``, ``NeedleCase``,
 ``ProgressCallback``, ``PromptRenderer``, ``QualityRow``, ``Question``, ``ReplayRow``,
 ``RequestRefused``, ``Sample``, ``Strategy``, ``StrategyFactory``, ``StrategyResult``,
@@ -71,7 +71,7 @@ from agent_latency.bench._report import (
     saving_breakdown,
     warm_cut_advice,
 )
-from agent_latency.bench._runner import BenchPlan, ProgressCallback, open_endpoint, run_bench
+from agent_latency.bench._runner import BenchOptions, ProgressCallback, open_endpoint, run_bench
 from agent_latency.bench._scenario import load_scenario, load_scenario_request
 from agent_latency.bench._strategies import (
     StrategyFactory,
@@ -82,7 +82,7 @@ from agent_latency.bench._workload import WorkloadProgress, run_mixed_workload
 from agent_latency.bench._workload_report import StrategyRun, WorkloadReport, combined_frontier
 
 __all__ = [
-    "BenchPlan",
+    "BenchOptions",
     "BenchReport",
     "Conversation",
     "EndpointError",

@@ -1,5 +1,5 @@
 """One measured model call: the time to first token as the callback handler records it, the
-server's usage as :func:`agent_latency._wire.usage_of_message` reads it.
+server's usage as :func:`agent_latency._server_usage.usage_of_message` reads it.
 
 Every call of the bench (single-turn modes, replay, prefill sweep, mixed workload) goes through
 :class:`CallMeter`, so the bench measures the first token exactly as an application running
@@ -15,7 +15,7 @@ from typing import Any, Final
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.runnables import Runnable
 
-from agent_latency._wire import ServerUsage, usage_of_message
+from agent_latency._server_usage import ServerUsage, usage_of_message
 from agent_latency.telemetry import LatencyCallbackHandler, LatencyRecord
 
 # The bench reports every call itself; the handler's per-call threshold logs would only

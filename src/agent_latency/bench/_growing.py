@@ -22,7 +22,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from agent_latency._caches import LRUCache
-from agent_latency._wire import content_key, wire_message, wire_role
+from agent_latency._chat_format import content_key, wire_message, wire_role
 from agent_latency.bench._evidence import SYSTEM_PROMPT
 from agent_latency.bench._public_set import Conversation
 from agent_latency.bench._strategies import StrategyFactory

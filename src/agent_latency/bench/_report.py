@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_latency._wire import read_json_file
+from agent_latency._user_input import read_json_file
 from agent_latency.bench._measurements import BASELINE_MODE, GATED_MODE, BenchReport, Mode
 
 

@@ -5,12 +5,12 @@ through the real stack (``build_chat_model``, :class:`PriorityTrimmer`,
 :class:`LatencyCallbackHandler`) after one warm-up call, ``runs`` times each, interleaved (each
 round starts with a different mode), so drift on the endpoint hits every mode alike. A server with
 a prefix cache would answer a repeated prompt from its cache, so every call's prompt starts with a
-fresh request id: every single-turn call pays its full prefill, as the first call of a new agent
+fresh cache salt: every single-turn call pays its full prefill, as the first call of a new agent
 conversation does.
 
 Multi-turn: the scenario is replayed call by call as it grew (one model call before each
 assistant message, and one at the end), once per strategy: no trimming, trimming whose cut moves
-on every call, and prefix-stable trimming. Each replay is one session (its own request id, kept
+on every call, and prefix-stable trimming. Each replay is one session (its own cache salt, kept
 for all its calls), so the server's prefix cache works as it would for one agent conversation.
 
 TTFT is the handler's time to the first content chunk; for a blocking call it equals the total
@@ -52,7 +52,7 @@ from agent_latency.bench._measurements import (
     SweepPoint,
     sweep_budgets,
 )
-from agent_latency.bench._scenario import call_points, new_request_id, with_request_id
+from agent_latency.bench._scenario import call_points, new_cache_salt, with_cache_salt
 from agent_latency.config import Settings, build_chat_model
 from agent_latency.trimming import PriorityTrimmer
 
@@ -67,7 +67,7 @@ smallest in common use."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class BenchPlan:
+class BenchOptions:
     """What to measure.
 
     Attributes:
@@ -91,7 +91,7 @@ class BenchPlan:
                 raise ValueError(f"--{option} must be a positive integer, got {value!r}.")
 
     def calls(self) -> int:
-        """How many model calls the plan makes (the warm-up included)."""
+        """How many model calls these options make (the warm-up included)."""
         calls = (1 + self.runs * len(MODES)) if self.runs else 0
         calls += (self.turns or 0) * len(STRATEGIES)
         return calls + (len(SWEEP_FRACTIONS) + 1 if self.sweep else 0)
@@ -225,7 +225,7 @@ class Bench:
         prefixes = self.replay_prefixes(turns)
         results = []
         for strategy in STRATEGIES:
-            request_id = new_request_id()  # one session: the id stays for all its calls
+            salt = new_cache_salt()  # one session: the id stays for all its calls
             samples: list[Sample] = []
             error = self._unavailable(strategy)
             for turn, end in enumerate(prefixes, start=1):
@@ -233,7 +233,7 @@ class Bench:
                 if error is not None:
                     self._skipped(step)
                     continue
-                conversation = with_request_id(self.messages[:end], request_id)
+                conversation = with_cache_salt(self.messages[:end], salt)
                 prepared = self._replay_prompt(strategy, conversation)
                 try:
                     samples.append(self._measure(prepared, streaming=True, step=step))
@@ -264,7 +264,7 @@ class Bench:
         budgets: list[int | None] = [*sweep_budgets(untrimmed), None]
         points = []
         for budget in budgets:
-            prompt = with_request_id(self.messages, new_request_id())
+            prompt = with_cache_salt(self.messages, new_cache_salt())
             if budget is None:
                 prepared = _Prepared(prompt, 0.0)
             else:
@@ -292,7 +292,7 @@ class Bench:
         return tuple(points)
 
     def _single_turn(self, mode: Mode, step: str) -> Sample:
-        prompt = with_request_id(self.messages, new_request_id())
+        prompt = with_cache_salt(self.messages, new_cache_salt())
         prepared = self._prepare(prompt, True if mode.trimmed else None)
         return self._measure(prepared, streaming=mode.streaming, step=step)
 
@@ -398,42 +398,42 @@ def open_endpoint(settings: Settings) -> Iterator[tuple[Settings, SimulatorConfi
 def run_bench(
     settings: Settings,
     messages: Sequence[BaseMessage],
-    plan: BenchPlan,
+    options: BenchOptions,
     *,
     simulator: SimulatorConfig | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
     on_call: ProgressCallback | None = None,
 ) -> BenchReport:
-    """Runs ``plan`` against the endpoint of ``settings`` and returns what it measured.
+    """Measures what ``options`` ask for on the endpoint of ``settings``; returns what it measured.
 
     Args:
         settings: Settings with ``llm.base_url`` set (see :func:`open_endpoint`).
         messages: The conversation to benchmark.
-        plan: What to measure.
+        options: What to measure.
         tools: Tool definitions sent with every call and counted (see :class:`Bench`).
         simulator: The endpoint's latency model, when it is a simulator (see
             :func:`open_endpoint`); recorded in the report.
         on_call: Called after each model call.
 
     Raises:
-        ValueError: For a plan the conversation cannot serve (checked before any call), or an
+        ValueError: For options the conversation cannot serve (checked before any call), or an
             :class:`EndpointError` when the endpoint fails as a whole (unreachable, key refused,
             unknown model). A request it refuses is recorded in the report instead.
     """
-    bench = Bench(settings, messages, budget=plan.budget, tools=tools, on_call=on_call)
-    if plan.turns is not None:
-        bench.replay_prefixes(plan.turns)  # fail before spending any time
+    bench = Bench(settings, messages, budget=options.budget, tools=tools, on_call=on_call)
+    if options.turns is not None:
+        bench.replay_prefixes(options.turns)  # fail before spending any time
     modes: tuple[ModeResult, ...] = ()
-    if plan.runs:
+    if options.runs:
         bench.warm_up()
-        modes = bench.run_modes(plan.runs)
-    turns = bench.run_turns(plan.turns) if plan.turns is not None else ()
-    sweep = bench.sweep() if plan.sweep else ()
+        modes = bench.run_modes(options.runs)
+    turns = bench.run_turns(options.turns) if options.turns is not None else ()
+    sweep = bench.sweep() if options.sweep else ()
     return BenchReport(
         endpoint=bench.endpoint,
         model=bench.settings.llm.model,
         simulator=simulator,
-        runs=plan.runs,
+        runs=options.runs,
         budget=bench.budget,
         modes=modes,
         turns=turns,

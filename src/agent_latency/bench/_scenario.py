@@ -1,5 +1,5 @@
 """What the bench sends: the scenario, the points where an agent called the model as it grew,
-and the request id that keeps a server's prefix cache from serving a prompt meant to be prefilled.
+and the cache salt that keeps a server's prefix cache from serving a prompt meant to be prefilled.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from agent_latency._wire import RequestFile, load_request_file
+from agent_latency._user_input import RequestFile, load_request_file
 
 DEFAULT_SCENARIO: Final = "agent_8k.json"
 """The scenario shipped in ``agent_latency/scenarios``: an ~8,200-token agent request."""
 
-_REQUEST_ID_DIGITS: Final = 9  # cl100k splits digits in threes: always 3 tokens
+_SALT_DIGITS: Final = 9  # cl100k splits digits in threes: always 3 tokens
 
 
 def call_points(messages: Sequence[BaseMessage]) -> list[int]:
@@ -64,43 +64,44 @@ def load_scenario_request(path: str | Path | None = None) -> RequestFile:
         return load_request_file(file)
 
 
-def with_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[BaseMessage]:
-    """Returns ``messages`` with a request id at the very start of the prompt (a new copy).
+def with_cache_salt(messages: Sequence[BaseMessage], salt: str) -> list[BaseMessage]:
+    """Returns ``messages`` with a cache salt at the very start of the prompt (a new copy).
 
     A prompt that differs from every earlier one in its first tokens shares no prefix with them,
-    so no server prefix cache can shorten its prefill. The input is not modified.
+    so no server prefix cache can shorten its prefill: a fresh salt per call measures cold calls,
+    one salt per session or conversation keeps its prefix its own. The input is not modified.
     """
     first, rest = messages[0], list(messages[1:])
-    marker = _marker(request_id)
+    text = _salt_text(salt)
     content = first.content
     if isinstance(content, str):
-        new_content: str | list[str | dict[str, Any]] = marker + content
+        new_content: str | list[str | dict[str, Any]] = text + content
     else:
-        new_content = [{"type": "text", "text": marker}, *content]
+        new_content = [{"type": "text", "text": text}, *content]
     return [first.model_copy(update={"content": new_content}), *rest]
 
 
-def without_request_id(messages: Sequence[BaseMessage], request_id: str) -> list[BaseMessage]:
-    """Returns ``messages`` without the request id :func:`with_request_id` put first (a new list).
+def without_cache_salt(messages: Sequence[BaseMessage], salt: str) -> list[BaseMessage]:
+    """Returns ``messages`` without the salt :func:`with_cache_salt` put first (a new list).
 
     Messages that do not start with it are returned as they are. The input is not modified.
     """
     if not messages:
         return []
     first, rest = messages[0], list(messages[1:])
-    marker = _marker(request_id)
+    text = _salt_text(salt)
     content = first.content
-    if isinstance(content, str) and content.startswith(marker):
-        return [first.model_copy(update={"content": content.removeprefix(marker)}), *rest]
-    if isinstance(content, list) and content and content[0] == {"type": "text", "text": marker}:
+    if isinstance(content, str) and content.startswith(text):
+        return [first.model_copy(update={"content": content.removeprefix(text)}), *rest]
+    if isinstance(content, list) and content and content[0] == {"type": "text", "text": text}:
         return [first.model_copy(update={"content": content[1:]}), *rest]
     return [first, *rest]
 
 
-def _marker(request_id: str) -> str:
-    return f"Request {request_id}.\n\n"
+def _salt_text(salt: str) -> str:
+    return f"Request {salt}.\n\n"  # the words sent since the first figures: kept for them
 
 
-def new_request_id() -> str:
-    """Returns a fresh request id: nine random digits (always three cl100k tokens)."""
-    return f"{secrets.randbelow(10**_REQUEST_ID_DIGITS):0{_REQUEST_ID_DIGITS}d}"
+def new_cache_salt() -> str:
+    """Returns a fresh cache salt: nine random digits (always three cl100k tokens)."""
+    return f"{secrets.randbelow(10**_SALT_DIGITS):0{_SALT_DIGITS}d}"

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import openai
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from agent_latency._chat_format import content_key
 from agent_latency._redaction import display_url
-from agent_latency._wire import content_key
 from agent_latency.bench._calls import CallMeter, MeasuredCall
 from agent_latency.bench._contenders import (
     STRATEGIES,
@@ -57,10 +57,15 @@ from agent_latency.bench._mixed import MixedWorkload, Turn, schedule
 from agent_latency.bench._scenario import (
     call_points,
     load_scenario,
-    with_request_id,
-    without_request_id,
+    with_cache_salt,
+    without_cache_salt,
 )
-from agent_latency.bench._workload_report import CallRecord, StrategyRun, WhereItRan, WorkloadReport
+from agent_latency.bench._workload_report import (
+    StrategyCall,
+    StrategyRun,
+    WhereItRan,
+    WorkloadReport,
+)
 from agent_latency.config import Settings, build_chat_model
 from agent_latency.tokens import TokenCounter
 
@@ -209,7 +214,7 @@ def _warm_up(meter: CallMeter, model: Any, messages: list[BaseMessage], settings
     A refused warm-up (a prompt too long for the server) is left for the contenders to record.
     """
     try:
-        meter.stream(model, with_request_id(messages, "warm-up"))
+        meter.stream(model, with_cache_salt(messages, "warm-up"))
     except openai.APIError as exc:
         _refusal(exc, settings)
 
@@ -224,14 +229,14 @@ def _refusal(exc: openai.APIError, settings: Settings) -> RequestRefused:
 
 
 def _score_answers(
-    calls: Sequence[CallRecord],
+    calls: Sequence[StrategyCall],
     prompts: Sequence[Sequence[BaseMessage] | None],
     ask: Callable[[list[BaseMessage]], str | None],
     asked: dict[tuple[Any, ...], str | None],
-) -> list[CallRecord]:
+) -> list[StrategyCall]:
     """Returns ``calls`` with each fact question's answer and whether it gave the fact.
 
-    ``prompts[i]`` is what call ``i`` sent less the bench's request marker (``None`` where it
+    ``prompts[i]`` is what call ``i`` sent less the bench's cache salt (``None`` where it
     asked no fact question or was refused): the marker is the bench's, not the user's, and a few
     different tokens at the start of a prompt can turn a small model's greedy answer. A prompt
     asked before, by this strategy or another, is not asked again (``asked``, keyed by what goes
@@ -373,7 +378,7 @@ def _plan_calls(workload: MixedWorkload, messages: Sequence[BaseMessage] | None)
     scenario = list(messages) if messages is not None else load_scenario()
     planted = [plant_facts(scenario, index) for index in range(workload.conversations)]
     conversations = [
-        with_request_id(list(p.messages), f"conversation {index}")
+        with_cache_salt(list(p.messages), f"conversation {index}")
         for index, p in enumerate(planted)
     ]
     every_point = call_points(conversations[0])
@@ -492,7 +497,7 @@ def _run_contender(
 
 def _replay(
     rig: _Rig, plan: _CallPlan, strategy: Strategy, turn: Turn, marker: str
-) -> tuple[CallRecord, list[BaseMessage] | None]:
+) -> tuple[StrategyCall, list[BaseMessage] | None]:
     """Prepares one call with a contender's strategy and sends it.
 
     Returns:
@@ -500,18 +505,17 @@ def _replay(
         and was answered (``None`` otherwise), to answer again with answers asked for.
     """
     # Marked before the strategy sees it, so that its budget covers the marker.
-    marked = with_request_id(plan.conversations[turn.conversation][: turn.end], marker)
+    marked = with_cache_salt(plan.conversations[turn.conversation][: turn.end], marker)
     started = time.perf_counter()
     sent = strategy(turn.conversation, marked, turn.at).messages
     prepare_ms = (time.perf_counter() - started) * 1000
     fact = plan.planted[turn.conversation].needs.get(turn.end)
-    record = CallRecord(
+    record = StrategyCall(
         conversation=turn.conversation,
         end=turn.end,
         idle=turn.idle,
         wait_ms=None,
         ttft_ms=None,
-        prepare_ms=prepare_ms,
         tokens=rig.counter.count_messages(sent),
         server_tokens=None,
         cached_tokens=None,
@@ -526,14 +530,14 @@ def _replay(
     except openai.APIError as exc:
         refusal = _refusal(exc, rig.channel.settings)
         return replace(record, refused=refusal.server_message, kept=0), None
-    return _answered(record, call), without_request_id(sent, marker) if fact else None
+    return _answered(record, call, prepare_ms), without_cache_salt(sent, marker) if fact else None
 
 
-def _answered(record: CallRecord, call: MeasuredCall) -> CallRecord:
+def _answered(record: StrategyCall, call: MeasuredCall, prepare_ms: float) -> StrategyCall:
     """``record`` with what its call measured: the wait is the prompt's preparation and TTFT."""
     return replace(
         record,
-        wait_ms=call.ttft_ms + record.prepare_ms,
+        wait_ms=call.ttft_ms + prepare_ms,
         ttft_ms=call.ttft_ms,
         server_tokens=call.usage.prompt_tokens,
         cached_tokens=call.usage.cached_tokens,
@@ -542,7 +546,7 @@ def _answered(record: CallRecord, call: MeasuredCall) -> CallRecord:
     )
 
 
-def _step(contender: Contender, turn: Turn, call: CallRecord) -> str:
+def _step(contender: Contender, turn: Turn, call: StrategyCall) -> str:
     """What a call was, for the progress line."""
     idle = " after an idle gap" if turn.idle else ""
     result = (

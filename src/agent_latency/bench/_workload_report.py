@@ -19,7 +19,7 @@ _MAX_REFUSALS_SHOWN = 3
 
 
 @dataclass(frozen=True)
-class CallRecord:
+class StrategyCall:
     """One call of one strategy.
 
     Attributes:
@@ -29,7 +29,6 @@ class CallRecord:
         wait_ms: Time to first token plus the strategy's own time (a trim; a summary call);
             ``None`` when the server refused the request.
         ttft_ms: The callback handler's time to first token; ``None`` when refused.
-        prepare_ms: The strategy's own time.
         tokens: Our count of the prompt sent (the endpoint's tokenizer).
         server_tokens: The server's ``usage.prompt_tokens``, if it reported one.
         cached_tokens: The prompt tokens the server reported taking from its prefix cache.
@@ -39,7 +38,7 @@ class CallRecord:
         kept: How many of them are still in what was sent (0 when refused).
         answered: With answers asked for, whether the answer gave the fact; ``None`` otherwise.
         answer: With answers asked for, the model's answer to the fact question: to the prompt
-            sent, less the bench's request marker (the workload's own made-up conversation: no
+            sent, less the bench's cache salt (the workload's own made-up conversation: no
             user content).
         server_prefill_ms: How long the server said it prefilled, where it said so.
         ttft_remainder_ms: The rest of the time to first token (client, network, queue), where
@@ -52,7 +51,6 @@ class CallRecord:
     idle: bool
     wait_ms: float | None
     ttft_ms: float | None
-    prepare_ms: float
     tokens: int
     server_tokens: int | None
     cached_tokens: int | None
@@ -121,12 +119,12 @@ class StrategyRun:
     strategy: str
     knob: Mapping[str, int]
     default: bool
-    calls: tuple[CallRecord, ...]
+    calls: tuple[StrategyCall, ...]
     hard_limit: int
     answers: bool = False
 
     @property
-    def answered_calls(self) -> list[CallRecord]:
+    def answered_calls(self) -> list[StrategyCall]:
         """The calls the server answered."""
         return [call for call in self.calls if call.wait_ms is not None]
 

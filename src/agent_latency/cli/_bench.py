@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from agent_latency._wire import RequestFile
+from agent_latency._user_input import RequestFile
 from agent_latency.bench import (
-    BenchPlan,
+    BenchOptions,
     BenchReport,
     MixedWorkload,
     QualityRow,
@@ -64,7 +64,7 @@ _PROGRESS_LINES: Final = 10
 
 
 @dataclass(frozen=True)
-class BenchOptions:
+class BenchFlags:
     """The options of ``agent-latency bench``, as the command line gave them."""
 
     config: Annotated[
@@ -165,7 +165,7 @@ class BenchOptions:
             "--workload-answers",
             help="With --workload-endpoint on a real model: answer each fact question greedily "
             "(temperature 0, 32 tokens) on the prompt the strategy sent, less the bench's "
-            "request marker, and score the answers.",
+            "cache salt, and score the answers.",
         ),
     ] = False
     workload_endpoint: Annotated[
@@ -220,8 +220,8 @@ class BenchResults:
     workloads: list[WorkloadReport]
 
 
-@options_command(BenchOptions)
-def bench(options: BenchOptions) -> None:
+@options_command(BenchFlags)
+def bench(options: BenchFlags) -> None:
     """Measure TTFT and total time, untrimmed/trimmed × blocking/streaming, on an endpoint.
 
     With no --base-url and no llm.base_url configured, an embedded simulator serves the calls.
@@ -236,7 +236,7 @@ def bench(options: BenchOptions) -> None:
     )
     request = load_scenario_request(options.messages)
     # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
-    plan = BenchPlan(
+    measured = BenchOptions(
         runs=options.runs,
         turns=options.turns,
         budget=options.budget,
@@ -244,7 +244,7 @@ def bench(options: BenchOptions) -> None:
     )
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
-    results = _measure(options, settings, request, plan, workloads)
+    results = _measure(options, settings, request, measured, workloads)
     console = Console()
     _print_results(console, results, settings)
     _write_outputs(console, results, options)
@@ -252,7 +252,7 @@ def bench(options: BenchOptions) -> None:
         _gate(console, results.report, baseline_ms, options.max_regression)
 
 
-def _check_flags(options: BenchOptions) -> None:
+def _check_flags(options: BenchFlags) -> None:
     """Refuses flags that contradict each other, before anything is read or called."""
     if options.max_regression is not None and options.baseline is None:
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
@@ -267,7 +267,7 @@ def _check_flags(options: BenchOptions) -> None:
         raise ValueError("--baseline compares the trimmed + streaming mode: give --runs 1 or more.")
 
 
-def _check_outputs(options: BenchOptions) -> None:
+def _check_outputs(options: BenchFlags) -> None:
     """Checks the output files can be written and the plot drawn, before any call."""
     for option, path in (("--json", options.json_file), ("--plot", options.plot)):
         if path is not None:
@@ -277,21 +277,21 @@ def _check_outputs(options: BenchOptions) -> None:
 
 
 def _measure(
-    options: BenchOptions,
+    options: BenchFlags,
     settings: Settings,
     request: RequestFile,
-    plan: BenchPlan,
-    workloads: WorkloadPlan | None,
+    measured: BenchOptions,
+    workloads: WorkloadOptions | None,
 ) -> BenchResults:
     """Runs the bench, then ``--quality``, then the workloads, each with its progress line."""
     with open_endpoint(settings) as (endpoint_settings, simulator), _progress("bench") as advance:
         report = run_bench(
             endpoint_settings,
             request.messages,
-            plan,
+            measured,
             simulator=simulator,
             tools=request.tools,
-            on_call=_counted(advance, plan.calls()),
+            on_call=_counted(advance, measured.calls()),
         )
     retention = run_quality() if options.quality else None
     mixed = (
@@ -346,7 +346,7 @@ def _print_turns(console: Console, report: BenchReport, settings: Settings) -> N
         console.print(Text(advice), soft_wrap=True)
 
 
-def _write_outputs(console: Console, results: BenchResults, options: BenchOptions) -> None:
+def _write_outputs(console: Console, results: BenchResults, options: BenchFlags) -> None:
     """Writes ``--json`` and ``--plot``, each said on stdout."""
     mixed = results.workloads
     if options.json_file is not None:
@@ -386,7 +386,7 @@ def _gate(
 
 
 @dataclass(frozen=True)
-class WorkloadPlan:
+class WorkloadOptions:
     """What the ``--workload*`` options ask for.
 
     Attributes:
@@ -405,11 +405,11 @@ class WorkloadPlan:
     answers: bool
 
 
-def workload_shape(options: BenchOptions) -> WorkloadPlan | None:
+def workload_shape(options: BenchFlags) -> WorkloadOptions | None:
     """The workload the ``--workload*`` options ask for, checked before any call.
 
     Returns:
-        The plan, or ``None`` without ``--workload``.
+        The workload's options, or ``None`` without ``--workload``.
 
     Raises:
         ValueError: When a ``--workload-*`` option (or ``--frontier``) comes without
@@ -429,7 +429,7 @@ def workload_shape(options: BenchOptions) -> WorkloadPlan | None:
             "--workload-answers scores a real model's answers (the simulator answers filler): "
             "add --workload-endpoint and a --base-url serving a model."
         )
-    return WorkloadPlan(
+    return WorkloadOptions(
         _workload_size(options),
         only,
         _profiles(options.workload_profile),
@@ -438,7 +438,7 @@ def workload_shape(options: BenchOptions) -> WorkloadPlan | None:
     )
 
 
-def _refuse_stray_workload_options(options: BenchOptions) -> None:
+def _refuse_stray_workload_options(options: BenchFlags) -> None:
     """Refuses a ``--workload-*`` option (or ``--frontier``) given without ``--workload``."""
     given = {
         "--workload-endpoint": options.workload_endpoint or None,
@@ -479,7 +479,7 @@ def _profiles(profile: str | None) -> tuple[str | None, ...]:
     return (server_profile(profile).name,)  # an unknown name fails here
 
 
-def _workload_size(options: BenchOptions) -> MixedWorkload:
+def _workload_size(options: BenchFlags) -> MixedWorkload:
     """The workload's shape: its calls, conversations and (on the endpoint) budget."""
     changes: dict[str, int] = {}
     if options.workload_calls is not None:
@@ -492,18 +492,18 @@ def _workload_size(options: BenchOptions) -> MixedWorkload:
 
 
 def _run_workloads(
-    plan: WorkloadPlan,
+    workload: WorkloadOptions,
     settings: Settings,
     *,
     messages: list[Any] | None,
     endpoint: bool,
 ) -> list[WorkloadReport]:
     """Runs the workload once per profile asked for, one after another."""
-    shape = plan.shape
+    shape = workload.shape
     if endpoint and settings.llm.context_window:
         shape = replace(shape, context_window=settings.llm.context_window)
     reports = []
-    for profile in plan.profiles:
+    for profile in workload.profiles:
         with _progress(f"workload {profile or ''}".strip()) as advance:
             reports.append(
                 run_mixed_workload(
@@ -512,9 +512,9 @@ def _run_workloads(
                     messages=messages,
                     profile=profile,
                     base_url=settings.llm.base_url if endpoint else None,
-                    only=plan.only,
-                    frontier=plan.frontier,
-                    answers=plan.answers,
+                    only=workload.only,
+                    frontier=workload.frontier,
+                    answers=workload.answers,
                     on_call=partial(_forward, advance),
                 )
             )

@@ -19,7 +19,7 @@ _SERVED: tuple[str, ...] = ("host", "port", "model", "log_level")
 
 
 @dataclass(frozen=True)
-class SimOptions:
+class SimFlags:
     """The options of ``agent-latency sim``: where to serve, and the simulator's fields."""
 
     host: Annotated[str, typer.Option(help="Address to bind; loopback by default.")] = "127.0.0.1"
@@ -94,8 +94,8 @@ class SimOptions:
         return SimulatorConfig(**fields)
 
 
-@options_command(SimOptions)
-def sim(options: SimOptions) -> None:
+@options_command(SimFlags)
+def sim(options: SimFlags) -> None:
     """Serve the OpenAI chat-completions API with a stated latency model.
 
     Time to first token = overhead + uncached prompt tokens x (prefill per token + attention

@@ -88,7 +88,7 @@ def modes_table(report: BenchReport) -> Table:
         f"Times in ms: p50/p95 of {report.runs} run{'' if report.runs == 1 else 's'} per "
         "mode, interleaved, after one warm-up; Δ: p50 change vs untrimmed + blocking. "
         "Blocking: TTFT = total (the first text arrives with the whole answer). Every prompt "
-        "starts with a unique request id, so no server prefix cache serves it. Tokens: the "
+        "starts with a unique cache salt, so no server prefix cache serves it. Tokens: the "
         "server's count of the prompt (ours where it reported none)"
         + (f"; * it counted differently from us (ours: {ours})." if differ else ".")
     )

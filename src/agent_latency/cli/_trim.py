@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent_latency._wire import escape_surrogates, load_request_file, openai_message
+from agent_latency._chat_format import escape_surrogates, openai_message
+from agent_latency._user_input import load_request_file
 from agent_latency.config import load_settings
 from agent_latency.trimming import RULE_EXPLANATIONS, TrimResult, trimmer_from_settings
 

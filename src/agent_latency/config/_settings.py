@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, cast, get_args
 from pydantic import SecretStr
 
 from agent_latency._redaction import display_url
-from agent_latency._wire import MAX_REPORTED_TOKENS
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency.config._channel import (
     base_url_warnings,
     check_base_url,

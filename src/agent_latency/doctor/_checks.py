@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from agent_latency._latency_model import fit_prefill
 from agent_latency._redaction import display_url
-from agent_latency._wire import MAX_REPORTED_TOKENS, ServerUsage
+from agent_latency._server_usage import MAX_REPORTED_TOKENS, ServerUsage
 from agent_latency.config import Settings
 from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._probes import (

@@ -96,7 +96,7 @@ def check_latency_model(
     """
     try:
         used = learn_from_probes(model, samples)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         return CheckResult(
             "latency model",
             CheckStatus.FAIL,

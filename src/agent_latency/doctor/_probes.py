@@ -2,8 +2,8 @@
 
 Each probe is bounded by :data:`PROBE_TIMEOUT_S`. The API key is sent, never shown: no reply
 or error text carries it. What the server reports about a call (usage, cached tokens, llama.cpp's
-prefill timings, impossible counts) is read by :func:`agent_latency._wire.usage_of_body`, the one
-reader of every provider's shape.
+prefill timings, impossible counts) is read by
+:func:`agent_latency._server_usage.usage_of_body`, the one reader of every provider's shape.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import httpx
 from langchain_core.messages import HumanMessage
 
 from agent_latency._redaction import redact
+from agent_latency._server_usage import ServerUsage, usage_of_body
 from agent_latency._validation import is_integer
-from agent_latency._wire import ServerUsage, usage_of_body
 from agent_latency.config import Settings
 from agent_latency.tokens import TokenCounter
 
@@ -168,14 +168,12 @@ class PrefillSample:
         prompt_tokens: The server's ``usage.prompt_tokens``, else the local cl100k estimate.
         ttft_ms: Time to the answer (one token, so the first token's time).
         prompt: The prompt sent, as one user message.
-        reported: The server reported a possible ``usage.prompt_tokens``.
         usage: Everything the server reported about the call.
     """
 
     prompt_tokens: int
     ttft_ms: float
     prompt: str = ""
-    reported: bool = True
     usage: ServerUsage = field(default_factory=ServerUsage)
 
     @property
@@ -384,7 +382,6 @@ class Endpoint:
             else self._counter.count_messages([HumanMessage(prompt)]),
             ttft_ms=elapsed_ms,
             prompt=prompt,
-            reported=prompt_tokens is not None,
             usage=usage,
         )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from agent_latency._wire import ServerUsage
+from agent_latency._server_usage import ServerUsage
 from agent_latency.config import Settings
 from agent_latency.doctor._check_result import CheckResult, CheckStatus
 from agent_latency.doctor._checks import (

@@ -62,7 +62,7 @@ class SimulatorStats:
     errors: int = 0
 
 
-class _StatsRecorder:
+class _StatsCounter:
     """Counts in the server's thread; read from any other."""
 
     def __init__(self) -> None:
@@ -80,8 +80,8 @@ class _StatsRecorder:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """One accepted chat request and when each part of its answer is due."""
+class _ScheduledAnswer:
+    """A scheduled answer: one accepted chat request and when each part of its answer is due."""
 
     completion_id: str
     created: int
@@ -179,7 +179,7 @@ class Simulator:
         self._tokenizer = PromptTokenizer.for_config(config)
         self._prefix_cache = prefix_cache_for(config)
         self._random = random.Random(config.seed)
-        self._stats = _StatsRecorder()
+        self._stats = _StatsCounter()
         self._headers: deque[dict[str, str]] = deque(maxlen=_KEPT_HEADERS)
         self.sleeper = Sleeper()
         """Every wait of a request; the server stops it when it stops serving."""
@@ -216,45 +216,45 @@ class Simulator:
         arrival = asyncio.get_running_loop().time()
         self._headers.append({k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS})
         try:
-            plan = await self._accept(request, arrival)
+            scheduled = await self._accept(request, arrival)
         except RequestError as error:
             self._stats.add(errors=1)
             return error.response()
         except ClientGone:
             return UNSENT
-        if plan.request.stream:  # Starlette stops a stream whose client is gone
-            events = _ended_by_an_error_event_on_stop(self._sse_events(plan))
+        if scheduled.request.stream:  # Starlette stops a stream whose client is gone
+            events = _ended_by_an_error_event_on_stop(self._sse_events(scheduled))
             return _DroppableStreamingResponse(
                 self._held_until_end(events) if self.config.buffered else events,
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache"},
             )
         try:
-            return await unless_disconnected(request, self._blocking_answer(plan))
+            return await unless_disconnected(request, self._blocking_answer(scheduled))
         except Stopping:
             return SHUTTING_DOWN.response()
 
-    async def _blocking_answer(self, plan: _Plan) -> Response:
-        await self._prefill(plan)
-        await self.sleeper.until(plan.last_token_at)
+    async def _blocking_answer(self, scheduled: _ScheduledAnswer) -> Response:
+        await self._prefill(scheduled)
+        await self.sleeper.until(scheduled.last_token_at)
         return JSONResponse(
             {
-                **self._envelope(plan, "chat.completion"),
+                **self._envelope(scheduled, "chat.completion"),
                 "choices": [
                     {
                         "index": 0,
-                        "message": plan.answer.message(),
+                        "message": scheduled.answer.message(),
                         "logprobs": None,
-                        "finish_reason": plan.answer.finish_reason,
+                        "finish_reason": scheduled.answer.finish_reason,
                     }
                 ],
-                "usage": self._usage(plan),
-                **self._timings(plan),  # llama.cpp's, beside usage
+                "usage": self._usage(scheduled),
+                **self._timings(scheduled),  # llama.cpp's, beside usage
             }
         )
 
-    async def _accept(self, request: Request, arrival: float) -> _Plan:
-        """Checks the request and plans its answer; raises RequestError to refuse it."""
+    async def _accept(self, request: Request, arrival: float) -> _ScheduledAnswer:
+        """Checks the request and schedules its answer; raises RequestError to refuse it."""
         authenticate(request, self.config.api_key)
         chat = parse_chat_request(await read_json(request, self.config.max_body_bytes))
         check_model(chat.model, self.config.models)
@@ -267,7 +267,7 @@ class Simulator:
         uncached = prompt_tokens - cached
         first_token_at = arrival + self.config.ttft_ms(uncached, prompt_tokens) / 1000
         answer = compose_answer(chat, prompt, answer_tokens=self.config.answer_tokens)
-        return _Plan(
+        return _ScheduledAnswer(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             request=chat,
@@ -282,16 +282,16 @@ class Simulator:
     def _caches(self, chat: ChatRequest) -> bool:
         return self.config.prefix_cache and chat.cache_prompt
 
-    async def _prefill(self, plan: _Plan) -> None:
+    async def _prefill(self, scheduled: _ScheduledAnswer) -> None:
         """Waits out the prefill, then keeps the prompt for later requests to reuse."""
-        await self.sleeper.until(plan.first_token_at)
-        if self._caches(plan.request):
-            self._prefix_cache.remember(plan.prompt)
+        await self.sleeper.until(scheduled.first_token_at)
+        if self._caches(scheduled.request):
+            self._prefix_cache.remember(scheduled.prompt)
         self._stats.add(
             requests=1,
-            prompt_tokens=plan.prompt_tokens,
-            cached_tokens=plan.cached_tokens,
-            completion_tokens=plan.answer.completion_tokens,
+            prompt_tokens=scheduled.prompt_tokens,
+            cached_tokens=scheduled.cached_tokens,
+            completion_tokens=scheduled.answer.completion_tokens,
         )
 
     def _output_time(self, first_token_at: float, index: int) -> float:
@@ -302,22 +302,22 @@ class Simulator:
             due += self.config.stall_ms / 1000
         return due
 
-    async def _sse_events(self, plan: _Plan) -> AsyncIterator[bytes]:
-        envelope = self._envelope(plan, "chat.completion.chunk")
-        if plan.request.include_usage:
+    async def _sse_events(self, scheduled: _ScheduledAnswer) -> AsyncIterator[bytes]:
+        envelope = self._envelope(scheduled, "chat.completion.chunk")
+        if scheduled.request.include_usage:
             envelope["usage"] = None  # OpenAI sends the key in every chunk once usage is asked
 
         def chunk(delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             return {**envelope, "choices": [choice]}
 
-        await self._prefill(plan)
+        await self._prefill(scheduled)
         loop = asyncio.get_running_loop()
         # Events already due go out in one write: under load the server falls behind its
         # schedule, and one send per token would put it further behind.
         due_events: list[bytes] = []
-        for index, delta in enumerate(plan.answer.deltas()):
-            due = self._output_time(plan.first_token_at, index)
+        for index, delta in enumerate(scheduled.answer.deltas()):
+            due = self._output_time(scheduled.first_token_at, index)
             if due > loop.time() and due_events:
                 yield b"".join(due_events)
                 due_events.clear()
@@ -328,35 +328,35 @@ class Simulator:
             due_events.append(_sse(chunk(delta, None)))
         # As llama.cpp does, the last chunk carries the timings: the usage chunk when usage is
         # asked for, else the one with the finish reason.
-        last = chunk({}, plan.answer.finish_reason)
-        if plan.request.include_usage:
+        last = chunk({}, scheduled.answer.finish_reason)
+        if scheduled.request.include_usage:
             due_events.append(_sse(last))
-            last = {**envelope, "choices": [], "usage": self._usage(plan)}
-        due_events.append(_sse({**last, **self._timings(plan)}))
+            last = {**envelope, "choices": [], "usage": self._usage(scheduled)}
+        due_events.append(_sse({**last, **self._timings(scheduled)}))
         due_events.append(b"data: [DONE]\n\n")
         yield b"".join(due_events)
 
-    def _usage(self, plan: _Plan) -> dict[str, Any]:
-        usage = plan.usage()
+    def _usage(self, scheduled: _ScheduledAnswer) -> dict[str, Any]:
+        usage = scheduled.usage()
         if self.config.usage_format == "deepseek":  # beside OpenAI's cached_tokens, as DeepSeek
-            usage["prompt_cache_hit_tokens"] = plan.cached_tokens
-            usage["prompt_cache_miss_tokens"] = plan.prompt_tokens - plan.cached_tokens
+            usage["prompt_cache_hit_tokens"] = scheduled.cached_tokens
+            usage["prompt_cache_miss_tokens"] = scheduled.prompt_tokens - scheduled.cached_tokens
         return usage
 
-    def _timings(self, plan: _Plan) -> dict[str, Any]:
+    def _timings(self, scheduled: _ScheduledAnswer) -> dict[str, Any]:
         """The ``timings`` field where the server sends llama.cpp's, else nothing."""
-        return {"timings": plan.timings()} if self.config.timings else {}
+        return {"timings": scheduled.timings()} if self.config.timings else {}
 
     @staticmethod
     async def _held_until_end(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield b"".join([event async for event in events])
 
-    def _envelope(self, plan: _Plan, kind: str) -> dict[str, Any]:
+    def _envelope(self, scheduled: _ScheduledAnswer, kind: str) -> dict[str, Any]:
         return {
-            "id": plan.completion_id,
+            "id": scheduled.completion_id,
             "object": kind,
-            "created": plan.created,
-            "model": plan.request.model,
+            "created": scheduled.created,
+            "model": scheduled.request.model,
             "system_fingerprint": _SYSTEM_FINGERPRINT,
         }
 

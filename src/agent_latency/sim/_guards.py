@@ -1,4 +1,4 @@
-"""What a chat request must pass before it is planned: its key, its body, its model, bad luck.
+"""What a chat request must pass before it is answered: its key, its body, its model, bad luck.
 
 Each check raises :class:`~agent_latency.sim._protocol.RequestError` with the status and body
 OpenAI answers with; a client that disconnects while sending its body raises

@@ -140,7 +140,7 @@ _PROFILES: Final = (
             "per-slot prompt cache, slot chosen by the longest shared prefix (at least 10% of "
             "the prompt, --slot-prompt-similarity) else the least recently used: llama.cpp "
             "tools/server/server-context.cpp, get_available_slot",
-            "2 slots: the real-server bench's --parallel 2 (issue 21)",
+            "2 slots: the real-server bench's --parallel 2",
             "2.74 ms per token + 0.52 ms per 1k tokens of context, decode 41 tokens/s, 30 ms "
             "to the first token of a fully cached prompt: our own measurement of Gemma 3 270M "
             "on one CPU thread (docs/real-model.md, 'Prefill rate and time to first token')",

@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from agent_latency._chat_format import escape_surrogates
 from agent_latency._validation import is_integer
-from agent_latency._wire import escape_surrogates
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 TOOL_CHOICES = frozenset({"none", "auto", "required"})

@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from agent_latency._wire import escape_surrogates, role_of
+from agent_latency._chat_format import escape_surrogates, role_of
 from agent_latency.telemetry._langchain import first_str
 
 

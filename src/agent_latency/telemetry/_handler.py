@@ -98,6 +98,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             whose end never comes, such as a stream kept but never read, cannot leak memory).
 
     Raises:
+        TypeError: When an option is of the wrong type; the message names it.
         ValueError: When an option is out of range; the message names it.
     """
 
@@ -126,7 +127,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
                 f"ttft_warn_ms ({ttft_warn_ms})."
             )
         if on_record is not None and not callable(on_record):
-            raise ValueError(f"{_OWNER}: on_record must be callable or None, got {on_record!r}.")
+            raise TypeError(f"{_OWNER}: on_record must be callable or None, got {on_record!r}.")
         options = CallOptions(
             ttft_warn_ms=warn_ms,
             ttft_error_ms=error_ms,

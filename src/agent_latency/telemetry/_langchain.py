@@ -3,7 +3,8 @@
 LangChain passes these fields loosely typed (``serialized`` constructor arguments, metadata,
 invocation parameters, an ``LLMResult``); every reader here accepts anything and returns
 ``None`` (or nothing) for what it does not recognise. The server's usage, cached tokens and
-prefill timings are read by :mod:`agent_latency._wire`, the one reader of every provider's shape.
+prefill timings are read by :mod:`agent_latency._server_usage`, the one reader of every
+provider's shape.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from langchain_core.tracers import event_stream
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
 from agent_latency._redaction import host_and_port
+from agent_latency._server_usage import ServerUsage, usage_of_body, usage_of_message
 from agent_latency._validation import is_integer
-from agent_latency._wire import ServerUsage, usage_of_body, usage_of_message
 
 # LangChain's ``ls_provider`` values mapped to ``gen_ai.provider.name`` where they differ.
 _PROVIDERS: Final = {
@@ -123,7 +124,7 @@ class Response:
         id: The completion id.
         finish_reasons: One per generation, when given.
         usage: What the server reported about the call (``None`` where it said nothing, never a
-            stand-in 0), as :func:`agent_latency._wire.usage_of_message` reads it.
+            stand-in 0), as :func:`agent_latency._server_usage.usage_of_message` reads it.
     """
 
     model: str | None = None

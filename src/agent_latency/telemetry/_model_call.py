@@ -48,7 +48,7 @@ from agent_latency.telemetry._record import (
     log_record,
 )
 from agent_latency.telemetry._run_state import ModelRunState, RunState
-from agent_latency.telemetry._run_tree import end_span, error_type, outcome
+from agent_latency.telemetry._run_tree import end_run_span, error_type, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
 from agent_latency.telemetry._timing import CallTiming, call_timing
 from agent_latency.tokens import TokenCounter
@@ -221,7 +221,7 @@ class ModelCallTracer:
             if self.options.capture_content and response is not None:
                 span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, output_json(response))
         finally:
-            end_span(span, error)
+            end_run_span(span, error)
         self._instruments.record_call(state, result)
         if result.usage.invalid:
             self._report_impossible_usage(state.model, result.usage.invalid)

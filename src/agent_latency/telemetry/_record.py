@@ -11,8 +11,8 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._server_usage import ServerUsage
 from agent_latency._trace_link import PendingTrim
-from agent_latency._wire import ServerUsage
 from agent_latency.telemetry._langchain import Response
 from agent_latency.telemetry._log import logger
 from agent_latency.telemetry._run_state import ModelRunState

@@ -59,7 +59,7 @@ def outcome(error: BaseException | None) -> str:
     return "error"
 
 
-def end_span(span: Span, error: BaseException | None) -> None:
+def end_run_span(span: Span, error: BaseException | None) -> None:
     """Sets a span's outcome (and error type and status on failure) and ends it."""
     result = outcome(error)
     span.set_attribute(semconv.OUTCOME, result)
@@ -291,7 +291,7 @@ class RunTree:
         if isinstance(state, ModelRunState):
             self._end_model_call(state, error, response)
         elif state.span is not None:
-            end_span(state.span, error)
+            end_run_span(state.span, error)
 
     def _start_span(
         self,

@@ -24,7 +24,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from langchain_core.messages import BaseMessage
 
 from agent_latency._caches import LRUCache, snapshot, stamp, unchanged
-from agent_latency._wire import coerce_messages, content_key, wire_message, wire_role, wire_tools
+from agent_latency._chat_format import content_key, wire_message, wire_role, wire_tools
+from agent_latency._user_input import coerce_messages
 from agent_latency.tokens._framing import (
     Piece,
     Special,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
-from agent_latency._wire import role_of
+from agent_latency._chat_format import role_of
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
 from agent_latency.trimming._relevance import Occurrences, TermCache

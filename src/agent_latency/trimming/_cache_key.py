@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._wire import role_of
+from agent_latency._chat_format import role_of
 from agent_latency.trimming._relevance import text_of
 
 CACHE_KEY_SETTING: Final = "prompt_cache_key"

@@ -111,9 +111,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             settings' ``extra_headers`` already give is kept. Default: none.
 
     Raises:
-        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`.
-        ValueError: When ``recall`` is not a bool, ``cache_key`` neither a bool nor ``None``,
-            or ``session_header`` not a header name the client leaves to the caller.
+        TypeError: When ``trimmer`` is not a :class:`PriorityTrimmer`, ``recall`` not a bool, or
+            ``cache_key`` neither a bool nor ``None``.
+        ValueError: When ``session_header`` is not a header name the client leaves to the
+            caller.
     """
 
     def __init__(

@@ -19,7 +19,7 @@ from itertools import compress
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
-from agent_latency._wire import role_of
+from agent_latency._chat_format import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._decisions import Action, MessageDecision, Rule

@@ -27,12 +27,12 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from agent_latency import semconv
-from agent_latency._wire import coerce_messages
+from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._result import TrimResult
-from agent_latency.trimming._span import TrimRunnable, end_span, start_span
+from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 
 __all__ = [
     "MARKER_TEXT",
@@ -140,13 +140,13 @@ class RecallingTrimmer(TrimRunnable):
             tracer: The tracer to record the trim span with. Default: the trimmer's own.
             **request: ``tools``, ``response_format``, ``strict_tools``, ``output_tools``.
         """
-        span = start_span(tracer or self._tracer, context)
+        span = start_trim_span(tracer or self._tracer, context)
         try:
             result = self._marked(self._quiet_trim(messages, request))
         except BaseException as exc:
-            end_span(span, exc)
+            end_trim_span(span, exc)
             raise
-        end_span(span, None, result.span_attributes())
+        end_trim_span(span, None, result.span_attributes())
         return result
 
     def left_out(self, messages: Sequence[BaseMessage], **request: Any) -> list[BaseMessage]:

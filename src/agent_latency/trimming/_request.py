@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent_latency._caches import LRUCache
-from agent_latency._wire import wire_tools
+from agent_latency._chat_format import wire_tools
 from agent_latency.tokens import TokenCounting
 
 _CACHE_SIZE = 32

@@ -90,7 +90,6 @@ class TrimResult:
             message's terms that occur elsewhere in the input, the share still in what is
             sent (1.0 when nothing was left out); ``None`` without such terms.
         message_tokens: Each input message's tokens (its framing included), in input order.
-        priority_classes: The class each input message was ranked in, in input order.
         sent_message_tokens: Each sent message's tokens as sent, in the order of ``messages``.
     """
 
@@ -113,7 +112,6 @@ class TrimResult:
     dropped_tools: tuple[str, ...] = ()
     question_retention: float | None = None
     message_tokens: tuple[int, ...] = field(repr=False, compare=False)
-    priority_classes: tuple[PriorityClass, ...] = field(repr=False, compare=False)
     sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     # Tokens of the must-keep messages as sent, per class: what the fixed part is made of.
     _must_keep_by_class: Mapping[PriorityClass, int] = field(repr=False, compare=False)

@@ -32,7 +32,8 @@ from typing import Any, Literal, NamedTuple
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency._caches import IDENTITY_FIELDS, LRUCache, edit_check
-from agent_latency._wire import role_of, tool_calls_of
+from agent_latency._chat_format import role_of
+from agent_latency._user_input import tool_calls_of
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
 
@@ -190,7 +191,7 @@ class AnalysisMemo:
 
         Raises:
             ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
-                malformed in place (see :func:`~agent_latency._wire.tool_calls_of`).
+                malformed in place (see :func:`~agent_latency._user_input.tool_calls_of`).
         """
         key = tuple(map(id, messages[:_KEY_MESSAGES]))
         memo: _Memo = self._memos.get(key) or _EMPTY

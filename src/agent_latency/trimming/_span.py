@@ -43,7 +43,7 @@ class HasHandlers(Protocol):
         ...
 
 
-def start_span(tracer: Tracer, context: Context | None) -> Span:
+def start_trim_span(tracer: Tracer, context: Context | None) -> Span:
     """Starts the trim span; a failing tracer or span processor gives one that records nothing."""
     try:
         return tracer.start_span(TRIM_SPAN_NAME, context=context)
@@ -52,7 +52,7 @@ def start_span(tracer: Tracer, context: Context | None) -> Span:
         return trace.INVALID_SPAN
 
 
-def end_span(
+def end_trim_span(
     span: Span,
     error: BaseException | None,
     attributes: Mapping[str, AttributeValue] | None = None,

@@ -34,7 +34,7 @@ from typing import Final
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
 from agent_latency._caches import LRUCache
-from agent_latency._wire import role_of
+from agent_latency._chat_format import role_of
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_bytes, text_of
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras
 

@@ -27,8 +27,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from agent_latency import semconv
+from agent_latency._user_input import coerce_messages
 from agent_latency._validation import checked_bool
-from agent_latency._wire import coerce_messages
 from agent_latency.config import TRIM_MODES, Settings
 from agent_latency.tokens import TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._cache_first import cache_first_cut
@@ -57,7 +57,7 @@ from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras
 from agent_latency.trimming._result import TrimResult
 from agent_latency.trimming._rounds import AnalysisMemo
 from agent_latency.trimming._shortening import MessageShortener
-from agent_latency.trimming._span import TrimRunnable, end_span, start_span
+from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 from agent_latency.trimming._tools import select_tools
 
 __all__ = ["PriorityTrimmer", "TrimResult"]
@@ -234,13 +234,13 @@ class PriorityTrimmer(TrimRunnable):
                 strict=strict_tools,
                 output_tools=output_tools,
             )
-        span = start_span(tracer or self._tracer, context)
+        span = start_trim_span(tracer or self._tracer, context)
         try:
             result = self._trim(messages, request)
         except BaseException as exc:
-            end_span(span, exc)
+            end_trim_span(span, exc)
             raise
-        end_span(span, None, result.span_attributes())
+        end_trim_span(span, None, result.span_attributes())
         if result.over_budget:
             logger.warning(
                 "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
@@ -371,7 +371,6 @@ class PriorityTrimmer(TrimRunnable):
             calibration=self.options.calibration,
             question_retention=question_retention(plan, self.term_cache, occurrences),
             message_tokens=tuple(counts),
-            priority_classes=tuple(plan.classes),
             sent_message_tokens=plan.sent_sizes(),
             _must_keep_by_class=must_keep,
             _question_whole=question is not None and question not in plan.shortened,

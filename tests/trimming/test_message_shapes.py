@@ -1,4 +1,5 @@
-"""PriorityTrimmer defects an adversarial review found (issue 13, items 1-5, 7): a test each."""
+"""PriorityTrimmer on messages beyond plain text (ChatMessage roles, image parts, calls whose
+arguments are not JSON, malformed parts), and on a span processor that fails: a test each."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""coerce_messages and load_messages_file: what users pass becomes LangChain messages, or a clear
-error that names the item and never quotes message content."""
+"""coerce_messages and load_request_file: what users pass becomes LangChain messages, or a clear
+error that names the item (and the file) and never quotes message content."""
 
 from __future__ import annotations
 
@@ -14,28 +14,14 @@ from hypothesis import strategies as st
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
 from langchain_core.prompt_values import StringPromptValue
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.tools import tool
-from support.wire import sent_request
 
-from agent_latency._wire import (
-    ServerUsage,
-    coerce_messages,
-    escape_surrogates,
-    load_messages_file,
-    load_request_file,
-    role_of,
-    usage_of_body,
-    usage_of_message,
-    wire_role,
-    wire_tools,
-)
+from agent_latency._user_input import coerce_messages, load_request_file
 
 CONTENT = "private-content-3f9a"  # must never appear in an error message
 
@@ -249,16 +235,16 @@ def test_random_dicts_give_messages_or_an_indexed_error(items: list[Any]) -> Non
         assert all(isinstance(m, BaseMessage) for m in messages)
 
 
-# --- load_messages_file ----------------------------------------------------------------------
+# --- load_request_file -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("wrap", [False, True])
-def test_load_messages_file(tmp_path: Path, wrap: bool) -> None:
+def test_load_request_file(tmp_path: Path, wrap: bool) -> None:
     path = tmp_path / "conversation.json"
     data: Any = {"messages": OPENAI_CONVERSATION} if wrap else OPENAI_CONVERSATION
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
-    _assert_openai_conversation(load_messages_file(path))
+    _assert_openai_conversation(load_request_file(path).messages)
 
 
 @pytest.mark.parametrize(
@@ -273,7 +259,7 @@ def test_load_messages_file(tmp_path: Path, wrap: bool) -> None:
         ('"just a string"', "list of messages"),
     ],
 )
-def test_load_messages_file_errors_name_the_file(
+def test_load_request_file_errors_name_the_file(
     tmp_path: Path, content: str | bytes | None, expected: str
 ) -> None:
     path = tmp_path / "conversation.json"
@@ -283,187 +269,21 @@ def test_load_messages_file_errors_name_the_file(
         path.write_bytes(content)
 
     with pytest.raises(ValueError) as caught:
-        load_messages_file(path)
+        load_request_file(path)
 
     assert str(caught.value).startswith(str(path))
     assert expected in str(caught.value)
 
 
-def test_load_messages_file_given_a_directory(tmp_path: Path) -> None:
+def test_load_request_file_given_a_directory(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=re.escape(str(tmp_path))):
-        load_messages_file(tmp_path)
-
-
-# --- What the server reported: ServerUsage --------------------------------------------------
-
-
-def test_openai_usage_with_cached_tokens() -> None:
-    body = {
-        "usage": {
-            "prompt_tokens": 2006,
-            "completion_tokens": 300,
-            "prompt_tokens_details": {"cached_tokens": 1920},
-        }
-    }
-    usage = usage_of_body(body)
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (2006, 300, 1920)
-    assert usage.prefilled_tokens == 86 and usage.invalid == ()
-
-
-def test_deepseek_cache_hits_count_as_cached() -> None:
-    body = {"usage": {"prompt_tokens": 900, "prompt_cache_hit_tokens": 640}}
-    assert usage_of_body(body).cached_tokens == 640
-
-
-def test_llama_cpp_timings_give_the_prefill() -> None:
-    body = {
-        "usage": {"prompt_tokens": 1845, "completion_tokens": 30},
-        "timings": {"cache_n": 1800, "prompt_n": 45, "prompt_ms": 310.5, "predicted_n": 30},
-    }
-    usage = usage_of_body(body)
-    assert usage.cached_tokens == 1800  # usage said nothing of the cache: timings do
-    assert (usage.prefill_ms, usage.prefill_tokens, usage.prefilled_tokens) == (310.5, 45, 45)
-
-
-def test_usage_beats_timings_for_the_cached_count() -> None:
-    body = {
-        "usage": {"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": 64}},
-        "timings": {"cache_n": 99},
-    }
-    assert usage_of_body(body).cached_tokens == 64
-
-
-@pytest.mark.parametrize(
-    ("usage", "invalid"),
-    [
-        ({"prompt_tokens": 10**12}, ("prompt_tokens",)),
-        ({"prompt_tokens": -5}, ("prompt_tokens",)),
-        ({"prompt_tokens": True}, ("prompt_tokens",)),
-        ({"prompt_tokens": float("nan")}, ("prompt_tokens",)),
-        ({"prompt_tokens": 12.5}, ("prompt_tokens",)),
-        ({"prompt_tokens": "12"}, ("prompt_tokens",)),
-        ({"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 11}}, ("cached_tokens",)),
-    ],
-)
-def test_impossible_counts_are_named_and_dropped(
-    usage: dict[str, object], invalid: tuple[str, ...]
-) -> None:
-    read = usage_of_body({"usage": usage})
-    assert read.invalid == invalid
-    assert getattr(read, invalid[0]) is None
-
-
-def test_whole_float_counts_are_read() -> None:
-    assert usage_of_body({"usage": {"prompt_tokens": 12.0}}).prompt_tokens == 12
-
-
-def test_impossible_prefill_time_is_named() -> None:
-    read = usage_of_body({"timings": {"prompt_ms": -1}})
-    assert read.prefill_ms is None and read.invalid == ("prefill_ms",)
-
-
-@pytest.mark.parametrize("body", [None, [], "x", {"usage": "x"}, {"usage": None}, {}])
-def test_bodies_without_usage_say_nothing(body: object) -> None:
-    assert usage_of_body(body) == ServerUsage()
-
-
-def test_a_langchain_message_with_usage_metadata_and_timings() -> None:
-    message = AIMessage(
-        "hi",
-        usage_metadata={
-            "input_tokens": 500,
-            "output_tokens": 7,
-            "total_tokens": 507,
-            "input_token_details": {"cache_read": 448, "priority_cache_read": 16},
-        },
-        response_metadata={"timings": {"prompt_ms": 12.0, "prompt_n": 36}},
-    )
-    usage = usage_of_message(message)
-    assert (usage.prompt_tokens, usage.completion_tokens) == (500, 7)
-    assert usage.cached_tokens == 464  # service-tier variants are summed
-    assert (usage.prefill_ms, usage.prefill_tokens) == (12.0, 36)
-
-
-def test_a_blocking_deepseek_message_keeps_its_raw_cache_hits() -> None:
-    message = AIMessage(
-        "hi",
-        usage_metadata={"input_tokens": 900, "output_tokens": 1, "total_tokens": 901},
-        response_metadata={"token_usage": {"prompt_tokens": 900, "prompt_cache_hit_tokens": 832}},
-    )
-    assert usage_of_message(message).cached_tokens == 832
-
-
-def test_a_message_without_usage_metadata_reads_the_raw_usage() -> None:
-    message = AIMessage("hi", response_metadata={"token_usage": {"prompt_tokens": 42}})
-    assert usage_of_message(message).prompt_tokens == 42
-    assert usage_of_message(AIMessage("hi")) == ServerUsage()
-
-
-# --- Out: roles and tools as ChatOpenAI sends them -------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("message", "role"),
-    [
-        (ChatMessage(role="user", content="q"), "user"),
-        (ChatMessage(role="system", content="s"), "system"),
-        (ChatMessage(role="developer", content="s"), "system"),
-        (SystemMessage("s", additional_kwargs={"__openai_role__": "developer"}), "system"),
-        (ChatMessage(role="assistant", content="a"), "assistant"),
-        (HumanMessage("q"), "user"),
-        (ToolMessage("r", tool_call_id="c"), "tool"),
-    ],
-)
-def test_roles_are_the_openai_roles_whatever_the_python_type(
-    message: BaseMessage, role: str
-) -> None:
-    assert role_of(message) == role
-
-
-def test_a_developer_system_message_is_sent_with_its_role() -> None:
-    developer = SystemMessage("Be brief.", additional_kwargs={"__openai_role__": "developer"})
-
-    assert wire_role(developer) == "developer"
-    assert sent_request([developer, HumanMessage("hi")], [])["messages"][0]["role"] == "developer"
-
-
-def test_langchain_tools_convert_to_the_wire_definitions_chat_openai_sends() -> None:
-    @tool
-    def get_weather(city: str, date: str = "today") -> str:
-        """Returns the forecast for a city and a date."""
-        return "sunny"
-
-    assert wire_tools([get_weather]) == sent_request([HumanMessage("hi")], [get_weather])["tools"]
-
-
-def test_llama_cpp_decode_time_is_read() -> None:
-    body = {"timings": {"prompt_ms": 40.0, "prompt_n": 8, "predicted_ms": 610.5}}
-    assert usage_of_body(body).decode_ms == 610.5
-
-
-def test_vllm_per_request_metrics_split_the_call_where_timings_are_absent() -> None:
-    body = {
-        "usage": {"prompt_tokens": 3000, "prompt_tokens_details": {"cached_tokens": 2048}},
-        "metrics": {"time_to_first_token_ms": 95.0, "generation_time_ms": 800.0},
-    }
-    usage = usage_of_body(body)
-    assert (usage.prefill_ms, usage.decode_ms, usage.prefilled_tokens) == (95.0, 800.0, 952)
-    both = {**body, "timings": {"prompt_ms": 60.0, "predicted_ms": 700.0}}
-    assert (usage_of_body(both).prefill_ms, usage_of_body(both).decode_ms) == (60.0, 700.0)
-    message = AIMessage("hi", response_metadata={"metrics": body["metrics"]})
-    assert usage_of_message(message).prefill_ms == 95.0
-
-
-def test_impossible_vllm_metrics_are_named() -> None:
-    read = usage_of_body({"metrics": {"time_to_first_token_ms": "fast", "generation_time_ms": -3}})
-    assert (read.prefill_ms, read.decode_ms) == (None, None)
-    assert set(read.invalid) == {"prefill_ms", "decode_ms"}
+        load_request_file(tmp_path)
 
 
 def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     path = tmp_path / "notepad.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(OPENAI_CONVERSATION).encode())
-    _assert_openai_conversation(load_messages_file(path))
+    _assert_openai_conversation(load_request_file(path).messages)
 
 
 @pytest.mark.parametrize(
@@ -491,15 +311,3 @@ def test_another_kind_of_tool_is_left_to_the_server(tmp_path: Path) -> None:
     custom = {"type": "custom", "custom": {"name": "grammar"}}
     path.write_text(json.dumps({"messages": OPENAI_CONVERSATION, "tools": [custom]}))
     assert load_request_file(path).tools == [custom]
-
-
-def test_wire_tools_names_a_tool_it_cannot_convert() -> None:
-    with pytest.raises(ValueError, match=r"tool 1 \(int\) cannot be converted"):
-        wire_tools([{"type": "function", "function": {"name": "f"}}, 42])
-
-
-@pytest.mark.parametrize("text", ["plain", "naïve 中文", "half \ud800 pair", "\udfff"])
-def test_escape_surrogates_gives_utf8_that_json_reads_back(text: str) -> None:
-    escaped = escape_surrogates(text)
-    escaped.encode("utf-8")  # never raises
-    assert json.loads(f'"{escaped}"') == text

@@ -1,13 +1,10 @@
-"""OpenAI's chat format, both ways: what users pass in, and what ChatOpenAI puts on the wire.
+"""What users pass, as LangChain messages: in memory, and from JSON files.
 
-In: :func:`coerce_messages` turns what users pass (LangChain messages, OpenAI-format dicts, prompt
-values, a state dict) into LangChain messages without copying them, and the ``load_*`` functions
-read such messages from JSON files, with errors that name the file and the item. Out:
-:func:`wire_message`, :func:`wire_tools` and :func:`wire_role` give the fields ChatOpenAI sends,
-which every count is made of; :func:`role_of` is the role a message plays, whatever its type.
-Back: :class:`ServerUsage` is what a server reported about one call (its usage, its prefix
-cache, llama.cpp's prefill timings), read from a raw response body (:func:`usage_of_body`) or
-from a LangChain message (:func:`usage_of_message`): the one reader of every provider's shape.
+:func:`coerce_messages` turns what users pass (LangChain messages, OpenAI-format dicts, prompt
+values, a state dict) into LangChain messages without copying them; :func:`tool_calls_of` checks
+the calls of a message edited in place; :func:`load_request_file` reads a conversation or a whole
+request body from a JSON file, and :func:`read_json_file` any JSON file, with errors that name
+the file and the item and never quote message content.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ import json
 import operator
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -25,164 +21,16 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    ChatMessage,
-    FunctionMessage,
     HumanMessage,
     InvalidToolCall,
-    SystemMessage,
-    ToolMessage,
     convert_to_messages,
     messages_from_dict,
 )
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.prompt_values import PromptValue
 
-from agent_latency._validation import file_problem, is_number
+from agent_latency._validation import file_problem
 
-_TYPE_ROLES: Final = (
-    (HumanMessage, "user"),
-    (AIMessage, "assistant"),
-    (SystemMessage, "system"),
-    (ToolMessage, "tool"),
-    (FunctionMessage, "function"),
-)
-
-
-def wire_role(message: BaseMessage) -> str:
-    """Returns the role ChatOpenAI sends for ``message`` (e.g. ``"developer"``)."""
-    if isinstance(message, ChatMessage):
-        return str(message.role)
-    if isinstance(message, SystemMessage):
-        return str(message.additional_kwargs.get("__openai_role__") or "system")
-    for kind, role in _TYPE_ROLES:
-        if isinstance(message, kind):
-            return role
-    return str(message.type)
-
-
-def _arguments_json(args: object) -> str:
-    """Serialises tool-call arguments as ChatOpenAI sends them."""
-    return json.dumps(args, ensure_ascii=False, default=str)
-
-
-def _wire_calls(message: BaseMessage) -> list[tuple[str, str]]:
-    """Returns ``(name, JSON arguments)`` of each call ChatOpenAI sends for ``message``."""
-    if not isinstance(message, AIMessage):
-        return []
-    calls = [(str(c["name"]), _arguments_json(c["args"])) for c in message.tool_calls]
-    # ChatOpenAI sends the calls it could not parse too, with their raw arguments.
-    calls += [
-        (str(c.get("name") or ""), str(c.get("args") or "")) for c in message.invalid_tool_calls
-    ]
-    return calls
-
-
-def wire_message(message: BaseMessage) -> dict[str, Any]:
-    """Returns the fields of ``message`` that ChatOpenAI sends, in OpenAI's wire format."""
-    wire: dict[str, Any] = {"role": wire_role(message), "content": message.content}
-    if message.name:
-        wire["name"] = message.name
-    if isinstance(message, ToolMessage):
-        wire["tool_call_id"] = message.tool_call_id
-    calls = _wire_calls(message)
-    if calls:
-        wire["tool_calls"] = [{"function": {"name": n, "arguments": a}} for n, a in calls]
-    return wire
-
-
-def wire_tools(tools: Sequence[Any], *, strict: bool | None = None) -> list[Mapping[str, Any]]:
-    """Returns tool definitions as ChatOpenAI sends them: OpenAI wire dicts.
-
-    Args:
-        tools: Wire dicts (``{"type": "function", ...}``), or anything ``convert_to_openai_tool``
-            accepts (LangChain tools, functions, JSON or Pydantic schemas), as ``bind_tools``
-            converts them.
-        strict: ``bind_tools``' ``strict``: when given, every definition is converted with it.
-
-    Raises:
-        ValueError: Naming the index of a tool that cannot be converted.
-    """
-    from langchain_core.utils.function_calling import convert_to_openai_tool
-
-    converted: list[Mapping[str, Any]] = []
-    for index, tool in enumerate(tools):
-        if strict is None and isinstance(tool, Mapping) and tool.get("type") == "function":
-            converted.append(tool)
-            continue
-        try:
-            converted.append(convert_to_openai_tool(tool, strict=strict))
-        except Exception as exc:  # LangChain raises ValueError, TypeError or pydantic's errors
-            raise ValueError(
-                f"tool {index} ({type(tool).__name__}) cannot be converted to an OpenAI tool "
-                f"definition ({type(exc).__name__}); pass a BaseTool, a function with a "
-                "docstring, a pydantic model or an OpenAI tool dict."
-            ) from None
-    return converted
-
-
-def openai_message(message: BaseMessage) -> dict[str, Any]:
-    """Returns ``message`` as a whole OpenAI-format dict, as a request body holds it.
-
-    With the calls whose arguments are not JSON: ChatOpenAI sends them, and
-    ``convert_to_openai_messages`` alone would leave them out, orphaning their results.
-    """
-    from langchain_core.messages import convert_to_openai_messages
-
-    wire: dict[str, Any] = convert_to_openai_messages(message)
-    invalid = getattr(message, "invalid_tool_calls", None)
-    if invalid:
-        wire["tool_calls"] = [
-            *wire.get("tool_calls", []),
-            *(
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": call["args"]},
-                }
-                for call in invalid
-            ),
-        ]
-    return wire
-
-
-def escape_surrogates(text: str) -> str:
-    """``text`` with each lone UTF-16 surrogate written as its escape (``\\ud800``).
-
-    ``json.loads`` of a truncated page gives such strings, and no UTF-8 can hold them: where
-    text leaves the process (a span, a file, an error body) they are written as the escape,
-    which JSON reads back as the same string.
-    """
-    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def content_key(message: BaseMessage) -> tuple[Any, ...]:
-    """Returns a hashable key of everything a message's count depends on."""
-    content = message.content
-    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
-    return (
-        wire_role(message),
-        text,
-        message.name,
-        getattr(message, "tool_call_id", None),
-        tuple(_wire_calls(message)),
-    )
-
-
-_ROLE_ALIASES: Final = {"human": "user", "ai": "assistant", "developer": "system"}
-
-
-def role_of(message: BaseMessage) -> str:
-    """Returns the OpenAI role a message plays, whatever its Python type.
-
-    ``ChatMessage(role="user")`` is ``"user"``; ``"developer"`` messages and
-    ``ChatMessage(role="system")`` are ``"system"``; LangChain's ``"human"``/``"ai"`` map to
-    ``"user"``/``"assistant"``.
-    """
-    role = wire_role(message).strip().lower()
-    return _ROLE_ALIASES.get(role, role)
-
-
-# --- In: what users pass, as LangChain messages ----------------------------------------
 _KNOWN_ROLES = frozenset(
     {"system", "developer", "user", "human", "assistant", "ai", "tool", "function"}
 )
@@ -415,17 +263,6 @@ def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
         raise ValueError(f"{path}: cannot be read ({type(exc).__name__}).") from None
 
 
-def load_messages_file(path: str | Path) -> list[BaseMessage]:
-    """Reads an OpenAI-format conversation from a JSON file.
-
-    The file holds either a list of messages or an object with a ``"messages"`` list.
-
-    Raises:
-        ValueError: Naming the file when it cannot be read, is not JSON, or holds bad messages.
-    """
-    return load_request_file(path).messages
-
-
 class RequestFile(NamedTuple):
     """A Chat Completions request read from a file: what a trim counts.
 
@@ -516,182 +353,3 @@ def _tool_problem(tool: object) -> str | None:
     if "parameters" in function and not isinstance(function["parameters"], Mapping):
         return ".function.parameters must be a JSON schema object"
     return None
-
-
-# --- Back: what the server reported about a call ---------------------------------------------
-
-MAX_REPORTED_TOKENS: Final = 100_000_000
-"""More tokens than any context window holds: a reported count above it is impossible."""
-_DAY_MS: Final = 86_400_000.0
-
-
-@dataclass(frozen=True, slots=True)
-class ServerUsage:
-    """What a server reported about one call; ``None`` where it said nothing (never a stand-in 0).
-
-    Attributes:
-        prompt_tokens: ``usage.prompt_tokens`` (cached ones included).
-        completion_tokens: ``usage.completion_tokens``.
-        cached_tokens: Prompt tokens read from the prefix cache: OpenAI's
-            ``prompt_tokens_details.cached_tokens`` (and service-tier variants), DeepSeek's
-            ``prompt_cache_hit_tokens``, or llama.cpp's ``timings.cache_n``.
-        cache_creation_tokens: Prompt tokens written to the cache (Anthropic-style).
-        prefill_ms: How long the server says it prefilled: llama.cpp's ``timings.prompt_ms``, or
-            vLLM's ``metrics.time_to_first_token_ms`` (``--enable-per-request-metrics``: from
-            scheduling to the first token, its queue excluded).
-        prefill_tokens: How many tokens that prefill took in (``timings.prompt_n``).
-        decode_ms: How long the server says it generated the answer, from its first output token
-            to its last: ``timings.predicted_ms``, or vLLM's ``metrics.generation_time_ms``.
-        invalid: The reported fields that were impossible (negative, not a whole number, above
-            :data:`MAX_REPORTED_TOKENS`, more cached than prompt tokens); their values are
-            ``None`` here.
-    """
-
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    cache_creation_tokens: int | None = None
-    prefill_ms: float | None = None
-    prefill_tokens: int | None = None
-    decode_ms: float | None = None
-    invalid: tuple[str, ...] = ()
-
-    @property
-    def prefilled_tokens(self) -> int | None:
-        """Prompt tokens the server had to prefill: those it did not read from its cache."""
-        if self.prefill_tokens is not None:
-            return self.prefill_tokens
-        if self.prompt_tokens is None or self.cached_tokens is None:
-            return None
-        return self.prompt_tokens - self.cached_tokens
-
-
-class _Reader:
-    """Reads counts from loosely typed mappings, noting the impossible ones by name."""
-
-    def __init__(self) -> None:
-        self.invalid: list[str] = []
-
-    def count(self, source: object, field: str, name: str) -> int | None:
-        value = source.get(field) if isinstance(source, Mapping) else None
-        if value is None:
-            return None
-        # llama.cpp and some proxies send whole counts as floats (12.0).
-        if is_number(value) and value == int(value) and 0 <= value <= MAX_REPORTED_TOKENS:
-            return int(value)
-        self.invalid.append(name)
-        return None
-
-    def detail(self, details: object, kind: str) -> int | None:
-        """Sums ``kind`` and its service-tier variants (``priority_cache_read``) in ``details``."""
-        if not isinstance(details, Mapping):
-            return None
-        name = "cache_creation_tokens" if kind == "cache_creation" else "cached_tokens"
-        found = [
-            self.count(details, key, name)
-            for key in details
-            if isinstance(key, str) and (key == kind or key.endswith(f"_{kind}"))
-        ]
-        counts = [c for c in found if c is not None]
-        return sum(counts) if counts else None
-
-    def milliseconds(self, source: object, field: str, name: str) -> float | None:
-        value = source.get(field) if isinstance(source, Mapping) else None
-        if value is None:
-            return None
-        if is_number(value) and 0 <= value <= _DAY_MS:
-            return float(value)
-        self.invalid.append(name)
-        return None
-
-    def usage(self, **fields: Any) -> ServerUsage:
-        prompt, cached = fields.get("prompt_tokens"), fields.get("cached_tokens")
-        if prompt is not None and cached is not None and cached > prompt:
-            self.invalid.append("cached_tokens")
-            fields["cached_tokens"] = None
-        return ServerUsage(**fields, invalid=tuple(dict.fromkeys(self.invalid)))
-
-
-def usage_of_body(body: object) -> ServerUsage:
-    """Reads a raw OpenAI-compatible response body or final stream chunk.
-
-    ``usage`` gives the counts (OpenAI's ``prompt_tokens_details``, DeepSeek's
-    ``prompt_cache_hit_tokens``); llama.cpp's ``timings`` gives the prefill time and, where
-    ``usage`` says nothing of the cache, ``cache_n``; vLLM's ``metrics``, the prefill and
-    decode times.
-    """
-    fields = body if isinstance(body, Mapping) else {}
-    timings = _Timings(fields.get("timings"), fields.get("metrics"))
-    return _read_raw(_Reader(), fields.get("usage"), timings)
-
-
-def usage_of_message(message: object) -> ServerUsage:
-    """Reads a LangChain ``AIMessage`` (a whole answer, or a streamed one merged).
-
-    ``usage_metadata`` first (LangChain's mapping of OpenAI's fields), then the raw
-    ``token_usage`` that blocking calls keep in ``response_metadata`` (DeepSeek's cache hits),
-    then llama.cpp's ``timings`` and vLLM's ``metrics``, which ``build_chat_model``'s model
-    keeps there.
-    """
-    read = _Reader()
-    metadata = getattr(message, "response_metadata", None)
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    raw = metadata.get("token_usage")
-    timings = _Timings(metadata.get("timings"), metadata.get("metrics"))
-    usage = getattr(message, "usage_metadata", None)
-    if not isinstance(usage, Mapping) or not usage:
-        return _read_raw(read, raw, timings)
-    details = usage.get("input_token_details")
-    return read.usage(
-        prompt_tokens=read.count(usage, "input_tokens", "prompt_tokens"),
-        completion_tokens=read.count(usage, "output_tokens", "completion_tokens"),
-        cached_tokens=_cached(read, read.detail(details, "cache_read"), raw, timings.llama),
-        cache_creation_tokens=read.detail(details, "cache_creation"),
-        **timings.read(read),
-    )
-
-
-class _Timings(NamedTuple):
-    """A server's own timing of a call: llama.cpp's ``timings``, vLLM's per-request ``metrics``."""
-
-    llama: object
-    vllm: object
-
-    def read(self, read: _Reader) -> dict[str, Any]:
-        """The prefill time and tokens and the decode time, llama.cpp's figures first."""
-        llama, vllm = self.llama, self.vllm
-        prefill_ms = read.milliseconds(llama, "prompt_ms", "prefill_ms")
-        decode_ms = read.milliseconds(llama, "predicted_ms", "decode_ms")
-        return {
-            "prefill_ms": (
-                prefill_ms
-                if prefill_ms is not None
-                else read.milliseconds(vllm, "time_to_first_token_ms", "prefill_ms")
-            ),
-            "prefill_tokens": read.count(llama, "prompt_n", "prefill_tokens"),
-            "decode_ms": (
-                decode_ms
-                if decode_ms is not None
-                else read.milliseconds(vllm, "generation_time_ms", "decode_ms")
-            ),
-        }
-
-
-def _read_raw(read: _Reader, usage: object, timings: _Timings) -> ServerUsage:
-    """Reads OpenAI's raw ``usage`` object, with DeepSeek's, llama.cpp's and vLLM's fields."""
-    details = usage.get("prompt_tokens_details") if isinstance(usage, Mapping) else None
-    return read.usage(
-        prompt_tokens=read.count(usage, "prompt_tokens", "prompt_tokens"),
-        completion_tokens=read.count(usage, "completion_tokens", "completion_tokens"),
-        cached_tokens=_cached(read, read.detail(details, "cached_tokens"), usage, timings.llama),
-        cache_creation_tokens=None,
-        **timings.read(read),
-    )
-
-
-def _cached(read: _Reader, reported: int | None, raw: object, timings: object) -> int | None:
-    """The cached tokens: as ``usage`` reports them, else DeepSeek's, else llama.cpp's."""
-    if reported is not None:
-        return reported
-    deepseek = read.count(raw, "prompt_cache_hit_tokens", "cached_tokens")
-    return deepseek if deepseek is not None else read.count(timings, "cache_n", "cached_tokens")

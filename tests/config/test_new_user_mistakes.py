@@ -1,4 +1,4 @@
-"""load_settings against a new user's first mistakes (issue 29, items 9 and 10).
+"""load_settings against a new user's first mistakes.
 
 Every integer setting has an upper bound (``10**20`` overflowed the exporter's 64-bit integers on
 every span), and the errors a new user meets first say what actually happened: a key in the
@@ -56,7 +56,7 @@ def config_error(config: str | None = None, settings: str | None = None) -> str:
     return message
 
 
-# --- item 9: every integer setting is bounded ------------------------------------------------
+# --- every integer setting is bounded --------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_values_at_the_bounds_still_load() -> None:
     assert loaded.metrics.ttft_error_ms == 86_400_000
 
 
-# --- item 10: the messages say what happened -------------------------------------------------
+# --- the messages say what happened ---------------------------------------------------------
 
 
 def test_a_prompt_key_under_llm_is_told_where_it_belongs() -> None:
