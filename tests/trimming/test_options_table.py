@@ -93,18 +93,31 @@ def test_the_trimmer_and_the_loader_refuse_a_value_by_the_same_rule(
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "error", "message"),
     [
-        ({"budget": True}, "PriorityTrimmer: budget must be an integer, got True."),
-        ({"keep_system": "yes"}, "PriorityTrimmer: keep_system must be True or False, got 'yes'."),
-        ({"priority_order": "system"}, "PriorityTrimmer: priority_order must be a list, got"),
-        ({"priority_order": [1, 2, 3, 4]}, "PriorityTrimmer: priority_order must list each of"),
+        ({"budget": True}, TypeError, "PriorityTrimmer: budget must be an integer, got True."),
+        (
+            {"keep_system": "yes"},
+            TypeError,
+            "PriorityTrimmer: keep_system must be True or False, got 'yes'.",
+        ),
+        (
+            {"priority_order": "system"},
+            TypeError,
+            "PriorityTrimmer: priority_order must be a list, got",
+        ),
+        (
+            {"priority_order": [1, 2, 3, 4]},
+            ValueError,
+            "PriorityTrimmer: priority_order must list each of",
+        ),
     ],
 )
 def test_a_value_of_the_wrong_kind_is_named_with_the_kind(
-    options: dict[str, object], message: str
+    options: dict[str, object], error: type[Exception], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=f"^{message}"):
+    """A value of the wrong type is a TypeError, a list of the wrong values a ValueError."""
+    with pytest.raises(error, match=f"^{message}"):
         PriorityTrimmer(**options)  # type: ignore[arg-type]
 
 

@@ -540,7 +540,7 @@ def test_from_settings_takes_the_prompt_settings() -> None:
         # logged an ERROR with a traceback for the trim span's budget on every trim.
         ({"budget": 10**30}, "budget", ValueError),
         ({"priority_order": ("system", "history")}, "priority_order", ValueError),
-        ({"priority_order": "system"}, "priority_order", ValueError),
+        ({"priority_order": "system"}, "priority_order", TypeError),
         (
             {"priority_order": ("system", "latest_user", "tool_result", "tool_result")},
             "priority_order",

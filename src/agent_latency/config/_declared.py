@@ -138,18 +138,23 @@ class Setting:
 
     def problem(self, value: object) -> str | None:
         """What ``value`` (of any type) must be instead, or ``None`` when it is good."""
+        if not self.of_kind(value):
+            return f"must be {_REQUIRED_KIND[self.kind]}"
         if value is None and self.optional:
             return None
-        kind_ok = {
+        return self.requirement if self.violated(value) else None
+
+    def of_kind(self, value: object) -> bool:
+        """Whether ``value`` is of the setting's type (``None`` too, where it may be unset)."""
+        if value is None and self.optional:
+            return True
+        return {
             "int": is_integer(value),
             "number": is_number(value),
             "bool": isinstance(value, bool),
             "str": isinstance(value, str),
             "list": isinstance(value, Sequence) and not isinstance(value, str),
         }[self.kind]
-        if not kind_ok:
-            return f"must be {_REQUIRED_KIND[self.kind]}"
-        return self.requirement if self.violated(value) else None
 
 
 def _shown(bound: float) -> str:

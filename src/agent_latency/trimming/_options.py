@@ -131,7 +131,8 @@ class TrimOptions:
             value = getattr(self, name)
             problem = declared.problem(value)
             if problem is not None:
-                raise ValueError(f"PriorityTrimmer: {name} {problem}, got {value!r}.")
+                error = ValueError if declared.of_kind(value) else TypeError
+                raise error(f"PriorityTrimmer: {name} {problem}, got {value!r}.")
         self._set("priority_order", tuple(self.priority_order))
         checked_int(
             _OWNER,
