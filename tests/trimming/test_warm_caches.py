@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._relevance import TermCache, terms
-from agent_latency.trimming._rounds import AnalysisMemo, group_units
+from agent_latency.trimming._rounds import AnalysisMemo, analysis, group_units
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 BUDGET = 400
@@ -183,11 +183,12 @@ def test_conversation_cache_matches_a_fresh_analysis_on_random_agent_loops() -> 
             ids = [f"x{rng.randrange(3)}", f"a{rng.randrange(5)}"]
             messages += [calls(*ids), *(result(i, rng.randrange(1, 20)) for i in ids)]
 
-        counts, texts, units = cache.analyse(messages)
+        facts = cache.analyse(messages)
 
-        assert counts == [TokenCounter().count_message(m) for m in messages]
-        assert texts == [m.text for m in messages]
-        assert units == group_units(messages)
+        assert facts.counts == [TokenCounter().count_message(m) for m in messages]
+        assert facts.texts == [m.text for m in messages]
+        assert facts.units == group_units(messages)
+        assert facts == analysis(TokenCounter(), messages)  # and what is derived from them
 
 
 def test_found_terms_match_a_full_search_as_the_texts_change() -> None:

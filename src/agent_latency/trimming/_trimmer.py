@@ -448,7 +448,8 @@ class PriorityTrimmer(TrimRunnable):
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         messages = coerce_messages(value)
-        counts, texts, units = self._analyses.analyse(messages)
+        facts = self._analyses.analyse(messages)
+        counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
         # What the request weighed as given, before a tool budget left tools out.
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
@@ -466,8 +467,7 @@ class PriorityTrimmer(TrimRunnable):
         factor = self.calibration.factor if self.calibration is not None else 1.0
         plan = Plan(
             messages,
-            counts,
-            texts,
+            facts,
             overhead=tool_tokens + response_format_tokens,
             framing=self._framing,
             budget=math.floor(self.budget / factor),
@@ -480,8 +480,8 @@ class PriorityTrimmer(TrimRunnable):
             return self._term_index.of(tuple(map(id, messages[:2])), texts)
 
         options = self.options
-        classify(plan, units)
-        mark_kept(plan, units, options)
+        classify(plan)
+        mark_kept(plan, options)
         if plan.tokens <= plan.budget:
             plan.fits()
         else:
