@@ -8,22 +8,26 @@ chat (up to ``--messages``, 4,000-token budget, the Qwen counter):
 - ``dicts``: the same chat as OpenAI-format dicts, converted anew on every call (as an app that
   keeps its history as JSON does), so no message object is seen twice;
 - ``agent``: the same chat as an agent loop (each question answered after a tool call whose
-  result is large), with 12 tools, ``tool_budget=300`` and ``compact_tool_results=True``.
+  result is large; trimmed before each model call: after the question and after the result),
+  with 12 tools, ``tool_budget=300`` and ``compact_tool_results=True``.
 
 Every call of a conversation goes, interleaved, to a trimmer with every cache on and to one
 trimmer per cache with only that cache off (each trimmer with its own counter). A cache is
 switched off by putting a cache that remembers nothing in its place (or, for the conversation
-memo, a new memo before every call). Printed per cache and conversation: the median CPU ms of a
+memo, a new memo before every call; for the tool choices, which every trimmer shares, around
+the call). Printed per cache and conversation: the median CPU ms of a
 call with the cache off over the calls from ``--from`` messages on, and the ratio off / on
 (above 1: the cache saves that share; the machine is shared, so ratios within about 0.05 of 1
 are noise). Caches a conversation does not use print ``-``.
 
-Run: ``python scripts/trim_caches.py [--messages 700] [--from 300]`` (about three minutes).
+Run: ``python scripts/trim_caches.py [--messages 700] [--from 300]`` (about six minutes of CPU;
+fifteen on the shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -88,6 +92,20 @@ class _Forgetful(dict[Any, Any]):
         return None
 
 
+_TOOLS_MODULE = sys.modules[PriorityTrimmer.__module__.rpartition(".")[0] + "._tools"]
+
+
+@contextlib.contextmanager
+def _no_tool_choices() -> Iterator[None]:
+    """The tool choices every trimmer shares, switched off around a call."""
+    kept = _TOOLS_MODULE._CHOICES
+    _TOOLS_MODULE._CHOICES = _Off()
+    try:
+        yield
+    finally:
+        _TOOLS_MODULE._CHOICES = kept
+
+
 def _fresh_memo(trimmer: PriorityTrimmer) -> None:
     trimmer._analyses = type(trimmer._analyses)(trimmer.token_counter)
 
@@ -110,8 +128,6 @@ def _set(path: str) -> Callable[[PriorityTrimmer], None]:
 CACHES: dict[str, tuple[Callable[[PriorityTrimmer], None], bool]] = {
     "counter: per message object": (_set("token_counter._by_identity"), False),
     "counter: per message content": (_set("token_counter._by_content"), False),
-    "counter: request framing": (_set("token_counter._request_counts"), False),
-    "counter: tool definitions": (_set("token_counter._tool_counts"), False),
     "conversation memo (_rounds)": (_fresh_memo, True),
     "term counts per text": (_set("term_cache._cache"), False),
     "scores and stable parts": (_set("term_cache.scores"), False),
@@ -119,6 +135,7 @@ CACHES: dict[str, tuple[Callable[[PriorityTrimmer], None], bool]] = {
     "request extras (tools)": (_set("_extras_counter._cache"), False),
     "shortened copies": (_set("_shortener._cache"), False),
     "compaction stubs": (_set("compactor._cache"), False),
+    "tool choices (shared)": (lambda trimmer: None, False),
 }
 
 
@@ -137,7 +154,9 @@ def _agent(chat: list[BaseMessage]) -> list[BaseMessage]:
     for index, message in enumerate(chat):
         if message.type == "ai":
             call = f"call_{index}"
-            turns.append(AIMessage("", tool_calls=[{"name": "search_notes", "args": {}, "id": call}]))
+            turns.append(
+                AIMessage("", tool_calls=[{"name": "search_notes", "args": {}, "id": call}])
+            )
             turns.append(ToolMessage(f"{message.text}\n" * 4, tool_call_id=call))
         turns.append(message)
     return turns
@@ -148,8 +167,9 @@ def _calls(name: str, messages: int) -> Iterator[Callable[[], object]]:
     chat = _chat(messages)
     system = SystemMessage("You are a helpful assistant. Answer briefly.")
     turns = _agent(chat) if name == "agent" else chat
+    calls_after = ("human", "tool") if name == "agent" else ("human",)
     for end in range(1, len(turns) + 1):
-        if turns[end - 1].type != "human":
+        if turns[end - 1].type not in calls_after:
             continue
         conversation = [system, *turns[:end]]
         if name == "dicts":
@@ -160,6 +180,28 @@ def _calls(name: str, messages: int) -> Iterator[Callable[[], object]]:
 
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant"}
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _count_messages(messages: int, start: int) -> tuple[float, float]:
+    """The median ms of ``count_messages`` of the growing chat, with the per-object cache on
+    and off."""
+    on, off = TokenCounter.for_model("qwen"), TokenCounter.for_model("qwen")
+    _set("_by_identity")(off)  # type: ignore[arg-type]
+    system = SystemMessage("You are a helpful assistant. Answer briefly.")
+    chat = _chat(messages)
+    times: tuple[list[float], list[float]] = ([], [])
+    for end in range(start, len(chat) + 1):
+        conversation = [system, *chat[:end]]
+        for counter, kept in zip((on, off), times, strict=True):
+            started = time.process_time()
+            counter.count_messages(conversation)
+            kept.append((time.process_time() - started) * 1000)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _trimmer(name: str) -> PriorityTrimmer:
@@ -192,12 +234,17 @@ def _run(name: str, messages: int, start: int) -> dict[str, tuple[float, float]]
             if every_call and switch is not None:
                 switch(trimmer)
             given = make()
-            started = time.process_time()
-            trimmer.trim(given)
+            off_around = _no_tool_choices() if cache == "tool choices (shared)" else _nothing()
+            with off_around:
+                started = time.process_time()
+                trimmer.trim(given)
+                ended = time.process_time()
             if size >= start:
-                times[cache].append((time.process_time() - started) * 1000)
+                times[cache].append((ended - started) * 1000)
     base = statistics.median(times[""])
-    return {cache: (statistics.median(t), statistics.median(t) / base) for cache, t in times.items()}
+    return {
+        cache: (statistics.median(t), statistics.median(t) / base) for cache, t in times.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
             ms, ratio = results[name][cache]
             row += f"{ms:>11.2f}{ratio:>7.2f}"
         print(row)
+    on, off = _count_messages(args.messages, args.start)
+    print(
+        f"count_messages of the chat: {on:.2f} ms with the counter's per-object cache, "
+        f"{off:.2f} ms without (ratio {off / on:.2f})"
+    )
     return 0
 
 
