@@ -628,8 +628,13 @@ def question_retention(
         copy = shortened.get(index)
         return copy is None or term in terms.counts(text_of(copy))
 
-    wanted = {t for t in asked if any(p != question for p in positions(t))} | lost
+    def elsewhere(term: str) -> bool:  # positions are distinct: O(1)
+        found = positions(term)
+        return len(found) > 1 or (len(found) == 1 and found[0] != question)
+
+    wanted = {t for t in asked if elsewhere(t)} | lost
     if not wanted:
         return None
-    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in positions(t))}
+    # Newest first: the recent messages are the ones a trim sends.
+    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in reversed(positions(t)))}
     return round(len(kept) / len(wanted), 4)
