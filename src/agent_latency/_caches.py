@@ -16,7 +16,7 @@ import operator
 import threading
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage
@@ -180,11 +180,6 @@ def unchanged(message: BaseMessage, seen: Stamp) -> bool:
 def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
     # One getter per set of fields, so that callers can group messages by it.
     return operator.itemgetter(*names)
-
-
-def snapshot(value: Any) -> Any:
-    """A copy of ``value`` to compare later: deep for mappings, the value itself otherwise."""
-    return copy.deepcopy(value) if isinstance(value, Mapping) else value
 
 
 class MessageCache:

@@ -23,11 +23,11 @@ from agent_latency.trimming._shortening import MessageShortener
 
 MIB = 1024 * 1024
 # The documented bounds of what a default trimmer and its counter hold (docs/reliability.md):
-# the counter's content cache 64 MiB and its tool counts 8 MiB; the term cache 16 MiB and its
-# scores and searches 4 MiB each; tool-choice and request caches 4 + 8 MiB. Plus room for what
+# the counter's content cache 64 MiB; the term cache 16 MiB and its scores 4 MiB; tool-choice and
+# request caches 4 + 8 MiB. Plus room for what
 # is bounded by entries or held little here (the shortened copies, 16 MiB at most, ~1.5 MiB in
 # this test; 4,096 stubs; 16 conversation memos).
-BOUND = (64 + 8 + 16 + 4 + 4 + 4 + 8 + 8) * MIB
+BOUND = (64 + 16 + 4 + 4 + 8 + 8) * MIB
 
 _RNG = random.Random(23)
 _WORDS = [

@@ -53,12 +53,6 @@ def test_a_query_without_terms_scores_every_round_zero() -> None:
     assert bm25_scores("?", [["anything"], ["else"]], TermCache()) == [0.0, 0.0]
 
 
-def test_the_terms_found_are_the_question_terms_some_text_holds() -> None:
-    cache = TermCache()
-    assert cache.found("door code Lyra", ["the door code", "nothing"]) == {"door", "code"}
-    assert cache.found("?", ["x"]) == set()
-
-
 def conversation(rounds: int, needle_round: int) -> list[BaseMessage]:
     messages: list[BaseMessage] = [SystemMessage("You are a support assistant.")]
     for index in range(rounds):

@@ -1,7 +1,7 @@
 """The caches that make a warm trim cheap never change what a trim decides.
 
-A trimmer reused across an agent loop remembers each conversation (counts, texts, units) and the
-question terms it found; a token counter remembers each message's count. Every test here edits or
+A trimmer reused across an agent loop remembers each conversation (counts, texts, units and what
+is derived from them); a token counter remembers each message's count. Every test here edits or
 rearranges a conversation between two trims with the same trimmer, and checks the second trim
 against a new trimmer and counter that remember nothing.
 """
@@ -16,8 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._relevance import TermCache, terms
-from agent_latency.trimming._rounds import AnalysisMemo, group_units
+from agent_latency.trimming._rounds import AnalysisMemo, analysis, group_units
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 BUDGET = 400
@@ -183,26 +182,9 @@ def test_conversation_cache_matches_a_fresh_analysis_on_random_agent_loops() -> 
             ids = [f"x{rng.randrange(3)}", f"a{rng.randrange(5)}"]
             messages += [calls(*ids), *(result(i, rng.randrange(1, 20)) for i in ids)]
 
-        counts, texts, units = cache.analyse(messages)
+        facts = cache.analyse(messages)
 
-        assert counts == [TokenCounter().count_message(m) for m in messages]
-        assert texts == [m.text for m in messages]
-        assert units == group_units(messages)
-
-
-def test_found_terms_match_a_full_search_as_the_texts_change() -> None:
-    rng = random.Random(5)
-    words = ["door", "code", "lyra", "billing", "batch", "warehouse", "其他", "仓库"]
-    cache = TermCache()
-    query = "What is the door code of the Lyra warehouse 仓库?"
-    texts: list[str] = []
-    for _ in range(300):
-        if texts and rng.random() < 0.4:
-            del texts[rng.randrange(len(texts)) :]
-        texts += [" ".join(rng.sample(words, 2)) for _ in range(rng.randrange(4))]
-        if rng.random() < 0.2:
-            texts = [rng.choice(words), *texts[1:]]
-
-        wanted = set(terms(query))
-        expected = {term for term in wanted if any(term in terms(text) for text in texts)}
-        assert cache.found(query, texts, "input") == expected
+        assert facts.counts == [TokenCounter().count_message(m) for m in messages]
+        assert facts.texts == [m.text for m in messages]
+        assert facts.units == group_units(messages)
+        assert facts == analysis(TokenCounter(), messages)  # and what is derived from them

@@ -13,7 +13,6 @@ model by its name.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import weakref
@@ -23,7 +22,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._caches import LRUCache, snapshot, stamp, unchanged
+from agent_latency._caches import LRUCache, stamp, unchanged
 from agent_latency._chat_format import content_key, wire_message, wire_role, wire_tools
 from agent_latency._user_input import coerce_messages
 from agent_latency.tokens._framing import (
@@ -43,7 +42,6 @@ from agent_latency.tokens._vocabularies import (
 __all__ = ["TokenCounter", "TokenCounting"]
 
 _CONTENT_CACHE_BYTES = 64 * 1024 * 1024
-_TOOL_CACHE_BYTES = 8 * 1024 * 1024
 _SYNTHETIC_IDS = 1 << 30  # ids of framing tokens a vocabulary lacks: past every real vocabulary
 _OPAQUE_ID = _SYNTHETIC_IDS - 1
 _ENTRY_BYTES = 200  # what a cache entry costs besides the strings it holds
@@ -107,8 +105,8 @@ class TokenCounter:
     message edited in place, even inside its list content, is counted again; the entry ends
     with the message), and by content (equal messages built anew, e.g. from OpenAI dicts, are
     not tokenised again; bounded by ``cache_size`` entries and 64 MiB of the strings they are
-    keyed by, as ``sys.getsizeof`` counts them). Tool definitions' counts are remembered for
-    256 tool lists and at most 8 MiB (twice their JSON: the snapshot an edit is told by).
+    keyed by, as ``sys.getsizeof`` counts them). Tool definitions are counted anew on every call
+    (a trimmer's ``ExtrasCounter`` remembers its requests' counts).
 
     Args:
         encoding: A vocabulary name (``cl100k_base``, ``o200k_base``, ``qwen``, ``qwen3.6``,
@@ -144,8 +142,6 @@ class TokenCounter:
         # id -> (weak reference, stamp, count)
         self._by_identity: dict[int, tuple[Any, ...]] = {}
         self._by_content = LRUCache(cache_size, _CONTENT_CACHE_BYTES)
-        self._tool_counts = LRUCache(256, _TOOL_CACHE_BYTES)
-        self._request_counts: dict[str | None, int] = {}
         self.tokenized_messages = 0
         """How many messages were tokenised (cache misses) since creation; for tests and tuning."""
 
@@ -234,12 +230,8 @@ class TokenCounter:
 
     def count_framing(self, messages: Sequence[BaseMessage]) -> int:
         """Returns what a request adds to its messages: BOS, default system prompt, priming."""
-        first = wire_role(messages[0]) if messages else None
-        count = self._request_counts.get(first)
-        if count is None:
-            head, tail = self._framing.request(first)
-            count = self._request_counts[first] = self._count_pieces([*head, *tail])
-        return count
+        head, tail = self._framing.request(wire_role(messages[0]) if messages else None)
+        return self._count_pieces([*head, *tail])
 
     def count_messages(self, messages: Sequence[BaseMessage | Mapping[str, Any]]) -> int:
         """Returns the prompt tokens of a whole conversation, framing and reply priming included.
@@ -264,15 +256,7 @@ class TokenCounter:
         tools = list(tools)
         if not tools:
             return 0
-        key = tuple(map(id, tools))
-        entry = self._tool_counts.get(key)
-        if entry is not None and entry[0] == tools:  # a snapshot: catches edits in place
-            return int(entry[1])
-        wire = wire_tools(tools)
-        count = self._count_pieces(self._framing.tools(wire))
-        weight = _ENTRY_BYTES + 2 * len(json.dumps(wire, default=str))
-        self._tool_counts.put(key, ([snapshot(t) for t in tools], count), weight)
-        return count
+        return self._count_pieces(self._framing.tools(wire_tools(tools)))
 
     def count_response_format(self, response_format: Mapping[str, Any]) -> int:
         """Returns the prompt tokens of a ``response_format`` (0 for template families)."""

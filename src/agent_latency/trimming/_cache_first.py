@@ -33,7 +33,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
@@ -42,7 +41,6 @@ from agent_latency._chat_format import role_of
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
 from agent_latency.trimming._relevance import Occurrences, TermCache
-from agent_latency.trimming._rounds import Unit
 
 STABLE_SHARE: Final = 0.4
 """What a deep cut keeps of the history's room: the stable part."""
@@ -68,7 +66,6 @@ _B: Final = 0.75
 
 def cache_first_cut(
     plan: Plan,
-    units: Sequence[Unit],
     options: TrimOptions,
     terms: TermCache,
     occurrences: Occurrences,
@@ -77,13 +74,12 @@ def cache_first_cut(
 
     Args:
         plan: The plan, over budget (large tool results already shortened).
-        units: The conversation's units.
         options: The trimmer's options (``history_keep_head`` and ``history_keep_tail`` rounds
             are kept first in the stable part).
         terms: Where term counts are remembered between calls.
         occurrences: Where each term occurs in the conversation.
     """
-    history = _History.of(plan, units, terms, occurrences)
+    history = _History.of(plan, terms, occurrences)
     if history is None:
         return
     total = history.starts[-1]
@@ -128,25 +124,12 @@ class _History:
     occurrences: Occurrences
 
     @classmethod
-    def of(
-        cls, plan: Plan, units: Sequence[Unit], terms: TermCache, occurrences: Occurrences
-    ) -> _History | None:
-        by_round: dict[int, list[int]] = {}
-        classes, dropped, must_keep = plan.classes, plan.dropped, plan.must_keep
-        for unit in units:
-            first = unit.indices[0]
-            if classes[first] == "history" and not dropped[first] and not must_keep[first]:
-                by_round.setdefault(unit.round, []).extend(unit.indices)
-        if not by_round:
+    def of(cls, plan: Plan, terms: TermCache, occurrences: Occurrences) -> _History | None:
+        rounds = plan.history_rounds()
+        if rounds is None:
             return None
-        indices = list(by_round.values())
-        owner = [-1] * len(plan.messages)
-        for r, members in enumerate(indices):
-            for i in members:
-                owner[i] = r
-        planned = plan.sizes
-        sizes = [sum(planned[i] for i in members) for members in indices]
-        return cls(plan, indices, sizes, [0, *accumulate(sizes)], owner, terms, occurrences)
+        indices, sizes, starts, owner = rounds
+        return cls(plan, indices, sizes, starts, owner, terms, occurrences)
 
     def scores(self, query: str, upto: int) -> tuple[list[float], float, dict[int, set[str]]]:
         """How well each of the first ``upto`` rounds answers ``query``, turn by turn, by what

@@ -15,7 +15,8 @@ import math
 import operator
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import accumulate, compress, repeat
+from typing import NamedTuple
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
@@ -25,7 +26,7 @@ from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._decisions import Action, MessageDecision, Rule
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import Occurrences, TermCache, bm25_scores, text_of
-from agent_latency.trimming._rounds import Unit
+from agent_latency.trimming._rounds import MessageFacts, Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 
 logger = logging.getLogger("agent_latency.trimming")
@@ -33,13 +34,31 @@ logger = logging.getLogger("agent_latency.trimming")
 _MUST_KEEP_RULES: frozenset[Rule] = frozenset({"must_keep", "latest_tool_call"})
 
 
+class HistoryRounds(NamedTuple):
+    """The history rounds of a plan (:meth:`Plan.history_rounds`; shared: do not modify).
+
+    Attributes:
+        indices: Each round's message positions, in unit order.
+        sizes: Each round's tokens as planned.
+        starts: The tokens before each round, and the total last.
+        owner: Per message position, its round (``-1``: no history round).
+    """
+
+    indices: list[list[int]]
+    sizes: list[int]
+    starts: list[int]
+    owner: list[int]
+
+
 class Plan:
     """The per-message state of one trim while it is decided, and the record of it afterwards.
 
     Attributes:
         messages: The input messages.
+        facts: What the analysis of the conversation found (shared with later trims: not to
+            be modified, like ``counts`` and ``texts``, which are its own).
         counts: Their tokens as given.
-        texts: Their texts (shared with later trims: not to be modified, like ``counts``).
+        texts: Their texts.
         sizes: Their tokens as they will be sent (shortened copies' own counts).
         budget: The most tokens the request may have.
         tokens: Tokens of the request as planned: the kept messages, ``overhead`` and the
@@ -53,10 +72,12 @@ class Plan:
     """
 
     __slots__ = (
+        "as_analysed",
         "budget",
         "classes",
         "counts",
         "dropped",
+        "facts",
         "first",
         "frame",
         "framing",
@@ -74,8 +95,7 @@ class Plan:
     def __init__(
         self,
         messages: list[BaseMessage],
-        counts: list[int],
-        texts: list[str],
+        facts: MessageFacts,
         *,
         overhead: int,
         framing: Callable[[BaseMessage | None], int],
@@ -86,8 +106,7 @@ class Plan:
 
         Args:
             messages: The input messages.
-            counts: Their tokens.
-            texts: Their texts.
+            facts: Their analysis.
             overhead: The tokens of what the request sends besides its messages and framing.
             framing: The per-request framing of a request whose first message is the one given
                 (``None``: no message).
@@ -95,8 +114,9 @@ class Plan:
             shortener: Makes the shortened copies.
         """
         self.messages = messages
-        self.counts = counts
-        self.texts = texts
+        self.facts = facts
+        self.counts = counts = facts.counts
+        self.texts = facts.texts
         self.sizes = list(counts)
         self.budget = budget
         self.frame = framing
@@ -104,16 +124,21 @@ class Plan:
         self.framing = framing(messages[0] if messages else None)
         self.tokens = sum(counts) + overhead + self.framing
         self.shortener = shortener
-        self.classes: list[PriorityClass] = ["history"] * len(messages)
+        self.classes: list[PriorityClass] = list(facts.classes)  # classify() finishes them
         self.rules: list[Rule] = ["fits"] * len(messages)
         self.dropped = [False] * len(messages)
         self.must_keep = [False] * len(messages)
         self.shortened: dict[int, BaseMessage] = {}
         self.moved: list[int] = []
+        # Whether no message was dropped but orphans, none brought back and none of the
+        # history made must-keep: then the history rounds are the analysis' (history_rounds).
+        self.as_analysed = True
 
     def keep(self, indices: Sequence[int], rule: Rule) -> None:
         """Marks messages kept by ``rule``; one shortened already keeps its shortening's rule."""
         must_keep = rule in _MUST_KEEP_RULES
+        if must_keep and self.as_analysed:
+            self.as_analysed = all(self.classes[index] != "history" for index in indices)
         for index in indices:
             if index not in self.shortened:
                 self.rules[index] = rule
@@ -121,12 +146,13 @@ class Plan:
 
     def fits(self) -> None:
         """Records that the request fits: every message not dropped is kept as it is."""
-        self.rules = [
-            "fits" if not dropped else rule
-            for rule, dropped in zip(self.rules, self.dropped, strict=True)
-        ]
+        rules = self.rules
+        self.rules = ["fits"] * len(rules)
+        for index in compress(range(len(rules)), self.dropped):
+            self.rules[index] = rules[index]
 
     def drop(self, indices: Sequence[int], rule: Rule) -> None:
+        self.as_analysed = self.as_analysed and rule == "orphan_tool_result"
         dropped, rules, sizes = self.dropped, self.rules, self.sizes
         for index in indices:
             if not dropped[index]:
@@ -141,6 +167,7 @@ class Plan:
 
     def restore(self, indices: Sequence[int], rules: Sequence[Rule]) -> None:
         """Undoes :meth:`drop` of ``indices``, which get ``rules`` back (the framing too)."""
+        self.as_analysed = False
         for index, rule in zip(indices, rules, strict=True):
             if self.dropped[index]:
                 self.dropped[index] = False
@@ -235,6 +262,50 @@ class Plan:
                 totals[self.classes[index]] += self.sizes[index]
         return totals
 
+    def history_rounds(self) -> HistoryRounds | None:
+        """The history rounds as planned now: the messages of class ``"history"`` that are
+        neither dropped nor must-keep, by round, oldest first (``None``: there are none).
+
+        Read from the analysis (in time linear in the messages after the latest user message)
+        while nothing but orphans was dropped, nothing brought back and nothing of the history
+        made must-keep; walked from the units otherwise. Either way the same rounds: a round's
+        messages are listed in unit order (a tool call's results right after it).
+        """
+        if not self.as_analysed:
+            return self._walked_history_rounds()
+        facts = self.facts
+        if not facts.users:
+            return None
+        latest = facts.units[facts.users[-1]]
+        question = latest.indices[0]
+        count = facts.owner[question]  # the rounds before the latest user message's
+        if count == 0:
+            return None
+        owner = facts.owner[:question]
+        owner += [round_ if round_ < count else -1 for round_ in facts.owner[question:]]
+        sizes = facts.round_tokens[:count]
+        for index in self.shortened:  # planned at their copy's size
+            if owner[index] >= 0:
+                sizes[owner[index]] += self.sizes[index] - self.counts[index]
+        return HistoryRounds(facts.rounds[:count], sizes, [0, *accumulate(sizes)], owner)
+
+    def _walked_history_rounds(self) -> HistoryRounds | None:
+        by_round: dict[int, list[int]] = {}
+        classes, dropped, must_keep = self.classes, self.dropped, self.must_keep
+        for unit in self.facts.units:
+            first = unit.indices[0]
+            if classes[first] == "history" and not dropped[first] and not must_keep[first]:
+                by_round.setdefault(unit.round, []).extend(unit.indices)
+        if not by_round:
+            return None
+        indices = list(by_round.values())
+        owner = [-1] * len(self.messages)
+        for round_, members in enumerate(indices):
+            for index in members:
+                owner[index] = round_
+        sizes = [sum(self.sizes[index] for index in members) for members in indices]
+        return HistoryRounds(indices, sizes, [0, *accumulate(sizes)], owner)
+
     def decisions(self) -> tuple[MessageDecision, ...]:
         """One decision per input message, in input order."""
         return tuple(self._decision(index) for index in range(len(self.messages)))
@@ -265,25 +336,22 @@ class _Block:
     indices: list[int]
 
 
-def classify(plan: Plan, units: list[Unit]) -> None:
-    """Assigns every message its class, and drops orphan tool results with a warning."""
-    # Units are in order: the last user unit is the latest user message.
-    latest_user = next((u.indices[0] for u in reversed(units) if u.kind == "user"), -1)
-    classes = plan.classes  # "history" unless set here
-    for unit in units:
-        first = unit.indices[0]
-        priority_class: PriorityClass
-        if unit.kind == "system":
-            priority_class = "system"
-        elif first == latest_user:
-            priority_class = "latest_user"
-        elif first > latest_user:
-            priority_class = "tool_result"
-        else:
-            continue
-        for index in unit.indices:
-            classes[index] = priority_class
-    orphans = [u.indices[0] for u in units if u.kind == "orphan"]
+def classify(plan: Plan) -> None:
+    """Assigns every message its class, and drops orphan tool results with a warning.
+
+    The analysis classes every message ``"system"`` or ``"history"``: only the latest user
+    message's unit and the units after it (the current turn) are read here.
+    """
+    facts, classes = plan.facts, plan.classes
+    latest = facts.users[-1] if facts.users else -1  # its position among the units
+    if latest >= 0:
+        for index in facts.units[latest].indices:
+            classes[index] = "latest_user"
+    for unit in facts.units[latest + 1 :]:
+        if unit.kind != "system":
+            for index in unit.indices:
+                classes[index] = "tool_result"
+    orphans = facts.orphans
     if orphans:
         # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
         plan.drop(orphans, "orphan_tool_result")
@@ -291,31 +359,30 @@ def classify(plan: Plan, units: list[Unit]) -> None:
             "Dropped %d tool result(s) answering no preceding tool call, at message "
             "index(es) %s; check the tool_call_id of the ToolMessages you pass.",
             len(orphans),
-            orphans,
+            list(orphans),
         )
 
 
-def mark_kept(plan: Plan, units: list[Unit], options: TrimOptions) -> None:
-    """Marks the must-keep units, and every other surviving unit as kept within budget."""
-    latest_tool_call: Unit | None = None
+def mark_kept(plan: Plan, options: TrimOptions) -> None:
+    """Marks the must-keep units, and every other surviving unit as kept within budget.
+
+    Right after :func:`classify`: only orphans are dropped, nothing is shortened.
+    """
+    facts, classes, size = plan.facts, plan.classes, len(plan.messages)
+    rules = plan.rules
+    plan.rules = ["within_budget"] * size
+    for index in compress(range(size), plan.dropped):  # the orphans keep their rule
+        plan.rules[index] = rules[index]
+    latest = facts.users[-1] if facts.users else -1
     must_keep: list[int] = []
-    within_budget: list[int] = []
-    classes, dropped = plan.classes, plan.dropped
-    for unit in units:
-        first = unit.indices[0]
-        if dropped[first]:
-            continue
-        priority_class = classes[first]
-        if (priority_class == "system" and options.keep_system) or (
-            priority_class == "latest_user" and options.keep_latest_user
-        ):
-            must_keep += unit.indices
-        else:
-            within_budget += unit.indices
-            if priority_class == "tool_result" and unit.kind == "tool_call":
-                latest_tool_call = unit
+    if options.keep_system:
+        must_keep += compress(range(size), map(operator.eq, classes, repeat("system")))
+    if latest >= 0 and options.keep_latest_user:
+        must_keep += facts.units[latest].indices
     plan.keep(must_keep, "must_keep")
-    plan.keep(within_budget, "within_budget")
+    latest_tool_call = next(
+        (u for u in reversed(facts.units[latest + 1 :]) if u.kind == "tool_call"), None
+    )
     if latest_tool_call is not None:
         plan.keep(latest_tool_call.indices, "latest_tool_call")
 
@@ -561,8 +628,13 @@ def question_retention(
         copy = shortened.get(index)
         return copy is None or term in terms.counts(text_of(copy))
 
-    wanted = {t for t in asked if any(p != question for p in positions(t))} | lost
+    def elsewhere(term: str) -> bool:  # positions are distinct: O(1)
+        found = positions(term)
+        return len(found) > 1 or (len(found) == 1 and found[0] != question)
+
+    wanted = {t for t in asked if elsewhere(t)} | lost
     if not wanted:
         return None
-    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in positions(t))}
+    # Newest first: the recent messages are the ones a trim sends.
+    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in reversed(positions(t)))}
     return round(len(kept) / len(wanted), 4)

@@ -110,8 +110,8 @@ class TermCache:
 
     Bounded by bytes, not only by entries: the term counts of texts, with the texts they are
     keyed by, take at most ``max_bytes`` (16 MiB by default: the counts of a 20 KB text weigh
-    about ten times the text); the scores and searches remembered per question and the texts
-    they were made of, at most 4 MiB each. A text is held until it is evicted, also after its
+    about ten times the text); the scores remembered per question and the texts
+    they were made of, at most 4 MiB. A text is held until it is evicted, also after its
     message died (a string cannot be weakly referenced); the bytes are those ``sys.getsizeof``
     reports for the strings and the counts.
 
@@ -125,9 +125,6 @@ class TermCache:
         # Scores by (query, texts): an agent's tool steps ask the same question of the same
         # history, so only a new question or a changed history is scored again.
         self.scores = LRUCache(_SCORE_ENTRIES, _SCORE_BYTES)
-        # Per (query, slot): the texts last searched and the query terms found in them. An
-        # agent's next call searches the same texts and a few new ones: only those are read.
-        self._found = LRUCache(_SCORE_ENTRIES, _SCORE_BYTES)
 
     def counts(self, text: str) -> Counter[str]:
         """Returns how often each term occurs in ``text`` (shared: do not modify it)."""
@@ -136,41 +133,6 @@ class TermCache:
     def length(self, text: str) -> int:
         """Returns how many terms ``text`` has."""
         return self._entry(text)[1]
-
-    def found(self, query: str, texts: Sequence[str], slot: str = "") -> set[str]:
-        """Returns the terms of ``query`` that occur in at least one of ``texts``.
-
-        Args:
-            query: The text whose terms are looked for.
-            texts: Where they are looked for.
-            slot: Names the list ``texts`` stands for (e.g. ``"sent"``): a later call for the
-                same query and slot reads only the texts after those it shares with this one.
-        """
-        texts = list(texts)
-        wanted = self.counts(query).keys()
-        # Where each term was first found, and how far the texts were read (not to the end
-        # when every term was found before).
-        first: dict[str, int] = {}
-        read = 0
-        remembered: tuple[list[str], dict[str, int], int] | None = self._found.get((query, slot))
-        if remembered is not None:
-            seen, seen_first, seen_read = remembered
-            shared = next(compress(count(), map(operator.ne, texts, seen)), None)
-            shared = min(len(texts), len(seen)) if shared is None else shared
-            first = {term: index for term, index in seen_first.items() if index < shared}
-            read = min(shared, seen_read)
-        missing = wanted - first.keys()
-        for index in range(read, len(texts)) if missing else ():
-            for term in missing.intersection(self.counts(texts[index])):
-                first[term] = index
-            missing = wanted - first.keys()
-            if not missing:
-                read = index + 1
-                break
-        else:
-            read = len(texts)
-        self._found.put((query, slot), (texts, first, read), text_bytes([query, *texts]))
-        return set(first)
 
     def _entry(self, text: str) -> tuple[Counter[str], int]:
         found: tuple[Counter[str], int] | None = self._cache.get(text)

@@ -34,6 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from agent_latency._caches import IDENTITY_FIELDS, LRUCache, edit_check
 from agent_latency._chat_format import role_of
 from agent_latency._user_input import tool_calls_of
+from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
 
@@ -76,63 +77,156 @@ def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
     Raises:
         ValueError: Naming the message, when an ``AIMessage``'s tool calls are malformed.
     """
-    units: list[Unit] = []
-    _group(messages, 0, units, [], {}, 0)
-    return units
+    grouping = _Grouping.empty()
+    grouping.extend(messages, [], _NOTHING)
+    return grouping.units
 
 
-def _group(
-    messages: Sequence[BaseMessage],
-    start: int,
-    units: list[Unit],
-    issued: list[tuple[str, ...]],
-    unit_of_call: dict[str, int],
-    current_round: int,
-) -> int:
-    """Groups ``messages[start:]`` into ``units``, which hold the units of the messages before.
+@dataclass(slots=True)
+class _Grouping:
+    """The units of a conversation's first messages, what a trim derives from them, and what
+    grouping the next messages needs (extended in place: :meth:`copy` before sharing)."""
 
-    Args:
-        messages: The conversation.
-        start: The first message to group.
-        units: The units so far; extended, and a unit a result joins is replaced.
-        issued: The tool-call ids each unit issued; extended.
-        unit_of_call: The latest unit that issued each tool-call id so far; updated.
-        current_round: The round of ``messages[start - 1]``.
+    units: list[Unit]
+    issued: list[tuple[str, ...]]  # the tool-call ids each unit issued
+    unit_of_call: dict[str, int]  # the latest unit that issued each tool-call id
+    round: int  # the round of the last message
+    classes: list[PriorityClass]
+    users: list[int]
+    orphans: list[int]
+    rounds: list[list[int]]
+    owner: list[int]
+    round_tokens: list[int]
+    skipped: int  # 1 when round 0 has no history message (the rounds start at round 1)
 
-    Returns:
-        The round of the last message.
-    """
-    for index in range(start, len(messages)):
-        message = messages[index]
-        kind: UnitKind
-        ids: tuple[str, ...] = ()
-        if isinstance(message, ToolMessage):
-            owner = unit_of_call.get(message.tool_call_id)
-            if owner is not None:
-                unit = units[owner]
-                units[owner] = _unit(unit.kind, (*unit.indices, index), unit.round)
-                continue
-            kind = "orphan"
-        elif isinstance(message, AIMessage) and (calls := tool_calls_of(message, index)):
-            kind = "tool_call"
-            ids = tuple(call["id"] for call in calls if call["id"] is not None)
-            unit_of_call.update(dict.fromkeys(ids, len(units)))
-        elif isinstance(message, HumanMessage):
-            # The common types first: role_of looks at ChatMessage roles and their aliases.
-            current_round += 1
-            kind = "user"
-        elif isinstance(message, SystemMessage):
-            kind = "system"
-        else:
-            role = role_of(message)
-            if role == "user":
-                current_round += 1
+    @classmethod
+    def empty(cls) -> _Grouping:
+        return cls([], [], {}, 0, [], [], [], [], [], [], 0)
+
+    @classmethod
+    def of(cls, units: list[Unit], counts: list[int]) -> _Grouping:
+        """The grouping of ``units`` (tool-call ids issued come from ``issued`` afterwards)."""
+        grouping = cls.empty()
+        grouping.classes = ["history"] * len(counts)
+        grouping.owner = [-1] * len(counts)
+        for unit in units:
+            grouping._add(unit, counts)
+        return grouping
+
+    def copy(self) -> _Grouping:
+        return _Grouping(
+            list(self.units),
+            list(self.issued),
+            dict(self.unit_of_call),
+            self.round,
+            list(self.classes),
+            list(self.users),
+            list(self.orphans),
+            list(self.rounds),  # a round's list is copied when it changes
+            list(self.owner),
+            list(self.round_tokens),
+            self.skipped,
+        )
+
+    def facts(self, counts: list[int], texts: list[str]) -> MessageFacts:
+        return MessageFacts(
+            counts,
+            texts,
+            self.units,
+            self.classes,
+            self.users,
+            self.orphans,
+            self.rounds,
+            self.owner,
+            self.round_tokens,
+        )
+
+    def extend(
+        self,
+        messages: Sequence[BaseMessage],
+        counts: list[int],
+        count: Callable[[BaseMessage], int],
+    ) -> None:
+        """Groups the messages after those grouped so far.
+
+        Args:
+            messages: The conversation.
+            counts: The tokens of the messages grouped so far; extended with ``count``.
+            count: Counts a message (after its tool calls are read: a malformed call is named).
+        """
+        for index in range(len(self.owner), len(messages)):
+            message = messages[index]
+            kind: UnitKind
+            ids: tuple[str, ...] = ()
+            if isinstance(message, ToolMessage):
+                owner = self.unit_of_call.get(message.tool_call_id)
+                if owner is not None:
+                    counts.append(count(message))
+                    self._join(owner, index, counts[index])
+                    continue
+                kind = "orphan"
+            elif isinstance(message, AIMessage) and (calls := tool_calls_of(message, index)):
+                kind = "tool_call"
+                ids = tuple(call["id"] for call in calls if call["id"] is not None)
+                self.unit_of_call.update(dict.fromkeys(ids, len(self.units)))
+            elif isinstance(message, HumanMessage):
+                # The common types first: role_of looks at ChatMessage roles and their aliases.
+                self.round += 1
                 kind = "user"
+            elif isinstance(message, SystemMessage):
+                kind = "system"
             else:
-                kind = "system" if role in _SYSTEM_ROLES else "message"
-        units.append(_unit(kind, (index,), current_round))
-        issued.append(ids)
-    return current_round
+                role = role_of(message)
+                if role == "user":
+                    self.round += 1
+                    kind = "user"
+                else:
+                    kind = "system" if role in _SYSTEM_ROLES else "message"
+            counts.append(count(message))
+            self.classes.append("history")
+            self.owner.append(-1)
+            self._add(_unit(kind, (index,), self.round), counts)
+            self.issued.append(ids)
+
+    def _add(self, unit: Unit, counts: list[int]) -> None:
+        """Adds a unit after the others (its messages' classes and owners already listed)."""
+        position = len(self.units)
+        self.units.append(unit)
+        if unit.kind == "system":
+            for index in unit.indices:
+                self.classes[index] = "system"
+            return
+        if unit.kind == "orphan":
+            self.orphans.append(unit.indices[0])
+            return
+        if unit.kind == "user":
+            self.users.append(position)
+            if not self.rounds:  # round 0 holds no history message
+                self.skipped = 1
+        round_ = unit.round - self.skipped
+        if round_ == len(self.rounds):
+            self.rounds.append([])
+            self.round_tokens.append(0)
+        self.rounds[round_] = [*self.rounds[round_], *unit.indices]
+        self.round_tokens[round_] += sum(counts[index] for index in unit.indices)
+        for index in unit.indices:
+            self.owner[index] = round_
+
+    def _join(self, position: int, index: int, count: int) -> None:
+        """Adds the message at ``index`` (a tool result) to the unit at ``position``."""
+        unit = self.units[position]
+        self.units[position] = _unit(unit.kind, (*unit.indices, index), unit.round)
+        round_ = self.owner[unit.indices[0]]  # a tool call's: a round of the history
+        self.classes.append("history")
+        self.owner.append(round_)
+        self.round_tokens[round_] += count
+        members = self.rounds[round_]
+        after = members.index(unit.indices[-1]) + 1  # in unit order, as a fresh grouping
+        self.rounds[round_] = [*members[:after], index, *members[after:]]
+
+
+def _NOTHING(message: BaseMessage) -> int:
+    return 0
 
 
 def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
@@ -143,15 +237,42 @@ def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
 class MessageFacts(NamedTuple):
     """What a trim needs to know of each message of a conversation (shared: do not modify).
 
+    The fields after ``units`` are what a trim derives from them, kept here so that a growing
+    conversation's next trim reads them rather than walking every message again. A *history
+    message* is one of a unit that is neither a system message nor an orphan; before the latest
+    user message it is what the trim classes ``"history"``.
+
     Attributes:
         counts: Each message's tokens, framing included.
         texts: Each message's text (see :func:`~agent_latency.trimming._relevance.text_of`).
         units: The units, as :func:`group_units` returns them.
+        classes: Each message's class before the latest user message is known: ``"system"``
+            for a system unit's, ``"history"`` for every other.
+        users: The positions in ``units`` of the user messages' units, ascending.
+        orphans: The positions of the orphan tool results, ascending.
+        rounds: The history messages of each round holding any, oldest first, in unit order
+            (round 0 left out when it holds none).
+        owner: Per message, its round in ``rounds``; ``-1`` for a system or orphan message.
+        round_tokens: Per round of ``rounds``, the tokens of its messages.
     """
 
     counts: list[int]
     texts: list[str]
     units: list[Unit]
+    classes: list[PriorityClass]
+    users: list[int]
+    orphans: list[int]
+    rounds: list[list[int]]
+    owner: list[int]
+    round_tokens: list[int]
+
+
+def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
+    """The facts of ``messages``, worked out afresh (what :class:`AnalysisMemo` remembers)."""
+    counts: list[int] = []
+    grouping = _Grouping.empty()
+    grouping.extend(messages, counts, counter.count_message)
+    return grouping.facts(counts, list(map(text_of, messages)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +284,11 @@ class _Memo:
     # Per getter of fields to compare (see edit_check): message indices, ascending, and copies.
     compared: list[tuple[Callable[[dict[str, Any]], Any], list[int], list[Any]]]
     facts: MessageFacts
-    issued: list[tuple[str, ...]]
-    unit_of_call: dict[str, int]
-    round: int
+    grouping: _Grouping  # not extended in place: copied first
 
 
 class AnalysisMemo:
-    """The analysis of conversations: counts, texts and units, once per message while unchanged.
+    """The analysis of conversations (:class:`MessageFacts`), once per message while unchanged.
 
     Remembers the last state of a few conversations (told apart by their first two messages);
     a call reuses what it remembers for the longest unchanged first part of the messages. Holds
@@ -187,7 +306,7 @@ class AnalysisMemo:
         self._memos = LRUCache(_CONVERSATIONS, on_death=_alive_part)
 
     def analyse(self, messages: list[BaseMessage]) -> MessageFacts:
-        """Returns the counts, texts and units of ``messages``.
+        """Returns the facts of ``messages``.
 
         Raises:
             ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
@@ -201,8 +320,7 @@ class AnalysisMemo:
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
-            counts = list(map(self._counter.count_message, messages))
-            return MessageFacts(counts, list(map(text_of, messages)), group_units(messages))
+            return analysis(self._counter, messages)
         self._memos.put(key, memo)
         return memo.facts
 
@@ -210,37 +328,35 @@ class AnalysisMemo:
         """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``."""
         start = len(memo.refs)
         new = messages[start:]
-        groups = {getter: (indices, snapshots) for getter, indices, snapshots in memo.compared}
+        groups = {
+            getter: (list(indices), list(copies)) for getter, indices, copies in memo.compared
+        }
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
             except Exception:
                 raise _Uncopyable from None
             if getter is not None:
-                indices, snapshots = groups.get(getter, ((), ()))
-                groups[getter] = ([*indices, index], [*snapshots, snapshot])
+                indices, snapshots = groups.setdefault(getter, ([], []))
+                indices.append(index)
+                snapshots.append(snapshot)
         compared = [(getter, *group) for getter, group in groups.items()]
-        units = list(memo.facts.units)
-        issued = list(memo.issued)
-        unit_of_call = dict(memo.unit_of_call)
-        round_ = _group(messages, start, units, issued, unit_of_call, memo.round)
-        facts = MessageFacts(
-            memo.facts.counts + list(map(self._counter.count_message, new)),
-            memo.facts.texts + list(map(text_of, new)),
-            units,
-        )
+        counts = list(memo.facts.counts)
+        grouping = memo.grouping.copy()
+        grouping.extend(messages, counts, self._counter.count_message)
+        facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
         fields = [
             old + new_fields for old, new_fields in zip(memo.fields, _fields(new), strict=True)
         ]
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        return _Memo(refs, fields, compared, facts, issued, unit_of_call, round_)
+        return _Memo(refs, fields, compared, facts, grouping)
 
 
 class _Uncopyable(Exception):
     """A message's fields cannot be copied to find edits in place later."""
 
 
-_EMPTY = _Memo([], [[], [], []], [], MessageFacts([], [], []), [], {}, 0)
+_EMPTY = _Memo([], [[], [], []], [], _Grouping.empty().facts([], []), _Grouping.empty())
 
 
 def _fields(messages: Sequence[BaseMessage]) -> list[list[object]]:
@@ -287,17 +403,22 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     """The memo of its first ``length`` messages."""
     if length == len(memo.refs):
         return memo
-    units_before = bisect.bisect_left(memo.facts.units, length, key=_first)
+    units = memo.facts.units
+    units_before = bisect.bisect_left(units, length, key=_first)
     # A tool call's unit keeps only the results before the cut.
-    units = [
+    kept = [
         unit if unit.indices[-1] < length else _unit(unit.kind, _before(unit, length), unit.round)
-        for unit in memo.facts.units[:units_before]
+        for unit in units[:units_before]
     ]
-    issued = memo.issued[:units_before]
-    unit_of_call = memo.unit_of_call  # as it was, unless a unit after the cut issued calls
-    if any(memo.issued[units_before:]):
-        unit_of_call = {id_: unit for unit, ids in enumerate(issued) for id_ in ids}
     counts, texts = memo.facts.counts[:length], memo.facts.texts[:length]
+    grouping = _Grouping.of(kept, counts)
+    grouping.issued = memo.grouping.issued[:units_before]
+    grouping.unit_of_call = memo.grouping.unit_of_call  # as it was, unless cut units issued calls
+    if any(memo.grouping.issued[units_before:]):
+        grouping.unit_of_call = {
+            id_: unit for unit, ids in enumerate(grouping.issued) for id_ in ids
+        }
+    grouping.round = kept[-1].round if kept else 0
     compared = []
     for getter, indices, snapshots in memo.compared:
         end = bisect.bisect_left(indices, length)
@@ -306,10 +427,8 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         memo.refs[:length],
         [field[:length] for field in memo.fields],
         compared,
-        MessageFacts(counts, texts, units),
-        issued,
-        unit_of_call,
-        units[-1].round if units else 0,
+        grouping.facts(counts, texts),
+        grouping,
     )
 
 

@@ -304,7 +304,8 @@ class PriorityTrimmer(TrimRunnable):
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         messages = coerce_messages(value)
-        counts, texts, units = self._analyses.analyse(messages)
+        facts = self._analyses.analyse(messages)
+        counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
         # What the request weighed as given, before a tool budget left tools out.
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
@@ -322,8 +323,7 @@ class PriorityTrimmer(TrimRunnable):
         factor = self.options.calibration.factor if self.options.calibration is not None else 1.0
         plan = Plan(
             messages,
-            counts,
-            texts,
+            facts,
             overhead=tool_tokens + response_format_tokens,
             framing=self._framing,
             budget=math.floor(self.options.budget / factor),
@@ -336,8 +336,8 @@ class PriorityTrimmer(TrimRunnable):
             return self._term_index.of(tuple(map(id, messages[:2])), texts)
 
         options = self.options
-        classify(plan, units)
-        mark_kept(plan, units, options)
+        classify(plan)
+        mark_kept(plan, options)
         if plan.tokens <= plan.budget:
             plan.fits()
         else:
@@ -345,7 +345,7 @@ class PriorityTrimmer(TrimRunnable):
             if options.compact_tool_results:
                 compact_history(plan, options, self.compactor)
             if options.history_selection == "cache_first" and options.prefix_stable:
-                cache_first_cut(plan, units, options, self.term_cache, occurrences())
+                cache_first_cut(plan, options, self.term_cache, occurrences())
             drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
         output = plan.output()

@@ -1,0 +1,186 @@
+"""A growing conversation's trim reads what the analysis kept, and decides as a fresh trim does.
+
+The analysis of a conversation (``_rounds.AnalysisMemo``) is extended by the new messages only,
+with the classes, rounds and round owners a trim needs; the plan reads its history rounds from
+it (:meth:`Plan.history_rounds`). Random growing conversations with random edits in place check
+both against what is worked out afresh: a new trimmer's decisions, and the rounds walked from the
+units (as ``_cache_first`` walked them).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming._options import TrimOptions
+from agent_latency.trimming._plan import Plan, cap_tool_results, classify, mark_kept
+from agent_latency.trimming._rounds import AnalysisMemo
+from agent_latency.trimming._shortening import MessageShortener
+from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
+
+WORDS = ["door", "code", "lyra", "billing", "batch", "harbour", "invoice", "lamp", "seven", "blue"]
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+class Conversation:
+    """A conversation that grows by random turns, with tool results sometimes arriving late."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.messages: list[BaseMessage] = [SystemMessage("You answer from the records.")]
+        self.pending: list[str] = []
+        self.calls = 0
+
+    def grow(self) -> None:
+        rng = self.rng
+        for _ in range(rng.randint(1, 3)):
+            roll = rng.random()
+            if self.pending and roll < 0.3:
+                call = self.pending.pop(rng.randrange(len(self.pending)))
+                self.messages.append(
+                    ToolMessage(_text(rng, rng.randint(5, 120)), tool_call_id=call)
+                )
+            elif roll < 0.5:
+                ids = [f"c{self.calls + i}" for i in range(rng.randint(1, 2))]
+                self.calls += len(ids)
+                tool_calls = [
+                    {"name": "search", "args": {"q": _text(rng, 2)}, "id": i} for i in ids
+                ]
+                self.messages.append(AIMessage("", tool_calls=tool_calls))
+                self.pending += ids
+            elif roll < 0.55:
+                self.messages.append(ToolMessage("stray", tool_call_id="nobody"))
+            elif roll < 0.6:
+                self.messages.append(SystemMessage(_text(rng, 4)))
+            elif roll < 0.65:
+                self.messages.append(ChatMessage(_text(rng, 6), role="user"))
+            elif roll < 0.8:
+                self.messages.append(AIMessage(_text(rng, rng.randint(3, 40))))
+            else:
+                content: Any = _text(rng, rng.randint(3, 20))
+                if rng.random() < 0.2:
+                    content = [{"type": "text", "text": content}]
+                self.messages.append(HumanMessage(content))
+
+    def edit(self) -> None:
+        """Edits an earlier message in place, or cuts the conversation short."""
+        rng, messages = self.rng, self.messages
+        message = messages[rng.randrange(len(messages))]
+        roll = rng.random()
+        if roll < 0.15 and len(messages) > 3:
+            del messages[rng.randrange(2, len(messages)) :]
+            self.pending = []
+        elif isinstance(message, AIMessage) and message.tool_calls and roll < 0.5:
+            message.tool_calls[0]["args"]["q"] = _text(rng, 30)
+        elif isinstance(message, ToolMessage) and roll < 0.5:
+            message.tool_call_id = rng.choice(["nobody", f"c{rng.randrange(self.calls + 1)}"])
+        elif isinstance(message.content, list):
+            message.content[0]["text"] = _text(rng, 50)  # type: ignore[index]
+        else:
+            message.content = _text(rng, rng.randint(1, 80))
+
+
+def _figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
+    position = {id(m): i for i, m in enumerate(inputs)}
+    return {
+        "messages": [position.get(id(m), m.content) for m in trim.messages],
+        "decisions": trim.decisions,
+        "tokens": (trim.tokens_before, trim.tokens_after),
+        "question_retention": trim.question_retention,
+    }
+
+
+@pytest.mark.parametrize("selection", ["cache_first", "relevance", "age"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_growing_conversation_edited_in_place_is_trimmed_as_a_fresh_trimmer_trims_it(
+    seed: int, selection: str
+) -> None:
+    conversation = Conversation(seed)
+    options: dict[str, Any] = {
+        "history_selection": selection,
+        "compact_tool_results": seed % 2 == 1,
+    }
+    warm = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
+    for call in range(120):
+        conversation.grow()
+        if call % 5 == 4:
+            conversation.edit()
+        messages = list(conversation.messages)
+        fresh = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
+
+        expected = _figures(fresh.trim(messages), messages)
+
+        assert _figures(warm.trim(messages), messages) == expected, call
+
+
+def _plan(messages: list[BaseMessage], memo: AnalysisMemo, counter: TokenCounter) -> Plan:
+    """A plan classified and marked, its large tool results shortened (as a trim starts)."""
+    plan = Plan(
+        messages,
+        memo.analyse(messages),
+        overhead=0,
+        framing=lambda first: counter.count_framing(() if first is None else (first,)),
+        budget=300,
+        shortener=MessageShortener(counter),
+    )
+    classify(plan)
+    mark_kept(plan, TrimOptions(budget=300))
+    cap_tool_results(plan, 60)
+    return plan
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_history_rounds_read_from_the_analysis_are_those_walked_from_the_units(seed: int) -> None:
+    conversation = Conversation(100 + seed)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for call in range(150):
+        conversation.grow()
+        if call % 7 == 6:
+            conversation.edit()
+        messages = list(conversation.messages)
+        plan = _plan(messages, memo, counter)
+        walked = plan._walked_history_rounds()
+
+        rounds = plan.history_rounds()
+
+        assert plan.as_analysed
+        if walked is None:
+            assert rounds is None
+        else:
+            assert rounds == walked, call
+
+
+def test_history_rounds_follow_drops_and_must_keeps_the_analysis_does_not_know() -> None:
+    conversation = Conversation(7)
+    for _ in range(40):
+        conversation.grow()
+    messages = conversation.messages
+    counter = TokenCounter()
+    plan = _plan(messages, AnalysisMemo(counter), counter)
+    before = plan.history_rounds()
+    assert before is not None and len(before.indices) > 2
+    first, second = before.indices[0], before.indices[1]
+
+    plan.drop(first, "dropped_for_budget")
+    plan.keep(second, "must_keep")
+
+    rounds = plan.history_rounds()
+    walked = plan._walked_history_rounds()
+    assert not plan.as_analysed and rounds is not None and walked is not None
+    assert rounds == walked
+    assert rounds.indices == before.indices[2:]
