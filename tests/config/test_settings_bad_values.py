@@ -42,17 +42,13 @@ def config_error(config: Path | None = None, settings: Path | None = None) -> st
 # --- the settings other parts code against ---------------------------------------------------
 
 
-def test_tokenizer_cache_lifetime_and_history_selection_load(tmp_path: Path) -> None:
-    config = write(
-        tmp_path / "config.toml",
-        '[llm]\ntokenizer = "o200k"\ncache_lifetime_seconds = 300.5\n',
-    )
+def test_tokenizer_and_history_selection_load(tmp_path: Path) -> None:
+    config = write(tmp_path / "config.toml", '[llm]\ntokenizer = "o200k"\n')
     settings = write(tmp_path / "settings.json", '{"promptTrimmer": {"historySelection": "age"}}')
 
     loaded = load_settings(config, settings)
 
     assert loaded.llm.tokenizer == "o200k"
-    assert loaded.llm.cache_lifetime_seconds == 300.5
     assert loaded.prompt.history_selection == "age"
 
 
@@ -60,7 +56,6 @@ def test_the_new_settings_default_to_unset_and_cache_first() -> None:
     defaults = load_settings()
 
     assert defaults.llm.tokenizer is None
-    assert defaults.llm.cache_lifetime_seconds is None
     assert defaults.prompt.history_selection == "cache_first"
     assert (defaults.prompt.history_keep_head, defaults.prompt.history_keep_tail) == (1, 1)
 
@@ -70,12 +65,12 @@ def test_the_new_settings_default_to_unset_and_cache_first() -> None:
     [
         ("[llm]\ntokenizer = 5\n", None, "config.toml: llm.tokenizer: expected a string"),
         ('[llm]\ntokenizer = " "\n', None, "config.toml: llm.tokenizer: ' ' is invalid"),
-        ("[llm]\ncache_lifetime_seconds = -1\n", None, "llm.cache_lifetime_seconds: -1"),
         (
-            "[llm]\ncache_lifetime_seconds = 1e10\n",
+            "[llm]\ncache_lifetime_seconds = 300\n",
             None,
-            "llm.cache_lifetime_seconds: 10000000000.0 is invalid",
+            "llm.cache_lifetime_seconds: unknown key. Fix: delete it: nothing read it",
         ),
+        ("[llm]\ntimeout_seconds = 1e10\n", None, "llm.timeout_seconds: 10000000000.0 is invalid"),
         (
             None,
             '{"promptTrimmer": {"historySelection": "newest"}}',

@@ -85,7 +85,6 @@ TOML_KEYS: dict[str, Any] = {
         "context_window": "int",
         "max_tokens_param": "str",
         "tokenizer": "str",
-        "cache_lifetime_seconds": "number",
         "streaming": {"enabled": "bool", "chunk_timeout_ms": "int", "first_token_warn_ms": "int"},
         "prompt": {
             "token_budget": "int",

@@ -139,11 +139,7 @@ _QUIET: Final = trace.NoOpTracerProvider()
 
 def _trim_settings(kit: Kit, budget: int) -> Settings:
     workload, settings = kit.workload, kit.settings
-    llm = replace(
-        settings.llm,
-        context_window=workload.context_window,
-        cache_lifetime_seconds=workload.cache_lifetime_s,
-    )
+    llm = replace(settings.llm, context_window=workload.context_window)
     prompt = replace(
         settings.prompt, token_budget=budget, reserve_for_output=workload.reserve_for_output
     )

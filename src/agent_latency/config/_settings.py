@@ -138,17 +138,6 @@ class LLMSettings:
             "must not be empty; write a tokenizer name or a tokenizer.json path, or leave it out",
         ),
     )
-    cache_lifetime_seconds: float | None = setting(
-        None,
-        "how long the endpoint keeps an idle prompt prefix cached; unset: the provider's "
-        "default (read by nothing since the cost-aware mode was removed; kept so files that set "
-        "it still load)",
-        toml="llm.cache_lifetime_seconds",
-        minimum=0,
-        maximum=MAX_SECONDS,
-        note=" (a day)",
-        example="e.g. 300",
-    )
 
     @property
     def output_limit_field(self) -> str:

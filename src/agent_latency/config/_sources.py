@@ -77,6 +77,7 @@ _REMOVED_KEYS: Final = {
     "(docs/trimming.md)",
     "allowOverBudgetOnWarmCache": "it went with the removed cost_aware mode (docs/trimming.md)",
     "trim_strategy": "priority, its only value, is how the trimmer always works",
+    "cache_lifetime_seconds": "nothing read it after the cost_aware mode was removed",
 }
 """Keys of removed settings: a file still holding one is told to delete it, and why."""
 
