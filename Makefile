@@ -1,6 +1,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The suite runs on parallel workers (pytest-xdist), one per core; `make test WORKERS=0` runs it
+# in one process. Each test file runs whole on one worker, so a module's fixture (the examples'
+# runs, a bench script's simulator) starts once.
+WORKERS ?= auto
+PYTEST := $(VENV)/bin/pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: test test-fast demo bench-real lint install clean
 
@@ -20,11 +25,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy src
 
 test: lint
-	$(VENV)/bin/pytest
+	$(PYTEST)
 
 # The edit-test loop: every test but those marked slow (load, docs, examples; see pyproject.toml).
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The four-mode table on the embedded simulator; no endpoint or key needed (about 50 s).
 demo: $(STAMP)

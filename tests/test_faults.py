@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 from support.otlp_receiver import OTLPReceiver
+from support.ports import refused_port
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -444,10 +444,7 @@ def quick_exports(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @contextmanager
 def closed_port() -> Iterator[tuple[str, OTLPReceiver | None]]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    yield f"http://127.0.0.1:{port}", None  # nothing listens there: connections are refused
+    yield f"http://127.0.0.1:{refused_port()}", None  # nothing listens there: connections refused
 
 
 @contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import socket
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.doc_runner import fenced_blocks
 from support.fakes import DropsRequestField
+from support.ports import refused_port
 
 from agent_latency.cli import main
 from agent_latency.config import LLMSettings, Settings, load_settings
@@ -188,10 +188,7 @@ def test_right_key_from_the_environment_passes_and_is_never_shown(
 
 
 def test_connection_refused_fails_with_the_fix() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    # The port is free again: nothing listens there.
+    port = refused_port()  # nothing listens there
 
     result = _run("--base-url", f"http://127.0.0.1:{port}/v1")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import server_attributes
 from support.otlp_receiver import OTLPReceiver
+from support.ports import refused_port
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -42,10 +42,7 @@ def quick_exports(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def closed_port_endpoint() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"  # nothing listens there any more: connections refused
+    return f"http://127.0.0.1:{refused_port()}"  # nothing listens there: connections refused
 
 
 def test_streamed_chat_openai_call_arrives_at_the_collector_with_the_servers_ttft(

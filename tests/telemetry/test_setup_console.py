@@ -7,7 +7,6 @@ Real ``ChatOpenAI`` streaming over HTTP from the embedded simulator.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_openai import ChatOpenAI
+from support.ports import refused_port
 
 from agent_latency import (
     LatencyRecord,
@@ -116,9 +116,7 @@ def test_the_slow_first_token_warning_starts_a_line_of_its_own() -> None:
 
 
 def test_a_failed_call_says_so_on_its_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens there once closed
+    port = refused_port()  # nothing listens there
     model = ChatOpenAI(
         base_url=f"http://127.0.0.1:{port}/v1",
         api_key="unused",  # type: ignore[arg-type]

@@ -7,13 +7,13 @@ Real OTLP/HTTP exporters, to the test receiver or to a port that refuses connect
 from __future__ import annotations
 
 import logging
-import socket
 import time
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from support.otlp_receiver import OTLPReceiver
+from support.ports import refused_port
 
 from agent_latency import configure_telemetry
 
@@ -25,13 +25,6 @@ def call_fake_model(handler: object, calls: int = 1) -> None:
     model = GenericFakeChatModel(messages=iter([AIMessage(content="fine")] * calls))
     for _ in range(calls):
         model.invoke("hi", config={"callbacks": [handler]})
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # nothing listens there any more: connections refused
 
 
 def test_a_base_endpoint_gets_the_signal_paths_after_its_own_path_and_keeps_its_query() -> None:
@@ -61,7 +54,7 @@ def test_per_signal_endpoints_are_used_as_given(otlp_receiver: OTLPReceiver) -> 
 def test_per_signal_environment_variables_win_over_the_base_one(
     monkeypatch: pytest.MonkeyPatch, otlp_receiver: OTLPReceiver
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{refused_port()}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{otlp_receiver.endpoint}/v1/traces")
     with configure_telemetry(exporter="otlp-http", set_global=False) as telemetry:
         call_fake_model(telemetry.handler())
@@ -88,7 +81,7 @@ def test_credentials_in_the_endpoint_are_in_no_log_line(
     # The exporter's own retry warning quoted the HTTP client's error, token and all.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
-    endpoint = f"http://user:{PASSWORD}@127.0.0.1:{closed_port()}/otlp?token={TOKEN}"
+    endpoint = f"http://user:{PASSWORD}@127.0.0.1:{refused_port()}/otlp?token={TOKEN}"
     with caplog.at_level(logging.DEBUG):
         telemetry = configure_telemetry(exporter="otlp-http", endpoint=endpoint, set_global=False)
         call_fake_model(telemetry.handler())
@@ -105,7 +98,7 @@ def test_credentials_in_the_endpoint_are_in_no_log_line(
 
 def test_shutdown_does_not_wait_for_a_port_that_refuses(caplog: pytest.LogCaptureFixture) -> None:
     # It waited the whole 3 s export timeout, retrying, and logged four lines.
-    port = closed_port()
+    port = refused_port()
     with caplog.at_level(logging.INFO):
         telemetry = configure_telemetry(
             exporter="otlp-http", endpoint=f"http://127.0.0.1:{port}", set_global=False
