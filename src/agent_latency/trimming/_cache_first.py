@@ -32,15 +32,13 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import Counter
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Final
 
 from agent_latency._chat_format import role_of
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
-from agent_latency.trimming._relevance import Occurrences, TermCache
+from agent_latency.trimming._relevance import BM25_B, BM25_K1, Occurrences, TermCache
 
 STABLE_SHARE: Final = 0.4
 """What a deep cut keeps of the history's room: the stable part."""
@@ -59,9 +57,6 @@ _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
 _COMMON: Final = 0.5
 """A term in more than this share of the messages does not rank rounds."""
-_K1: Final = 1.2
-_B: Final = 0.75
-"""BM25's term-count saturation and length discount (the usual values)."""
 
 
 def cache_first_cut(
@@ -148,8 +143,8 @@ class _History:
         owner = self.owner
         length = self.indices[upto][0] if upto < len(self.indices) else self.occurrences.length
         occurrences = self.occurrences._replace(length=length)
-        bags, sizes, totals = self._messages(length)
-        norm = _K1 * length / (totals[length] or 1)
+        bags, totals = occurrences.bags, occurrences.totals
+        norm = BM25_K1 * length / (totals[length] or 1)
         per_message: dict[int, float] = {}
         held: dict[int, set[str]] = {}
         ideal = 0.0
@@ -163,9 +158,10 @@ class _History:
                 r = owner[position]
                 if 0 <= r < upto:
                     tf = bags[position][term]
-                    size = _K1 * (1 - _B) + norm * _B * sizes[position]
+                    message_terms = totals[position + 1] - totals[position]
+                    size = BM25_K1 * (1 - BM25_B) + norm * BM25_B * message_terms
                     per_message[position] = per_message.get(position, 0.0) + idf * tf * (
-                        _K1 + 1
+                        BM25_K1 + 1
                     ) / (tf + size)
                     held.setdefault(r, set()).add(term)
         best = [0.0] * upto
@@ -182,27 +178,6 @@ class _History:
             by_terms[said] = best[r]
             best[r] += _RECENCY * r
         return best, ideal, held
-
-    def _messages(self, length: int) -> tuple[list[Counter[str]], list[int], list[int]]:
-        """Per message of the conversation's first ``length`` (at least), its term counts and
-        its number of terms, and the running total of terms before each: remembered per
-        conversation index and extended as it grows, so scoring a question reads lists, not
-        caches."""
-        postings = self.occurrences.postings
-        key = ("messages", id(postings))
-        remembered: tuple[object, list[Counter[str]], list[int], list[int]] | None
-        remembered = self.terms.scores.get(key)
-        if remembered is None or remembered[0] is not postings:
-            remembered = (postings, [], [], [0])
-        _, bags, sizes, totals = remembered
-        if len(bags) < length:
-            # New lists, not extended in place: another thread may be reading the old ones.
-            new = self.plan.texts[len(bags) : length]
-            bags = [*bags, *map(self.terms.counts, new)]
-            sizes = [*sizes, *map(self.terms.length, new)]
-            totals = [*totals[:-1], *accumulate(sizes[len(totals) - 1 :], initial=totals[-1])]
-            self.terms.scores.put(key, (postings, bags, sizes, totals), 64 * len(bags))
-        return bags, sizes, totals
 
 
 def _remembered_stable_part(

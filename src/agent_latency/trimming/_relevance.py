@@ -26,8 +26,10 @@ from langchain_core.messages import BaseMessage
 
 from agent_latency._caches import LRUCache
 
-_K1: Final = 1.2
-_B: Final = 0.75
+BM25_K1: Final = 1.2
+BM25_B: Final = 0.75
+"""BM25's term-count saturation and length discount (the usual values), for every BM25 score
+of the trimmer."""
 _CACHE_ENTRIES: Final = 16_384
 _CACHE_BYTES: Final = 16 * 1024 * 1024
 _SCORE_ENTRIES: Final = 16
@@ -225,10 +227,14 @@ def _scores(query: str, documents: Sequence[Sequence[str]], cache: TermCache) ->
         idf.append(math.log(1 + (len(frequencies) - n + 0.5) / (n + 0.5)) if n else 0.0)
     scores = []
     for found, length in zip(frequencies, lengths, strict=True):
-        norm = _K1 * (1 - _B + _B * length / average)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
         scores.append(
             sum(
-                (w * tf * (_K1 + 1) / (tf + norm) for w, tf in zip(idf, found, strict=True) if tf),
+                (
+                    w * tf * (BM25_K1 + 1) / (tf + norm)
+                    for w, tf in zip(idf, found, strict=True)
+                    if tf
+                ),
                 0.0,
             )
         )
@@ -242,10 +248,14 @@ class Occurrences(NamedTuple):
         postings: Per term, the positions of the messages holding it, ascending (shared and
             extended in place by later calls: read through :meth:`positions`).
         length: How many messages this view covers.
+        bags: Per message, its term counts (shared, extended in place like ``postings``).
+        totals: The number of terms before each message, and after the last (likewise).
     """
 
     postings: dict[str, list[int]]
     length: int
+    bags: list[Counter[str]]
+    totals: list[int]
 
     def positions(self, term: str) -> list[int]:
         """The positions of the messages (of the first ``length``) holding ``term``."""
@@ -259,6 +269,8 @@ class Occurrences(NamedTuple):
 class _Indexed:
     texts: list[str]
     postings: dict[str, list[int]]
+    bags: list[Counter[str]]
+    totals: list[int]
 
 
 class TermIndex:
@@ -285,7 +297,7 @@ class TermIndex:
         with self._lock:
             indexed: _Indexed | None = self._indexed.get(key)
             if indexed is None:
-                indexed = _Indexed([], {})
+                indexed = _Indexed([], {}, [], [0])
             seen = indexed.texts
             same = len(seen) <= len(texts) and texts[: len(seen)] == seen
             if not same:
@@ -297,12 +309,17 @@ class TermIndex:
                     for term, at in indexed.postings.items()
                     if (kept := at[: bisect.bisect_left(at, shared)])
                 }
-                indexed = _Indexed(seen[:shared], postings)
-            postings = indexed.postings
+                indexed = _Indexed(
+                    seen[:shared], postings, indexed.bags[:shared], indexed.totals[: shared + 1]
+                )
+            postings, bags, totals = indexed.postings, indexed.bags, indexed.totals
             for position in range(len(indexed.texts), len(texts)):
-                for term in self._cache.counts(texts[position]):
+                bag = self._cache.counts(texts[position])
+                for term in bag:
                     postings.setdefault(term, []).append(position)
+                bags.append(bag)
+                totals.append(totals[-1] + self._cache.length(texts[position]))
             indexed.texts = list(texts)
             # About as many positions as terms in the texts: weighed like the texts twice.
             self._indexed.put(key, indexed, 2 * text_bytes(texts))
-            return Occurrences(postings, len(texts))
+            return Occurrences(postings, len(texts), bags, totals)
