@@ -56,10 +56,7 @@ def test_the_removed_cost_aware_mode_gets_one_line_naming_the_key_and_the_fix(
     tmp_path: Path, file: str, text: str, key: str
 ) -> None:
     path = tmp_path / file
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError) as caught:
-        load_settings(path) if file == "config.toml" else load_settings(None, path)
-    (line,) = str(caught.value).splitlines()
+    line = _the_one_error_line(path, text)
     assert line.startswith(f"{path}: {key}: 'cost_aware' was removed"), line
     assert f'Fix: set {key} to "prefix_stable", the default, which now cuts cache-first' in line
 
@@ -83,10 +80,7 @@ def test_the_removed_modes_setting_is_an_unknown_key_to_delete(
     tmp_path: Path, file: str, text: str, key: str
 ) -> None:
     path = tmp_path / file
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError) as caught:
-        load_settings(path) if file == "config.toml" else load_settings(None, path)
-    (line,) = str(caught.value).splitlines()
+    line = _the_one_error_line(path, text)
     assert f"{key}: unknown key. Fix: delete it: it went with the removed cost_aware" in line
 
 
@@ -112,3 +106,13 @@ def test_a_bad_mode_or_budget_is_refused_naming_the_key(
 def test_the_middleware_from_default_settings_trims_prefix_stable() -> None:
     plain = TrimmingMiddleware.from_settings(Settings())
     assert isinstance(plain.trimmer, PriorityTrimmer) and plain.trimmer.options.prefix_stable
+
+
+def _the_one_error_line(path: Path, text: str) -> str:
+    """The error loading ``text`` as ``path`` (a config.toml or a settings.json) raises, which
+    must be one line."""
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path) if path.name == "config.toml" else load_settings(None, path)
+    (line,) = str(caught.value).splitlines()
+    return line
