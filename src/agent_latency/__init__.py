@@ -1,17 +1,9 @@
 """agent-latency: priority prompt trimming and time-to-first-token telemetry for LangChain agents.
 
 Shorter prompts mean less prefill and a sooner first token; streaming makes that token visible at
-once; the callback handler measures both as OpenTelemetry spans and metrics.
-
-The parts, each a subpackage: :mod:`agent_latency.trimming` (the trimmer and the agent
-middleware), :mod:`agent_latency.telemetry` (the callback handler and the OpenTelemetry setup),
-:mod:`agent_latency.tokens` (counting in the model's own tokens), :mod:`agent_latency.config`
-(the two settings files and the channel), :mod:`agent_latency.bench` and
-:mod:`agent_latency.doctor` (the tooling behind the CLI), :mod:`agent_latency.sim` (the latency
-simulator) and :mod:`agent_latency.semconv` (every telemetry name to query); docs/architecture.md
-draws them. The names below are the ones most programs need; ``trimmer_from_settings`` builds
-the trimmer of the mode the settings name (``prompt.mode``). ``LatencyModel`` is the learned
-time-to-first-token model of an endpoint that the callback handler feeds and ``doctor`` checks.
+once; the callback handler measures both as OpenTelemetry spans and metrics. The subpackages
+(trimming, telemetry, tokens, config, bench, doctor, sim) and :mod:`agent_latency.semconv` are
+drawn in docs/architecture.md; the names below are the ones most programs need.
 
 ``TrimmingMiddleware`` needs the ``agents`` extra (``pip install 'agent-latency[agents]'``); it is
 imported on first use, so everything else works without langchain and langgraph.

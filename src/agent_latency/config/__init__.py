@@ -1,23 +1,14 @@
-"""Settings from the files users already keep, and the channel they describe.
+"""Settings from the files users already keep and the environment, and the channel they describe.
 
-:func:`load_settings` reads ``config.toml`` (the channel, streaming switches, the prompt budget),
-``settings.json`` (trimmer, streaming and metrics options in camelCase) and the environment into
-one frozen :class:`Settings`; every bad value is a :class:`ConfigError` that names the file, the
-key and the fix. The channel is one OpenAI-compatible endpoint and key for many models: its URL
-and key are checked where they are loaded (:func:`check_base_url`), and
-:func:`build_chat_model` turns it into a LangChain ``ChatOpenAI`` (imported on first use: it
-loads langchain_openai and openai).
-
-The parts: the declarations (each setting once: type, default, bounds, meaning, file keys and
-the trimmer option it sets, read back as :data:`SETTINGS`), the settings and their checks, the
-sources (files, schemas, environment), the channel's URL and key, and the chat model.
+:func:`load_settings` reads them into one frozen :class:`Settings`; every bad value is a
+:class:`ConfigError` naming the file, the key and the fix. :func:`build_chat_model` (imported on
+first use: it loads langchain_openai and openai) turns the channel into a ``ChatOpenAI``.
 
 Exports: ``ConfigError``, ``HISTORY_SELECTIONS``, ``HistorySelection``, ``LLMSettings``,
 ``MAX_TOKENS_PARAMS``, ``MetricsSettings``, ``PRIORITY_CLASSES``, ``PriorityClass``,
-``PromptSettings``, ``SETTINGS``, ``Setting``, ``Settings``, ``StreamingSettings``,
-``TRIM_MODES``, ``TrimMode``,
-``build_chat_model``,
-``check_base_url``, ``is_http_url``, ``load_settings``, ``with_channel_overrides``.
+``PromptSettings``, ``SETTINGS``, ``Setting``, ``Settings``, ``StreamingSettings``, ``TRIM_MODES``,
+``TrimMode``, ``build_chat_model``, ``check_base_url``, ``is_http_url``, ``load_settings``,
+``with_channel_overrides``.
 """
 
 from typing import TYPE_CHECKING, Any

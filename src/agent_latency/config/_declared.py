@@ -1,11 +1,8 @@
-"""Each setting declared once: its field says everything about it.
+"""Each setting declared once, as its field: name, type, default and a :class:`Declared`.
 
-A settings field made by :func:`setting` has its name, type and default as a dataclass field and
-a :class:`Declared` beside them: its meaning, its ``config.toml`` and ``settings.json`` keys, its
-bounds or other rule, and the ``PriorityTrimmer`` option it sets. :func:`declarations` reads them
-back as :class:`Setting` values, from which the file schemas, the checks of loaded settings, the
-trimmer's checks of those options and the tables of docs/configuration.md are all made. A
-``Literal`` type is the setting's allowed values; ``X | None`` allows leaving it unset.
+:func:`declarations` reads them back as :class:`Setting` values, from which the file schemas, the
+checks of loaded settings and options and docs/configuration.md's tables are made. A ``Literal``
+type is the setting's allowed values; ``X | None`` allows leaving it unset.
 """
 
 from __future__ import annotations
@@ -55,7 +52,8 @@ class Declared:
         above: Whether a number must be above ``minimum``, not equal to it.
         maximum: The largest value of a number.
         note: What the maximum is in words, e.g. ``" (a day)"``.
-        example: A good value, or how to find one, after the bounds in the fix (``"e.g. 6000"``).
+        example: A good value, or how to find one, after the bounds in the fix; by default
+            ``"e.g. {default}"``.
         rule: Another check, with what it requires (``"must not be empty; ..."``).
         trimmer: The ``PriorityTrimmer`` option it sets, if any.
         accepts: The docs' "type" cell, when kind and bounds do not say it all.
@@ -119,7 +117,8 @@ class Setting:
             return f"must be {_REQUIRED_KIND[self.kind]}"
         return (
             f"must be {'>' if declared.above else '>='} {_shown(declared.minimum)} and at most "
-            f"{_shown(declared.maximum)}{declared.note}; {declared.example}"
+            f"{_shown(declared.maximum)}{declared.note}; "
+            f"{declared.example or f'e.g. {_shown(self.default)}'}"
         )
 
     def violated(self, value: Any) -> bool:

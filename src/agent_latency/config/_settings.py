@@ -1,12 +1,8 @@
-"""Settings from the two files users already keep: ``config.toml`` and ``settings.json``.
+"""Settings from ``config.toml`` (the channel, streaming switches, the prompt budget) and
+``settings.json`` (trimmer, streaming and metrics options in camelCase), both optional.
 
-``config.toml`` holds the channel (``[llm]``), streaming switches and the prompt budget;
-``settings.json`` holds the trimmer, streaming and metrics options in camelCase. Both are
-optional. Where both set the same thing and disagree, loading fails and names both places, so a
-stale copy never wins silently. Environment variables override the channel fields.
-
-Each setting is declared once, as its field (``_declared``): the files' schemas (:data:`TOML`,
-:data:`JSON`) and the checks of loaded values are read from the declarations (:data:`SETTINGS`).
+Where both set the same thing and disagree, loading fails and names both places; environment
+variables override the channel. Schemas and checks come from the declarations (:data:`SETTINGS`).
 """
 
 from __future__ import annotations
@@ -72,7 +68,7 @@ _MILLISECONDS: Final[dict[str, Any]] = {
     "maximum": MAX_MILLISECONDS,
     "note": " (a day)",
 }
-_ROUNDS: Final[dict[str, Any]] = {"minimum": 0, "maximum": MAX_ROUNDS, "example": "e.g. 1"}
+_ROUNDS: Final[dict[str, Any]] = {"minimum": 0, "maximum": MAX_ROUNDS}
 _TOKENS: Final[dict[str, Any]] = {"minimum": 0, "above": True, "maximum": MAX_REPORTED_TOKENS}
 
 
@@ -110,7 +106,6 @@ class LLMSettings:
         above=True,
         maximum=MAX_SECONDS,
         note=" (a day)",
-        example="e.g. 60",
     )
     context_window: int | None = setting(
         None,
@@ -166,7 +161,6 @@ class StreamingSettings:
         "a gap between chunks longer than this is a stall",
         toml="llm.streaming.chunk_timeout_ms",
         **_MILLISECONDS,
-        example="e.g. 800",
     )
     temperature: float = setting(
         0.1,
@@ -183,7 +177,6 @@ class StreamingSettings:
         "full prompt leaves room for a whole answer",
         json="streaming.maxTokens",
         **_TOKENS,
-        example="e.g. 2000",
     )
     record_ttft: bool = setting(True, "measure time to first token", json="streaming.recordTtft")
 
@@ -200,7 +193,6 @@ class PromptSettings:
         toml="llm.prompt.token_budget",
         json="promptTrimmer.defaultBudget",
         **_TOKENS,
-        example="e.g. 6000",
         trimmer="budget",
     )
     reserve_for_output: int = setting(
@@ -210,7 +202,6 @@ class PromptSettings:
         json="promptTrimmer.reserveForOutput",
         minimum=0,
         maximum=MAX_REPORTED_TOKENS,
-        example="e.g. 2000",
     )
     keep_system: bool = setting(
         True, "never drop system messages", toml="llm.prompt.keep_system", trimmer="keep_system"
@@ -289,14 +280,12 @@ class MetricsSettings:
         toml="llm.streaming.first_token_warn_ms",
         json="metrics.ttftWarnMs",
         **_MILLISECONDS,
-        example="e.g. 1200",
     )
     ttft_error_ms: int = setting(
         2500,
         "time to first token above this logs an ERROR",
         json="metrics.ttftErrorMs",
         **_MILLISECONDS,
-        example="e.g. 2500",
     )
     log_every_request: bool = setting(
         True, "one INFO line per model call", json="metrics.logEveryRequest"

@@ -1,11 +1,7 @@
 """Where settings come from: ``config.toml``, ``settings.json`` and the environment.
 
-A :class:`FileSchema` maps every key of a file to its ``Settings`` field and type (the schemas
-themselves are made from the settings' declarations, in ``_settings``). Reading a file
-gives ``{"section.field": (value, "file: key.path")}`` (the environment's places are
-``"environment VARIABLE"``), so every later error can name where the value came from. Anything
-wrong with the file itself (missing, unreadable, malformed, an unknown key, a wrong type, a key
-given twice) is a :class:`ConfigError` naming the file, the key and the fix.
+Reading a file gives ``{"section.field": (value, "file: key.path")}`` (the environment's places
+are ``"environment VARIABLE"``), so every later error can name where a value came from.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import math
 import os
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -134,14 +130,6 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _too_many_digits(path: Path) -> ConfigError:
-    # Python's own message suggests sys.set_int_max_str_digits(), which a user cannot call.
-    return ConfigError(
-        f"{path}: a number has more than {sys.get_int_max_str_digits()} digits. "
-        "Fix: shorten it to a real value."
-    )
-
-
 def _parses(parse: Any, text: str) -> bool:
     """Whether ``text`` is a non-empty table/object in the other format."""
     try:
@@ -150,41 +138,13 @@ def _parses(parse: Any, text: str) -> bool:
         return False
 
 
-def _swapped(path: Path, found: str, expected: str) -> ConfigError:
-    """config.toml given where settings.json goes, or the other way round."""
-    wanted, given = (
-        ("settings.json (--settings)", "config.toml (--config)")
-        if found == "JSON"
-        else ("config.toml (--config)", "settings.json (--settings)")
-    )
-    return ConfigError(
-        f"{path}: {found}, not {expected}: config.toml and settings.json look swapped. "
-        f"Fix: give this file as {wanted} and the {expected} file as {given}."
-    )
-
-
 def parse_toml(path: Path) -> Any:
     """Reads a TOML file (TOML itself refuses a key given twice)."""
-    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        if _parses(json.loads, text):
-            raise _swapped(path, "JSON", "TOML") from None
-        raise ConfigError(
-            f"{path}: malformed TOML: {exc}. Fix: correct the syntax there."
-        ) from None
-    except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
-        raise _too_many_digits(path) from None
-    except RecursionError:
-        raise ConfigError(
-            f"{path}: TOML nested too deeply to read. Fix: flatten the nested arrays/tables."
-        ) from None
+    return _parse(path, tomllib.loads, "arrays/tables")
 
 
 def parse_json(path: Path) -> Any:
     """Reads a JSON file, refusing a key given twice in one object (JSON would keep the last)."""
-    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
 
     def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         tree: dict[str, Any] = {}
@@ -198,23 +158,46 @@ def parse_json(path: Path) -> Any:
             tree[key] = value
         return tree
 
+    return _parse(
+        path, lambda text: json.loads(text, object_pairs_hook=unique_keys), "lists/objects"
+    )
+
+
+def _parse(path: Path, loads: Callable[[str], Any], nested: str) -> Any:
+    name, other, other_loads = (
+        ("TOML", "JSON", json.loads) if loads is tomllib.loads else ("JSON", "TOML", tomllib.loads)
+    )
+    text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
     try:
-        return json.loads(text, object_pairs_hook=unique_keys)
+        return loads(text)
     except ConfigError:
         raise
-    except json.JSONDecodeError as exc:
-        if _parses(tomllib.loads, text):
-            raise _swapped(path, "TOML", "JSON") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        if _parses(other_loads, text):
+            raise ConfigError(
+                f"{path}: {other}, not {name}: config.toml and settings.json look swapped. Fix: "
+                f"give this file as {_FLAGS[other]} and the {name} file as {_FLAGS[name]}."
+            ) from None
+        detail, hint = f": {exc}", ""
+        if isinstance(exc, json.JSONDecodeError):
+            detail = f" at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            hint = " (JSON allows no comments or trailing commas)"
         raise ConfigError(
-            f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
-            "Fix: correct the syntax there (JSON allows no comments or trailing commas)."
+            f"{path}: malformed {name}{detail}. Fix: correct the syntax there{hint}."
         ) from None
     except ValueError:  # an integer of more than sys.get_int_max_str_digits() digits
-        raise _too_many_digits(path) from None
+        # Python's own message suggests sys.set_int_max_str_digits(), which a user cannot call.
+        raise ConfigError(
+            f"{path}: a number has more than {sys.get_int_max_str_digits()} digits. "
+            "Fix: shorten it to a real value."
+        ) from None
     except RecursionError:
         raise ConfigError(
-            f"{path}: JSON nested too deeply to read. Fix: flatten the nested lists/objects."
+            f"{path}: {name} nested too deeply to read. Fix: flatten the nested {nested}."
         ) from None
+
+
+_FLAGS: Final = {"JSON": "settings.json (--settings)", "TOML": "config.toml (--config)"}
 
 
 def collect(

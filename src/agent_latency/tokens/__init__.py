@@ -1,15 +1,9 @@
 """Counting a request in the model's own tokens, offline, as its server will prefill it.
 
-:class:`TokenCounter` counts messages, tool definitions and a response format over a
-*vocabulary* (Qwen, o200k, Llama 3, cl100k, a local ``tokenizer.json`` or the server's own
-tokenize route, all loaded from files shipped with the packages) and a *framing* (the chat
-template's tokens around each message and request); :meth:`TokenCounter.for_model` picks both
-from a model name. :class:`TokenCounting` is the protocol the trimmer, the shortener and the
-simulator count with. A :class:`PromptCalibration` learns, per endpoint and model, how the
-server's ``usage.prompt_tokens`` differs from our count, and corrects the budget.
-
-The parts: the counter and its protocol, the vocabularies, the server's tokenize route, the
-framings, and the calibration.
+:class:`TokenCounter` counts messages, tools and a response format over a vocabulary and a chat
+template's framing (:meth:`TokenCounter.for_model` picks both from a model name);
+:class:`TokenCounting` is the protocol the trimmer and the simulator count with; a
+:class:`PromptCalibration` learns how the server's ``usage.prompt_tokens`` differs from our count.
 
 Exports: ``IMAGE_PART_TYPES``, ``PromptCalibration``, ``TOKENIZER_CHOICES``, ``TokenCounter``,
 ``TokenCounting``, ``VOCABULARY_NAMES``, ``Vocabulary``, ``calibration_for``,
