@@ -1,10 +1,5 @@
-"""The ``console`` exporter: each trace printed as a tree, one short line per span.
-
-A model call gets two more lines, its time to first token (split into the server's prefill and
-the rest where the server said) and its tokens; a trim span says what it sent of its budget.
-Spans are held until their trace's root span ends (it ends last), then the tree is printed at
-once, after an empty line; the spans of a trace whose root never arrives are printed at shutdown.
-"""
+"""The ``console`` exporter: each trace printed as a tree, one short line per span (a model
+call's two more: TTFT and tokens), once its root span ends (or at shutdown)."""
 
 from __future__ import annotations
 

@@ -14,9 +14,8 @@ from agent_latency.telemetry._langchain import first_str
 
 
 def attribute_text(text: str) -> str:
-    """``text`` as OTLP can carry it: a lone UTF-16 surrogate (``json.loads`` of a truncated page
-    gives them), which no UTF-8 holds and the exporter drops the attribute for, is written as
-    its escape (``\\ud800``); in JSON text that escape reads back as the same string."""
+    """``text`` as OTLP can carry it: a lone UTF-16 surrogate, which no UTF-8 holds, written as
+    its escape (``\\ud800``)."""
     return escape_surrogates(text)
 
 

@@ -1,19 +1,15 @@
 """Exporters that report their health: one WARNING when a collector stops answering, one
 INFO when it is back, and the OTLP exporters' own per-attempt warnings let through once, with
-the endpoints' credentials masked.
-
-At shutdown, a collector whose port refuses connections is not worth the exporters' retries:
-:func:`refuses_connections` tells, and :meth:`ReportingSpanExporter.drop` (and the metric
-exporter's) makes the last flush drop what is left at once.
-"""
+the endpoints' credentials masked. At shutdown, a collector whose port refuses connections
+(:func:`refuses_connections`) is not waited for: its exporters drop what is left."""
 
 from __future__ import annotations
 
 import logging
 import socket
 import threading
-from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, TypeVar
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
@@ -21,6 +17,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from agent_latency._redaction import redact, url_secrets
 from agent_latency.telemetry._log import logger
+
+_R = TypeVar("_R")
 
 PROBE_TIMEOUT_S: Final = 0.25
 """How long :func:`refuses_connections` waits at most: a refusal comes in one round trip."""
@@ -56,17 +54,15 @@ class ExportHealth:
         return self._signal, self._destination
 
 
-class ReportingSpanExporter(SpanExporter):
+class _Reporting:
     """Delegates to an exporter and reports each outcome to an :class:`ExportHealth`.
 
     Args:
-        inner: The exporter that sends.
         health: Where the outcomes go.
-        url: Where ``inner`` sends, for :func:`refuses_connections`.
+        url: Where the exporter sends, for :func:`refuses_connections`.
     """
 
-    def __init__(self, inner: SpanExporter, health: ExportHealth, url: str) -> None:
-        self._inner = inner
+    def __init__(self, health: ExportHealth, url: str) -> None:
         self._health = health
         self.url = url
         self._dropping = threading.Event()
@@ -75,16 +71,28 @@ class ReportingSpanExporter(SpanExporter):
         """From now on fails every export at once, without sending or reporting it."""
         self._dropping.set()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _report(self, kind: str, send: Callable[[], _R], success: _R, failure: _R) -> _R:
         if self._dropping.is_set():
-            return SpanExportResult.FAILURE
+            return failure
         try:
-            result = self._inner.export(spans)
+            result = send()
         except Exception as error:
-            _log_raised("span", error, self.url)
-            result = SpanExportResult.FAILURE
-        self._health.report(result is SpanExportResult.SUCCESS)
+            _log_raised(kind, error, self.url)
+            result = failure
+        self._health.report(result is success)
         return result
+
+
+class ReportingSpanExporter(_Reporting, SpanExporter):
+    """A span exporter that reports to an :class:`ExportHealth` (see :class:`_Reporting`)."""
+
+    def __init__(self, inner: SpanExporter, health: ExportHealth, url: str) -> None:
+        super().__init__(health, url)
+        self._inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        ok, failed = SpanExportResult.SUCCESS, SpanExportResult.FAILURE
+        return self._report("span", lambda: self._inner.export(spans), ok, failed)
 
     def shutdown(self) -> None:
         self._inner.shutdown()
@@ -93,41 +101,26 @@ class ReportingSpanExporter(SpanExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class ReportingMetricExporter(MetricExporter):
-    """Delegates to a metric exporter and reports each outcome to an :class:`ExportHealth`.
-
-    Args:
-        inner: The exporter that sends.
-        health: Where the outcomes go.
-        url: Where ``inner`` sends, for :func:`refuses_connections`.
-    """
+class ReportingMetricExporter(_Reporting, MetricExporter):
+    """A metric exporter that reports to an :class:`ExportHealth` (see :class:`_Reporting`)."""
 
     def __init__(self, inner: MetricExporter, health: ExportHealth, url: str) -> None:
-        super().__init__(
+        _Reporting.__init__(self, health, url)
+        MetricExporter.__init__(
+            self,
             preferred_temporality=inner._preferred_temporality,
             preferred_aggregation=inner._preferred_aggregation,
         )
         self._inner = inner
-        self._health = health
-        self.url = url
-        self._dropping = threading.Event()
-
-    def drop(self) -> None:
-        """From now on fails every export at once, without sending or reporting it."""
-        self._dropping.set()
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        if self._dropping.is_set():
-            return MetricExportResult.FAILURE
-        try:
-            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception as error:
-            _log_raised("metric", error, self.url)
-            result = MetricExportResult.FAILURE
-        self._health.report(result is MetricExportResult.SUCCESS)
-        return result
+        def send() -> MetricExportResult:
+            return self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+        ok, failed = MetricExportResult.SUCCESS, MetricExportResult.FAILURE
+        return self._report("metric", send, ok, failed)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self._inner.force_flush(timeout_millis)

@@ -1,10 +1,5 @@
-"""What a finished model call teaches: the trim that prepared it, and the endpoint's latency model.
-
-The server's count of a trimmed request goes to the trim's calibration (so the trimmers sharing
-it count like the server from the next call on); the time to first token and the prompt tokens
-go to the latency model of the endpoint and model.
-Each listener's failure is reported and swallowed.
-"""
+"""What a finished model call teaches: the trim's calibration (the server's count of the
+request) and the endpoint's latency model (its time to first token)."""
 
 from __future__ import annotations
 
@@ -15,13 +10,8 @@ from agent_latency.telemetry._run_state import ModelRunState
 
 
 def learn_from_call(state: ModelRunState, outcome: CallOutcome, failures: FailureLog) -> None:
-    """Hands what one finished call measured to everything that learns from it.
-
-    Args:
-        state: The call: the trim that prepared it, its endpoint and requested model.
-        outcome: What it measured: the server's usage and the time to first token.
-        failures: Where a listener's failure is reported.
-    """
+    """Hands what one finished call measured to everything that learns from it; a learner's
+    failure goes to ``failures``."""
     trim, prompt_tokens = state.trim, outcome.usage.prompt_tokens
     if trim is not None and trim.calibration is not None and prompt_tokens is not None:
         try:

@@ -1,15 +1,8 @@
 """A LangChain callback handler that measures every model call and traces agent runs.
 
-Each chat-model call becomes a ``chat {model}`` span (GenAI semantic conventions) with its time
-to first chunk, total duration, stalls between chunks, its prompt-cache figures, where the first
-token's time went and the trim that prepared it; completion-model calls become
-``text_completion {model}`` spans with the same figures. Agents, chains and tools become the
-spans around them, nested by LangChain's ``run_id`` and ``parent_run_id``; a root run takes the
-caller's current context, so a web request span becomes the parent of the agent run.
-
-The handler only routes LangChain's callbacks: the run tree (:class:`RunTree`) keeps the open
-runs and ends each exactly once; the model-call tracer (:class:`ModelCallTracer`) measures and
-records the calls.
+It only routes LangChain's callbacks: the run tree (:class:`RunTree`) keeps the open runs and
+ends each exactly once; the model-call tracer (:class:`ModelCallTracer`) measures and records
+the calls.
 """
 
 from __future__ import annotations
@@ -60,6 +53,11 @@ def guarded(method: Callable[_P, None]) -> Callable[_P, None]:
             cast("LatencyCallbackHandler", args[0]).failures.report(name, exc)
 
     return guarded_method
+
+
+def _option(name: str, doc: str) -> Any:
+    """A read-only property of the handler: its option ``name``."""
+    return property(lambda handler: getattr(handler._calls.options, name), doc=doc)
 
 
 def _check_ms(option: str, value: object) -> float:
@@ -184,38 +182,14 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             "chunk_timeout_ms": settings.streaming.chunk_timeout_ms,
             "record_ttft": settings.streaming.record_ttft,
         }
-        options.update(overrides)
-        return cls(**options)
+        return cls(**(options | overrides))
 
-    @property
-    def ttft_warn_ms(self) -> float:
-        """The TTFT above which a call is ``warn`` and logged."""
-        return self._calls.options.ttft_warn_ms
-
-    @property
-    def ttft_error_ms(self) -> float:
-        """The TTFT above which a call is ``error``."""
-        return self._calls.options.ttft_error_ms
-
-    @property
-    def chunk_timeout_ms(self) -> float:
-        """A wait between chunks longer than this is a stall."""
-        return self._calls.options.chunk_timeout_ms
-
-    @property
-    def capture_content(self) -> bool:
-        """Whether prompts, answers and tool arguments and results are recorded."""
-        return self._calls.options.capture_content
-
-    @property
-    def log_every_request(self) -> bool:
-        """Whether every call logs an INFO line."""
-        return self._calls.options.log_every_request
-
-    @property
-    def record_ttft(self) -> bool:
-        """Whether time to first token is measured."""
-        return self._calls.options.record_ttft
+    ttft_warn_ms: float = _option("ttft_warn_ms", "The TTFT above which a call is ``warn``.")
+    ttft_error_ms: float = _option("ttft_error_ms", "The TTFT above which a call is ``error``.")
+    chunk_timeout_ms: float = _option("chunk_timeout_ms", "A longer wait between chunks stalls.")
+    capture_content: bool = _option("capture_content", "Whether content goes on the spans.")
+    log_every_request: bool = _option("log_every_request", "Whether every call logs a line.")
+    record_ttft: bool = _option("record_ttft", "Whether time to first token is measured.")
 
     @property
     def open_runs(self) -> int:
@@ -268,20 +242,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if self._tree.is_repeated_start(run_id, parent_run_id):
-            return
         prompt = messages[0] if messages else []
+        content = messages_json(prompt) if self.capture_content else None
         self._start_model(
-            ModelStart(
-                operation=_CHAT,
-                run_id=run_id,
-                parent_run_id=parent_run_id,
-                serialized=serialized,
-                metadata=metadata or {},
-                params=kwargs.get("invocation_params") or {},
-                content=messages_json(prompt) if self.capture_content else None,
-                messages=prompt,
-            )
+            _CHAT, run_id, parent_run_id, serialized, metadata, kwargs, content, prompt
         )
 
     @guarded
@@ -296,19 +260,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Traces a completion-model (text in, text out) call like a chat call."""
-        if self._tree.is_repeated_start(run_id, parent_run_id):
-            return
+        content = prompts_json(prompts) if self.capture_content else None
         self._start_model(
-            ModelStart(
-                operation=_TEXT_COMPLETION,
-                run_id=run_id,
-                parent_run_id=parent_run_id,
-                serialized=serialized,
-                metadata=metadata or {},
-                params=kwargs.get("invocation_params") or {},
-                content=prompts_json(prompts) if self.capture_content else None,
-                messages=None,
-            )
+            _TEXT_COMPLETION, run_id, parent_run_id, serialized, metadata, kwargs, content, None
         )
 
     def on_llm_new_token(
@@ -422,10 +376,32 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _start_model(self, call: ModelStart) -> None:
+    def _start_model(
+        self,
+        operation: str,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        serialized: dict[str, Any],
+        metadata: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+        content: str | None,
+        messages: list[BaseMessage] | None,
+    ) -> None:
+        if self._tree.is_repeated_start(run_id, parent_run_id):
+            return
+        call = ModelStart(
+            operation=operation,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            serialized=serialized,
+            metadata=metadata or {},
+            params=kwargs.get("invocation_params") or {},
+            content=content,
+            messages=messages,
+        )
         state = self._calls.start(
             call,
-            parent_context=self._tree.parent_context(call.parent_run_id),
-            trim=self._tree.take_trim(call.parent_run_id),
+            parent_context=self._tree.parent_context(parent_run_id),
+            trim=self._tree.take_trim(parent_run_id),
         )
-        self._tree.add(state, ends_with_task=call.operation == _CHAT)
+        self._tree.add(state, ends_with_task=operation == _CHAT)

@@ -1,10 +1,4 @@
-"""The metric instruments of the handler, and what one finished model call records in them.
-
-The GenAI metric names are those of the installed ``opentelemetry-semantic-conventions``, or,
-when ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental`` (read as
-OpenTelemetry's own instrumentations read it: a comma-separated list), the newer names of the
-GenAI conventions (:func:`latest_genai_names`).
-"""
+"""The metric instruments of the handler, and what one finished model call records in them."""
 
 from __future__ import annotations
 
@@ -28,11 +22,8 @@ _LATEST_GENAI: Final = "gen_ai_latest_experimental"
 
 
 def latest_genai_names(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` opts into the newest GenAI names.
-
-    Args:
-        environ: The environment to read.
-    """
+    """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` (a comma-separated list) in ``environ`` lists
+    ``gen_ai_latest_experimental``: the newest GenAI names."""
     return _LATEST_GENAI in (value.strip() for value in environ.get(_OPT_IN, "").split(","))
 
 
@@ -114,17 +105,8 @@ class Instruments:
         )
 
     def record_call(self, state: ModelRunState, outcome: CallOutcome) -> None:
-        """Records one finished model call.
-
-        Its metric attributes are the call's low-cardinality ones, with the model that answered
-        and the error type once known; the span's context goes with each measurement, so
-        exemplars link to the trace. A blocking call is no TTFT breach: its first text is its
-        whole answer.
-
-        Args:
-            state: The call: its attributes, context, stalls, whether it streamed, its trim.
-            outcome: What it measured.
-        """
+        """Records one finished model call with its low-cardinality attributes and its span's
+        context (exemplars link to the trace); a blocking call is no TTFT breach."""
         attributes = state.metric_attributes
         if outcome.response.model is not None:
             attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = outcome.response.model

@@ -1,11 +1,5 @@
-"""What the handler reads from LangChain's callback arguments: model, endpoint, names, answer.
-
-LangChain passes these fields loosely typed (``serialized`` constructor arguments, metadata,
-invocation parameters, an ``LLMResult``); every reader here accepts anything and returns
-``None`` (or nothing) for what it does not recognise. The server's usage, cached tokens and
-prefill timings are read by :mod:`agent_latency._server_usage`, the one reader of every
-provider's shape.
-"""
+"""What the handler reads from LangChain's loosely typed callback arguments: model, endpoint,
+names, answer. Every reader accepts anything and returns ``None`` for what it does not know."""
 
 from __future__ import annotations
 
@@ -90,12 +84,8 @@ def closed_event_stream(task: asyncio.Task[Any]) -> bool:
     """Whether ``task`` is the one ``astream_events`` runs its runnable in, cancelled only
     because its consumer closed the stream.
 
-    ``astream_events`` runs the runnable in a task of its own (``consume_astream`` in
-    :mod:`langchain_core.tracers.event_stream`) and cancels it when the stream ends: once, in a
-    ``finally``, when the consumer walks away (closes the generator); when the consumer's own
-    task is cancelled, it forwards that cancellation first (``except CancelledError``) and the
-    ``finally`` cancels again. So the runs inside see a ``CancelledError`` either way, and the
-    task's count of cancellation requests tells the two apart.
+    ``astream_events`` cancels its ``consume_astream`` task once when the consumer walks away,
+    twice when the consumer's own task is cancelled: the count of requests tells them apart.
     """
     code = getattr(task.get_coro(), "cr_code", None)
     return (

@@ -1,9 +1,5 @@
-"""The telemetry logger, its stand-in for Python's last-resort handler, and the handler's
-once-per-kind report of its own failures.
-
-Every module of :mod:`agent_latency.telemetry` logs on ``agent_latency.telemetry`` (a child of
-the package's ``agent_latency`` logger, so configuring that one covers it).
-"""
+"""The telemetry logger (``agent_latency.telemetry``), its stand-in for Python's last-resort
+handler, and the handler's once-per-kind report of its own failures."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Model calls: their spans, chunk timing, and what each records when it ends.
-
-:class:`ModelCallTracer` opens a ``chat {model}`` (or ``text_completion {model}``) span when a
-call starts (from a :class:`ModelStart`), times its content chunks, and when the call ends works
-out once what it measured (a :class:`CallOutcome`: timing, the server's usage, where the first
-token's time went, what held it up) and hands that to the span, the metrics, what learns from
-calls (:func:`learn_from_call`), the :class:`LatencyRecord` and the log.
-"""
+"""Model calls: their spans, chunk timing, and what each records when it ends (a
+:class:`CallOutcome`, worked out once for the span, the metrics, the learners, the record and
+the log)."""
 
 from __future__ import annotations
 
@@ -50,7 +45,7 @@ from agent_latency.telemetry._record import (
 from agent_latency.telemetry._run_state import ModelRunState, RunState
 from agent_latency.telemetry._run_tree import end_run_span, error_type, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
-from agent_latency.telemetry._timing import CallTiming, call_timing
+from agent_latency.telemetry._timing import call_timing
 from agent_latency.tokens import TokenCounter
 
 _now_ns: Callable[[], int] = time.perf_counter_ns
@@ -59,17 +54,7 @@ _now_ns: Callable[[], int] = time.perf_counter_ns
 
 @dataclass(frozen=True, slots=True)
 class CallOptions:
-    """The handler's options that decide what a model call records (validated by the handler).
-
-    Attributes:
-        ttft_warn_ms: A TTFT above this is ``warn`` and logged.
-        ttft_error_ms: Above this, ``error``.
-        chunk_timeout_ms: A wait between chunks longer than this is a stall.
-        capture_content: Whether prompts and answers go on the span.
-        log_every_request: Whether every call logs an INFO line.
-        record_ttft: Whether time to first token is measured.
-        on_record: Called with each call's :class:`LatencyRecord`, if given.
-    """
+    """The options of :class:`LatencyCallbackHandler` (documented there) a model call reads."""
 
     ttft_warn_ms: float
     ttft_error_ms: float
@@ -131,16 +116,8 @@ class ModelCallTracer:
     def start(
         self, call: ModelStart, *, parent_context: Context, trim: PendingTrim | None
     ) -> ModelRunState:
-        """Opens the span of a model call (``chat`` or ``text_completion``) and its state.
-
-        Args:
-            call: What LangChain said when the call started.
-            parent_context: The context the span starts in.
-            trim: The trim that prepared the call, if any.
-
-        Returns:
-            The open call, for the run tree to register.
-        """
+        """Opens the span of a model call under ``parent_context``, with the ``trim`` that
+        prepared it, and returns its state for the run tree to register."""
         started_ns = _now_ns()
         model = requested_model(call.metadata, call.params)
         endpoint = server(call.serialized)
@@ -202,11 +179,7 @@ class ModelCallTracer:
     def finish(
         self, state: ModelRunState, error: BaseException | None, response: LLMResult | None
     ) -> None:
-        """Ends a model call's span and records the call (its run has left the tree).
-
-        What the call measured is worked out once (:class:`CallOutcome`) and handed to the
-        span, the metrics, what learns from calls, the record and the log.
-        """
+        """Ends a model call's span and records the call (its run has left the tree)."""
         end_ns = _now_ns()
         span = state.span
         assert span is not None  # model runs always have a span
@@ -237,10 +210,18 @@ class ModelCallTracer:
         error: BaseException | None,
         response: LLMResult | None,
     ) -> CallOutcome:
-        """Works out, once, what a call measured: its timing, the server's usage, the split of
-        its time to first token and what held that up."""
         options = self.options
-        timing = self._timing(state, end_ns, failed=error is not None)
+        timing = call_timing(
+            started_ns=state.started_ns,
+            end_ns=end_ns,
+            first_chunk_ns=state.first_chunk_ns,
+            last_chunk_ns=state.last_chunk_ns,
+            chunks=state.chunks,
+            failed=error is not None,
+            record_ttft=options.record_ttft,
+            warn_ms=options.ttft_warn_ms,
+            error_ms=options.ttft_error_ms,
+        )
         details = response_details(response)
         usage = details.usage
         split = split_ttft(
@@ -274,20 +255,6 @@ class ModelCallTracer:
             threshold_ms=(
                 options.ttft_error_ms if timing.ttft_level == "error" else options.ttft_warn_ms
             ),
-        )
-
-    def _timing(self, state: ModelRunState, end_ns: int, *, failed: bool) -> CallTiming:
-        """What the call's clock readings say, against the handler's thresholds."""
-        return call_timing(
-            started_ns=state.started_ns,
-            end_ns=end_ns,
-            first_chunk_ns=state.first_chunk_ns,
-            last_chunk_ns=state.last_chunk_ns,
-            chunks=state.chunks,
-            failed=failed,
-            record_ttft=self.options.record_ttft,
-            warn_ms=self.options.ttft_warn_ms,
-            error_ms=self.options.ttft_error_ms,
         )
 
     def _hand_on(self, record: LatencyRecord) -> None:

@@ -1,11 +1,5 @@
-"""What the callback handler remembers about each LangChain run while it is open.
-
-LangChain reports a run as separate callbacks (start, tokens, end or error) that carry only the
-``run_id`` and ``parent_run_id``. :class:`RunRegistry` maps each open run to its state, hands every
-state out for finalisation exactly once (:meth:`RunRegistry.pop`), and stays bounded: past
-``max_runs`` open runs it gives up the oldest, so a run whose end never comes (a stream kept
-open and never consumed) cannot grow memory without limit.
-"""
+"""What the callback handler remembers about each LangChain run while it is open: its state,
+in a :class:`RunRegistry` that hands each out exactly once and stays bounded."""
 
 from __future__ import annotations
 
@@ -40,9 +34,8 @@ class RunState:
         children: Ids of the runs started under this one (some may have ended already).
         pending_trim: A trim reported in this run or handed on by a child run that ended, not
             yet attached to a model call.
-        task: For a root run in asyncio: the task it started in. Not always the task that
-            carries it on: LangChain's ``abatch`` and a completion model start their runs in a
-            short-lived ``gather`` task.
+        task: For a root run in asyncio: the task it started in (not always the one that
+            carries it on: ``abatch`` starts runs in a short-lived ``gather`` task).
         task_watch: For a root run whose cancellation LangChain does not report: the
             done-callback on ``task`` that ends the run if the task finishes first.
     """
@@ -69,8 +62,7 @@ class ModelRunState(RunState):
         started_ns: When the call started.
         stall_ns: A wait between chunks longer than this is a stall.
         messages: The prompt, kept by reference for the token estimate at the end.
-        tools: The tool definitions sent with it (the invocation parameters' ``tools``), for the
-            same estimate.
+        tools: The tool definitions sent with it, for the same estimate.
         metric_attributes: The low-cardinality attributes of the call's metrics.
         streamed: Whether the request asked to stream or any token callback arrived.
         first_chunk_ns: When the first content chunk arrived.
@@ -101,14 +93,8 @@ class ModelRunState(RunState):
     last_delivery: object = None
 
     def add_chunk(self, now_ns: int) -> int:
-        """Records a content chunk.
-
-        Args:
-            now_ns: When it arrived.
-
-        Returns:
-            The wait before it when that wait was a stall, else 0 (also for the first chunk).
-        """
+        """Records a content chunk arriving at ``now_ns``; returns the wait before it when that
+        was a stall, else 0."""
         self.chunks += 1
         if self.first_chunk_ns is None:
             self.first_chunk_ns = self.last_chunk_ns = now_ns
@@ -118,17 +104,8 @@ class ModelRunState(RunState):
         return self._account_gap(gap)
 
     def close_stream(self, end_ns: int) -> int:
-        """Accounts for the wait from the last chunk to the end of the call.
-
-        A server that stalls and then fails or closes never sends the chunk that would end the
-        gap, so the trailing wait counts like any other.
-
-        Args:
-            end_ns: When the call ended.
-
-        Returns:
-            The trailing wait when it was a stall, else 0.
-        """
+        """Accounts for the wait from the last chunk to the call's end (a server that stalls,
+        then fails, sends no chunk to end the gap); returns it when it was a stall, else 0."""
         if self.first_chunk_ns is None:
             return 0
         return self._account_gap(end_ns - self.last_chunk_ns)
@@ -178,12 +155,8 @@ class RunRegistry:
         return self._runs.get(run_id)
 
     def add(self, state: RunState) -> RunState | None:
-        """Registers a new open run, evicting the oldest if the registry is full.
-
-        Returns:
-            The run's parent when it is open (the new run is then listed among its children),
-            else ``None``: the new run is a root as far as this registry knows.
-        """
+        """Registers a new open run, evicting the oldest if the registry is full; returns its
+        parent when that is open (the run is listed among its children), else ``None``."""
         evicted: list[RunState] = []
         with self._lock:
             previous = self._runs.pop(state.run_id, None)
@@ -219,10 +192,7 @@ class RunRegistry:
             return self._runs.pop(run_id, None)
 
     def take_trim(self, run_id: UUID | None) -> PendingTrim | None:
-        """Hands out the trim waiting nearest to ``run_id``: on it, or on an enclosing run.
-
-        The trim is taken (a second model call does not get it too).
-        """
+        """Takes the trim waiting nearest to ``run_id``: on it, or on an enclosing run."""
         run = self.get(run_id)
         while run is not None:
             pending = run.pending_trim
@@ -233,12 +203,8 @@ class RunRegistry:
         return None
 
     def hand_on_trim(self, ended: RunState) -> None:
-        """Gives the enclosing run the trim an ended run still holds.
-
-        A trim whose run ended before any model call used it prepared a later call: the next
-        step of a sequence, or the sibling ``agent`` node of a LangGraph ``pre_model_hook``.
-        A newer trim replaces an unused older one.
-        """
+        """Gives the enclosing run the trim an ended run still holds: it prepared a later call
+        (the next step, or a LangGraph ``pre_model_hook``'s sibling ``agent`` node)."""
         parent = self.get(ended.parent_run_id)
         if ended.pending_trim is not None and parent is not None:
             parent.pending_trim = ended.pending_trim

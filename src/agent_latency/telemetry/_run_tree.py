@@ -1,11 +1,8 @@
 """The run tree: spans for LangChain's agents, chains and tools, nested by ``run_id``.
 
-:class:`RunTree` is the part of the callback handler that knows nothing about latency: it keeps
-the open runs (a bounded :class:`RunRegistry`), starts each span under its parent's (passed
-explicitly: the handler never makes its spans current, since attaching a context in one callback
-and detaching it in another breaks under asyncio), ends every run exactly once, its open
-children first, and carries a reported trim to the model call it prepared. Model calls are
-registered here like any run; the tree ends one by calling the function it was given.
+:class:`RunTree` starts each span under its parent's, passed explicitly (a context attached in
+one callback and detached in another breaks under asyncio), ends every run exactly once, its
+open children first, and carries a reported trim to the model call it prepared.
 """
 
 from __future__ import annotations
@@ -105,9 +102,8 @@ class RunTree:
         return self._runs.get(run_id)
 
     def is_repeated_start(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
-        """Whether a run's start is delivered again: it is open under the same parent and
-        nothing has happened in it since (LangChain calls a handler listed twice, e.g. in a
-        model's ``with_config`` and the call's config, once per listing)."""
+        """Whether a run's start is delivered again (to a handler listed twice): it is open
+        under the same parent and nothing has happened in it since."""
         state = self._runs.get(run_id)
         if state is None or state.parent_run_id != parent_run_id or state.children:
             return False
@@ -179,8 +175,7 @@ class RunTree:
     def start_untraced(
         self, run_id: UUID, parent_run_id: UUID | None, *, ends_with_task: bool = False
     ) -> None:
-        """Opens a run without a span, so that the runs under it still find their parent
-        (``ends_with_task`` as for :meth:`add`)."""
+        """Opens a run without a span, so that the runs under it still find their parent."""
         state = RunState(run_id, parent_run_id, None, self.parent_context(parent_run_id))
         self.add(state, ends_with_task=ends_with_task)
 
@@ -191,11 +186,8 @@ class RunTree:
             state: The run.
             ends_with_task: Whether the run, when a root in asyncio, ends at the latest with the
                 task it starts in: a chat-model call or a retriever, whose cancellation
-                LangChain does not report (``agenerate`` awaits the request under ``gather``;
-                a retriever catches ``Exception`` only). Chains, tools and completion models
-                report every end, cancellation included, and may start in a short-lived task
-                that says nothing about when they end (``abatch`` starts each input's root in a
-                ``gather`` task; so does a completion model each prompt's call).
+                LangChain does not report. Chains, tools and completion models report every end
+                and may start in a short-lived ``gather`` task.
         """
         if self._runs.add(state) is not None:
             return  # ended by its parent at the latest
@@ -251,8 +243,7 @@ class RunTree:
         self._finish(state, error, response)
 
     def _stream_closed(self, state: RunState) -> bool:
-        """Whether a run's tree runs in an ``astream_events`` task its consumer walked away
-        from (:func:`closed_event_stream`)."""
+        """Whether a run's tree runs in an ``astream_events`` task its consumer walked away from."""
         root = state
         while (parent := self._runs.get(root.parent_run_id)) is not None:
             root = parent

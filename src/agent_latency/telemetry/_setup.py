@@ -1,10 +1,5 @@
-"""OpenTelemetry setup for agent-latency: tracer and meter providers with sane exporters.
-
-Exports run in background threads (a batch span processor and a periodic metric reader) with
-bounded queues and short timeouts, so a collector that is down or slow costs the application
-nothing but the telemetry it drops. Export failures are logged once, then at DEBUG until the
-collector is back.
-"""
+"""OpenTelemetry setup: tracer and meter providers whose exports, in background threads with
+bounded queues and short timeouts, cost the application nothing when the collector is down."""
 
 from __future__ import annotations
 
@@ -104,22 +99,16 @@ class Telemetry:
         Args:
             **overrides: Constructor keywords winning over the settings' thresholds.
         """
-        options: dict[str, Any] = {
-            "tracer_provider": self.tracer_provider,
-            "meter_provider": self.meter_provider,
-            **overrides,
-        }
-        return LatencyCallbackHandler.from_settings(self.settings, **options)
+        providers = {"tracer_provider": self.tracer_provider, "meter_provider": self.meter_provider}
+        return LatencyCallbackHandler.from_settings(self.settings, **(providers | overrides))
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Flushes and stops both providers at once, waiting at most ``timeout_s`` seconds.
 
         Spans and metrics a slow or hung collector has not taken by then are dropped (a WARNING
-        says so) and the call returns; the exports finish or fail in the background. A collector
-        whose port refuses connections is not waited for: what is left is dropped at once, with
-        one WARNING. Telemetry
-        from :func:`configure_telemetry` is shut down this way at interpreter exit too; a second
-        call does nothing.
+        says so); a collector whose port refuses connections is not waited for. Telemetry from
+        :func:`configure_telemetry` is shut down this way at interpreter exit too; a second call
+        does nothing.
 
         Args:
             timeout_s: The longest wait; the export timeout by default (3 s, or
@@ -175,9 +164,8 @@ class Telemetry:
                 log.removeFilter(log_filter)
 
     def _drop_where_refused(self, timeout_s: float) -> list[str]:
-        """Makes the exporters whose collector refuses connections drop what is left, and
-        silences the OTLP exporters' own messages if any does; returns those collectors'
-        ``host:port`` addresses. Each address is asked once, for at most ``timeout_s``."""
+        """Makes the exporters whose collector refuses connections drop what is left and be
+        quiet; returns those ``host:port`` addresses, each asked once for at most ``timeout_s``."""
         addresses = {a for e in self._exporters if (a := host_and_port(e.url)) is not None}
         refusing: set[tuple[str, int]] = set()
 

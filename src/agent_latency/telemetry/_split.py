@@ -1,12 +1,6 @@
-"""Where a call's time to first token went: the server's prefill, and the rest.
-
-The client measures one number, the time to its first chunk. A server that says how long it
-prefilled (llama.cpp's ``timings``) splits it: the server's prefill of the uncached prompt
-tokens, and the remainder, spent in the client, on the network and in the server's queue. A
-blocking call's first text comes with its whole answer, so its split has a third part: the
-server's decode of that answer. Where the server says nothing, or says more than the client
-waited, there is no split: absent, never wrong.
-"""
+"""Where a call's time to first token went: the server's prefill (and a blocking call's decode)
+by the server's own word, and the remainder (client, network, queue). Where the server says
+nothing, or more than the client waited, there is no split: absent, never wrong."""
 
 from __future__ import annotations
 
@@ -19,10 +13,8 @@ SPLIT_TOLERANCE: Final = 0.05
 more: a server reporting more time than the client waited is not believed."""
 
 BUFFERED_MEAN_GAP_MS: Final = 1.0
-"""Chunks closer together than this on average were released at once by a buffer: a server
-streaming tokens one by one leaves at least this between them (1,000 tokens/s). LangChain's own
-work between two chunks takes about 0.25 ms on a loaded machine (measured through
-``ChatOpenAI.stream`` against the simulator's buffered stream), so the bound sits above that."""
+"""Chunks closer together than this on average were released at once by a buffer (1,000
+tokens/s); LangChain's own work between two chunks takes about 0.25 ms on a loaded machine."""
 
 MIN_JUDGED_CHUNKS: Final = 4
 """Fewer content chunks than this say nothing about buffering."""
@@ -120,11 +112,7 @@ class SlowCause(Enum):
 
 def is_buffered(chunks: int, mean_chunk_gap_s: float | None) -> bool:
     """Whether a stream's chunks arrived in one burst (a mean gap under
-    :data:`BUFFERED_MEAN_GAP_MS`, over at least :data:`MIN_JUDGED_CHUNKS` chunks).
-
-    A server streaming faster than 1,000 tokens/s looks the same: :func:`held_back_ms` tells
-    the two apart when the server says how long it decoded.
-    """
+    :data:`BUFFERED_MEAN_GAP_MS`, over at least :data:`MIN_JUDGED_CHUNKS` chunks)."""
     return (
         chunks >= MIN_JUDGED_CHUNKS
         and mean_chunk_gap_s is not None
@@ -135,24 +123,10 @@ def is_buffered(chunks: int, mean_chunk_gap_s: float | None) -> bool:
 def held_back_ms(
     split: TtftSplit | None, spread_ms: float | None, server_decode_ms: float | None
 ) -> float | None:
-    """How long the server generated before a stream's first content chunk, by its own word.
-
-    A live stream's content chunks arrive over about as long as the server took to generate
-    them. When they arrive over less, the rest came before the first of them: a buffer held the
-    stream back, or the server generated output that is no content to LangChain (a reasoning
-    model's thinking, in ``reasoning_content``) or sent a tool call whole once complete.
-
-    Args:
-        split: The call's split: what came before the first content chunk is part of its
-            remainder, and a server saying it generated for longer is not believed past it.
-        spread_ms: From the first content chunk to the last (0 for one chunk); ``None``
-            without a content chunk.
-        server_decode_ms: How long the server says it generated the answer.
-
-    Returns:
-        The server's decode time less the spread (never below 0, at most the remainder), or
-        ``None`` when the server did not say or no content arrived.
-    """
+    """How long the server generated before a stream's first content chunk, by its own word:
+    its decode time less the chunks' ``spread_ms`` (a buffer, a reasoning model's thinking or a
+    tool call sent whole), never below 0 nor above the split's remainder; ``None`` when the
+    server did not say or no content arrived."""
     if server_decode_ms is None or spread_ms is None:
         return None
     held_ms = max(0.0, server_decode_ms - spread_ms)
@@ -161,16 +135,8 @@ def held_back_ms(
 
 def slow_cause(split: TtftSplit | None, *, buffered: bool, held_ms: float | None) -> SlowCause:
     """What held up a first token: the largest of the server's prefill, the output it generated
-    before the first content chunk, and the rest.
-
-    Args:
-        split: The call's split, if the server said enough for one.
-        buffered: Whether the stream's chunks arrived in one burst (:func:`is_buffered`).
-        held_ms: How long the server generated before the first content chunk
-            (:func:`held_back_ms`), when it said how long it decoded; without it a burst is
-            taken for a buffer. When that is the largest part, a burst names a buffer, else
-            the server's own unseen output.
-    """
+    before the first content chunk (``held_ms``: a buffer when ``buffered``, else unseen output)
+    and the rest; without ``held_ms``, a burst is taken for a buffer."""
     if split is None or held_ms is None:
         if buffered:
             return SlowCause.BUFFERED

@@ -53,22 +53,8 @@ def call_timing(
     warn_ms: float,
     error_ms: float,
 ) -> CallTiming:
-    """Works out a call's timing from its clock readings (nanoseconds of one monotonic clock).
-
-    Args:
-        started_ns: When the call started.
-        end_ns: When it ended.
-        first_chunk_ns: When the first content chunk arrived, if one did.
-        last_chunk_ns: When the latest content chunk arrived.
-        chunks: How many content chunks arrived.
-        failed: Whether the call ended without an answer (failed, cancelled, abandoned).
-        record_ttft: Whether time to first token is measured at all.
-        warn_ms: The TTFT above which the level is ``"warn"``.
-        error_ms: The TTFT above which the level is ``"error"``.
-
-    Returns:
-        The timing.
-    """
+    """Works out a call's timing from its clock readings (nanoseconds of one monotonic clock);
+    ``failed`` is a call that ended without an answer (failed, cancelled, abandoned)."""
     total_ms = (end_ns - started_ns) / 1e6
     mean_gap_s = (
         (last_chunk_ns - first_chunk_ns) / (chunks - 1) / 1e9
