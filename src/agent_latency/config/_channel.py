@@ -1,10 +1,6 @@
-"""The channel's URL and key: refused at load when no request could carry them safely.
-
-A key must be sendable as an HTTP header (printable ASCII, no surrounding whitespace, which is
-stripped with a log line); a base_url must be an http(s) URL with a valid port and no
-``user:password@`` (httpx would send those as Basic auth in place of the key). Every message names
-where the value came from and shows the URL only through :func:`display_url`, never the key.
-"""
+"""The channel's URL and key: refused at load when no request could carry them safely. Every
+message names where the value came from and shows the URL only through :func:`display_url`,
+never the key."""
 
 from __future__ import annotations
 
@@ -23,11 +19,8 @@ _PLACEHOLDER: Final = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<bare>[A
 
 
 def checked_key(key: str, place: str) -> str:
-    """Returns the API key without surrounding whitespace, refusing one no header can carry.
-
-    Keys mounted from files often end in a newline, which httpx refuses to send (quoting the
-    whole header in its error). Messages name the key's place, never the key.
-    """
+    """Returns the API key without surrounding whitespace (a key mounted from a file often ends
+    in a newline), refusing one no HTTP header can carry."""
     stripped = key.strip()
     if not stripped:
         raise ConfigError(f"{place}: must not be empty. Fix: write the key, or leave it out.")

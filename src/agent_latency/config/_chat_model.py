@@ -117,11 +117,8 @@ class CompatibleChatOpenAI(ChatOpenAI):
     ) -> ChatResult:
         result = super()._create_chat_result(response, generation_info)
         fields = response if isinstance(response, dict) else (response.model_extra or {})
-        for name in _SERVER_TIMINGS:
-            timings = fields.get(name)
-            if isinstance(timings, dict):
-                for generation in result.generations:
-                    generation.message.response_metadata[name] = dict(timings)
+        for generation in result.generations:
+            _copy_timings(fields, generation.message.response_metadata)
         return result
 
     def _convert_chunk_to_generation_chunk(
@@ -139,10 +136,7 @@ class CompatibleChatOpenAI(ChatOpenAI):
             # Only the stream's end: with timings_per_token every chunk carries running
             # figures, and LangChain's merge of the chunks refuses two different floats.
             return generation_chunk
-        for name in _SERVER_TIMINGS:
-            timings = raw.get(name)
-            if isinstance(timings, dict):
-                generation_chunk.message.response_metadata[name] = dict(timings)
+        _copy_timings(raw, generation_chunk.message.response_metadata)
         return generation_chunk
 
     def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
@@ -156,6 +150,12 @@ class CompatibleChatOpenAI(ChatOpenAI):
         async for generation_chunk in super()._astream(*args, **kwargs):
             _keep_timings_once(generation_chunk, kept)
             yield generation_chunk
+
+
+def _copy_timings(fields: dict[str, Any], metadata: dict[str, Any]) -> None:
+    for name in _SERVER_TIMINGS:
+        if isinstance(timings := fields.get(name), dict):
+            metadata[name] = dict(timings)
 
 
 def _ends_stream(chunk: dict[str, Any]) -> bool:
