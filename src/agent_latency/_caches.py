@@ -1,11 +1,6 @@
-"""What is remembered while it stays true: bounded caches, and what tells a message was edited.
-
-:class:`LRUCache` is the one bounded map every cache of the package is built on (entries, and a
-total weight such as bytes); an entry about an object can end with the object. :func:`stamp` and
-:func:`unchanged` are the one rule for telling that a message was edited in place, so that a
-count, a shortened copy or a stub is served only for the message it was made from, unchanged.
-:class:`MessageCache` joins the two: a value per (message, key), served while the message lives
-and is unchanged.
+"""What is remembered while it stays true: :class:`LRUCache`, the one bounded map every cache is
+built on; :func:`stamp` and :func:`unchanged`, the one rule for telling a message was edited in
+place; and :class:`MessageCache`, a value per (message, key) while the message lives unchanged.
 """
 
 from __future__ import annotations
@@ -119,17 +114,13 @@ _COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
 
 
 def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
-    """Returns what finds in-place edits of a message that identity checks miss.
-
-    Identity checks of :data:`IDENTITY_FIELDS` (strings, which cannot change in place) catch
-    a field set anew; the other fields a count depends on (list content, tool calls, a
-    ``ChatMessage``'s role) can change inside. The message is unchanged while
-    ``getter(message.__dict__) == snapshot``.
+    """Returns what finds in-place edits of a message that identity checks of
+    :data:`IDENTITY_FIELDS` miss (list content, tool calls, a ``ChatMessage``'s role).
 
     Returns:
-        A getter of those fields from the message's ``__dict__`` (the same object for every
-        message with the same fields) and a deep copy of their values, or ``(None, None)`` when
-        identity checks suffice.
+        A getter of those fields from the message's ``__dict__`` (one object per set of fields)
+        and a deep copy of their values: the message is unchanged while
+        ``getter(message.__dict__) == snapshot``. ``(None, None)`` when identity suffices.
 
     Raises:
         Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
@@ -150,12 +141,9 @@ Stamp = tuple[Any, ...]
 def stamp(message: BaseMessage) -> Stamp:
     """Returns what tells later whether ``message`` was edited in place (see :func:`unchanged`).
 
-    The one rule for every cache of what a message yields (its count, a shortened copy, a
-    stub): the same content, name and tool-call id objects, and the other fields that can
-    change inside equal to a copy taken now (:func:`edit_check`). Known limit: an edit to an
-    equal value of another type (a tool-call argument ``1`` set to ``1.0``, ``0`` to ``False``)
-    is not seen, though its JSON differs by a token or two; a new message object is counted
-    anew.
+    The same content, name and tool-call id objects, and the other fields equal to a copy taken
+    now (:func:`edit_check`). Known limit: an edit to an equal value of another type (``1`` to
+    ``1.0``) is not seen, though its JSON differs by a token or two.
 
     Raises:
         Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.

@@ -1,10 +1,4 @@
-"""OpenAI's chat format as ChatOpenAI puts it on the wire: what every count is made of.
-
-:func:`wire_message`, :func:`wire_tools` and :func:`wire_role` give the fields ChatOpenAI sends;
-:func:`openai_message` a whole message as a request body holds it; :func:`content_key` a hashable
-key of what a message's count depends on; :func:`role_of` the role a message plays, whatever its
-type; :func:`escape_surrogates` text as it can leave the process in JSON.
-"""
+"""OpenAI's chat format as ChatOpenAI puts it on the wire: what every count is made of."""
 
 from __future__ import annotations
 
@@ -43,16 +37,14 @@ def wire_role(message: BaseMessage) -> str:
     return str(message.type)
 
 
-def _arguments_json(args: object) -> str:
-    """Serialises tool-call arguments as ChatOpenAI sends them."""
-    return json.dumps(args, ensure_ascii=False, default=str)
-
-
 def _wire_calls(message: BaseMessage) -> list[tuple[str, str]]:
     """Returns ``(name, JSON arguments)`` of each call ChatOpenAI sends for ``message``."""
     if not isinstance(message, AIMessage):
         return []
-    calls = [(str(c["name"]), _arguments_json(c["args"])) for c in message.tool_calls]
+    calls = [
+        (str(c["name"]), json.dumps(c["args"], ensure_ascii=False, default=str))
+        for c in message.tool_calls
+    ]
     # ChatOpenAI sends the calls it could not parse too, with their raw arguments.
     calls += [
         (str(c.get("name") or ""), str(c.get("args") or "")) for c in message.invalid_tool_calls
@@ -129,12 +121,8 @@ def openai_message(message: BaseMessage) -> dict[str, Any]:
 
 
 def escape_surrogates(text: str) -> str:
-    """``text`` with each lone UTF-16 surrogate written as its escape (``\\ud800``).
-
-    ``json.loads`` of a truncated page gives such strings, and no UTF-8 can hold them: where
-    text leaves the process (a span, a file, an error body) they are written as the escape,
-    which JSON reads back as the same string.
-    """
+    """``text`` with each lone UTF-16 surrogate (``json.loads`` of a truncated page gives them),
+    which no UTF-8 holds, written as its escape (``\\ud800``), as it can leave the process."""
     return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -155,11 +143,7 @@ _ROLE_ALIASES: Final = {"human": "user", "ai": "assistant", "developer": "system
 
 
 def role_of(message: BaseMessage) -> str:
-    """Returns the OpenAI role a message plays, whatever its Python type.
-
-    ``ChatMessage(role="user")`` is ``"user"``; ``"developer"`` messages and
-    ``ChatMessage(role="system")`` are ``"system"``; LangChain's ``"human"``/``"ai"`` map to
-    ``"user"``/``"assistant"``.
-    """
+    """Returns the OpenAI role a message plays, whatever its Python type (``"developer"`` is
+    ``"system"``, LangChain's ``"human"``/``"ai"`` are ``"user"``/``"assistant"``)."""
     role = wire_role(message).strip().lower()
     return _ROLE_ALIASES.get(role, role)

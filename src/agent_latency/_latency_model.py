@@ -1,11 +1,7 @@
 """How long an endpoint takes to its first token: the learned latency model and its fit.
 
-:class:`LatencyModel` is what the handler feeds and ``doctor`` checks; :func:`fit_prefill`
-fits the same model to ``bench``'s sweep of budgets and to ``doctor``'s prefill probes, to tell
-the user the cost of each 1,000 prompt tokens and the budget that keeps TTFT in bounds, in the
-words doctor's latency-model check uses (:func:`describe_coefficients`).
-
-The latency model is::
+:class:`LatencyModel` is what the handler feeds and ``doctor`` checks; :func:`fit_prefill` fits
+it to ``bench``'s sweep of budgets and ``doctor``'s prefill probes. The model is::
 
     TTFT ≈ a + b · uncached + c · uncached · context + d · context
 
@@ -15,13 +11,9 @@ cost (network, queueing, scheduling), ``b`` the prefill cost per token, ``c`` ho
 with the context (attention is quadratic: llama.cpp shows it) and ``d`` what every prompt token
 costs even when cached (converting, sending and tokenizing the request, matching the cache).
 
-The coefficients are fitted online by ridge-regularised least squares toward priors, none
-below 0 (a few cold calls alone cannot tell the per-token terms apart, and an unconstrained fit
-then trades one for a negative other). The fit keeps only 4×4 sufficient statistics, discounted
-by a forgetting factor on every call, so its memory is constant and it follows an endpoint whose
-speed changes. With no calls observed it predicts from the priors (the embedded simulator's
-defaults); each call, and each of doctor's prefill probes, pulls it toward what the endpoint
-really does. Safe to share between threads.
+It is fitted online by ridge-regularised least squares toward priors (the simulator's defaults),
+no coefficient below 0, from 4×4 sufficient statistics discounted by a forgetting factor: constant
+memory, following an endpoint whose speed changes. Safe to share between threads.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ from typing import Final
 from agent_latency._caches import LRUCache
 from agent_latency._redaction import host_and_port
 from agent_latency._server_usage import MAX_REPORTED_TOKENS
-from agent_latency._validation import checked_number
+from agent_latency._validation import checked_int, checked_number
 
 _KILO: Final = 1000.0
 """Features are in thousands of tokens (and millions of token pairs), to keep the fit well
@@ -95,13 +87,9 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
 
 
 def _solve_non_negative(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Minimises ``θᵀ·matrix·θ − 2·θᵀ·vector`` over ``θ ≥ 0`` (``matrix`` positive definite).
-
-    No coefficient of the latency model can be negative: a fit that makes, say, context cheaper
-    the longer it is would tell the trimmer to keep more of it. When the unconstrained solution
-    has a negative coefficient, every set of coefficients pinned at 0 is tried (16 for 4) and
-    the feasible solution of least cost taken: the exact constrained optimum.
-    """
+    """Minimises ``θᵀ·matrix·θ − 2·θᵀ·vector`` over ``θ ≥ 0`` (``matrix`` positive definite):
+    when the unconstrained solution has a negative coefficient, every set of coefficients pinned
+    at 0 is tried (16 for 4) and the feasible one of least cost taken, the exact optimum."""
     free = _solve(matrix, vector)
     if min(free) >= 0:
         return free
@@ -271,15 +259,9 @@ class LatencyModels:
     def __init__(
         self, max_endpoints: int = 64, *, priors: LatencyCoefficients = DEFAULT_PRIORS
     ) -> None:
-        if (
-            isinstance(max_endpoints, bool)
-            or not isinstance(max_endpoints, int)
-            or max_endpoints < 1
-        ):
-            raise ValueError(
-                f"LatencyModels: max_endpoints must be an integer >= 1, got {max_endpoints!r}."
-            )
-        self._models = LRUCache(max_endpoints)
+        self._models = LRUCache(
+            checked_int("LatencyModels", "max_endpoints", max_endpoints, minimum=1)
+        )
         self._priors = priors
         self._lock = threading.Lock()
 
@@ -327,10 +309,8 @@ def describe_coefficients(coefficients: LatencyCoefficients) -> str:
 
 @dataclass(frozen=True)
 class PrefillFit:
-    """The latency model fitted to calls with nothing cached: what a prompt of ``tokens`` costs.
-
-    ``bench`` (its budget sweep) and ``doctor`` (its prefill probes) fit it the same way, by
-    :func:`fit_prefill`, so the curve ``bench --plot`` draws is the model ``doctor`` prints.
+    """The latency model fitted to calls with nothing cached (:func:`fit_prefill`), so the curve
+    ``bench --plot`` draws is the model ``doctor`` prints.
 
     Attributes:
         coefficients: The fitted :class:`LatencyModel`'s coefficients.
@@ -377,10 +357,6 @@ class PrefillFit:
 
 def fit_prefill(samples: Iterable[tuple[float, float]]) -> PrefillFit | None:
     """Fits a :class:`LatencyModel` (from :data:`DEFAULT_PRIORS`) to calls with nothing cached.
-
-    The model's context term bends the curve upwards as a server's rate falls with the context
-    (attention over a longer prompt), where a straight line read a negative fixed time on
-    llama-server ("-397 ms fixed") or, held at 0, a cost per token too high for short prompts.
 
     Args:
         samples: ``(prompt_tokens, ttft_ms)`` pairs; one :meth:`LatencyModel.observe` refuses

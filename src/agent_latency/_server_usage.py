@@ -106,26 +106,17 @@ class _Reader:
 
 
 def usage_of_body(body: object) -> ServerUsage:
-    """Reads a raw OpenAI-compatible response body or final stream chunk.
-
-    ``usage`` gives the counts (OpenAI's ``prompt_tokens_details``, DeepSeek's
-    ``prompt_cache_hit_tokens``); llama.cpp's ``timings`` gives the prefill time and, where
-    ``usage`` says nothing of the cache, ``cache_n``; vLLM's ``metrics``, the prefill and
-    decode times.
-    """
+    """Reads a raw OpenAI-compatible response body or final stream chunk: ``usage`` (with
+    DeepSeek's cache hits), llama.cpp's ``timings`` and vLLM's ``metrics``."""
     fields = body if isinstance(body, Mapping) else {}
     timings = _Timings(fields.get("timings"), fields.get("metrics"))
     return _read_raw(_Reader(), fields.get("usage"), timings)
 
 
 def usage_of_message(message: object) -> ServerUsage:
-    """Reads a LangChain ``AIMessage`` (a whole answer, or a streamed one merged).
-
-    ``usage_metadata`` first (LangChain's mapping of OpenAI's fields), then the raw
-    ``token_usage`` that blocking calls keep in ``response_metadata`` (DeepSeek's cache hits),
-    then llama.cpp's ``timings`` and vLLM's ``metrics``, which ``build_chat_model``'s model
-    keeps there.
-    """
+    """Reads a LangChain ``AIMessage`` (a whole answer, or a streamed one merged):
+    ``usage_metadata`` first, then the raw ``token_usage``, ``timings`` and ``metrics`` kept in
+    its ``response_metadata``."""
     read = _Reader()
     metadata = getattr(message, "response_metadata", None)
     metadata = metadata if isinstance(metadata, Mapping) else {}

@@ -1,15 +1,10 @@
 """The contract between the trimmer and the callback handler: one trace for a trim and its call.
 
-The trimmer and the callback handler never import each other. When the trimmer runs inside a
-LangChain run, it looks among that run's callback handlers for one that can hand out the
-OpenTelemetry context of a run (``LatencyCallbackHandler`` does), starts its trim span under it,
-records that span with the tracer such a handler offers (:class:`TrimTracerProvider`, so the
-span lands in the handler's tracer provider beside its parent), and then reports the
-:class:`~agent_latency.TrimResult` as a LangChain custom event named :data:`TRIM_EVENT`. The
-handler reads the event's figures as a :class:`PendingTrim`, attaches them to the next chat-model
-span in the same scope under the attribute names of :data:`TRIM_FIELDS`, and hands the server's
-count of that request back to the trim's :class:`Calibration`. Both spans of a
-trim that cut or shortened the request say so the conventions' way (:func:`compaction`).
+The two never import each other. The trimmer starts its span under the run context a handler
+hands out (:class:`RunContextProvider`), with the tracer it offers (:class:`TrimTracerProvider`),
+and reports the ``TrimResult`` as a custom event (:data:`TRIM_EVENT`); the handler keeps its
+figures as a :class:`PendingTrim` for the next chat-model span and feeds the trim's
+:class:`Calibration` the server's count.
 """
 
 from __future__ import annotations
@@ -44,10 +39,7 @@ TRIM_FIELDS: Final[Mapping[str, str]] = {
     "fixed_tokens": semconv.TRIM_FIXED_TOKENS,
 }
 """The ``TrimResult`` fields that describe a trim, each with the attribute it becomes on the trim
-span and on the chat-model span it prepared.
-
-``over_budget`` is a flag; every other field is a count of tokens or messages.
-"""
+span and on the chat-model span it prepared (``over_budget`` a flag, the rest counts)."""
 
 
 def compaction(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
@@ -74,11 +66,8 @@ class RunContextProvider(Protocol):
 
 @runtime_checkable
 class TrimTracerProvider(Protocol):
-    """A callback handler whose tracer should record the trims run under it.
-
-    A trim inside a run traced by such a handler records its span with this tracer, so the
-    span lands in the handler's tracer provider beside its parent, not in the global one.
-    """
+    """A callback handler whose tracer records the trims run under it, so the trim span lands in
+    the handler's tracer provider beside its parent, not in the global one."""
 
     def tracer_for_trims(self) -> Tracer | None:
         """Returns the tracer the trim span is started with; ``None`` when the handler's spans
@@ -97,16 +86,8 @@ def find_trim_tracer(handlers: Iterable[object]) -> Tracer | None:
 
 
 def find_run_context(handlers: Iterable[object], run_id: UUID | None) -> Context | None:
-    """Finds the OpenTelemetry context of ``run_id`` among a run's callback handlers.
-
-    Args:
-        handlers: The callback handlers of the current LangChain run.
-        run_id: The run whose span should become the parent.
-
-    Returns:
-        The first context a handler provides whose span is a real one (a handler whose spans
-        go nowhere gives an invalid one), or ``None`` when no handler traces the run.
-    """
+    """The first OpenTelemetry context of ``run_id`` a handler among ``handlers`` provides whose
+    span is a real one (not a no-op provider's), or ``None``."""
     if run_id is None:
         return None
     for handler in handlers:

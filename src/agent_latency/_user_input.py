@@ -1,11 +1,6 @@
-"""What users pass, as LangChain messages: in memory, and from JSON files.
-
-:func:`coerce_messages` turns what users pass (LangChain messages, OpenAI-format dicts, prompt
-values, a state dict) into LangChain messages without copying them; :func:`tool_calls_of` checks
-the calls of a message edited in place; :func:`load_request_file` reads a conversation or a whole
-request body from a JSON file, and :func:`read_json_file` any JSON file, with errors that name
-the file and the item and never quote message content.
-"""
+"""What users pass, as LangChain messages: in memory (:func:`coerce_messages`, without copying)
+and from JSON files (:func:`load_request_file`), with errors that name the file and the item and
+never quote message content."""
 
 from __future__ import annotations
 
@@ -106,11 +101,8 @@ _CALL_KEYS: Final = (("tool_calls", ("name", "args", "id")), ("invalid_tool_call
 
 
 def tool_calls_of(message: AIMessage, index: int) -> tuple[Mapping[str, Any], ...]:
-    """Returns the calls of ``message``, valid then invalid, as ChatOpenAI sends them.
-
-    LangChain checks them when the message is built, not when they are set in place afterwards;
-    a trim reads them once per message it has not seen (the fast path of
-    :func:`coerce_messages` does not look inside messages).
+    """Returns the calls of ``message``, valid then invalid, as ChatOpenAI sends them (LangChain
+    checks them when the message is built, not when they are set in place afterwards).
 
     Raises:
         ValueError: Naming the message (at ``index``) and the fix, when ``tool_calls`` or
@@ -198,12 +190,8 @@ def _coerce_item(item: object, index: int) -> BaseMessage:
 
 
 def _with_invalid_calls(item: Mapping[str, Any]) -> BaseMessage | None:
-    """An assistant dict whose calls have non-JSON ``arguments``, as ChatOpenAI parses it.
-
-    OpenAI can return such calls; ChatOpenAI keeps them in ``AIMessage.invalid_tool_calls`` (and
-    sends them back as they were), where ``convert_to_messages`` would raise. ``None`` for a
-    dict whose calls all parse (or that has none).
-    """
+    """An assistant dict whose calls have non-JSON ``arguments``, as ChatOpenAI parses it (into
+    ``invalid_tool_calls``, where ``convert_to_messages`` would raise); ``None`` when all parse."""
     calls = item.get("tool_calls")
     if item.get("role") not in ("assistant", "ai") or not isinstance(calls, list):
         return None

@@ -1,13 +1,9 @@
 """Checking the numbers and files users and servers give: one rule for each.
 
-A whole number is an ``int`` that is not a ``bool`` (``True`` is an ``int`` in Python, and no
-option means it as 1); a number is a whole number or a finite ``float``. Every option of the
-package is checked with :func:`checked_int`, :func:`checked_number` or :func:`checked_bool`, so
-every bad option gets the same error: the owner, the option, what it must be, and the value
-given; as Python's own checks do, a value of the wrong type raises ``TypeError`` and one of the
-right type out of bounds (or not finite) ``ValueError``. A file read whole (a configuration, a
-conversation) is checked with :func:`file_problem` first: a regular file of at most
-:data:`MAX_FILE_BYTES`, so ``/dev/zero`` cannot exhaust memory and a FIFO cannot hang the reader.
+Every option is checked with :func:`checked_int`, :func:`checked_number` or :func:`checked_bool`,
+so every bad option gets the same error naming the owner, the option, what it must be and the
+value given (``TypeError`` for the wrong type, ``ValueError`` out of bounds). A file read whole is
+checked with :func:`file_problem` first, so ``/dev/zero`` cannot exhaust memory nor a FIFO hang.
 """
 
 from __future__ import annotations
@@ -36,14 +32,8 @@ def is_number(value: object) -> TypeGuard[int | float]:
 def checked_int(
     owner: str, name: str, value: object, *, minimum: int | None = None, hint: str | None = None
 ) -> int:
-    """Returns ``value`` if it is a whole number of at least ``minimum``.
-
-    Args:
-        owner: What the option belongs to, e.g. ``"PriorityTrimmer"``.
-        name: The option.
-        value: What was given.
-        minimum: The smallest value accepted.
-        hint: What the number is, or a value to use, shown in brackets.
+    """Returns ``value`` if it is a whole number of at least ``minimum``; ``owner`` (e.g.
+    ``"PriorityTrimmer"``), ``name`` and ``hint`` (shown in brackets) go into the error.
 
     Raises:
         TypeError: When ``value`` is not an ``int`` (a ``bool``, a float, a string):
@@ -66,16 +56,8 @@ def checked_number(
     maximum: float | None = None,
     hint: str | None = None,
 ) -> float:
-    """Returns ``value`` as a float if it is a number within the bounds.
-
-    Args:
-        owner: What the option belongs to.
-        name: The option.
-        value: What was given.
-        minimum: The lower bound.
-        above: Whether ``value`` must be strictly above ``minimum``.
-        maximum: The upper bound, included.
-        hint: What the number is, shown in brackets.
+    """Returns ``value`` as a float if it is a number within the bounds (above ``minimum`` when
+    ``above``, ``maximum`` included), named as for :func:`checked_int`.
 
     Raises:
         TypeError: When ``value`` is not an ``int`` or a ``float`` (a ``bool``, a string):

@@ -1,14 +1,9 @@
 """Names of the telemetry agent-latency emits beyond the OpenTelemetry GenAI conventions.
 
-This is the public list of what to query in Jaeger and Prometheus: every span name, event,
-attribute and metric of ours, as a constant. The ``gen_ai.*``, ``server.*`` and ``error.*``
-names come from ``opentelemetry-semantic-conventions``; this module holds only what that package
-does not define: our ``agent_latency.*`` attributes, events and metrics (never a ``gen_ai.*``
-name or value the conventions lack), the GenAI names of the conventions' newer releases that the
-package does not have yet (:data:`GEN_AI_CONVERSATION_COMPACTED` and the names the opt-in
-``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` switches to), the histogram bucket
-boundaries the conventions recommend (the spec lists them, the Python package does not), and
-the schema URL of the conventions version followed (:data:`SCHEMA_URL`).
+The public list of what to query in Jaeger and Prometheus: what ``opentelemetry-semantic-
+conventions`` does not define: our ``agent_latency.*`` names, the newer GenAI names the package
+lacks (used on ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``), the recommended
+histogram buckets and the :data:`SCHEMA_URL` followed.
 
 Example:
     >>> from agent_latency import semconv
@@ -23,11 +18,9 @@ from typing import Final
 INSTRUMENTATION_SCOPE: Final = "agent_latency"
 """The instrumentation scope of every tracer and meter of ours: the handler's and the trimmers'."""
 SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.0"
-"""The semantic conventions version the names follow: 1.41.0, the last release in which the
-GenAI conventions (``gen_ai.response.time_to_first_chunk``, ``gen_ai.client.operation.
-time_to_first_chunk``) are not deprecated (1.42 moved them to open-telemetry/semantic-conventions-
-genai, whose v0.1.0 renamed some: they are emitted only on opt-in, see below). The tracer and
-meter of the handler carry it as their schema URL."""
+"""The semantic conventions version the names follow: 1.41.0, the last in which the GenAI
+conventions are not deprecated (1.42 moved them to semantic-conventions-genai, whose v0.1.0
+renamed some: those names are emitted only on opt-in)."""
 
 # GenAI names of open-telemetry/semantic-conventions-genai v0.1.0 (status Development) that the
 # installed opentelemetry-semantic-conventions (0.66b2, core conventions 1.41) does not define.
@@ -147,39 +140,9 @@ TTFT_REMAINDER_METRIC: Final = "agent_latency.client.ttft.remainder"
 """Histogram (s) of :data:`TTFT_REMAINDER_MS`: the client, network and queue part of the TTFT."""
 
 # Bucket boundaries recommended by the GenAI metric conventions.
-DURATION_BUCKETS_S: Final = (
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.12,
-    10.24,
-    20.48,
-    40.96,
-    81.92,
-)
+DURATION_BUCKETS_S: Final = tuple(0.01 * 2**i for i in range(14))  # 0.01, 0.02, ... 81.92 s
 """For ``gen_ai.client.operation.duration``, ``time_to_first_chunk``, ``time_per_output_chunk``."""
-TOKEN_USAGE_BUCKETS: Final = (
-    1,
-    4,
-    16,
-    64,
-    256,
-    1024,
-    4096,
-    16384,
-    65536,
-    262144,
-    1048576,
-    4194304,
-    16777216,
-    67108864,
-)
+TOKEN_USAGE_BUCKETS: Final = tuple(4**i for i in range(14))  # 1, 4, 16, ... 67,108,864
 """For ``gen_ai.client.token.usage``."""
 
 # Chat spans: prompt cache and our count against the server's.

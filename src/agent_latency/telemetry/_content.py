@@ -13,15 +13,9 @@ from agent_latency._chat_format import escape_surrogates, role_of
 from agent_latency.telemetry._langchain import first_str
 
 
-def attribute_text(text: str) -> str:
-    """``text`` as OTLP can carry it: a lone UTF-16 surrogate, which no UTF-8 holds, written as
-    its escape (``\\ud800``)."""
-    return escape_surrogates(text)
-
-
 def to_json(value: object) -> str:
     """``value`` as JSON; what JSON cannot hold is written as its ``str``."""
-    return attribute_text(json.dumps(value, default=str, ensure_ascii=False))
+    return escape_surrogates(json.dumps(value, default=str, ensure_ascii=False))
 
 
 def _parts(message: BaseMessage) -> list[dict[str, Any]]:

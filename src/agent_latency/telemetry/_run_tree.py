@@ -23,8 +23,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._chat_format import escape_surrogates
 from agent_latency._trace_link import PendingTrim
-from agent_latency.telemetry._content import attribute_text, to_json
+from agent_latency.telemetry._content import to_json
 from agent_latency.telemetry._langchain import closed_event_stream, is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
@@ -168,7 +169,7 @@ class RunTree:
             attributes[gen_ai.GEN_AI_TOOL_DESCRIPTION] = description
         if self._capture_content:
             attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = (
-                to_json(inputs) if inputs is not None else attribute_text(input_str)
+                to_json(inputs) if inputs is not None else escape_surrogates(input_str)
             )
         self._start_span(run_id, parent_run_id, f"{_EXECUTE_TOOL} {name}", attributes)
 
@@ -214,7 +215,7 @@ class RunTree:
             result = getattr(output, "content", output)
             state.span.set_attribute(
                 gen_ai.GEN_AI_TOOL_CALL_RESULT,
-                attribute_text(result) if isinstance(result, str) else to_json(result),
+                escape_surrogates(result) if isinstance(result, str) else to_json(result),
             )
 
     def keep_trim(self, run_id: UUID, data: object) -> None:
