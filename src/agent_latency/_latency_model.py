@@ -87,9 +87,9 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
 
 
 def _solve_non_negative(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Minimises ``θᵀ·matrix·θ − 2·θᵀ·vector`` over ``θ ≥ 0`` (``matrix`` positive definite):
-    when the unconstrained solution has a negative coefficient, every set of coefficients pinned
-    at 0 is tried (16 for 4) and the feasible one of least cost taken, the exact optimum."""
+    """Minimises ``θᵀ·matrix·θ − 2·θᵀ·vector`` over ``θ ≥ 0`` (``matrix`` positive definite): a
+    negative coefficient (context cheaper the longer it is) would tell the trimmer to keep more.
+    When the free solution has one, each set pinned at 0 is tried (16), the best feasible kept."""
     free = _solve(matrix, vector)
     if min(free) >= 0:
         return free
