@@ -144,6 +144,25 @@ def test_a_question_about_the_past_recalls_its_round_after_the_cached_prefix() -
     assert sent[:first] == before.messages[:first]
 
 
+def test_a_statement_recalls_only_what_it_plainly_speaks_of() -> None:
+    """Turns that ask nothing (no question mark) go on with the conversation: a few words in
+    common with a left-out round bring nothing back, while the same words asked do."""
+    chat = _chat(300, seed=3)
+    fact = HumanMessage("Remember: the vault combination for the Zanzibar office is 7-19-44.")
+    answer = AIMessage("Noted, the Zanzibar vault combination is stored.")
+    conversation: list[BaseMessage] = [SYSTEM, *chat[:20], fact, answer, *chat[20:]]
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+
+    def recalled(text: str) -> bool:
+        result = trimmer.trim([*conversation, HumanMessage(text)])
+        return any(d.rule == "recalled" for d in result.decisions)
+
+    talk = "I walked past the Zanzibar office garden yesterday evening"
+    assert not recalled(talk)
+    assert recalled(talk + "?")
+    assert recalled("Read me the Zanzibar vault combination.")  # speaks plainly of it
+
+
 def test_small_talk_recalls_nothing() -> None:
     chat = _chat(300, seed=3)
     trimmer = PriorityTrimmer(2000, token_counter=COUNTER)

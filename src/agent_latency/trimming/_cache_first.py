@@ -46,6 +46,12 @@ APPEND_SHARE: Final = 0.35
 """How far the history grows between two cuts, as a share of its room (an epoch)."""
 RECALL_MATCH: Final = 0.25
 """How much of the question a left-out round must match (of the question's own score)."""
+STATEMENT_MATCH: Final = 0.6
+"""How much of a latest user message that asks nothing (no question mark) a left-out round must
+match: most such turns go on with the conversation rather than ask about its past."""
+RECALL_OF_BEST: Final = 0.5
+"""How well, against the best, a left-out round must match to come back with it."""
+_QUESTION_MARKS: Final = ("?", "\uff1f")
 REFOCUS_MATCH: Final = 0.5
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
@@ -300,13 +306,14 @@ def _recall(history: _History, room: int, cut: int) -> None:
         )
     ]
     best = max((base[r] for r in candidates), default=0.0)
-    if best <= 0 or best < RECALL_MATCH * ideal:
+    asks = any(mark in query for mark in _QUESTION_MARKS)
+    if best <= 0 or best < (RECALL_MATCH if asks else STATEMENT_MATCH) * ideal:
         return
     chosen: list[int] = []
     used = 0
     missed = False
     for r in sorted(candidates, key=scores.__getitem__, reverse=True):
-        if base[r] < best / 2:
+        if base[r] < RECALL_OF_BEST * best:
             break
         for candidate in _with_neighbours(r):
             if 0 <= candidate < count and out[candidate] and candidate not in chosen:
