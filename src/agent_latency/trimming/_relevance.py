@@ -42,7 +42,8 @@ _STEMS: Final = 65_536
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
 )
-# Words so common in questions that matching them says nothing about a round's subject.
+# Words so common in questions that matching them says nothing about a round's subject (a
+# block of words: a list literal is formatted one word per line).
 _STOPWORDS: Final = frozenset(
     """
     a an and are as at be but by can could did
@@ -51,7 +52,7 @@ _STOPWORDS: Final = frozenset(
     that the their them then there these they this to up was
     we were what when where which who why will with would you
     your
-    """.split()
+    """.split()  # noqa: SIM905
 )
 
 
