@@ -125,9 +125,7 @@ def terms(text: str) -> list[str]:
         for run in _CJK.findall(word):
             found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
         rest = _CJK.sub(" ", word).split()
-        found.extend(
-            _stem(w) for w in rest if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS
-        )
+        found.extend(_stem(w) for w in rest if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS)
     return found
 
 
