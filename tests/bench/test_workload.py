@@ -83,12 +83,15 @@ def test_a_small_mixed_workload_reports_every_strategy_and_peer(
     assert by_name["summarization"]["retention"] == 1.0
     for name in ("hard_limit", "prefix_stable", "moving_cut", "age_2_4"):
         assert by_name[name]["hard_limit_violations"] == 0
-    # The cache-first default decides its stable part at the cut and recalls by the question's
-    # words, scored by BM25 (a short message naming the question's rare words ranks high): it
-    # keeps both facts, the one in a tool result and the one in a user message, which the age
-    # cut (two head, four tail rounds) loses.
-    assert by_name["prefix_stable"]["retention_by"]["where"] == {"tool_result": 1.0, "user": 1.0}
-    assert by_name["prefix_stable"]["retention"] == 1.0
+    # The cache-first default recalls by the question's words, scored by BM25: it keeps the
+    # returns-desk fact, asked with one word of its statement ("returns"), which the age cut
+    # (two head, four tail rounds) loses. The order fact, asked with no word of its statement
+    # ("what reference did we get for the new parcel"), only recency keeps: the age cut keeps
+    # it, the default does not (the history it sends without recall is under a third of the
+    # room), and the recall tool is how an agent gets it back.
+    assert by_name["prefix_stable"]["retention_by"]["where"] == {"tool_result": 0.0, "user": 1.0}
+    assert by_name["prefix_stable"]["retention"] == 0.5
+    assert by_name["age_2_4"]["retention_by"]["where"] == {"tool_result": 1.0, "user": 0.0}
     assert by_name["age_2_4"]["retention"] == 0.5
     assert report["workload"]["hard_limit"] == 8192 - 2048
     assert report["simulator"]["tokenizer"] == Settings().llm.model

@@ -17,15 +17,18 @@ call re-prefills everything after it; this one moves rarely:
   the room. The rounds since the cut are appended after it whole, so the prompt up to the new
   messages is the previous call's, byte for byte.
 * **Recall**: when the latest user message names something no message sent holds, or a
-  left-out round speaks to more of it than any round sent (or as much and is newer), the best
-  such rounds (with neighbours) come back right before the current turn, after the stable part
-  and the appended rounds, so the cached prefix is not moved; when they do not fit, the call is
-  refocused (:func:`_refocus`). Most turns of a conversation are not questions about its past;
-  they recall nothing.
+  left-out round speaks to more of it than any round sent (or as much and is newer), the
+  rounds that speak to it (with neighbours) come back right before the current turn, after the
+  stable part and the appended rounds, so the cached prefix is not moved; when they do not fit,
+  the call is refocused (:func:`_refocus`). Most turns of a conversation are not questions
+  about its past: a turn that asks nothing (no question mark) recalls only what it plainly
+  speaks of (:data:`STATEMENT_MATCH`).
 
-What is left of the room after the stable part and an epoch of appended rounds is the room
-for the current turn and for recall. Whatever still does not fit is dropped by the general
-priority rules (``_plan.drop_by_priority``).
+The stable part and an epoch of appended rounds take at most :data:`STABLE_SHARE` +
+:data:`APPEND_SHARE` of the room (under a third): the rest is for the current turn and for
+recall, which is where the evidence a question needs comes from on a long conversation
+(docs/benchmarks.md, LoCoMo). Whatever still does not fit is dropped by the general priority
+rules (``_plan.drop_by_priority``).
 """
 
 from __future__ import annotations
@@ -40,13 +43,19 @@ from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan
 from agent_latency.trimming._relevance import BM25_B, BM25_K1, Occurrences, TermCache
 
-STABLE_SHARE: Final = 0.4
+STABLE_SHARE: Final = 0.1
 """What a deep cut keeps of the history's room: the stable part."""
-APPEND_SHARE: Final = 0.35
+APPEND_SHARE: Final = 0.2
 """How far the history grows between two cuts, as a share of its room (an epoch)."""
 RECALL_MATCH: Final = 0.25
 """How much of the question a left-out round must match (of the question's own score)."""
-REFOCUS_MATCH: Final = 0.5
+STATEMENT_MATCH: Final = 0.8
+"""How much of a latest user message that asks nothing (no question mark) a left-out round must
+match: most such turns go on with the conversation rather than ask about its past."""
+RECALL_OF_BEST: Final = 0.25
+"""How well, against the best, a left-out round must match to come back with it."""
+_QUESTION_MARKS: Final = ("?", "\uff1f")
+REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
 _SAME: Final = 1e-9
@@ -263,9 +272,10 @@ def _recall(history: _History, room: int, cut: int) -> None:
     Only when the question needs them: a left-out round holds a term of the question that no
     message still sent holds, or speaks to more of the question than any round sent, or as
     much and is newer (a correction of it), and speaks to a good part of the question
-    (:data:`RECALL_MATCH`). Then the left-out rounds that qualify and score at least half as
-    well come back, best (and, among equals, newest) first, each with its neighbours, within
-    ``room``; they are sent in their own order. When they do not fit and the question asks
+    (:data:`RECALL_MATCH`, or :data:`STATEMENT_MATCH` for a turn that asks nothing). Then the
+    left-out rounds that qualify and score at least :data:`RECALL_OF_BEST` of the best come
+    back, best (and, among equals, newest) first, each with its neighbours, within ``room``;
+    they are sent in their own order. When they do not fit and the question asks
     plainly about the past (:data:`REFOCUS_MATCH`), this call is refocused instead
     (:func:`_refocus`).
     """
@@ -300,13 +310,14 @@ def _recall(history: _History, room: int, cut: int) -> None:
         )
     ]
     best = max((base[r] for r in candidates), default=0.0)
-    if best <= 0 or best < RECALL_MATCH * ideal:
+    asks = any(mark in query for mark in _QUESTION_MARKS)
+    if best <= 0 or best < (RECALL_MATCH if asks else STATEMENT_MATCH) * ideal:
         return
     chosen: list[int] = []
     used = 0
     missed = False
     for r in sorted(candidates, key=scores.__getitem__, reverse=True):
-        if base[r] < best / 2:
+        if base[r] < RECALL_OF_BEST * best:
             break
         for candidate in _with_neighbours(r):
             if 0 <= candidate < count and out[candidate] and candidate not in chosen:

@@ -11,6 +11,7 @@ every cache is bounded by bytes as well as entries (see :class:`TermCache`).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import operator
 import re
@@ -36,74 +37,22 @@ _SCORE_ENTRIES: Final = 16
 _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_VOWELLESS = re.compile(r"[^aeiouy]+")
+_STEMS: Final = 65_536
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
 )
-# Words so common in questions that matching them says nothing about a round's subject.
+# Words so common in questions that matching them says nothing about a round's subject (a
+# block of words: a list literal is formatted one word per line).
 _STOPWORDS: Final = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "our",
-        "so",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "up",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    ]
+    """
+    a an and are as at be but by can could did
+    do does for from had has have how i if in into
+    is it its me my no not of on or our so
+    that the their them then there these they this to up was
+    we were what when where which who why will with would you
+    your
+    """.split()  # noqa: SIM905
 )
 
 
@@ -167,7 +116,7 @@ def terms(text: str) -> list[str]:
     lowered = text.lower()
     if not _CJK.search(lowered):  # most texts: one pass, no per-word regex
         return [
-            word
+            _stem(word)
             for word in _WORD.findall(lowered)
             if (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS
         ]
@@ -176,8 +125,35 @@ def terms(text: str) -> list[str]:
         for run in _CJK.findall(word):
             found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
         rest = _CJK.sub(" ", word).split()
-        found.extend(w for w in rest if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS)
+        found.extend(_stem(w) for w in rest if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS)
     return found
+
+
+@functools.lru_cache(maxsize=_STEMS)
+def _stem(word: str) -> str:
+    """An English word without its inflection ("paints", "painted", "painting": "paint"), so a
+    question and the turn that answers it meet in other forms of a word; other words unchanged.
+
+    A few suffix rules (plural and third-person ``s``, ``ing``, ``ed``, a doubled final
+    consonant, a final ``y`` or ``e``), applied to lower-case ASCII words alike in the question
+    and the messages: a rough stem is enough where both sides get the same.
+    """
+    if len(word) <= 3 or not word.isascii() or not word.isalpha():
+        return word
+    if word.endswith(("ies", "ied")):
+        word = word[:-3] + "i"
+    elif word.endswith(("sses", "ches", "shes")) or (word.endswith("es") and word[-3] in "xz"):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed", "ment", "ness"):
+        root = word[: -len(suffix)]
+        if word.endswith(suffix) and len(root) >= 3 and not _VOWELLESS.fullmatch(root):
+            word = root[:-1] if len(root) > 3 and root[-1] == root[-2] not in "lsz" else root
+            break
+    if len(word) > 3 and word[-1] in "ye":
+        word = word[:-1] + ("i" if word[-1] == "y" else "")
+    return word
 
 
 def bm25_scores(query: str, documents: Sequence[Iterable[str]], cache: TermCache) -> list[float]:
