@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -29,6 +30,17 @@ def test_terms_split_cjk_into_character_pairs_and_drop_stopwords() -> None:
     assert terms("天琴仓库") == ["天琴", "琴仓", "仓库"]
     assert sorted(terms("订单A7的状态")) == sorted(["订单", "a7", "的状", "状态"])
     assert terms("库") == ["库"]
+
+
+_MIXED_TEXT = st.text(alphabet=st.sampled_from("Ab z_9-.\n\tÄéİıß天琴"), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MIXED_TEXT | st.text(max_size=40))
+def test_the_cached_term_counts_are_those_of_terms_in_their_order(text: str) -> None:
+    # ASCII text is counted on a path of its own (split in C): the same terms, counts and order.
+    bag = TermCache().counts(text)
+    assert list(bag.items()) == list(Counter(terms(text)).items())
 
 
 def test_bm25_ranks_the_round_that_mentions_the_rare_words_first() -> None:
