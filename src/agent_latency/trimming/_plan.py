@@ -15,7 +15,7 @@ import math
 import operator
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, compress
 from typing import NamedTuple
 
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -67,6 +67,7 @@ class Plan:
             sent (Qwen's and Llama 3.1's templates add a default system turn when that is not
             a system message), so dropping the first message can cost more than it saves.
         shortened: The copies to send in place of shortened messages, by index.
+        latest: The index of the latest user message, if any (a unit of its own: one message).
         moved: Kept messages sent right before the latest user message rather than in their
             place (recalled history, which must not move the cached prefix), ascending.
     """
@@ -81,6 +82,7 @@ class Plan:
         "first",
         "frame",
         "framing",
+        "latest",
         "messages",
         "moved",
         "must_keep",
@@ -130,6 +132,7 @@ class Plan:
         self.must_keep = [False] * len(messages)
         self.shortened: dict[int, BaseMessage] = {}
         self.moved: list[int] = []
+        self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
         # Whether no message was dropped but orphans, none brought back and none of the
         # history made must-keep: then the history rounds are the analysis' (history_rounds).
         self.as_analysed = True
@@ -226,16 +229,19 @@ class Plan:
         self.rules[index] = rule
         return saved
 
-    def output(self) -> list[BaseMessage]:
-        """The messages to send: the kept ones as given, shortened ones as their copies."""
-        # compress() walks the list in C: an agent's history runs to hundreds of messages.
-        if not self.shortened and not self.moved:
-            return list(compress(self.messages, map(operator.not_, self.dropped)))
+    def output(self) -> tuple[list[BaseMessage], tuple[int, ...]]:
+        """The messages to send (the kept ones as given, shortened ones as their copies) and
+        each one's tokens as sent."""
+        order = self.sent_order()
+        sizes = tuple(map(self.sizes.__getitem__, order))
+        if not self.shortened:
+            return list(map(self.messages.__getitem__, order)), sizes
         shortened, messages = self.shortened, self.messages
-        return [shortened.get(index, messages[index]) for index in self.sent_order()]
+        return [shortened.get(index, messages[index]) for index in order], sizes
 
     def sent_order(self) -> list[int]:
         """The indices of the messages sent, in the order they are sent."""
+        # compress() walks the list in C: an agent's history runs to hundreds of messages.
         kept = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
         question = self.question()
         if not self.moved or question is None:
@@ -244,15 +250,9 @@ class Plan:
         before = [i for i in kept if i < question and i not in moved]
         return before + self.moved + [i for i in kept if i >= question]
 
-    def sent_sizes(self) -> tuple[int, ...]:
-        """Each sent message's tokens as sent, in output order."""
-        if not self.moved:
-            return tuple(compress(self.sizes, map(operator.not_, self.dropped)))
-        return tuple(self.sizes[index] for index in self.sent_order())
-
     def question(self) -> int | None:
-        """The index of the latest user message, if any (a unit of its own: one message)."""
-        return self.classes.index("latest_user") if "latest_user" in self.classes else None
+        """The index of the latest user message, if any (:attr:`latest`)."""
+        return self.latest
 
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
@@ -344,9 +344,8 @@ def classify(plan: Plan) -> None:
     """
     facts, classes = plan.facts, plan.classes
     latest = facts.users[-1] if facts.users else -1  # its position among the units
-    if latest >= 0:
-        for index in facts.units[latest].indices:
-            classes[index] = "latest_user"
+    if plan.latest is not None:
+        classes[plan.latest] = "latest_user"
     for unit in facts.units[latest + 1 :]:
         if unit.kind != "system":
             for index in unit.indices:
@@ -376,7 +375,7 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     latest = facts.users[-1] if facts.users else -1
     must_keep: list[int] = []
     if options.keep_system:
-        must_keep += compress(range(size), map(operator.eq, classes, repeat("system")))
+        must_keep += _positions(classes, "system")
     if latest >= 0 and options.keep_latest_user:
         must_keep += facts.units[latest].indices
     plan.keep(must_keep, "must_keep")
@@ -385,6 +384,14 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     )
     if latest_tool_call is not None:
         plan.keep(latest_tool_call.indices, "latest_tool_call")
+
+
+def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:
+    """The positions of ``value`` in ``values``, each found by ``list.index`` (in C: few)."""
+    found: list[int] = []
+    for _ in range(values.count(value)):
+        found.append(values.index(value, found[-1] + 1 if found else 0))
+    return found
 
 
 def cap_tool_results(plan: Plan, cap: int) -> None:
@@ -620,21 +627,19 @@ def question_retention(
     copy = plan.shortened.get(question)
     lost = asked.keys() - terms.counts(text_of(copy)).keys() if copy else set()
     positions = occurrences().positions
-    dropped, shortened = plan.dropped, plan.shortened
-
-    def sent_with(term: str, index: int) -> bool:
-        if dropped[index] or index == question:
-            return False
-        copy = shortened.get(index)
-        return copy is None or term in terms.counts(text_of(copy))
-
-    def elsewhere(term: str) -> bool:  # positions are distinct: O(1)
+    # Sent whole, other than the question (read in C); a shortened copy sends what it holds.
+    whole = list(map(operator.not_, plan.dropped))
+    whole[question] = False
+    copies = {i: terms.counts(text_of(c)) for i, c in plan.shortened.items() if whole[i]}
+    for index in copies:
+        whole[index] = False
+    wanted, kept = len(lost), 0
+    for term in asked.keys() - lost:
         found = positions(term)
-        return len(found) > 1 or (len(found) == 1 and found[0] != question)
-
-    wanted = {t for t in asked if elsewhere(t)} | lost
-    if not wanted:
-        return None
-    # Newest first: the recent messages are the ones a trim sends.
-    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in reversed(positions(t)))}
-    return round(len(kept) / len(wanted), 4)
+        if len(found) > 1 or (len(found) == 1 and found[0] != question):  # found elsewhere
+            wanted += 1
+            # Newest first: the recent messages are the ones a trim sends.
+            kept += any(map(whole.__getitem__, reversed(found))) or any(
+                term in bag for index, bag in copies.items() if index in found
+            )
+    return round(kept / wanted, 4) if wanted else None
