@@ -377,12 +377,13 @@ def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
     length = min(len(messages), len(memo.refs))
     prefix = messages[:length]
     dicts = list(map(_DICT, prefix))
-    checks: list[tuple[list[Any], list[Any]]] = [
-        (list(map(operator.call, memo.refs[:length])), prefix)
-    ]
+    refs, fields = memo.refs, memo.fields
+    if length < len(refs):  # else the memo's lists as they are (no copies: a growing chat)
+        refs, fields = refs[:length], [then[:length] for then in fields]
+    checks: list[tuple[list[Any], list[Any]]] = [(list(map(operator.call, refs)), prefix)]
     checks += (
-        (list(map(dict.get, dicts, repeat(name))), then[:length])
-        for name, then in zip(IDENTITY_FIELDS, memo.fields, strict=True)
+        (list(map(dict.get, dicts, repeat(name))), then)
+        for name, then in zip(IDENTITY_FIELDS, fields, strict=True)
     )
     for now, then in checks:
         # Equal lists are compared in C (items that are the same object, quickly); a string
@@ -392,8 +393,10 @@ def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
             length = min(length, next(compress(count(), map(operator.is_not, now, then))))
     for getter, indices, snapshots in memo.compared:
         end = bisect.bisect_left(indices, length)
-        values = list(map(getter, map(dicts.__getitem__, indices[:end])))
-        if values != snapshots[:end]:
+        if end < len(indices):
+            indices, snapshots = indices[:end], snapshots[:end]
+        values = list(map(getter, map(dicts.__getitem__, indices)))
+        if values != snapshots:
             pairs = zip(indices, values, snapshots, strict=False)  # values stop at the cut
             length = next(index for index, value, then in pairs if value != then)
     return length
