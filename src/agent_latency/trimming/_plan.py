@@ -147,10 +147,10 @@ class Plan:
                 self.rules[index] = rule
             self.must_keep[index] = must_keep
 
-    def fits(self) -> None:
-        """Records that the request fits: every message not dropped is kept as it is."""
+    def rule_kept(self, rule: Rule) -> None:
+        """Gives every message not dropped ``rule`` (``"fits"``: the request fits as it is)."""
         rules = self.rules
-        self.rules = ["fits"] * len(rules)
+        self.rules = [rule] * len(rules)
         for index in compress(range(len(rules)), self.dropped):
             self.rules[index] = rules[index]
 
@@ -163,10 +163,7 @@ class Plan:
                 self.tokens -= sizes[index]
             rules[index] = rule
         if self.first is not None and dropped[self.first]:
-            first = self._first_kept(())
-            framing = self._framing_of(first)
-            self.tokens += framing - self.framing
-            self.first, self.framing = first, framing
+            self._start_at(self._first_kept(()))
 
     def restore(self, indices: Sequence[int], rules: Sequence[Rule]) -> None:
         """Undoes :meth:`drop` of ``indices``, which get ``rules`` back (the framing too)."""
@@ -176,7 +173,10 @@ class Plan:
                 self.dropped[index] = False
                 self.tokens += self.sizes[index]
             self.rules[index] = rule
-        first = self._first_kept((), start=0)
+        self._start_at(self._first_kept((), start=0))
+
+    def _start_at(self, first: int | None) -> None:
+        """Plans ``first`` as the first message sent, and the framing that goes with it."""
         if first != self.first:
             framing = self._framing_of(first)
             self.tokens += framing - self.framing
@@ -232,23 +232,17 @@ class Plan:
     def output(self) -> tuple[list[BaseMessage], tuple[int, ...]]:
         """The messages to send (the kept ones as given, shortened ones as their copies) and
         each one's tokens as sent."""
-        order = self.sent_order()
-        sizes = tuple(map(self.sizes.__getitem__, order))
-        if not self.shortened:
-            return list(map(self.messages.__getitem__, order)), sizes
-        shortened, messages = self.shortened, self.messages
-        return [shortened.get(index, messages[index]) for index in order], sizes
-
-    def sent_order(self) -> list[int]:
-        """The indices of the messages sent, in the order they are sent."""
         # compress() walks the list in C: an agent's history runs to hundreds of messages.
-        kept = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
-        question = self.question()
-        if not self.moved or question is None:
-            return kept
-        moved = set(self.moved)
-        before = [i for i in kept if i < question and i not in moved]
-        return before + self.moved + [i for i in kept if i >= question]
+        order = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
+        if self.moved and self.latest is not None:  # sent right before the latest user message
+            moved = set(self.moved)
+            before = [i for i in order if i < self.latest and i not in moved]
+            order = before + self.moved + [i for i in order if i >= self.latest]
+        sizes = tuple(map(self.sizes.__getitem__, order))
+        shortened, messages = self.shortened, self.messages
+        if not shortened:
+            return list(map(messages.__getitem__, order)), sizes
+        return [shortened.get(index, messages[index]) for index in order], sizes
 
     def question(self) -> int | None:
         """The index of the latest user message, if any (:attr:`latest`)."""
@@ -367,11 +361,8 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
 
     Right after :func:`classify`: only orphans are dropped, nothing is shortened.
     """
-    facts, classes, size = plan.facts, plan.classes, len(plan.messages)
-    rules = plan.rules
-    plan.rules = ["within_budget"] * size
-    for index in compress(range(size), plan.dropped):  # the orphans keep their rule
-        plan.rules[index] = rules[index]
+    facts, classes = plan.facts, plan.classes
+    plan.rule_kept("within_budget")  # the orphans keep their rule
     latest = facts.users[-1] if facts.users else -1
     must_keep: list[int] = []
     if options.keep_system:
@@ -388,10 +379,10 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
 
 def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:
     """The positions of ``value`` in ``values``, each found by ``list.index`` (in C: few)."""
-    found: list[int] = []
+    found = [-1]
     for _ in range(values.count(value)):
-        found.append(values.index(value, found[-1] + 1 if found else 0))
-    return found
+        found.append(values.index(value, found[-1] + 1))
+    return found[1:]
 
 
 def cap_tool_results(plan: Plan, cap: int) -> None:

@@ -142,7 +142,7 @@ class TermCache:
         """Returns :meth:`counts` of ``text`` and how many terms it has."""
         found: tuple[Counter[str], int] | None = self._cache.get(text)
         if found is None:
-            bag = _term_counts(text)
+            bag = Counter(terms(text))
             found = (bag, sum(bag.values()))
             weight = sys.getsizeof(text) + sys.getsizeof(bag) + text_bytes(bag)
             self._cache.put(text, found, weight)
@@ -168,7 +168,10 @@ def text_of(message: BaseMessage) -> str:
 def terms(text: str) -> list[str]:
     """Splits ``text`` into relevance terms (see the module docstring)."""
     lowered = text.lower()
-    if not _CJK.search(lowered):  # most texts: one pass, no per-word regex
+    if lowered.isascii():  # most texts: split in C (the words are the runs of [a-z0-9])
+        words = lowered.translate(_ASCII_WORDS).split()
+        return list(filterfalse(_ASCII_LEFT_OUT.__contains__, words))
+    if not _CJK.search(lowered):  # one pass, no per-word regex
         return [
             word
             for word in _WORD.findall(lowered)
@@ -181,19 +184,6 @@ def terms(text: str) -> list[str]:
         rest = _CJK.sub(" ", word).split()
         found.extend(w for w in rest if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS)
     return found
-
-
-def _term_counts(text: str) -> Counter[str]:
-    """How often each term occurs in ``text``, in the order :func:`terms` finds them.
-
-    ASCII text (most of it) is split in C: its words are the runs of ``[a-z0-9]`` once
-    lower-cased, less the stopwords and single letters.
-    """
-    lowered = text.lower()
-    if not lowered.isascii():
-        return Counter(terms(text))
-    words = lowered.translate(_ASCII_WORDS).split()
-    return Counter(filterfalse(_ASCII_LEFT_OUT.__contains__, words))
 
 
 def bm25_scores(query: str, documents: Sequence[Iterable[str]], cache: TermCache) -> list[float]:

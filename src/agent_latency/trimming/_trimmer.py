@@ -339,7 +339,7 @@ class PriorityTrimmer(TrimRunnable):
         classify(plan)
         mark_kept(plan, options)
         if plan.tokens <= plan.budget:
-            plan.fits()
+            plan.rule_kept("fits")
         else:
             cap_tool_results(plan, options.tool_result_cap)
             if options.compact_tool_results:
