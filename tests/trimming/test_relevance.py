@@ -162,6 +162,18 @@ def test_question_retention_is_the_share_of_question_terms_still_sent() -> None:
     assert attributes["agent_latency.trim.question_retention"] == by_age.question_retention
 
 
+def test_the_retention_is_worked_out_only_when_read_or_recorded() -> None:
+    # A trim whose span records nothing (here no tracer provider) leaves the retention, and the
+    # span's attributes, for the caller to ask: an agent loop that only sends the messages
+    # does not pay for them.
+    messages = conversation(rounds=14, needle_round=6)
+    trimmer = PriorityTrimmer(COUNTER.count_messages(messages) // 2, token_counter=COUNTER, **AGE)
+    result = trimmer.trim(messages)
+    assert "question_retention" not in vars(result)
+    assert result.question_retention == 0.0  # by age, the round the question needs is dropped
+    assert result.span_attributes()["agent_latency.trim.question_retention"] == 0.0
+
+
 def test_the_retention_proxy_reaches_the_chat_span_and_its_metric(
     tracer_provider: object, span_exporter: Any, meter_provider: object, metric_points: Any
 ) -> None:

@@ -240,7 +240,7 @@ class PriorityTrimmer(TrimRunnable):
         except BaseException as exc:
             end_trim_span(span, exc)
             raise
-        end_trim_span(span, None, result.span_attributes())
+        end_trim_span(span, None, result.span_attributes)
         if result.over_budget:
             logger.warning(
                 "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
@@ -369,12 +369,12 @@ class PriorityTrimmer(TrimRunnable):
             tools=request.tools if self.options.tool_budget is not None else None,
             dropped_tools=dropped_tools,
             calibration=self.options.calibration,
-            question_retention=question_retention(plan, self.term_cache, occurrences),
             message_tokens=tuple(counts),
             sent_message_tokens=sent_sizes,
             _must_keep_by_class=must_keep,
             _question_whole=question is not None and question not in plan.shortened,
             _decide=plan.decisions,
+            _retain=functools.partial(question_retention, plan, self.term_cache, occurrences),
         )
 
     def _framing(self, first: BaseMessage | None) -> int:
