@@ -350,7 +350,6 @@ class PriorityTrimmer(TrimRunnable):
             shorten_must_keep(plan)
         output, sent_sizes = plan.output()
         must_keep = plan.must_keep_by_class()
-        question = plan.question()
         return TrimResult(
             messages=output,
             tokens_before=tokens_before,
@@ -372,7 +371,7 @@ class PriorityTrimmer(TrimRunnable):
             message_tokens=tuple(counts),
             sent_message_tokens=sent_sizes,
             _must_keep_by_class=must_keep,
-            _question_whole=question is not None and question not in plan.shortened,
+            _question_whole=plan.latest is not None and plan.latest not in plan.shortened,
             _decide=plan.decisions,
             _retain=functools.partial(question_retention, plan, self.term_cache, occurrences),
         )
