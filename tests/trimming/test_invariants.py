@@ -23,7 +23,7 @@ from langchain_core.messages import (
 
 from agent_latency.config import PRIORITY_CLASSES
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._rounds import group_units
+from agent_latency.trimming._rounds import analysis
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
@@ -114,7 +114,7 @@ class Layout:
 def layout(messages: list[BaseMessage], trimmer: PriorityTrimmer) -> Layout:
     humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
     latest_user = humans[-1] if humans else -1
-    units = group_units(messages)
+    units = analysis(trimmer.token_counter, messages).units
     classes: dict[int, str] = {}
     for unit in units:
         first = unit.indices[0]
@@ -217,9 +217,8 @@ def test_over_budget_only_when_the_must_keep_messages_alone_do_not_fit(
             assert kept(outcome) == rules.must_keep
         else:  # a request needs a message: the block ranked highest (a unit, a round) is kept
             sent = kept(outcome)
-            assert (
-                sent and len({u.round for u in group_units(messages) if sent & {*u.indices}}) == 1
-            )
+            units = analysis(trimmer.token_counter, messages).units
+            assert sent and len({u.round for u in units if sent & {*u.indices}}) == 1
         # A message whose text is too short to cut (an image with a line of text) is kept whole:
         # shortening it would only make it grow.
         shortenable = [

@@ -12,7 +12,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent_latency import LatencyCallbackHandler, PriorityTrimmer, TokenCounter
 from agent_latency.bench import make_case, needle_places, retained, run_quality
-from agent_latency.trimming._relevance import TermCache, bm25_scores, terms
+from agent_latency.trimming._relevance import (
+    _STOPWORDS,
+    _WORD,
+    TermCache,
+    _stem,
+    bm25_scores,
+    terms,
+)
 
 COUNTER = TokenCounter()
 # Age with two head and four tail rounds: the defaults until the frontier chose relevance with one.
@@ -34,6 +41,15 @@ def test_a_question_meets_its_answer_in_other_forms_of_a_word() -> None:
         assert len({*terms(" ".join(same))}) == 1, same
     # Short, non-ASCII and digit-bearing words are left alone.
     assert terms("bus gas naïve v2s") == ["bus", "gas", "naïve", "v2s"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("Ab z_9-.,'\n\t\x1fÄéİıß"), max_size=40))
+def test_terms_of_ascii_text_split_in_c_are_the_regex_words(text: str) -> None:
+    # ASCII text is split on a path of its own: the words of _WORD, less stopwords and letters.
+    words = _WORD.findall(text.lower())
+    expected = [_stem(w) for w in words if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS]
+    assert terms(text) == expected
 
 
 def test_bm25_ranks_the_round_that_mentions_the_rare_words_first() -> None:
@@ -156,6 +172,18 @@ def test_question_retention_is_the_share_of_question_terms_still_sent() -> None:
     assert by_age.question_retention < by_relevance.question_retention == 1.0
     attributes = by_age.span_attributes()
     assert attributes["agent_latency.trim.question_retention"] == by_age.question_retention
+
+
+def test_the_retention_is_worked_out_only_when_read_or_recorded() -> None:
+    # A trim whose span records nothing (here no tracer provider) leaves the retention, and the
+    # span's attributes, for the caller to ask: an agent loop that only sends the messages
+    # does not pay for them.
+    messages = conversation(rounds=14, needle_round=6)
+    trimmer = PriorityTrimmer(COUNTER.count_messages(messages) // 2, token_counter=COUNTER, **AGE)
+    result = trimmer.trim(messages)
+    assert "question_retention" not in vars(result)
+    assert result.question_retention == 0.0  # by age, the round the question needs is dropped
+    assert result.span_attributes()["agent_latency.trim.question_retention"] == 0.0
 
 
 def test_the_retention_proxy_reaches_the_chat_span_and_its_metric(

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming._rounds import AnalysisMemo, analysis, group_units
+from agent_latency.trimming._rounds import AnalysisMemo, analysis
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 BUDGET = 400
@@ -186,5 +186,4 @@ def test_conversation_cache_matches_a_fresh_analysis_on_random_agent_loops() -> 
 
         assert facts.counts == [TokenCounter().count_message(m) for m in messages]
         assert facts.texts == [m.text for m in messages]
-        assert facts.units == group_units(messages)
-        assert facts == analysis(TokenCounter(), messages)  # and what is derived from them
+        assert facts == analysis(TokenCounter(), messages)  # units and what they give

@@ -15,7 +15,7 @@ import math
 import operator
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, compress
 from typing import NamedTuple
 
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -67,6 +67,7 @@ class Plan:
             sent (Qwen's and Llama 3.1's templates add a default system turn when that is not
             a system message), so dropping the first message can cost more than it saves.
         shortened: The copies to send in place of shortened messages, by index.
+        latest: The index of the latest user message, if any (a unit of its own: one message).
         moved: Kept messages sent right before the latest user message rather than in their
             place (recalled history, which must not move the cached prefix), ascending.
     """
@@ -81,6 +82,7 @@ class Plan:
         "first",
         "frame",
         "framing",
+        "latest",
         "messages",
         "moved",
         "must_keep",
@@ -130,6 +132,7 @@ class Plan:
         self.must_keep = [False] * len(messages)
         self.shortened: dict[int, BaseMessage] = {}
         self.moved: list[int] = []
+        self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
         # Whether no message was dropped but orphans, none brought back and none of the
         # history made must-keep: then the history rounds are the analysis' (history_rounds).
         self.as_analysed = True
@@ -144,26 +147,25 @@ class Plan:
                 self.rules[index] = rule
             self.must_keep[index] = must_keep
 
-    def fits(self) -> None:
-        """Records that the request fits: every message not dropped is kept as it is."""
+    def rule_kept(self, rule: Rule) -> None:
+        """Gives every message not dropped ``rule`` (``"fits"``: the request fits as it is)."""
         rules = self.rules
-        self.rules = ["fits"] * len(rules)
+        self.rules = [rule] * len(rules)
         for index in compress(range(len(rules)), self.dropped):
             self.rules[index] = rules[index]
 
     def drop(self, indices: Sequence[int], rule: Rule) -> None:
         self.as_analysed = self.as_analysed and rule == "orphan_tool_result"
         dropped, rules, sizes = self.dropped, self.rules, self.sizes
+        saved = 0  # summed here: the cut drops hundreds of messages at once
         for index in indices:
             if not dropped[index]:
                 dropped[index] = True
-                self.tokens -= sizes[index]
+                saved += sizes[index]
             rules[index] = rule
+        self.tokens -= saved
         if self.first is not None and dropped[self.first]:
-            first = self._first_kept(())
-            framing = self._framing_of(first)
-            self.tokens += framing - self.framing
-            self.first, self.framing = first, framing
+            self._start_at(self._first_kept(()))
 
     def restore(self, indices: Sequence[int], rules: Sequence[Rule]) -> None:
         """Undoes :meth:`drop` of ``indices``, which get ``rules`` back (the framing too)."""
@@ -173,7 +175,10 @@ class Plan:
                 self.dropped[index] = False
                 self.tokens += self.sizes[index]
             self.rules[index] = rule
-        first = self._first_kept((), start=0)
+        self._start_at(self._first_kept((), start=0))
+
+    def _start_at(self, first: int | None) -> None:
+        """Plans ``first`` as the first message sent, and the framing that goes with it."""
         if first != self.first:
             framing = self._framing_of(first)
             self.tokens += framing - self.framing
@@ -226,33 +231,24 @@ class Plan:
         self.rules[index] = rule
         return saved
 
-    def output(self) -> list[BaseMessage]:
-        """The messages to send: the kept ones as given, shortened ones as their copies."""
+    def output(self) -> tuple[list[BaseMessage], tuple[int, ...]]:
+        """The messages to send (the kept ones as given, shortened ones as their copies) and
+        each one's tokens as sent."""
         # compress() walks the list in C: an agent's history runs to hundreds of messages.
-        if not self.shortened and not self.moved:
-            return list(compress(self.messages, map(operator.not_, self.dropped)))
+        order = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
+        if self.moved and self.latest is not None:  # sent right before the latest user message
+            moved = set(self.moved)
+            before = [i for i in order if i < self.latest and i not in moved]
+            order = before + self.moved + [i for i in order if i >= self.latest]
+        sizes = tuple(map(self.sizes.__getitem__, order))
         shortened, messages = self.shortened, self.messages
-        return [shortened.get(index, messages[index]) for index in self.sent_order()]
-
-    def sent_order(self) -> list[int]:
-        """The indices of the messages sent, in the order they are sent."""
-        kept = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
-        question = self.question()
-        if not self.moved or question is None:
-            return kept
-        moved = set(self.moved)
-        before = [i for i in kept if i < question and i not in moved]
-        return before + self.moved + [i for i in kept if i >= question]
-
-    def sent_sizes(self) -> tuple[int, ...]:
-        """Each sent message's tokens as sent, in output order."""
-        if not self.moved:
-            return tuple(compress(self.sizes, map(operator.not_, self.dropped)))
-        return tuple(self.sizes[index] for index in self.sent_order())
+        if not shortened:
+            return list(map(messages.__getitem__, order)), sizes
+        return [shortened.get(index, messages[index]) for index in order], sizes
 
     def question(self) -> int | None:
-        """The index of the latest user message, if any (a unit of its own: one message)."""
-        return self.classes.index("latest_user") if "latest_user" in self.classes else None
+        """The index of the latest user message, if any (:attr:`latest`)."""
+        return self.latest
 
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
@@ -344,9 +340,8 @@ def classify(plan: Plan) -> None:
     """
     facts, classes = plan.facts, plan.classes
     latest = facts.users[-1] if facts.users else -1  # its position among the units
-    if latest >= 0:
-        for index in facts.units[latest].indices:
-            classes[index] = "latest_user"
+    if plan.latest is not None:
+        classes[plan.latest] = "latest_user"
     for unit in facts.units[latest + 1 :]:
         if unit.kind != "system":
             for index in unit.indices:
@@ -368,15 +363,12 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
 
     Right after :func:`classify`: only orphans are dropped, nothing is shortened.
     """
-    facts, classes, size = plan.facts, plan.classes, len(plan.messages)
-    rules = plan.rules
-    plan.rules = ["within_budget"] * size
-    for index in compress(range(size), plan.dropped):  # the orphans keep their rule
-        plan.rules[index] = rules[index]
+    facts, classes = plan.facts, plan.classes
+    plan.rule_kept("within_budget")  # the orphans keep their rule
     latest = facts.users[-1] if facts.users else -1
     must_keep: list[int] = []
     if options.keep_system:
-        must_keep += compress(range(size), map(operator.eq, classes, repeat("system")))
+        must_keep += _positions(classes, "system")
     if latest >= 0 and options.keep_latest_user:
         must_keep += facts.units[latest].indices
     plan.keep(must_keep, "must_keep")
@@ -385,6 +377,14 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     )
     if latest_tool_call is not None:
         plan.keep(latest_tool_call.indices, "latest_tool_call")
+
+
+def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:
+    """The positions of ``value`` in ``values``, each found by ``list.index`` (in C: few)."""
+    found = [-1]
+    for _ in range(values.count(value)):
+        found.append(values.index(value, found[-1] + 1))
+    return found[1:]
 
 
 def cap_tool_results(plan: Plan, cap: int) -> None:
@@ -620,21 +620,19 @@ def question_retention(
     copy = plan.shortened.get(question)
     lost = asked.keys() - terms.counts(text_of(copy)).keys() if copy else set()
     positions = occurrences().positions
-    dropped, shortened = plan.dropped, plan.shortened
-
-    def sent_with(term: str, index: int) -> bool:
-        if dropped[index] or index == question:
-            return False
-        copy = shortened.get(index)
-        return copy is None or term in terms.counts(text_of(copy))
-
-    def elsewhere(term: str) -> bool:  # positions are distinct: O(1)
+    # Sent whole, other than the question (read in C); a shortened copy sends what it holds.
+    whole = list(map(operator.not_, plan.dropped))
+    whole[question] = False
+    copies = {i: terms.counts(text_of(c)) for i, c in plan.shortened.items() if whole[i]}
+    for index in copies:
+        whole[index] = False
+    wanted, kept = len(lost), 0
+    for term in asked.keys() - lost:
         found = positions(term)
-        return len(found) > 1 or (len(found) == 1 and found[0] != question)
-
-    wanted = {t for t in asked if elsewhere(t)} | lost
-    if not wanted:
-        return None
-    # Newest first: the recent messages are the ones a trim sends.
-    kept = {t for t in wanted - lost if any(sent_with(t, p) for p in reversed(positions(t)))}
-    return round(len(kept) / len(wanted), 4)
+        if len(found) > 1 or (len(found) == 1 and found[0] != question):  # found elsewhere
+            wanted += 1
+            # Newest first: the recent messages are the ones a trim sends.
+            kept += any(map(whole.__getitem__, reversed(found))) or any(
+                term in bag for index, bag in copies.items() if index in found
+            )
+    return round(kept / wanted, 4) if wanted else None

@@ -15,12 +15,13 @@ import functools
 import math
 import operator
 import re
+import string
 import sys
 import threading
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import compress, count
+from itertools import compress, count, filterfalse
 from typing import Final, NamedTuple
 
 from langchain_core.messages import BaseMessage
@@ -42,6 +43,10 @@ _STEMS: Final = 65_536
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
 )
+# ASCII: what is not a letter or digit becomes a space, and single letters are no terms.
+_ASCII_WORDS: Final = str.maketrans(
+    {c: " " for c in map(chr, range(128)) if c not in string.ascii_lowercase + string.digits}
+)
 # Words so common in questions that matching them says nothing about a round's subject (a
 # block of words: a list literal is formatted one word per line).
 _STOPWORDS: Final = frozenset(
@@ -54,6 +59,7 @@ _STOPWORDS: Final = frozenset(
     your
     """.split()  # noqa: SIM905
 )
+_ASCII_LEFT_OUT: Final = _STOPWORDS | frozenset(string.ascii_lowercase)
 
 
 class TermCache:
@@ -79,13 +85,10 @@ class TermCache:
 
     def counts(self, text: str) -> Counter[str]:
         """Returns how often each term occurs in ``text`` (shared: do not modify it)."""
-        return self._entry(text)[0]
+        return self.entry(text)[0]
 
-    def length(self, text: str) -> int:
-        """Returns how many terms ``text`` has."""
-        return self._entry(text)[1]
-
-    def _entry(self, text: str) -> tuple[Counter[str], int]:
+    def entry(self, text: str) -> tuple[Counter[str], int]:
+        """Returns :meth:`counts` of ``text`` and how many terms it has."""
         found: tuple[Counter[str], int] | None = self._cache.get(text)
         if found is None:
             bag = Counter(terms(text))
@@ -114,7 +117,10 @@ def text_of(message: BaseMessage) -> str:
 def terms(text: str) -> list[str]:
     """Splits ``text`` into relevance terms (see the module docstring)."""
     lowered = text.lower()
-    if not _CJK.search(lowered):  # most texts: one pass, no per-word regex
+    if lowered.isascii():  # most texts: split in C (the words are the runs of [a-z0-9])
+        words = lowered.translate(_ASCII_WORDS).split()
+        return list(map(_stem, filterfalse(_ASCII_LEFT_OUT.__contains__, words)))
+    if not _CJK.search(lowered):  # one pass, no per-word regex
         return [
             _stem(word)
             for word in _WORD.findall(lowered)
@@ -188,8 +194,8 @@ def _scores(query: str, documents: Sequence[Sequence[str]], cache: TermCache) ->
         found = [0] * len(query_terms)
         length = 0
         for text in texts:
-            bag = cache.counts(text)
-            length += cache.length(text)
+            bag, terms_in_text = cache.entry(text)
+            length += terms_in_text
             for k, term in enumerate(query_terms):
                 found[k] += bag.get(term, 0)
         frequencies.append(found)
@@ -247,6 +253,7 @@ class _Indexed:
     postings: dict[str, list[int]]
     bags: list[Counter[str]]
     totals: list[int]
+    text_bytes: int  # of ``texts``
 
 
 class TermIndex:
@@ -273,7 +280,7 @@ class TermIndex:
         with self._lock:
             indexed: _Indexed | None = self._indexed.get(key)
             if indexed is None:
-                indexed = _Indexed([], {}, [], [0])
+                indexed = _Indexed([], {}, [], [0], 0)
             seen = indexed.texts
             same = len(seen) <= len(texts) and texts[: len(seen)] == seen
             if not same:
@@ -286,16 +293,22 @@ class TermIndex:
                     if (kept := at[: bisect.bisect_left(at, shared)])
                 }
                 indexed = _Indexed(
-                    seen[:shared], postings, indexed.bags[:shared], indexed.totals[: shared + 1]
+                    seen[:shared],
+                    postings,
+                    indexed.bags[:shared],
+                    indexed.totals[: shared + 1],
+                    text_bytes(seen[:shared]),
                 )
             postings, bags, totals = indexed.postings, indexed.bags, indexed.totals
-            for position in range(len(indexed.texts), len(texts)):
-                bag = self._cache.counts(texts[position])
+            new = texts[len(indexed.texts) :]
+            for position, text in enumerate(new, len(indexed.texts)):
+                bag, length = self._cache.entry(text)
                 for term in bag:
                     postings.setdefault(term, []).append(position)
                 bags.append(bag)
-                totals.append(totals[-1] + self._cache.length(texts[position]))
+                totals.append(totals[-1] + length)
             indexed.texts = list(texts)
+            indexed.text_bytes += text_bytes(new)
             # About as many positions as terms in the texts: weighed like the texts twice.
-            self._indexed.put(key, indexed, 2 * text_bytes(texts))
+            self._indexed.put(key, indexed, 2 * indexed.text_bytes)
             return Occurrences(postings, len(texts), bags, totals)

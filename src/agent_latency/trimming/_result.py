@@ -56,8 +56,9 @@ class TrimResult:
 
     Token counts are raw counts of the trimmer's :class:`TokenCounter` and describe the whole
     request: the messages (with their framing), the tool definitions, the response format schema
-    and the per-request framing. The repr leaves out message content. ``decisions`` and
-    ``by_class`` are worked out on first access, so a trim in an agent loop does not pay for them.
+    and the per-request framing. The repr leaves out message content. ``decisions``, ``by_class``
+    and ``question_retention`` are worked out on first access, so a trim in an agent loop does
+    not pay for them (nor for the span's attributes, when its span records nothing).
 
     Attributes:
         messages: The messages to send, in input order. Kept messages are the input objects
@@ -86,9 +87,6 @@ class TrimResult:
         tools: With a ``tool_budget``: the tools to send (the request's own objects, in its
             order); ``None`` otherwise.
         dropped_tools: With a ``tool_budget``: the names of the tools left out.
-        question_retention: A proxy for what the trim cost the answer: of the latest user
-            message's terms that occur elsewhere in the input, the share still in what is
-            sent (1.0 when nothing was left out); ``None`` without such terms.
         message_tokens: Each input message's tokens (its framing included), in input order.
         sent_message_tokens: Each sent message's tokens as sent, in the order of ``messages``.
     """
@@ -110,13 +108,14 @@ class TrimResult:
     calibration: PromptCalibration | None = field(default=None, repr=False, compare=False)
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
     dropped_tools: tuple[str, ...] = ()
-    question_retention: float | None = None
     message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     # Tokens of the must-keep messages as sent, per class: what the fixed part is made of.
     _must_keep_by_class: Mapping[PriorityClass, int] = field(repr=False, compare=False)
-    # Works the decisions out on first access (a trim in an agent loop rarely reads them).
+    # Work the decisions and the retention out on first access (a trim in an agent loop rarely
+    # reads them).
     _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
+    _retain: Callable[[], float | None] = field(repr=False, compare=False)
     # Whether the latest user message is sent as it was given (over budget: it is, see _plan).
     _question_whole: bool = field(default=True, repr=False, compare=False)
 
@@ -183,6 +182,13 @@ class TrimResult:
             names["latest_user_tokens"] += " (sent whole)"
         parts = [(hint, names[key], sizes[key]) for key, _, hint in _FIXED_PARTS if sizes[key]]
         return sorted(parts, key=lambda part: -part[2])
+
+    @cached_property
+    def question_retention(self) -> float | None:
+        """A proxy for what the trim cost the answer: of the latest user message's terms that
+        occur elsewhere in the input, the share still in what is sent (1.0 when nothing was left
+        out); ``None`` without such terms."""
+        return self._retain()
 
     @cached_property
     def decisions(self) -> tuple[MessageDecision, ...]:

@@ -4,9 +4,11 @@ A *unit* is the smallest group of messages that can be dropped without leaving t
 for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together with every
 ``ToolMessage`` answering one of its calls (parallel calls included), or any other single
 message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI sends
-those too. A *round* is a user message and everything up to the next user message; messages
-before the first user message form round 0. Messages are classified by the OpenAI role they are
-sent with, so a ``ChatMessage(role="user")`` is a user message.
+those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
+``tool_call_id``, even when other messages sit in between; one that answers no preceding call is
+an ``"orphan"`` unit of its own. A *round* is a user message and everything up to the next user
+message; messages before the first user message form round 0. Messages are classified by the
+OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user message.
 
 An agent trims its whole conversation before every model call: the same message objects and a
 few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
@@ -59,27 +61,6 @@ class Unit(NamedTuple):
     kind: UnitKind
     indices: tuple[int, ...]
     round: int
-
-
-def group_units(messages: Sequence[BaseMessage]) -> list[Unit]:
-    """Splits a conversation into units, ordered by their first message.
-
-    A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
-    ``tool_call_id``, even when other messages sit in between. One that matches no preceding call
-    becomes an ``"orphan"`` unit.
-
-    Args:
-        messages: The conversation.
-
-    Returns:
-        Every message belongs to exactly one unit.
-
-    Raises:
-        ValueError: Naming the message, when an ``AIMessage``'s tool calls are malformed.
-    """
-    grouping = _Grouping.empty()
-    grouping.extend(messages, [], _NOTHING)
-    return grouping.units
 
 
 @dataclass(slots=True)
@@ -225,10 +206,6 @@ class _Grouping:
         self.rounds[round_] = [*members[:after], index, *members[after:]]
 
 
-def _NOTHING(message: BaseMessage) -> int:
-    return 0
-
-
 def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
     # A NamedTuple's own constructor is Python code; tuple.__new__ makes the same tuple in C.
     return tuple.__new__(Unit, (kind, indices, round_))
@@ -245,7 +222,7 @@ class MessageFacts(NamedTuple):
     Attributes:
         counts: Each message's tokens, framing included.
         texts: Each message's text (see :func:`~agent_latency.trimming._relevance.text_of`).
-        units: The units, as :func:`group_units` returns them.
+        units: The units, ordered by their first message (each message in exactly one).
         classes: Each message's class before the latest user message is known: ``"system"``
             for a system unit's, ``"history"`` for every other.
         users: The positions in ``units`` of the user messages' units, ascending.
@@ -377,12 +354,13 @@ def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
     length = min(len(messages), len(memo.refs))
     prefix = messages[:length]
     dicts = list(map(_DICT, prefix))
-    checks: list[tuple[list[Any], list[Any]]] = [
-        (list(map(operator.call, memo.refs[:length])), prefix)
-    ]
+    refs, fields = memo.refs, memo.fields
+    if length < len(refs):  # else the memo's lists as they are (no copies: a growing chat)
+        refs, fields = refs[:length], [then[:length] for then in fields]
+    checks: list[tuple[list[Any], list[Any]]] = [(list(map(operator.call, refs)), prefix)]
     checks += (
-        (list(map(dict.get, dicts, repeat(name))), then[:length])
-        for name, then in zip(IDENTITY_FIELDS, memo.fields, strict=True)
+        (list(map(dict.get, dicts, repeat(name))), then)
+        for name, then in zip(IDENTITY_FIELDS, fields, strict=True)
     )
     for now, then in checks:
         # Equal lists are compared in C (items that are the same object, quickly); a string
@@ -392,8 +370,10 @@ def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
             length = min(length, next(compress(count(), map(operator.is_not, now, then))))
     for getter, indices, snapshots in memo.compared:
         end = bisect.bisect_left(indices, length)
-        values = list(map(getter, map(dicts.__getitem__, indices[:end])))
-        if values != snapshots[:end]:
+        if end < len(indices):
+            indices, snapshots = indices[:end], snapshots[:end]
+        values = list(map(getter, map(dicts.__getitem__, indices)))
+        if values != snapshots:
             pairs = zip(indices, values, snapshots, strict=False)  # values stop at the cut
             length = next(index for index, value, then in pairs if value != then)
     return length

@@ -31,6 +31,7 @@ from agent_latency.semconv import TRIM_SPAN_NAME
 logger = logging.getLogger("agent_latency.trimming")
 
 RunManager = CallbackManagerForChainRun | AsyncCallbackManagerForChainRun
+Attributes = Mapping[str, AttributeValue]
 _Default = TypeVar("_Default", Tracer, None)
 
 
@@ -55,11 +56,14 @@ def start_trim_span(tracer: Tracer, context: Context | None) -> Span:
 def end_trim_span(
     span: Span,
     error: BaseException | None,
-    attributes: Mapping[str, AttributeValue] | None = None,
+    attributes: Attributes | Callable[[], Attributes] | None = None,
 ) -> None:
     """Records the trim's attributes (and :func:`compaction`'s) or its error and ends the span;
-    telemetry errors are logged."""
+    telemetry errors are logged. Attributes given as a function are asked for only when the span
+    records."""
     try:
+        if callable(attributes):
+            attributes = attributes() if span.is_recording() else None
         if attributes is not None:
             span.set_attributes({**attributes, **compaction(attributes)})
         if error is not None:

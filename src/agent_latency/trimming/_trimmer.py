@@ -240,7 +240,7 @@ class PriorityTrimmer(TrimRunnable):
         except BaseException as exc:
             end_trim_span(span, exc)
             raise
-        end_trim_span(span, None, result.span_attributes())
+        end_trim_span(span, None, result.span_attributes)
         if result.over_budget:
             logger.warning(
                 "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
@@ -329,7 +329,7 @@ class PriorityTrimmer(TrimRunnable):
             budget=math.floor(self.options.budget / factor),
             shortener=self._shortener,
         )
-        input_framing = plan.framing
+        tokens_before = plan.tokens - tool_tokens - response_format_tokens + tools_given
 
         @functools.cache  # read by the cut and by question_retention: indexed once
         def occurrences() -> Occurrences:
@@ -339,7 +339,7 @@ class PriorityTrimmer(TrimRunnable):
         classify(plan)
         mark_kept(plan, options)
         if plan.tokens <= plan.budget:
-            plan.fits()
+            plan.rule_kept("fits")
         else:
             cap_tool_results(plan, options.tool_result_cap)
             if options.compact_tool_results:
@@ -348,12 +348,11 @@ class PriorityTrimmer(TrimRunnable):
                 cache_first_cut(plan, options, self.term_cache, occurrences())
             drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
-        output = plan.output()
+        output, sent_sizes = plan.output()
         must_keep = plan.must_keep_by_class()
-        question = plan.question()
         return TrimResult(
             messages=output,
-            tokens_before=sum(counts) + tools_given + input_framing,
+            tokens_before=tokens_before,
             tokens_after=plan.tokens,
             budget=self.options.budget,
             effective_budget=plan.budget,
@@ -369,12 +368,12 @@ class PriorityTrimmer(TrimRunnable):
             tools=request.tools if self.options.tool_budget is not None else None,
             dropped_tools=dropped_tools,
             calibration=self.options.calibration,
-            question_retention=question_retention(plan, self.term_cache, occurrences),
             message_tokens=tuple(counts),
-            sent_message_tokens=plan.sent_sizes(),
+            sent_message_tokens=sent_sizes,
             _must_keep_by_class=must_keep,
-            _question_whole=question is not None and question not in plan.shortened,
+            _question_whole=plan.latest is not None and plan.latest not in plan.shortened,
             _decide=plan.decisions,
+            _retain=functools.partial(question_retention, plan, self.term_cache, occurrences),
         )
 
     def _framing(self, first: BaseMessage | None) -> int:
