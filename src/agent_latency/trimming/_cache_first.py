@@ -154,6 +154,7 @@ class _History:
         occurrences = self.occurrences._replace(length=length)
         bags, totals = occurrences.bags, occurrences.totals
         norm = BM25_K1 * length / (totals[length] or 1)
+        slope, floor, gain = norm * BM25_B, BM25_K1 * (1 - BM25_B), BM25_K1 + 1
         per_message: dict[int, float] = {}
         held: dict[int, set[str]] = {}
         ideal = 0.0
@@ -163,16 +164,18 @@ class _History:
             ideal += idf
             if len(positions) > length * _COMMON:
                 continue  # says little about which round, and would be read everywhere
-            for position in positions:
+            rounds: set[int] = set()
+            for position in positions:  # all before round ``upto``: a round below it, or -1
                 r = owner[position]
-                if 0 <= r < upto:
+                if r >= 0:
                     tf = bags[position][term]
-                    message_terms = totals[position + 1] - totals[position]
-                    size = BM25_K1 * (1 - BM25_B) + norm * BM25_B * message_terms
-                    per_message[position] = per_message.get(position, 0.0) + idf * tf * (
-                        BM25_K1 + 1
-                    ) / (tf + size)
-                    held.setdefault(r, set()).add(term)
+                    size = floor + slope * (totals[position + 1] - totals[position])
+                    per_message[position] = per_message.get(position, 0.0) + idf * tf * gain / (
+                        tf + size
+                    )
+                    rounds.add(r)
+            for r in rounds:
+                held.setdefault(r, set()).add(term)
         best = [0.0] * upto
         for position, score in per_message.items():
             r = owner[position]
