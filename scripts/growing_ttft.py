@@ -217,8 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--data", default=str(_DATA))
     parser.add_argument("--conversation", type=int, default=0, help="the first conversation")
-    parser.add_argument("--conversations", type=_positive, default=1)
-    parser.add_argument("--concurrent", action="store_true")
+    parser.add_argument(
+        "--conversations", type=_positive, default=1, help="how many, in turn (default: 1)"
+    )
+    parser.add_argument(
+        "--concurrent", action="store_true", help="send their calls at once, a thread each"
+    )
     parser.add_argument("--turns", type=_positive, default=120)
     parser.add_argument("--budget", type=_positive, default=1500)
     parser.add_argument("--strategies", default="default,age_1_1,send_everything")
