@@ -166,6 +166,7 @@ def test_a_statement_recalls_only_what_it_plainly_speaks_of() -> None:
     talk = "I walked past the Zanzibar office garden yesterday evening"
     assert not recalled(talk)
     assert recalled(talk + "?")
+    assert recalled(talk + "\uff1f")  # the full-width question mark of Chinese and Japanese
     assert recalled("Read me the Zanzibar vault combination.")  # speaks plainly of it
 
 

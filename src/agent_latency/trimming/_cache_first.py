@@ -55,6 +55,7 @@ match: most such turns go on with the conversation rather than ask about its pas
 RECALL_OF_BEST: Final = 0.25
 """How well, against the best, a left-out round must match to come back with it."""
 _QUESTION_MARKS: Final = ("?", "\uff1f")
+"""What makes a turn a question: the ASCII mark and the full-width one of Chinese and Japanese."""
 REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
