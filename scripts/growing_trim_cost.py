@@ -30,7 +30,8 @@ _DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "longmemev
 _BAND = 100
 
 
-def _chat(messages: int) -> list[BaseMessage]:
+def real_chat(messages: int) -> list[BaseMessage]:
+    """The first ``messages`` turns of the shipped LongMemEval histories, one after another."""
     turns: list[BaseMessage] = []
     for conversation in load_public_set(_DATA):
         turns.extend(conversation.messages)
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=700)
     args = parser.parse_args(argv)
     counter = TokenCounter.for_model("qwen")
-    chat = _chat(args.messages)
+    chat = real_chat(args.messages)
     system = SystemMessage("You are a helpful assistant. Answer briefly.")
     trimmer = PriorityTrimmer(args.budget, token_counter=counter)
     ours: dict[int, list[float]] = {}

@@ -32,16 +32,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator
-from pathlib import Path
 from typing import Any
 
+from growing_trim_cost import real_chat  # the same real chat (scripts/ is on the path)
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from agent_latency.bench import load_public_set
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer
 
-_DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "longmemeval_s_20k.json.gz"
 _BUDGET = 4000
 _TOOLS = [
     {
@@ -139,15 +137,6 @@ CACHES: dict[str, tuple[Callable[[PriorityTrimmer], None], bool]] = {
 }
 
 
-def _chat(messages: int) -> list[BaseMessage]:
-    turns: list[BaseMessage] = []
-    for conversation in load_public_set(_DATA):
-        turns.extend(conversation.messages)
-        if len(turns) >= messages:
-            break
-    return turns[:messages]
-
-
 def _agent(chat: list[BaseMessage]) -> list[BaseMessage]:
     """The chat with a tool call and a large result before every assistant answer."""
     turns: list[BaseMessage] = []
@@ -164,7 +153,7 @@ def _agent(chat: list[BaseMessage]) -> list[BaseMessage]:
 
 def _calls(name: str, messages: int) -> Iterator[Callable[[], object]]:
     """Per call of a conversation, what gives the trimmer its input."""
-    chat = _chat(messages)
+    chat = real_chat(messages)
     system = SystemMessage("You are a helpful assistant. Answer briefly.")
     turns = _agent(chat) if name == "agent" else chat
     calls_after = ("human", "tool") if name == "agent" else ("human",)
@@ -193,7 +182,7 @@ def _count_messages(messages: int, start: int) -> tuple[float, float]:
     on, off = TokenCounter.for_model("qwen"), TokenCounter.for_model("qwen")
     _set("_by_identity")(off)  # type: ignore[arg-type]
     system = SystemMessage("You are a helpful assistant. Answer briefly.")
-    chat = _chat(messages)
+    chat = real_chat(messages)
     times: tuple[list[float], list[float]] = ([], [])
     for end in range(start, len(chat) + 1):
         conversation = [system, *chat[:end]]
