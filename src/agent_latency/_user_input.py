@@ -64,7 +64,8 @@ def coerce_messages(value: object) -> list[BaseMessage]:
     messages = list(value)
     # Most items are messages with text content: nothing to check or convert, found in C (an
     # agent passes hundreds of them on every model call).
-    if all(map(isinstance, messages, repeat(BaseMessage))) and all(
+    # (Checked by type: an isinstance of a pydantic model goes through ABCMeta, per item.)
+    if all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))) and all(
         map(isinstance, map(_CONTENT, messages), repeat(str))
     ):
         return messages

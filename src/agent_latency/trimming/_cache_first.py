@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import compress, islice
 from typing import Final
 
 from agent_latency._chat_format import role_of
@@ -63,6 +66,8 @@ _SAME: Final = 1e-9
 _NEIGHBOURS: Final = 1
 """Rounds on each side of a relevant round that come with it (the question and its answer
 often sit in adjacent rounds)."""
+_AROUND: Final = (0, *(side * step for step in range(1, _NEIGHBOURS + 1) for side in (1, -1)))
+"""A relevant round's offset and its neighbours', nearest first."""
 _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
 _COMMON: Final = 0.5
@@ -136,7 +141,7 @@ class _History:
         indices, sizes, starts, owner = rounds
         return cls(plan, indices, sizes, starts, owner, terms, occurrences)
 
-    def scores(self, query: str, upto: int) -> tuple[list[float], float, dict[int, set[str]]]:
+    def scores(self, query: str, upto: int) -> tuple[list[float], float, list[int]]:
         """How well each of the first ``upto`` rounds answers ``query``, turn by turn, by what
         the messages before round ``upto`` say (so later messages change nothing).
 
@@ -148,46 +153,54 @@ class _History:
 
         Returns:
             The rounds' scores, the score of an average-length message holding every term of
-            the query once, and the query terms of each round that holds any.
+            the query once, and per round the query terms it holds, as a bit mask (bit ``k``:
+            the query's ``k``-th term).
         """
         owner = self.owner
         length = self.indices[upto][0] if upto < len(self.indices) else self.occurrences.length
-        occurrences = self.occurrences._replace(length=length)
-        bags, totals = occurrences.bags, occurrences.totals
+        postings, bags, totals = (
+            self.occurrences.postings,
+            self.occurrences.bags,
+            self.occurrences.totals,
+        )
         norm = BM25_K1 * length / (totals[length] or 1)
         slope, floor, gain = norm * BM25_B, BM25_K1 * (1 - BM25_B), BM25_K1 + 1
-        per_message: dict[int, float] = {}
-        held: dict[int, set[str]] = {}
+        # Per message (by position): its length discount, its score summed over the terms and
+        # which terms it holds.
+        lengths = map(operator.sub, islice(totals, 1, length + 1), totals)
+        discount = [floor + slope * size for size in lengths]
+        per_message = [0.0] * length
+        holds = [0] * length
         ideal = 0.0
-        for term in self.terms.counts(query):
-            positions = occurrences.positions(term)
+        for bit, term in enumerate(self.terms.counts(query)):
+            positions = postings.get(term, ())
+            if positions and positions[-1] >= length:
+                positions = positions[: bisect.bisect_left(positions, length)]
             idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
             ideal += idf
             if len(positions) > length * _COMMON:
                 continue  # says little about which round, and would be read everywhere
-            rounds: set[int] = set()
-            for position in positions:  # all before round ``upto``: a round below it, or -1
-                r = owner[position]
-                if r >= 0:
-                    tf = bags[position][term]
-                    size = floor + slope * (totals[position + 1] - totals[position])
-                    per_message[position] = per_message.get(position, 0.0) + idf * tf * gain / (
-                        tf + size
-                    )
-                    rounds.add(r)
-            for r in rounds:
-                held.setdefault(r, set()).add(term)
+            flag = 1 << bit
+            for position in positions:
+                tf = bags[position][term]
+                per_message[position] += idf * tf * gain / (tf + discount[position])
+                holds[position] |= flag
         best = [0.0] * upto
-        for position, score in per_message.items():
-            r = owner[position]
-            best[r] = max(best[r], score)
+        held = [0] * upto
+        for position in compress(range(length), holds):
+            r = owner[position]  # a round below ``upto``, or -1: no history round
+            if r >= 0:
+                held[r] |= holds[position]
+                if per_message[position] > best[r]:
+                    best[r] = per_message[position]
         # A round holding the same terms of the query as an older one ranks at least as high
         # (and, by the tie-break, first): the newer of two statements of a thing is the one
         # that stands, whichever is the shorter.
-        by_terms: dict[frozenset[str], float] = {}
-        for r in sorted(held):
-            said = frozenset(held[r])
-            best[r] = max(best[r], by_terms.get(said, 0.0))
+        by_terms: dict[int, float] = {}
+        for r in compress(range(upto), held):
+            said = held[r]
+            if by_terms.get(said, 0.0) > best[r]:
+                best[r] = by_terms[said]
             by_terms[said] = best[r]
             best[r] += _RECENCY * r
         return best, ideal, held
@@ -236,14 +249,12 @@ def _stable_part(history: _History, cut: int, target: int, options: TrimOptions)
         take(index)
     for index in range(cut - 1, max(cut - options.history_keep_tail, 0) - 1, -1):
         take(index)
+    smallest = min(sizes[:cut])
     query = _cut_query(history, cut)
-    if query:
-        scores, _, _ = history.scores(query, cut)
-        for index in sorted(range(cut), key=scores.__getitem__, reverse=True):
-            if scores[index] <= 0:
-                break
-            for neighbour in _with_neighbours(index):
-                take(neighbour)
+    if query and used + smallest <= target:  # else no round could be taken: not scored
+        _best_first(
+            history.scores(query, cut)[0], range(cut), take, lambda: used + smallest > target
+        )
     # Then the most recent rounds, while they fit: no older round fills a gap, where it
     # could say what a newer round left out corrects.
     for index in range(cut - 1, -1, -1):
@@ -253,10 +264,19 @@ def _stable_part(history: _History, cut: int, target: int, options: TrimOptions)
     return keep
 
 
-def _with_neighbours(index: int) -> list[int]:
-    """A round and the rounds around it, nearest first."""
-    around = [index + side * step for step in range(1, _NEIGHBOURS + 1) for side in (1, -1)]
-    return [index, *around]
+def _best_first(
+    scores: list[float],
+    rounds: Iterable[int],
+    take: Callable[[int], None],
+    full: Callable[[], bool],
+) -> None:
+    """Offers ``take`` the ``rounds`` that score, best first, each with its neighbours, until
+    ``full`` says no round could be taken any more."""
+    for index in sorted(rounds, key=scores.__getitem__, reverse=True):
+        if scores[index] <= 0 or full():
+            break
+        for offset in _AROUND:
+            take(index + offset)
 
 
 def _cut_query(history: _History, cut: int) -> str:
@@ -293,12 +313,15 @@ def _recall(history: _History, room: int, cut: int) -> None:
     base = [score - _RECENCY * r if score else 0.0 for r, score in enumerate(scores)]
     dropped = plan.dropped
     out = [dropped[members[0]] for members in history.indices]
-    positions = history.occurrences.positions
-    sent_terms = {
-        term
-        for term in history.terms.counts(query)
-        if any(p != question and not dropped[p] for p in positions(term))
-    }
+    bags = history.occurrences.bags
+    sent_bags = [
+        bags[p] for p in compress(range(len(dropped)), map(operator.not_, dropped)) if p != question
+    ]
+    sent_terms = sum(
+        1 << bit
+        for bit, term in enumerate(history.terms.counts(query))
+        if any(term in bag for bag in sent_bags)
+    )
     sent = [r for r in range(count) if not out[r] and scores[r] > 0]
     latest_said = max(sent, key=scores.__getitem__, default=-1)
     said = base[latest_said] if sent else 0.0
@@ -308,7 +331,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
         if out[r]
         and scores[r] > 0
         and (
-            round_terms[r] - sent_terms
+            round_terms[r] & ~sent_terms
             or base[r] > said + _SAME
             or (r > latest_said and base[r] >= said - _SAME)
         )
@@ -323,7 +346,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
     for r in sorted(candidates, key=scores.__getitem__, reverse=True):
         if base[r] < RECALL_OF_BEST * best:
             break
-        for candidate in _with_neighbours(r):
+        for candidate in map(r.__add__, _AROUND):
             if 0 <= candidate < count and out[candidate] and candidate not in chosen:
                 if used + history.sizes[candidate] <= room:
                     chosen.append(candidate)
@@ -368,11 +391,8 @@ def _refocus(history: _History, scores: list[float], cut: int) -> None:
             used += history.sizes[r]
 
     candidates = set(movable)
-    for r in sorted(movable, key=scores.__getitem__, reverse=True):
-        if scores[r] <= 0:
-            break
-        for neighbour in _with_neighbours(r):
-            take(neighbour)
+    smallest = min((history.sizes[r] for r in movable), default=0)
+    _best_first(scores, movable, take, lambda: used + smallest > room)
     for r in range(count - 1, cut - 1, -1):
         take(r)
     if not chosen:
