@@ -36,9 +36,9 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import compress, islice
+from itertools import compress, islice, takewhile
 from typing import Final
 
 from agent_latency._chat_format import role_of
@@ -66,8 +66,12 @@ _SAME: Final = 1e-9
 _NEIGHBOURS: Final = 1
 """Rounds on each side of a relevant round that come with it (the question and its answer
 often sit in adjacent rounds)."""
-_AROUND: Final = (0, *(side * step for step in range(1, _NEIGHBOURS + 1) for side in (1, -1)))
-"""A relevant round's offset and its neighbours', nearest first."""
+_AROUND: Final = tuple(side * step for step in range(1, _NEIGHBOURS + 1) for side in (1, -1))
+"""The offsets of a relevant round's neighbours, nearest first."""
+NEIGHBOUR_SHARE: Final = 0.1
+"""A neighbour costing at most this share of the room being filled comes right with its relevant
+round; a dearer one waits until every relevant round was offered (where turns are long, the
+room holds more of what the question needs: LongMemEval, docs/benchmarks.md)."""
 _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
 _COMMON: Final = 0.5
@@ -252,9 +256,13 @@ def _stable_part(history: _History, cut: int, target: int, options: TrimOptions)
     smallest = min(sizes[:cut])
     query = _cut_query(history, cut)
     if query and used + smallest <= target:  # else no round could be taken: not scored
-        _best_first(
-            history.scores(query, cut)[0], range(cut), take, lambda: used + smallest > target
-        )
+        scores = history.scores(query, cut)[0]
+        hits = _relevant(scores, range(cut))
+        for index, offsets in _offered(hits, sizes, NEIGHBOUR_SHARE * target):
+            if used + smallest > target:
+                break
+            for offset in offsets:
+                take(index + offset)
     # Then the most recent rounds, while they fit: no older round fills a gap, where it
     # could say what a newer round left out corrects.
     for index in range(cut - 1, -1, -1):
@@ -264,19 +272,22 @@ def _stable_part(history: _History, cut: int, target: int, options: TrimOptions)
     return keep
 
 
-def _best_first(
-    scores: list[float],
-    rounds: Iterable[int],
-    take: Callable[[int], None],
-    full: Callable[[], bool],
-) -> None:
-    """Offers ``take`` the ``rounds`` that score, best first, each with its neighbours, until
-    ``full`` says no round could be taken any more."""
-    for index in sorted(rounds, key=scores.__getitem__, reverse=True):
-        if scores[index] <= 0 or full():
-            break
-        for offset in _AROUND:
-            take(index + offset)
+def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
+    """Those of ``rounds`` that score, best (and, among equals, newest) first."""
+    ranked = sorted(rounds, key=scores.__getitem__, reverse=True)
+    return list(takewhile(lambda index: scores[index] > 0, ranked))
+
+
+def _offered(hits: list[int], sizes: list[int], limit: float) -> list[tuple[int, tuple[int, ...]]]:
+    """In which order rounds are offered: each of ``hits`` with its neighbours of at most
+    ``limit`` tokens, then, hit by hit, their other neighbours (as offsets from the hit)."""
+    first = []
+    later = []
+    for hit in hits:
+        near = tuple(o for o in _AROUND if 0 <= hit + o < len(sizes) and sizes[hit + o] <= limit)
+        first.append((hit, (0, *near)))
+        later.append((hit, tuple(o for o in _AROUND if o not in near)))
+    return first + later
 
 
 def _cut_query(history: _History, cut: int) -> str:
@@ -343,10 +354,10 @@ def _recall(history: _History, room: int, cut: int) -> None:
     chosen: list[int] = []
     used = 0
     missed = False
-    for r in sorted(candidates, key=scores.__getitem__, reverse=True):
-        if base[r] < RECALL_OF_BEST * best:
-            break
-        for candidate in map(r.__add__, _AROUND):
+    hits = [r for r in _relevant(scores, candidates) if base[r] >= RECALL_OF_BEST * best]
+    # Every round that qualifies before any neighbour: what is left of the room is small.
+    for r, offsets in _offered(hits, history.sizes, 0):
+        for candidate in map(r.__add__, offsets):
             if 0 <= candidate < count and out[candidate] and candidate not in chosen:
                 if used + history.sizes[candidate] <= room:
                     chosen.append(candidate)
@@ -392,7 +403,11 @@ def _refocus(history: _History, scores: list[float], cut: int) -> None:
 
     candidates = set(movable)
     smallest = min((history.sizes[r] for r in movable), default=0)
-    _best_first(scores, movable, take, lambda: used + smallest > room)
+    for r, offsets in _offered(_relevant(scores, movable), history.sizes, NEIGHBOUR_SHARE * room):
+        if used + smallest > room:
+            break
+        for offset in offsets:
+            take(r + offset)
     for r in range(count - 1, cut - 1, -1):
         take(r)
     if not chosen:
