@@ -52,33 +52,20 @@ TrimMode = Literal["prefix_stable", "moving_cut"]
 """How cuts are placed: where the server's prefix cache keeps hitting (``"prefix_stable"``) or
 the newest that fit (``"moving_cut"``); docs/trimming.md says which wins where."""
 TRIM_MODES: Final[tuple[TrimMode, ...]] = get_args(TrimMode)
-
-
-@dataclass(frozen=True)
-class _Removed:
-    """A value a setting no longer takes: a file that still names it gets this fix."""
-
-    value: str
-    why: str
-    use: str
-    because: str
-
-
 _REMOVED_VALUES: Final = {
-    "prompt.mode": _Removed(
+    "prompt.mode": (
         "cost_aware",
         "never 10% sooner than prefix_stable, docs/trimming.md",
-        "prefix_stable",
-        "the default, which now cuts cache-first",
+        '"prefix_stable", the default, which now cuts cache-first',
     ),
-    "prompt.history_selection": _Removed(
+    "prompt.history_selection": (
         "relevance",
         "cache_first re-prefills far less and keeps more evidence, docs/benchmarks.md",
-        "cache_first",
-        "the default (with mode moving_cut it ranks the history by relevance on every call)",
+        '"cache_first", the default (with mode moving_cut it ranks the history by relevance on '
+        "every call)",
     ),
 }
-"""The values removed in favour of the cache-first default, by setting."""
+"""Values removed in favour of the cache-first default, by setting: (value, why, what to set)."""
 DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
 MAX_SECONDS: Final = 86_400
@@ -468,11 +455,11 @@ def _key(found: Found, target: str) -> str:
 
 def _validate(settings: Settings, found: Found) -> None:
     # A loaded file's choice is any string until checked: a removed one gets its own fix.
-    for target, removed in _REMOVED_VALUES.items():
-        if target in found and found[target][0] == removed.value:
+    for target, (removed, why, fix) in _REMOVED_VALUES.items():
+        if target in found and found[target][0] == removed:
             raise ConfigError(
-                f"{_place(found, target)}: {removed.value!r} was removed ({removed.why}). "
-                f'Fix: set {_key(found, target)} to "{removed.use}", {removed.because}.'
+                f"{_place(found, target)}: {removed!r} was removed ({why}). "
+                f"Fix: set {_key(found, target)} to {fix}."
             )
     for each in SETTINGS:
         section, name = each.target.split(".")
