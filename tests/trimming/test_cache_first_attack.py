@@ -626,3 +626,33 @@ def test_tool_call_args_swapped_in_place_are_trimmed_as_a_fresh_trimmer_trims() 
         first.tool_calls[0]["args"],
     )
     assert ids_of(reused.trim(messages).messages) == ids_of(trimmer(675).trim(messages).messages)
+
+
+ARABIC_FACT = "منفذ قاعدة البيانات هو 5432 على الخادم db-7"
+
+
+@pytest.mark.parametrize(
+    "mark",
+    [
+        pytest.param("?", id="ascii"),
+        pytest.param("？", id="full-width"),
+        pytest.param(
+            "؟",
+            id="arabic",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="only ? and ？ make a turn a question: an Arabic, Persian or Urdu "
+                "question (؟, U+061F) is taken for a statement and recalls nothing",
+            ),
+        ),
+    ],
+)
+def test_a_question_about_a_cut_fact_recalls_it_whatever_its_question_mark(mark: str) -> None:
+    messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
+    for r in range(40):
+        said = ARABIC_FACT if r == 5 else f"ملاحظة {r}: تم ترتيب الرفوف " + "وتنظيفها " * 12
+        messages += [HumanMessage(said, id=f"u{r}"), AIMessage(f"تم {r}.", id=f"d{r}")]
+    messages.append(HumanMessage("ما هو منفذ قاعدة البيانات" + mark, id="q"))
+    result = trimmer(1500).trim(messages)
+    assert_invariants(messages, result)
+    assert result.decisions[11].rule == "recalled"  # the fact, u5
