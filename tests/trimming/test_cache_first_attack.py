@@ -389,6 +389,30 @@ def test_in_place_edits_between_calls_are_trimmed_as_a_fresh_trimmer_trims(
     assert signature(reused.trim(follow)) == signature(trimmer(budget).trim(follow))
 
 
+EDITS = [edit_content, remove_from_middle, reorder, edit_tool_call_args, replace_image]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    edits=st.lists(st.sampled_from([None, None, None, *EDITS]), min_size=30, max_size=30),
+    budget=st.integers(300, 2500),
+)
+def test_random_edits_between_growing_calls_are_trimmed_as_a_fresh_trimmer_trims(
+    edits: list[Callable[[list[Any]], None] | None], budget: int
+) -> None:
+    kinds = ["image", "user", "tools", "ask", "user", "cjk", "parallel", "emoji"] * 4
+    calls = [m for m in growing("system", kinds) if isinstance(m[-1], HumanMessage)]
+    reused = trimmer(budget)
+    for messages, edit in zip(calls[4:], edits, strict=False):
+        if edit is not None:
+            # The later calls share the message objects (they keep a content edit) but not
+            # this list (a removal or a reordering is undone on the next call).
+            edit(messages)
+        result = reused.trim(messages)
+        assert_invariants(messages, result)
+        assert signature(result) == signature(trimmer(budget).trim(messages))
+
+
 # --- budgets ----------------------------------------------------------------------------------
 
 
