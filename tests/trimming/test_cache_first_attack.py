@@ -679,7 +679,7 @@ def test_a_question_about_a_cut_fact_recalls_it_whatever_its_question_mark(mark:
     messages.append(HumanMessage("ما هو منفذ قاعدة البيانات" + mark, id="q"))
     result = trimmer(1500).trim(messages)
     assert_invariants(messages, result)
-    assert result.decisions[11].rule == "recalled"  # the fact, u5
+    assert result.decisions[11].action == "kept"  # the fact (u5): recalled, as with ?
 
 
 @pytest.mark.xfail(
