@@ -6,8 +6,8 @@ conversations of :mod:`agent_latency.bench._quality` (one fact hidden at the hea
 or the tail of the history, in an old tool result, in the current turn's tool result, or as a
 constraint the user stated once), sized for a small context window, are sent untrimmed and
 trimmed to ``--budget`` three ways, greedy (temperature 0) with short answers: ``default``, the
-trimmer a user gets with no options (``PriorityTrimmer.from_settings``: history by relevance,
-one head and one tail round); ``age_2_4``, the defaults before the latency-quality frontier
+trimmer a user gets with no options (``PriorityTrimmer.from_settings``: cache-first cuts, one
+head and one tail round); ``age_2_4``, the defaults before the latency-quality frontier
 (history by age, two head and four tail rounds); and LangChain's ``trim_messages`` keeping the
 last messages (exact counter). It prints, per strategy:
 

@@ -34,19 +34,22 @@ def test_quality_prints_retention_and_writes_it_to_json_and_the_plot(
         )
     output = capsys.readouterr().out  # type: ignore[attr-defined]
     assert status == 0
-    assert "Retention" in output and "relevance+compaction" in output
+    assert "Retention" in output and "cache_first+compaction" in output
     rows = json.loads((tmp_path / "bench.json").read_text("utf-8"))["quality"]
     strategies = {row["strategy"] for row in rows}
     assert strategies == {
         "age",
         "age+compaction",
-        "relevance",
-        "relevance+compaction",
+        "cache_first",
+        "cache_first+compaction",
+        "moving_cut",
         "trim_messages_last",
     }
     assert {row["budget"] for row in rows} == {6000, 3000}
     by = {(row["strategy"], row["budget"]): row for row in rows}
-    assert by["relevance", 6000]["retention"] >= 0.9
+    # Moving cuts rank the history by relevance on every call; cache-first cuts keep less of it.
+    assert by["moving_cut", 6000]["retention"] >= 0.9
+    assert by["cache_first", 6000]["retention"] > by["age", 6000]["retention"]
     assert set(by["age", 3000]["by_place"]) == set(needle_places())
     assert by["age", 3000]["model_ttft_ms"] < by["age", 6000]["model_ttft_ms"]
     # The TTFT column is the simulator's default latency model for the mean prompt sent.

@@ -273,15 +273,24 @@ def test_a_langchain_messages_to_dict_dump_is_trimmed(
     assert written[0] == {"role": "system", "content": "You are terse."}
 
 
-def test_trim_with_the_removed_cost_aware_mode_fails_with_the_key_and_the_fix(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("key", "removed", "fix"),
+    [("mode", "cost_aware", "prefix_stable"), ("historySelection", "relevance", "cache_first")],
+)
+def test_trim_with_a_removed_mode_fails_with_the_key_and_the_fix(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    key: str,
+    removed: str,
+    fix: str,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     path = _conversation(tmp_path)
-    settings = tmp_path / "cost_aware.json"
-    settings.write_text('{"promptTrimmer": {"mode": "cost_aware"}}', encoding="utf-8")
+    settings = tmp_path / f"{removed}.json"
+    settings.write_text(json.dumps({"promptTrimmer": {key: removed}}), encoding="utf-8")
 
     assert main(["trim", str(path), "--budget", "600", "--settings", str(settings)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "promptTrimmer.mode: 'cost_aware' was removed" in line
-    assert 'Fix: set promptTrimmer.mode to "prefix_stable", the default' in line
+    assert f"promptTrimmer.{key}: {removed!r} was removed" in line
+    assert f'Fix: set promptTrimmer.{key} to "{fix}", the default' in line

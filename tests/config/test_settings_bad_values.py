@@ -74,7 +74,7 @@ def test_the_new_settings_default_to_unset_and_cache_first() -> None:
         (
             None,
             '{"promptTrimmer": {"historySelection": "newest"}}',
-            "must be one of cache_first, relevance, age",
+            "must be one of cache_first, age",
         ),
         (None, '{"promptTrimmer": {"historySelection": 1}}', "expected a string"),
     ],
@@ -86,6 +86,17 @@ def test_the_new_settings_are_validated(
     settings = write(tmp_path / "settings.json", json_text) if json_text is not None else None
 
     assert named in config_error(config, settings)
+
+
+def test_the_removed_relevance_selection_gets_one_line_naming_the_key_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "settings.json", '{"promptTrimmer": {"historySelection": "relevance"}}')
+
+    message = config_error(settings=path)
+
+    assert message.startswith(f"{path}: promptTrimmer.historySelection: 'relevance' was removed")
+    assert 'Fix: set promptTrimmer.historySelection to "cache_first", the default' in message
 
 
 # --- whitespace around the key --------------------------------------------------------------------

@@ -232,7 +232,7 @@ def _assert_valid(loaded: Settings) -> None:
     if llm.api_key is not None:
         key = llm.api_key.get_secret_value()
         assert key == key.strip() and key.isascii() and key.isprintable() and key
-    assert prompt.history_selection in ("cache_first", "relevance", "age")
+    assert prompt.history_selection in ("cache_first", "age")  # "relevance" was removed
     for value in (prompt.token_budget, streaming.max_tokens, metrics.ttft_warn_ms):
         assert type(value) is int
 

@@ -2,9 +2,9 @@
 
 The table gave ``history_keep_head`` 2, ``history_keep_tail`` 4 and ``history_selection`` ``age``
 long after the defaults (one source: :class:`~agent_latency.config.PromptSettings`) became 1, 1
-and ``relevance``. Each row here is checked against the trimmer's options table
-(``TrimOptions``, whose fields are ``PriorityTrimmer``'s options), so a changed default fails
-until the table says it too.
+and ``relevance`` (since replaced by ``cache_first``). Each row here is checked against the
+trimmer's options table (``TrimOptions``, whose fields are ``PriorityTrimmer``'s options), so a
+changed default fails until the table says it too.
 """
 
 from __future__ import annotations

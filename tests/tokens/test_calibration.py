@@ -68,7 +68,7 @@ def test_the_trimmer_divides_its_budget_by_the_factor() -> None:
     calibration = PromptCalibration()
     # Cut to the budget on every call (a cache-first cut keeps less than the budget).
     trimmer = PriorityTrimmer(
-        1000, token_counter=counter, calibration=calibration, history_selection="relevance"
+        1000, token_counter=counter, calibration=calibration, history_selection="age"
     )
     messages = [
         *[HumanMessage("q " + "data " * 100), AIMessage("a " + "data " * 100)] * 10,

@@ -53,13 +53,15 @@ def test_a_growing_chat_reprefills_less_than_the_age_cut(budget: int) -> None:
     age = _uncached_per_call(
         PriorityTrimmer(budget, token_counter=COUNTER, history_selection="age"), chat
     )
-    relevance = _uncached_per_call(
-        PriorityTrimmer(budget, token_counter=COUNTER, history_selection="relevance"), chat
+    moving = _uncached_per_call(
+        PriorityTrimmer(budget, token_counter=COUNTER, prefix_stable=False), chat
     )
     # Words drawn at random: nearly every turn shares a rare word with a left-out one, so
-    # recall runs far more often than in a real chat; still well under both.
+    # recall runs far more often than in a real chat; still well under both the age cut and
+    # moving cuts that rank the history by relevance on every call (what the removed
+    # history_selection="relevance" did too): about 8x and 15x the default's uncached tokens.
     assert cache_first <= 0.9 * age
-    assert cache_first <= 0.4 * relevance
+    assert cache_first <= 0.4 * moving
 
 
 def test_the_cut_stays_put_between_deep_cuts() -> None:

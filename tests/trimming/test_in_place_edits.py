@@ -513,19 +513,21 @@ def test_conversations_sharing_their_first_messages_are_told_apart() -> None:
 def test_more_conversations_than_remembered_interleave_correctly() -> None:
     rng = random.Random(3)
     conversations = [agent_turns(rounds=1) for _ in range(20)]
-    trimmer = PriorityTrimmer(500, history_selection="relevance", history_keep_head=0)
+    # Moving cuts: the history is ranked by relevance on every call.
+    trimmer = PriorityTrimmer(500, prefix_stable=False, history_keep_head=0)
     for _ in range(50):
         messages = rng.choice(conversations)
         messages.append(rng.choice([HumanMessage("door " * rng.randrange(1, 30)), AIMessage("ok")]))
         if rng.random() < 0.3:
             messages.pop(rng.randrange(1, len(messages)))
-        expected = fresh(messages, 500, history_selection="relevance", history_keep_head=0)
+        expected = fresh(messages, 500, prefix_stable=False, history_keep_head=0)
         assert figures(trimmer.trim(messages), messages) == expected
 
 
 OPTIONS = {
-    "age": {},
-    "relevance": {"history_selection": "relevance", "history_keep_head": 0},
+    "cache_first": {},
+    "age": {"history_selection": "age"},
+    "ranked by relevance": {"prefix_stable": False, "history_keep_head": 0},
     "compaction": {"compact_tool_results": True},
     "tool result cap": {"max_tool_result_tokens": 60},
     "tool budget": {"tools": [lookup], "tool_budget": 20},
@@ -560,7 +562,8 @@ def test_a_conversation_shrinking_to_nothing_and_growing_again() -> None:
 
 def test_threads_trimming_conversations_with_shared_first_messages_decide_alike() -> None:
     system, greeting = SystemMessage("You are the Lyra agent."), HumanMessage("hello door billing")
-    options: dict[str, Any] = {"history_selection": "relevance", "max_tool_result_tokens": 60}
+    # Moving cuts: every call ranks the history by relevance, through the shared score cache.
+    options: dict[str, Any] = {"prefix_stable": False, "max_tool_result_tokens": 60}
     trimmer = PriorityTrimmer(300, **options)
     failures: list[str] = []
 
@@ -597,7 +600,7 @@ async def test_ainvoke_of_a_reused_trimmer_returns_what_a_new_one_returns() -> N
 
 
 def test_the_trimmer_keeps_no_message_alive() -> None:
-    trimmer = PriorityTrimmer(300, history_selection="relevance", compact_tool_results=True)
+    trimmer = PriorityTrimmer(300, compact_tool_results=True)
     messages = agent_turns(list_results=True)
     trimmer.trim(messages)
     trimmer.trim(messages[:7])

@@ -104,16 +104,21 @@ def _figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("selection", ["cache_first", "relevance", "age"])
+@pytest.mark.parametrize(
+    "selection",
+    [
+        {"history_selection": "cache_first"},
+        {"prefix_stable": False},  # the history ranked by relevance on every call
+        {"history_selection": "age"},
+    ],
+    ids=["cache_first", "ranked", "age"],
+)
 @pytest.mark.parametrize("seed", range(4))
 def test_a_growing_conversation_edited_in_place_is_trimmed_as_a_fresh_trimmer_trims_it(
-    seed: int, selection: str
+    seed: int, selection: dict[str, Any]
 ) -> None:
     conversation = Conversation(seed)
-    options: dict[str, Any] = {
-        "history_selection": selection,
-        "compact_tool_results": seed % 2 == 1,
-    }
+    options: dict[str, Any] = {**selection, "compact_tool_results": seed % 2 == 1}
     warm = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
     for call in range(120):
         conversation.grow()

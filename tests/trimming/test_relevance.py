@@ -1,4 +1,10 @@
-"""Relevance-aware history: BM25 over rounds, CJK included, and what it keeps in a real trim."""
+"""Relevance-aware history: BM25 over rounds, CJK included, and what it keeps in a real trim.
+
+History is ranked by relevance to the latest user message wherever the trimmer drops rounds by
+priority with ``history_selection`` other than ``"age"``: on every call with moving cuts
+(``prefix_stable=False``, :data:`RANKED`), and after a cache-first cut that still leaves the
+request over budget.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from agent_latency.trimming._relevance import (
 COUNTER = TokenCounter()
 # Age with two head and four tail rounds: the defaults until the frontier chose relevance with one.
 AGE: dict[str, Any] = {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4}
+# The default history selection with moving cuts: history ranked by relevance on every call.
+RANKED: dict[str, Any] = {"prefix_stable": False}
 
 
 def test_terms_split_cjk_into_character_pairs_and_drop_stopwords() -> None:
@@ -87,31 +95,37 @@ def conversation(rounds: int, needle_round: int) -> list[BaseMessage]:
     return [*messages, HumanMessage("What is the door code of the Lyra warehouse?")]
 
 
-def test_relevance_keeps_a_relevant_middle_round_that_age_drops() -> None:
+@pytest.mark.parametrize("options", [RANKED, {}], ids=["ranked", "cache_first"])
+def test_relevance_keeps_a_relevant_middle_round_that_age_drops(options: dict[str, Any]) -> None:
     messages = conversation(rounds=14, needle_round=6)
     budget = COUNTER.count_messages(messages) * 3 // 5  # head, tail and one middle round
     by_age = PriorityTrimmer(budget, token_counter=COUNTER, **AGE).trim(messages)
-    by_relevance = PriorityTrimmer(
-        budget, token_counter=COUNTER, history_selection="relevance"
-    ).trim(messages)
+    by_relevance = PriorityTrimmer(budget, token_counter=COUNTER, **options).trim(messages)
     needle = messages[1 + 6 * 4]
     assert needle not in by_age.messages
     assert needle in by_relevance.messages
     assert by_relevance.tokens_after <= budget
 
 
-def test_history_selection_is_validated() -> None:
-    with pytest.raises(ValueError, match="history_selection"):
-        PriorityTrimmer(1000, history_selection="newest")  # type: ignore[arg-type]
+@pytest.mark.parametrize("selection", ["newest", "relevance"])
+def test_history_selection_is_validated(selection: str) -> None:
+    # "relevance" was a mode of its own until the cache-first default replaced it.
+    with pytest.raises(ValueError, match="history_selection must be one of cache_first, age,"):
+        PriorityTrimmer(1000, history_selection=selection)  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)
-@given(rounds=st.integers(3, 16), needle=st.integers(0, 15), budget=st.integers(300, 4000))
+@given(
+    rounds=st.integers(3, 16),
+    needle=st.integers(0, 15),
+    budget=st.integers(300, 4000),
+    prefix_stable=st.booleans(),
+)
 def test_relevance_never_splits_a_tool_unit_and_keeps_the_rules(
-    rounds: int, needle: int, budget: int
+    rounds: int, needle: int, budget: int, prefix_stable: bool
 ) -> None:
     messages = conversation(rounds, needle % rounds)
-    result = PriorityTrimmer(budget, token_counter=COUNTER, history_selection="relevance").trim(
+    result = PriorityTrimmer(budget, token_counter=COUNTER, prefix_stable=prefix_stable).trim(
         messages
     )
     sent = result.messages
@@ -133,8 +147,9 @@ def test_generated_cases_state_their_fact_where_they_say() -> None:
 
 def test_relevance_keeps_at_least_nine_in_ten_needed_facts_at_6000() -> None:
     rows = {(r.strategy, r.budget): r for r in run_quality((6000, 3000), seeds=1)}
-    assert rows["relevance", 6000].retention >= 0.9
-    assert rows["relevance", 3000].retention > rows["age", 3000].retention
+    assert rows["moving_cut", 6000].retention >= 0.9
+    assert rows["moving_cut", 3000].retention > rows["age", 3000].retention
+    assert rows["cache_first", 3000].retention > rows["age", 3000].retention
     assert rows["age", 6000].retention > rows["trim_messages_last", 6000].retention
 
 
@@ -165,9 +180,7 @@ def test_question_retention_is_the_share_of_question_terms_still_sent() -> None:
     assert whole.question_retention == 1.0
     budget = COUNTER.count_messages(messages) * 3 // 5
     by_age = PriorityTrimmer(budget, token_counter=COUNTER, **AGE).trim(messages)
-    by_relevance = PriorityTrimmer(
-        budget, token_counter=COUNTER, history_selection="relevance"
-    ).trim(messages)
+    by_relevance = PriorityTrimmer(budget, token_counter=COUNTER, **RANKED).trim(messages)
     assert by_age.question_retention is not None and by_relevance.question_retention is not None
     assert by_age.question_retention < by_relevance.question_retention == 1.0
     attributes = by_age.span_attributes()
@@ -271,9 +284,9 @@ def test_a_needed_middle_round_survives_when_head_and_tail_alone_fill_the_budget
     result = PriorityTrimmer(
         700,
         token_counter=COUNTER,
-        history_selection="relevance",
         history_keep_head=2,
         history_keep_tail=4,
+        **RANKED,
     ).trim(messages)
 
     assert needle in result.messages and result.messages[-1] is messages[-1]
@@ -288,9 +301,9 @@ def test_with_room_for_head_and_tail_they_stay_protected() -> None:
     result = PriorityTrimmer(
         budget,
         token_counter=COUNTER,
-        history_selection="relevance",
         history_keep_head=2,
         history_keep_tail=4,
+        **RANKED,
     ).trim(messages)
 
     kept = set(map(id, result.messages))
@@ -313,10 +326,9 @@ def test_the_best_matching_round_outlasts_a_head_and_tail_that_leave_it_no_room(
     result = PriorityTrimmer(
         budget,
         token_counter=COUNTER,
-        history_selection="relevance",
         history_keep_head=1,
         history_keep_tail=1,
-        prefix_stable=False,
+        **RANKED,
     ).trim(messages)
 
     assert needle in result.messages and not result.over_budget
@@ -357,8 +369,8 @@ def test_relevance_trims_an_agents_first_turn_with_no_history_to_rank() -> None:
     result = PriorityTrimmer(
         120,
         token_counter=COUNTER,
-        history_selection="relevance",
         priority_order=("system", "latest_user", "history", "tool_result"),
+        **RANKED,
     ).trim(messages)
 
     assert result.messages[0] is messages[0] and result.messages[-2:] == messages[-2:]
@@ -381,7 +393,7 @@ def test_a_question_that_matches_no_round_keeps_the_age_order(question: str) -> 
         PriorityTrimmer(
             budget, token_counter=COUNTER, prefix_stable=False, history_selection=selection
         ).trim(messages)
-        for selection in ("age", "relevance")
+        for selection in ("age", "cache_first")
     )
 
     assert by_age.messages == [messages[0], *first, *newest, messages[-1]]

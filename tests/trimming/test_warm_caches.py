@@ -120,19 +120,23 @@ EDITS: dict[str, Callable[[list[BaseMessage]], list[BaseMessage]]] = {
 }
 
 
-@pytest.mark.parametrize("selection", ["age", "relevance"])
+@pytest.mark.parametrize(
+    "selection",
+    [{}, {"history_selection": "age"}, {"prefix_stable": False}],
+    ids=["cache_first", "age", "ranked"],  # ranked: the history by relevance on every call
+)
 @pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS.keys())
 def test_a_reused_trimmer_decides_like_a_new_one_after_an_edit(
-    edit: Callable[[list[BaseMessage]], list[BaseMessage]], selection: str
+    edit: Callable[[list[BaseMessage]], list[BaseMessage]], selection: dict[str, Any]
 ) -> None:
     messages = conversation()
-    trimmer = PriorityTrimmer(BUDGET, token_counter=TokenCounter(), history_selection=selection)
+    trimmer = PriorityTrimmer(BUDGET, token_counter=TokenCounter(), **selection)
     trimmer.trim(messages)
     trimmer.trim([*messages, AIMessage("an extra message")])  # remembered longer than the next
 
     edited = edit(messages)
 
-    assert figures(trimmer.trim(edited), edited) == fresh(edited, history_selection=selection)
+    assert figures(trimmer.trim(edited), edited) == fresh(edited, **selection)
 
 
 def test_a_tool_call_id_edited_in_place_makes_an_orphan() -> None:

@@ -34,18 +34,13 @@ OURS: Final[Mapping[str, Mapping[str, Any]]] = {
     "moving_cut": {"prefix_stable": False},
     "compaction": {"compact_tool_results": True},
     "age_1_1": {"history_selection": "age", "history_keep_head": 1, "history_keep_tail": 1},
-    "relevance_2_4": {
-        "history_selection": "relevance",
-        "history_keep_head": 2,
-        "history_keep_tail": 4,
-    },
-    # The history options that were the defaults before the frontier chose relevance, 1 and 1.
+    # The history options that were the defaults before the frontier chose one head and one tail
+    # round (and history by relevance, since replaced by cache-first cuts).
     "age_2_4": {"history_selection": "age", "history_keep_head": 2, "history_keep_tail": 4},
 }
 """Our plain trimmer's lines: options over ``PriorityTrimmer.from_settings``. ``prefix_stable``
-is what a user gets with none (prefix-stable cuts, history by relevance, one head and one tail
-round); each other line names the options it changes, so its meaning does not move with the
-defaults."""
+is what a user gets with none (cache-first cuts, one head and one tail round); each other line
+names the options it changes, so its meaning does not move with the defaults."""
 
 STRATEGIES: Final = (
     "none",

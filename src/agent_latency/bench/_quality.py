@@ -223,7 +223,8 @@ class QualityRow:
     """Retention of one strategy at one budget.
 
     Attributes:
-        strategy: ``age``, ``relevance`` (each also ``+compaction``) or ``trim_messages_last``.
+        strategy: ``age``, ``cache_first`` (each also ``+compaction``), ``moving_cut`` or
+            ``trim_messages_last``.
         budget: The prompt token budget.
         retention: Share of cases whose fact survived (0 to 1).
         by_place: Retention per place of the fact.
@@ -251,18 +252,18 @@ class QualityRow:
 
 
 def strategies(budget: int, counter: TokenCounter) -> dict[str, Trim]:
-    """The trims compared: ours by age and by relevance (the default head and tail rounds), each
-    with and without compaction, and LangChain's ``trim_messages`` keeping the last messages."""
+    """The trims compared: ours (the default head and tail rounds) by age and cache-first (the
+    default), each with and without compaction, and with moving cuts (the history ranked by
+    relevance to the question on every call); and LangChain's ``trim_messages`` keeping the last
+    messages."""
     ours = {
         name: PriorityTrimmer(budget, token_counter=counter, **options)
         for name, options in (
             ("age", {"history_selection": "age"}),
             ("age+compaction", {"history_selection": "age", "compact_tool_results": True}),
-            ("relevance", {"history_selection": "relevance"}),
-            (
-                "relevance+compaction",
-                {"history_selection": "relevance", "compact_tool_results": True},
-            ),
+            ("cache_first", {}),
+            ("cache_first+compaction", {"compact_tool_results": True}),
+            ("moving_cut", {"prefix_stable": False}),
         )
     }
 

@@ -45,15 +45,27 @@ PRIORITY_CLASSES: Final[tuple[PriorityClass, ...]] = get_args(PriorityClass)
 MaxTokensParam = Literal["auto", "max_tokens", "max_completion_tokens"]
 """Which request field carries the output limit (``llm.max_tokens_param``)."""
 MAX_TOKENS_PARAMS: Final[tuple[MaxTokensParam, ...]] = get_args(MaxTokensParam)
-HistorySelection = Literal["cache_first", "relevance", "age"]
+HistorySelection = Literal["cache_first", "age"]
 """How the trimmer picks which middle history rounds to keep (docs/configuration.md)."""
 HISTORY_SELECTIONS: Final[tuple[HistorySelection, ...]] = get_args(HistorySelection)
 TrimMode = Literal["prefix_stable", "moving_cut"]
 """How cuts are placed: where the server's prefix cache keeps hitting (``"prefix_stable"``) or
 the newest that fit (``"moving_cut"``); docs/trimming.md says which wins where."""
 TRIM_MODES: Final[tuple[TrimMode, ...]] = get_args(TrimMode)
-REMOVED_MODE: Final = "cost_aware"
-"""The mode removed in favour of the cache-first default: a file that names it gets its fix."""
+_REMOVED_VALUES: Final = {
+    "prompt.mode": (
+        "cost_aware",
+        "never 10% sooner than prefix_stable, docs/trimming.md",
+        '"prefix_stable", the default, which now cuts cache-first',
+    ),
+    "prompt.history_selection": (
+        "relevance",
+        "cache_first re-prefills far less and keeps more evidence, docs/benchmarks.md",
+        '"cache_first", the default (with mode moving_cut it ranks the history by relevance on '
+        "every call)",
+    ),
+}
+"""Values removed in favour of the cache-first default, by setting: (value, why, what to set)."""
 DEFAULT_CONFIG_FILE: Final = "config.toml"
 DEFAULT_SETTINGS_FILE: Final = "settings.json"
 MAX_SECONDS: Final = 86_400
@@ -227,8 +239,9 @@ class PromptSettings:
     # kept the needed facts best at every budget, on every server profile, for the prompt size.
     history_keep_head: int = setting(
         1,
-        "oldest history rounds kept before the middle is trimmed, or at a cache-first cut (with "
-        "`relevance`, a preference that yields when they fill the budget)",
+        "oldest history rounds kept before the middle is trimmed, or at a cache-first cut "
+        "(when the history is ranked by relevance, a preference that yields when they fill the "
+        "budget)",
         json="promptTrimmer.historyKeepHead",
         **_ROUNDS,
         trimmer="history_keep_head",
@@ -244,8 +257,10 @@ class PromptSettings:
         "cache_first",
         "how history is cut: rarely and deep, appending in between, recalling what a question "
         "needs (`cache_first`: the server's prefix cache keeps hitting, "
-        "[trimming.md](trimming.md#cache-first-cuts)); on every call, the rounds most relevant "
-        "to the latest user message first (`relevance`), or the newest (`age`)",
+        "[trimming.md](trimming.md#cache-first-cuts); with mode `moving_cut`, on every call, "
+        "the rounds most relevant to the latest user message first), or the newest on every "
+        "call (`age`); `relevance` was removed (a file naming it gets the fix: use "
+        "`cache_first`)",
         json="promptTrimmer.historySelection",
         trimmer="history_selection",
     )
@@ -439,13 +454,13 @@ def _key(found: Found, target: str) -> str:
 
 
 def _validate(settings: Settings, found: Found) -> None:
-    # A loaded file's mode is any string until checked: the removed one gets its own fix.
-    if cast("str", settings.prompt.mode) == REMOVED_MODE:
-        raise ConfigError(
-            f"{_place(found, 'prompt.mode')}: {REMOVED_MODE!r} was removed (never 10% sooner "
-            f"than prefix_stable, docs/trimming.md). Fix: set {_key(found, 'prompt.mode')} to "
-            '"prefix_stable", the default, which now cuts cache-first.'
-        )
+    # A loaded file's choice is any string until checked: a removed one gets its own fix.
+    for target, (removed, why, fix) in _REMOVED_VALUES.items():
+        if target in found and found[target][0] == removed:
+            raise ConfigError(
+                f"{_place(found, target)}: {removed!r} was removed ({why}). "
+                f"Fix: set {_key(found, target)} to {fix}."
+            )
     for each in SETTINGS:
         section, name = each.target.split(".")
         value = getattr(getattr(settings, section), name)

@@ -522,17 +522,17 @@ def _history_drop_order(
 ) -> list[list[Unit]]:
     """Returns history rounds in drop order: middle and tail oldest first, head last first.
 
-    With ``history_selection="relevance"`` (and ``"cache_first"``, when its cut still leaves
-    the request over budget) the middle rounds go least relevant to the latest user message
-    first (BM25; oldest first among equally relevant ones), and the round that matches it best
-    goes last, after the head and the tail. There the head and tail rounds are a
-    preference, not a wall: when they alone take more than ``room`` (what the budget leaves for
-    the history), every round is ranked by relevance, so the round the question needs is not the
-    one dropped (equally relevant rounds in the age order). By age, nothing tells which round
-    the question needs:
-    the history keeps eroding from its middle, the head before the tail (the first rounds often
-    hold the task's rules; measured with ``agent-latency bench --runs 0 --quality``, ranking all
-    rounds newest first kept 39% of the needed facts at budget 3,000 where this order keeps 50%).
+    With ``history_selection="cache_first"`` (on every call with moving cuts, and after a
+    cache-first cut that still leaves the request over budget) the middle rounds go least
+    relevant to the latest user message first (BM25; oldest first among equally relevant
+    ones), and the round that matches it best goes last, after the head and the tail. There
+    the head and tail rounds are a preference, not a wall: when they alone take more than
+    ``room`` (what the budget leaves for the history), every round is ranked by relevance, so
+    the round the question needs is not the one dropped (equally relevant rounds in the age
+    order). By age, nothing tells which round the question needs: the history keeps eroding
+    from its middle, the head before the tail (the first rounds often hold the task's rules;
+    measured with ``agent-latency bench --runs 0 --quality``, ranking all rounds newest first
+    kept 39% of the needed facts at budget 3,000 where this order keeps 50%).
     """
     rounds: dict[int, list[Unit]] = {}
     for unit in units:
