@@ -8,7 +8,8 @@ the rule saying so); no tool call is sent without its results nor a result witho
 the request fits when the part no trim removes fits; recalled rounds sit right before the
 current turn, after the rounds kept in place; while the cut stays put each request is the
 previous one plus the new messages; and a fresh trimmer (a replica) sends the same as a reused
-one. The tests marked ``xfail(strict=True)`` reproduce defects found: flip them when fixed.
+one. The tests after the last section mark reproduce the defects this attack found (each failed
+before its fix).
 """
 
 from __future__ import annotations
@@ -511,14 +512,9 @@ def test_a_chain_on_the_simulator_through_abatch_and_astream_events() -> None:
         assert asyncio.run(run(chain)) == ["agent_latency.trim"]
 
 
-# --- defects found (xfail strict: flip when fixed) --------------------------------------------
+# --- the defects found, each failing before its fix --------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a ToolMessage after the latest user message whose call's round is recalled is sent "
-    "twice (Plan.output puts the moved indices and every index from the question on)",
-)
 def test_a_tool_result_arriving_after_the_next_question_is_sent_once() -> None:
     messages = [
         SystemMessage("You are an ops assistant.", id="sys"),
@@ -544,20 +540,10 @@ def todo_list(size: int) -> SystemMessage:
         pytest.param(
             "varying_todo",
             id="varying-size per-call system message",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the epoch grid is drawn on the room the per-call fixed part leaves: a "
-                "per-call system message of varying size moves the cut, also backwards",
-            ),
         ),
         pytest.param(
             "reminders",
             id="system reminders kept in the history",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="every kept mid-conversation system message shrinks the room, and the "
-                "cut moves backwards",
-            ),
         ),
     ],
 )
@@ -603,16 +589,10 @@ def test_the_cut_never_moves_back_to_rounds_it_left_out(calls: str) -> None:
         pytest.param(
             ChatMessage(role="system", content=SYSTEM),
             id="ChatMessage-system",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the elision marker is put before the first message that is not a "
-                "SystemMessage instance: a ChatMessage(role='system') prompt comes second",
-            ),
         ),
         pytest.param(
             ChatMessage(role="developer", content=SYSTEM),
             id="ChatMessage-developer",
-            marks=pytest.mark.xfail(strict=True, reason="as for ChatMessage(role='system')"),
         ),
     ],
 )
@@ -626,11 +606,6 @@ def test_the_elision_marker_goes_right_after_the_system_prompt(system: BaseMessa
     assert "were left out" in str(sent[1].content)  # the marker
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the remembered stable part is keyed by the tokens before the cut, not each round's: "
-    "tool-call args swapped in place between rounds (same texts, same total) reuse a stale one",
-)
 def test_tool_call_args_swapped_in_place_are_trimmed_as_a_fresh_trimmer_trims() -> None:
     messages: list[BaseMessage] = [SystemMessage("You are an ops assistant.", id="sys")]
     for r in range(7):
@@ -663,11 +638,6 @@ ARABIC_FACT = "منفذ قاعدة البيانات هو 5432 على الخاد�
         pytest.param(
             "؟",
             id="arabic",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="only ? and ？ make a turn a question: an Arabic, Persian or Urdu "
-                "question (؟, U+061F) is taken for a statement and recalls nothing",
-            ),
         ),
     ],
 )
@@ -682,11 +652,6 @@ def test_a_question_about_a_cut_fact_recalls_it_whatever_its_question_mark(mark:
     assert result.decisions[11].action == "kept"  # the fact (u5): recalled, as with ?
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the elision marker is sent even when it alone puts a request over a budget the "
-    "request without it fits (the fixed part within the budget, not within budget - marker)",
-)
 def test_the_elision_marker_never_puts_a_request_that_fits_over_the_budget() -> None:
     # Also seen in a real create_agent run: budget 300, a search tool, the request sent with
     # the marker is 341 tokens, over_budget_cause adds up to 298 without naming the marker.

@@ -57,8 +57,9 @@ STATEMENT_MATCH: Final = 0.8
 match: most such turns go on with the conversation rather than ask about its past."""
 RECALL_OF_BEST: Final = 0.25
 """How well, against the best, a left-out round must match to come back with it."""
-_QUESTION_MARKS: Final = ("?", "\uff1f")
-"""What makes a turn a question: the ASCII mark and the full-width one of Chinese and Japanese."""
+_QUESTION_MARKS: Final = ("?", "\uff1f", "\u061f")
+"""What makes a turn a question: the ASCII mark, the full-width one of Chinese and Japanese, and
+the Arabic one (Arabic, Persian, Urdu)."""
 REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
@@ -97,12 +98,7 @@ def cache_first_cut(
     if history is None:
         return
     total = history.starts[-1]
-    current = sum(
-        plan.sizes[i]
-        for i, c in enumerate(plan.classes)
-        if c in ("latest_user", "tool_result") and not plan.dropped[i]
-    )
-    room = plan.budget - (plan.tokens - total - current)  # what the history and turn share
+    room = _room(plan, options, history.indices[0][0])
     if room <= 0:
         return
     epoch = max(math.floor(APPEND_SHARE * room), 1)
@@ -113,6 +109,18 @@ def cache_first_cut(
         left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
         plan.drop(left_out, "dropped_at_cut")
     _recall(history, plan.budget - plan.tokens, cut)
+
+
+def _room(plan: Plan, options: TrimOptions, first: int) -> int:
+    """What the history and the current turn share of the budget, on the grid the cuts are
+    drawn on: the budget as configured (each replica calibrates its own count) less what
+    every call sends before the history (the tools, the framing, the leading system messages
+    up to the ``first`` history message). A per-call part (a system message with the question,
+    reminders in the history, the current turn's tool call) is left out: the grid must not move
+    with it, or the cut would move back and forth."""
+    sizes, classes = plan.sizes, plan.classes
+    leading = sum(sizes[i] for i in range(first) if classes[i] == "system" and not plan.dropped[i])
+    return options.budget - plan.overhead - plan.framing - leading
 
 
 @dataclass(slots=True)
@@ -214,15 +222,16 @@ def _remembered_stable_part(
     history: _History, cut: int, target: int, options: TrimOptions
 ) -> set[int]:
     """:func:`_stable_part`, decided once per epoch: every call until the next cut asks the
-    same of the same rounds (an edit before the cut re-indexes the conversation, a new
-    ``postings`` object, and so asks anew)."""
+    same of the same rounds (an edit of a text before the cut re-indexes the conversation, a
+    new ``postings`` object, and one of a size, such as a tool call's arguments, changes the
+    rounds' sizes: either asks anew)."""
     postings = history.occurrences.postings
     key = (
         "stable_part",
         id(postings),
         cut,
         history.indices[cut - 1][-1],
-        history.starts[cut],
+        tuple(history.sizes[:cut]),
         target,
         options.history_keep_head,
         options.history_keep_tail,
@@ -232,7 +241,7 @@ def _remembered_stable_part(
     if remembered is not None and remembered[0] is postings:
         return remembered[1]
     keep = _stable_part(history, cut, target, options)
-    history.terms.scores.put(key, (postings, keep), 64 * (len(keep) + 8))
+    history.terms.scores.put(key, (postings, keep), 64 * (len(keep) + 8) + 8 * cut)
     return keep
 
 

@@ -10,6 +10,7 @@ that will be sent (images and a long ``tool_call_id`` included), never with its 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import operator
@@ -61,6 +62,8 @@ class Plan:
         texts: Their texts.
         sizes: Their tokens as they will be sent (shortened copies' own counts).
         budget: The most tokens the request may have.
+        overhead: The tokens of what the request sends besides its messages and framing
+            (tool definitions, the response format).
         tokens: Tokens of the request as planned: the kept messages, ``overhead`` and the
             framing of what is sent.
         framing: The per-request framing of what is sent: it depends on the first message
@@ -86,6 +89,7 @@ class Plan:
         "messages",
         "moved",
         "must_keep",
+        "overhead",
         "rules",
         "shortened",
         "shortener",
@@ -124,6 +128,7 @@ class Plan:
         self.frame = framing
         self.first: int | None = 0 if messages else None
         self.framing = framing(messages[0] if messages else None)
+        self.overhead = overhead
         self.tokens = sum(counts) + overhead + self.framing
         self.shortener = shortener
         self.classes: list[PriorityClass] = list(facts.classes)  # classify() finishes them
@@ -238,8 +243,11 @@ class Plan:
         order = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
         if self.moved and self.latest is not None:  # sent right before the latest user message
             moved = set(self.moved)
-            before = [i for i in order if i < self.latest and i not in moved]
-            order = before + self.moved + [i for i in order if i >= self.latest]
+            # A moved round's tool results can come after the latest user message (a late
+            # result): sent once, with their call.
+            rest = [i for i in order if i not in moved]
+            at = bisect.bisect_left(rest, self.latest)
+            order = [*rest[:at], *self.moved, *rest[at:]]
         sizes = tuple(map(self.sizes.__getitem__, order))
         shortened, messages = self.shortened, self.messages
         if not shortened:

@@ -27,6 +27,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from agent_latency import semconv
+from agent_latency._chat_format import role_of
 from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
@@ -231,14 +232,15 @@ class RecallingTrimmer(TrimRunnable):
         return reserved[1]
 
     def _marked(self, result: TrimResult) -> TrimResult:
-        """``result`` against the whole budget, with the marker sent when messages were dropped."""
+        """``result`` against the whole budget, with the marker sent when messages were dropped
+        and the request fits with it (a request that fits only without it goes without)."""
         budget = self.trimmer.options.budget
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after
         sizes = result.sent_message_tokens
-        if result.dropped_messages:
+        if result.dropped_messages and tokens + self.marker_tokens <= effective:
             lead = next(
-                (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)),
+                (i for i, m in enumerate(messages) if role_of(m) != "system"),
                 len(messages),
             )
             messages = [*messages[:lead], self.marker, *messages[lead:]]
