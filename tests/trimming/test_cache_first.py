@@ -200,3 +200,24 @@ def test_a_tool_result_shortened_then_dropped_is_not_counted_as_shortened() -> N
         d.action == "dropped" and isinstance(messages[d.index], ToolMessage)
         for d in result.decisions
     )
+
+
+def test_every_round_a_question_needs_comes_before_the_long_turns_around_them() -> None:
+    """Where turns are long, the neighbours of one relevant round would fill the room: every
+    relevant round is sent first, and the dear neighbours only with the room left."""
+    rng = random.Random(5)
+    vocabulary = [f"w{i}" for i in range(3000)]
+    facts = {
+        6: "My sister Alba moved to Zanzibar last spring.",
+        20: "My cousin Bruno now lives in Reykjavik.",
+        34: "My uncle Carlo settled in Valparaiso.",
+    }
+    conversation: list[BaseMessage] = [SYSTEM]
+    for r in range(40):
+        said = facts.get(r, " ".join(rng.choices(vocabulary, k=40)))
+        conversation += [HumanMessage(said), AIMessage(" ".join(rng.choices(vocabulary, k=220)))]
+    question = HumanMessage("Where do my sister Alba, my cousin Bruno and my uncle Carlo live?")
+    result = PriorityTrimmer(2000, token_counter=COUNTER).trim([*conversation, question])
+    sent = " ".join(str(m.content) for m in result.messages)
+    assert all(fact in sent for fact in facts.values())
+    assert result.tokens_after <= 2000
