@@ -34,6 +34,7 @@ from langchain_core.messages import (
     convert_to_messages,
 )
 from langchain_core.runnables import RunnableLambda
+from support.conversations import assert_openai_order, call_ids, filler
 from support.fakes import Recorder
 from support.wire import sent_request
 
@@ -58,18 +59,6 @@ def trimmer(budget: int, **options: Any) -> PriorityTrimmer:
     return PriorityTrimmer(budget, token_counter=COUNTER, **options)
 
 
-def note(n: int, topic: str = "shelves") -> str:
-    return f"Note {n} on the {topic} (code-{n}x): " + "restocked and dusted " * 12
-
-
-def call_ids(message: BaseMessage) -> list[str]:
-    """The ids of the calls an assistant message makes, the invalid ones too (ChatOpenAI sends
-    both as ``tool_calls``)."""
-    if not isinstance(message, AIMessage):
-        return []
-    return [c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id")]
-
-
 def ids_of(messages: Sequence[Any]) -> list[str]:
     return [m["id"] if isinstance(m, dict) else m.id for m in messages]
 
@@ -88,19 +77,6 @@ def assert_pairs_whole(sent: Sequence[BaseMessage]) -> None:
             answered.add(message.tool_call_id)
         issued.update(call_ids(message))
     assert issued == answered, f"calls sent without their results: {issued - answered}"
-
-
-def assert_openai_order(sent: Sequence[BaseMessage]) -> None:
-    """What OpenAI's API requires: each call's results right after it, none missing."""
-    open_calls: set[str] = set()
-    for message in sent:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"a result out of place: {message.id}"
-            open_calls.discard(message.tool_call_id)
-            continue
-        assert not open_calls, f"calls left unanswered before {message.id}: {open_calls}"
-        open_calls = set(call_ids(message))
-    assert not open_calls, f"calls left unanswered at the end: {open_calls}"
 
 
 def assert_invariants(
@@ -204,21 +180,21 @@ def growing(first: str, kinds: list[str]) -> Iterator[list[Any]]:
         elif kind == "emoji":
             messages.append(HumanMessage("🚀📦 " * 30 + f"ship code-{n}x 🙂", id=new_id()))
         elif kind == "chat_user":
-            messages.append(ChatMessage(role="user", content=note(n), id=new_id()))
+            messages.append(ChatMessage(role="user", content=filler(n), id=new_id()))
         elif kind == "dict_user":
-            messages.append({"role": "user", "content": note(n), "id": new_id()})
+            messages.append({"role": "user", "content": filler(n), "id": new_id()})
         elif kind == "image":
-            parts = [{"type": "text", "text": note(n)}, IMAGE]
+            parts = [{"type": "text", "text": filler(n)}, IMAGE]
             messages.append(HumanMessage(parts, id=new_id()))  # type: ignore[arg-type]
         elif kind == "empty":
             messages.append(HumanMessage("", id=new_id()))
         elif kind == "user":
-            messages.append(HumanMessage(note(n), id=new_id()))
+            messages.append(HumanMessage(filler(n), id=new_id()))
         elif kind == "mid_system":
             messages.append(SystemMessage(f"Policy {n}: be terse.", id=new_id()))
             continue
         elif kind == "ai":
-            messages.append(AIMessage(note(n, "answers"), id=new_id()))
+            messages.append(AIMessage(filler(n, "answers"), id=new_id()))
             continue
         if kind in ("tools", "parallel", "big_result", "far"):
             count = 3 if kind == "parallel" else 1
@@ -231,7 +207,7 @@ def growing(first: str, kinds: list[str]) -> Iterator[list[Any]]:
                 messages.append(AIMessage("Still searching...", id=new_id()))
             size = 400 if kind == "big_result" else 1 + n % 4
             messages += [
-                ToolMessage(note(n, "catalogue") * size, tool_call_id=c["id"], id=new_id())
+                ToolMessage(filler(n, "catalogue") * size, tool_call_id=c["id"], id=new_id())
                 for c in calls
             ]
         elif kind == "dict_tools":
@@ -241,7 +217,7 @@ def growing(first: str, kinds: list[str]) -> Iterator[list[Any]]:
             messages.append(
                 {"role": "assistant", "content": None, "tool_calls": [call], "id": new_id()}
             )
-            result = {"role": "tool", "tool_call_id": call_id, "content": note(n, "catalogue")}
+            result = {"role": "tool", "tool_call_id": call_id, "content": filler(n, "catalogue")}
             messages.append({**result, "id": new_id()})
         elif kind == "invalid":
             bad = {"name": "search", "args": "{not json", "id": new_id(), "error": "bad JSON"}
@@ -520,7 +496,7 @@ def test_a_tool_result_arriving_after_the_next_question_is_sent_once() -> None:
         SystemMessage("You are an ops assistant.", id="sys"),
         HumanMessage("Look up the database port.", id="u0"),
         AIMessage("", tool_calls=[{"name": "lookup", "args": {}, "id": "c0"}], id="a0"),
-        HumanMessage(note(1), id="u1"),
+        HumanMessage(filler(1), id="u1"),
         AIMessage("Done 1.", id="d1"),
         HumanMessage("What is the database port?", id="q"),
         ToolMessage("The database port is 5432.", tool_call_id="c0", id="t0"),  # arrives late
@@ -557,7 +533,7 @@ def test_the_cut_never_moves_back_to_rounds_it_left_out(calls: str) -> None:
     for r in range(40):
         if calls == "reminders":
             history.append(SystemMessage(f"Reminder {r}: be concise.", id=f"s{r}"))
-        question = HumanMessage(note(r), id=f"u{r}")
+        question = HumanMessage(filler(r), id=f"u{r}")
         if calls == "reminders":
             messages = [*history, question]
         else:
@@ -600,7 +576,7 @@ def test_the_elision_marker_goes_right_after_the_system_prompt(system: BaseMessa
     hook = trimmer(600).as_pre_model_hook()
     history: list[BaseMessage] = [system]
     for r in range(30):
-        history += [HumanMessage(note(r)), AIMessage(f"Done {r}.")]
+        history += [HumanMessage(filler(r)), AIMessage(f"Done {r}.")]
     sent = hook({"messages": [*history, HumanMessage("And now?")]})["llm_input_messages"]
     assert sent[0] is system
     assert "were left out" in str(sent[1].content)  # the marker
@@ -658,7 +634,7 @@ def test_the_elision_marker_never_puts_a_request_that_fits_over_the_budget() -> 
     system = SystemMessage(SYSTEM)
     history: list[BaseMessage] = []
     for r in range(10):
-        history += [HumanMessage(note(r)), AIMessage(f"Done {r}.")]
+        history += [HumanMessage(filler(r)), AIMessage(f"Done {r}.")]
     question = HumanMessage("Which shelves were restocked last week, and by whom?")
     fixed = COUNTER.count_messages([system, question]) + COUNTER.count_tools([TOOL_DEFINITION])
     hook = trimmer(fixed).as_pre_model_hook(prompt=system)

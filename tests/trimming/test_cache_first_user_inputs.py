@@ -28,6 +28,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from support.conversations import assert_openai_order, call_ids, filler
 from support.fakes import ToolCallingFake
 
 from agent_latency.tokens import TokenCounter
@@ -50,33 +51,6 @@ SEARCH_TOOL = {
 
 def trimmer(budget: int = BUDGET, **options: Any) -> PriorityTrimmer:
     return PriorityTrimmer(budget, token_counter=COUNTER, **options)
-
-
-def filler(n: int, topic: str = "shelves") -> str:
-    return f"Note {n} on the {topic} (code-{n}x): " + "restocked and dusted " * 12
-
-
-def call_ids(message: BaseMessage) -> list[str]:
-    """The ids of the calls an assistant message makes, the invalid ones too (ChatOpenAI sends
-    both as ``tool_calls``)."""
-    if not isinstance(message, AIMessage):
-        return []
-    calls = [*message.tool_calls, *message.invalid_tool_calls]
-    return [c["id"] for c in calls if c.get("id")]
-
-
-def assert_valid_request(sent: Sequence[BaseMessage]) -> None:
-    """What OpenAI's API requires of the messages: each call's results right after it, none
-    without a call, none missing."""
-    open_calls: set[str] = set()
-    for message in sent:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"result without its call: {message!r}"
-            open_calls.discard(message.tool_call_id)
-            continue
-        assert not open_calls, f"calls left unanswered before {message!r}: {open_calls}"
-        open_calls = set(call_ids(message))
-    assert not open_calls, f"calls left unanswered at the end: {open_calls}"
 
 
 def assert_fits_or_says_so(result: TrimResult) -> None:
@@ -177,7 +151,7 @@ def test_openai_format_dicts_with_tool_calls_keep_their_pairs_and_the_question()
         messages.append({"role": "user", "content": filler(r)})
         result = t.trim(messages)
         assert_fits_or_says_so(result)
-        assert_valid_request(result.messages)
+        assert_openai_order(result.messages)
         assert result.messages[-1].content == messages[-1]["content"]
         call = {
             "id": f"c{r}",
@@ -213,7 +187,7 @@ def test_invalid_tool_calls_keep_their_results_and_their_results_keep_them() -> 
         messages.append(AIMessage(f"Sorry, retrying {r}."))
         messages.append(HumanMessage(f"Question {r}?"))
         result = t.trim(messages)
-        assert_valid_request(result.messages)
+        assert_openai_order(result.messages)
         messages.pop()
 
 
@@ -230,7 +204,7 @@ def test_parallel_tool_calls_are_never_split_call_after_call() -> None:
         messages += [ToolMessage("found " * size, tool_call_id=i) for i in ids]
         result = t.trim(messages)  # the call that reads the results
         assert_fits_or_says_so(result)
-        assert_valid_request(result.messages)
+        assert_openai_order(result.messages)
         assert [m.tool_call_id for m in result.messages[-3:]] == ids  # type: ignore[attr-defined]
         messages.append(AIMessage(f"Done {r}."))
 
@@ -367,7 +341,7 @@ def test_a_system_message_in_the_middle_is_sent_in_its_place() -> None:
             continue
         inputs = [*messages[:8], SystemMessage("Policy change: be terse.", id="mid"), *messages[8:]]
         result = t.trim(inputs)
-        assert_valid_request(result.messages)
+        assert_openai_order(result.messages)
         ids = [m.id for m in result.messages]
         assert "mid" in ids  # system messages are kept by default, wherever they are
         index = ids.index("mid")
@@ -385,7 +359,7 @@ def test_a_tool_result_bigger_than_the_whole_budget_is_shortened_to_fit_with_its
     messages.append(AIMessage("", tool_calls=[{"name": "search", "args": {}, "id": "big"}]))
     messages.append(ToolMessage("price row; " * 3000, tool_call_id="big"))
     result = t.trim(messages)
-    assert_valid_request(result.messages)
+    assert_openai_order(result.messages)
     assert result.tokens_after <= 800 and not result.over_budget
     assert isinstance(result.messages[-1], ToolMessage) and result.shortened_messages == 1
 
@@ -417,7 +391,7 @@ def test_a_budget_smaller_than_system_and_question_sends_both_and_says_over_budg
         assert result.messages[0] is messages[0]
         assert latest_user_text(result.messages) == latest_user_text(messages)
         assert result.messages[-1].id == messages[-1].id  # the question, or the result it awaits
-        assert_valid_request(result.messages)
+        assert_openai_order(result.messages)
 
 
 # --- through TrimmingMiddleware ---------------------------------------------------------------
@@ -429,7 +403,7 @@ def test_the_middleware_over_a_growing_conversation_sends_valid_requests_within_
         request = sent_by(middleware, messages)
         system = [request.system_message] if request.system_message is not None else []
         sent = [*system, *request.messages]
-        assert_valid_request(sent)
+        assert_openai_order(sent)
         assert latest_user_text(sent) == latest_user_text(messages)
         tokens = COUNTER.count_messages(sent) + COUNTER.count_tools(request.tools)
         assert tokens <= BUDGET
@@ -448,7 +422,7 @@ def test_with_recall_a_budget_hardly_larger_than_the_marker_still_trims(
         request = sent_by(middleware, messages)
         assert len(request.messages) < len(messages) - 1 or len(messages) <= 3
         assert request.messages[-1].id == messages[-1].id
-        assert_valid_request([request.system_message, *request.messages])
+        assert_openai_order([request.system_message, *request.messages])
         sent = hook({"messages": messages[1:]})["llm_input_messages"]
         assert sent[-1].id == messages[-1].id
     assert "Trimming failed" not in caplog.text
@@ -523,7 +497,7 @@ def test_any_growing_mix_of_inputs_gives_valid_requests_that_fit_or_say_so(
         ):
             continue  # a call is made after a user message or after all results
         result = t.trim(prefix)
-        assert_valid_request(result.messages)
+        assert_openai_order(result.messages)
         assert_fits_or_says_so(result)
         # A replica that saw none of the earlier calls sends the same.
         replica = trimmer(budget).trim(prefix)
