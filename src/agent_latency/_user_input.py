@@ -62,9 +62,9 @@ def coerce_messages(value: object) -> list[BaseMessage]:
             f"PromptValue, or a dict with a 'messages' key; got {type(value).__name__}."
         )
     messages = list(value)
-    # Most items are messages with text content: nothing to check or convert, found in C (an
-    # agent passes hundreds of them on every model call).
-    # (Checked by type: an isinstance of a pydantic model goes through ABCMeta, per item.)
+    # Most items are messages with text content: nothing to check or convert (an agent passes
+    # hundreds of them on every model call). Their few types are checked, not each item: an
+    # isinstance of a pydantic model goes through ABCMeta.
     if all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))) and all(
         map(isinstance, map(_CONTENT, messages), repeat(str))
     ):

@@ -10,7 +10,7 @@ import statistics
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from agent_latency.tokens import TokenCounter
+from agent_latency.tokens import PromptCalibration, TokenCounter
 from agent_latency.trimming import PriorityTrimmer
 
 COUNTER = TokenCounter()
@@ -221,3 +221,63 @@ def test_every_round_a_question_needs_comes_before_the_long_turns_around_them() 
     sent = " ".join(str(m.content) for m in result.messages)
     assert all(fact in sent for fact in facts.values())
     assert result.tokens_after <= 2000
+
+
+def _calibrated(factor: float) -> PromptCalibration:
+    calibration = PromptCalibration()
+    for _ in range(64):
+        calibration.observe(1000, round(1000 * factor))
+    return calibration
+
+
+def test_replicas_that_learnt_other_calibrations_send_the_same_cut() -> None:
+    """The epochs are drawn on the budget as configured, not on each replica's calibrated one
+    (nor on what the recall marker's reserve leaves): replicas cut at the same rounds."""
+    chat = _chat(240, seed=7)  # statements: nothing is recalled
+    hooks = [
+        PriorityTrimmer(2000, token_counter=COUNTER, calibration=_calibrated(f)).as_pre_model_hook()
+        for f in (1.0, 1.15)
+    ]
+    assert hooks[1].trimmer.options.calibration.factor > 1.1
+    cuts = 0
+    for end in range(1, len(chat) + 1, 2):
+        sent = [hook({"messages": [SYSTEM, *chat[:end]]})["llm_input_messages"] for hook in hooks]
+        if len(sent[0]) < end + 1:  # a cut (the plain one sends everything while it fits)
+            cuts += 1
+            assert sent[0] == sent[1], end
+    assert cuts > 50
+
+
+def test_a_cut_at_the_current_turn_is_decided_as_the_next_call_decides_it() -> None:
+    """When the history ends exactly on an epoch, the cut falls at the current turn: its stable
+    part is scored by the messages before that turn, as the next call (a replica that did not
+    see this one) scores it, not by the current turn too."""
+    words = [
+        "shelf",
+        "paint",
+        "river",
+        "stone",
+        "cloud",
+        "maple",
+        "cedar",
+        "lamp",
+        "chair",
+        "quartz",
+    ]
+
+    def filler(n: int, k: int = 0) -> str:
+        return " ".join(words[(i + k) % len(words)] for i in range(n))
+
+    chat: list[BaseMessage] = [SystemMessage("You are helpful.")]
+    chat += [HumanMessage("violin " + filler(148)), AIMessage("noted " + filler(60, 1))]
+    chat += [HumanMessage("garden " + filler(100, 2)), AIMessage("noted " + filler(60, 3))]
+    chat += [HumanMessage("garden party " + filler(30, 4)), AIMessage("ok " + filler(30, 5))]
+    for i in range(8):
+        chat += [HumanMessage(f"t{i} " + filler(120, i)), AIMessage("ok " + filler(100, i + 1))]
+    chat += [HumanMessage("pad " + filler(663)), AIMessage("ok"), HumanMessage("violin garden?")]
+    options = {"history_keep_head": 0, "history_keep_tail": 0}
+    warm = PriorityTrimmer(3000, token_counter=COUNTER, **options)
+    warm.trim(chat)
+    following = [*chat, AIMessage("sure"), HumanMessage("thanks")]
+    fresh = PriorityTrimmer(3000, token_counter=COUNTER, **options).trim(following)
+    assert warm.trim(following).messages == fresh.messages

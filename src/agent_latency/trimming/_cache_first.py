@@ -37,7 +37,7 @@ import bisect
 import math
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress, islice, takewhile
 from typing import Final
 
@@ -64,6 +64,7 @@ REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
 _SAME: Final = 1e-9
+"""Scores closer than this are equal (sums of floats in another order)."""
 _NEIGHBOURS: Final = 1
 """Rounds on each side of a relevant round that come with it (the question and its answer
 often sit in adjacent rounds)."""
@@ -84,6 +85,8 @@ def cache_first_cut(
     options: TrimOptions,
     terms: TermCache,
     occurrences: Occurrences,
+    *,
+    grid_budget: int,
 ) -> None:
     """Drops the history rounds a cache-first cut leaves out and recalls what the question needs.
 
@@ -93,12 +96,15 @@ def cache_first_cut(
             are kept first in the stable part).
         terms: Where term counts are remembered between calls.
         occurrences: Where each term occurs in the conversation.
+        grid_budget: What the cuts are drawn on (see :func:`_room`): the budget as configured,
+            in the server's tokens and before any reserve, less the tool definitions and
+            response format as given.
     """
     history = _History.of(plan, terms, occurrences)
     if history is None:
         return
     total = history.starts[-1]
-    room = _room(plan, options, history.indices[0][0])
+    room = _room(plan, grid_budget, history.indices[0][0])
     if room <= 0:
         return
     epoch = max(math.floor(APPEND_SHARE * room), 1)
@@ -111,16 +117,23 @@ def cache_first_cut(
     _recall(history, plan.budget - plan.tokens, cut)
 
 
-def _room(plan: Plan, options: TrimOptions, first: int) -> int:
-    """What the history and the current turn share of the budget, on the grid the cuts are
-    drawn on: the budget as configured (each replica calibrates its own count) less what
-    every call sends before the history (the tools, the framing, the leading system messages
-    up to the ``first`` history message). A per-call part (a system message with the question,
-    reminders in the history, the current turn's tool call) is left out: the grid must not move
-    with it, or the cut would move back and forth."""
+def _room(plan: Plan, grid_budget: int, first: int) -> int:
+    """What the history and the current turn share of the budget, as the cuts reckon it.
+
+    Only what every call of the conversation sends the same is taken off ``grid_budget``: the
+    chat template's framing and the leading system messages (before the ``first`` history
+    message). A per-call part (a system message sent with each question, reminders kept in the
+    history, the current turn's tool call) is not: the epochs would move with it, and the cut
+    back and forth. The budget is the configured one, not the calibrated one, so that every
+    replica, whatever it has learnt of the server's counts, draws the same epochs; the rest of
+    the trim keeps to the calibrated budget.
+
+    Returns:
+        The room in tokens (``<= 0``: nothing to cut on).
+    """
     sizes, classes = plan.sizes, plan.classes
     leading = sum(sizes[i] for i in range(first) if classes[i] == "system" and not plan.dropped[i])
-    return options.budget - plan.overhead - plan.framing - leading
+    return grid_budget - plan.framing - leading
 
 
 @dataclass(slots=True)
@@ -153,9 +166,18 @@ class _History:
         indices, sizes, starts, owner = rounds
         return cls(plan, indices, sizes, starts, owner, terms, occurrences)
 
-    def scores(self, query: str, upto: int) -> tuple[list[float], float, list[int]]:
+    def before(self, upto: int) -> int:
+        """How many messages come before round ``upto``; past the last history round, before the
+        current turn (its latest user message), which a later call finds as round ``upto``."""
+        if upto < len(self.indices):
+            return self.indices[upto][0]
+        latest = self.plan.latest
+        return self.occurrences.length if latest is None else latest
+
+    def scores(self, query: str, upto: int, length: int) -> tuple[list[float], float, list[int]]:
         """How well each of the first ``upto`` rounds answers ``query``, turn by turn, by what
-        the messages before round ``upto`` say (so later messages change nothing).
+        the first ``length`` messages say (for a cut, those before it: :meth:`before`, so that
+        later messages change nothing).
 
         A message scores by BM25 against the query (a term's weight is its rarity, its count
         saturates, a long message is discounted), a round as its best message; a round holding
@@ -169,7 +191,6 @@ class _History:
             the query's ``k``-th term).
         """
         owner = self.owner
-        length = self.indices[upto][0] if upto < len(self.indices) else self.occurrences.length
         postings, bags, totals = (
             self.occurrences.postings,
             self.occurrences.bags,
@@ -248,52 +269,84 @@ def _remembered_stable_part(
 def _stable_part(history: _History, cut: int, target: int, options: TrimOptions) -> set[int]:
     """The rounds before the cut that stay, within ``target`` tokens: the head rounds, the
     tail rounds, the rounds the cut's question needs with their neighbours, the most recent."""
-    sizes = history.sizes
-    keep: set[int] = set()
-    used = 0
-
-    def take(index: int) -> None:
-        nonlocal used
-        if index not in keep and 0 <= index < cut and used + sizes[index] <= target:
-            keep.add(index)
-            used += sizes[index]
-
+    filling = _Filling(history.sizes, target, range(cut))
     for index in range(min(options.history_keep_head, cut)):
-        take(index)
+        filling.take(index)
     for index in range(cut - 1, max(cut - options.history_keep_tail, 0) - 1, -1):
-        take(index)
-    smallest = min(sizes[:cut])
+        filling.take(index)
     query = _cut_query(history, cut)
-    if query and used + smallest <= target:  # else no round could be taken: not scored
-        scores = history.scores(query, cut)[0]
-        hits = _relevant(scores, range(cut))
-        for index, offsets in _offered(hits, sizes, NEIGHBOUR_SHARE * target):
-            if used + smallest > target:
-                break
-            for offset in offsets:
-                take(index + offset)
+    if query and not filling.full():  # else no round could be taken: not scored
+        filling.best_first(history.scores(query, cut, history.before(cut))[0])
     # Then the most recent rounds, while they fit: no older round fills a gap, where it
     # could say what a newer round left out corrects.
     for index in range(cut - 1, -1, -1):
-        if index not in keep and used + sizes[index] > target:
+        if index not in filling.taken and not filling.fits(index):
             break
-        take(index)
-    return keep
+        filling.take(index)
+    return filling.taken
+
+
+@dataclass(slots=True)
+class _Filling:
+    """Rounds taken into a room, each whole, while they fit.
+
+    Attributes:
+        sizes: Every history round's tokens.
+        room: The tokens the rounds may take.
+        allowed: The rounds that may be taken.
+        taken: Those taken.
+        used: Their tokens.
+        smallest: The size of the smallest round allowed: with less room left, none fits.
+    """
+
+    sizes: list[int]
+    room: int
+    allowed: range | set[int]
+    taken: set[int] = field(default_factory=set)
+    used: int = 0
+    smallest: int = 0
+
+    def __post_init__(self) -> None:
+        self.smallest = min(map(self.sizes.__getitem__, self.allowed), default=0)
+
+    def fits(self, index: int) -> bool:
+        return self.used + self.sizes[index] <= self.room
+
+    def full(self) -> bool:
+        return self.used + self.smallest > self.room
+
+    def take(self, index: int) -> None:
+        if index in self.allowed and index not in self.taken and self.fits(index):
+            self.taken.add(index)
+            self.used += self.sizes[index]
+
+    def best_first(self, scores: list[float]) -> None:
+        """Takes the allowed rounds that score, best first, each with its neighbours of at most
+        :data:`NEIGHBOUR_SHARE` of the room, then their other neighbours, until none fits."""
+        hits = _relevant(scores, self.allowed)
+        for index, offsets in _offered(hits, self.sizes, cheap=NEIGHBOUR_SHARE * self.room):
+            if self.full():
+                return
+            for offset in offsets:
+                self.take(index + offset)
 
 
 def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
-    """Those of ``rounds`` that score, best (and, among equals, newest) first."""
+    """Those of ``rounds`` that score, best first (the scores' recency tie-break puts the newer
+    of two equally relevant rounds first)."""
     ranked = sorted(rounds, key=scores.__getitem__, reverse=True)
     return list(takewhile(lambda index: scores[index] > 0, ranked))
 
 
-def _offered(hits: list[int], sizes: list[int], limit: float) -> list[tuple[int, tuple[int, ...]]]:
+def _offered(
+    hits: list[int], sizes: list[int], *, cheap: float
+) -> list[tuple[int, tuple[int, ...]]]:
     """In which order rounds are offered: each of ``hits`` with its neighbours of at most
-    ``limit`` tokens, then, hit by hit, their other neighbours (as offsets from the hit)."""
+    ``cheap`` tokens, then, hit by hit, their other neighbours (as offsets from the hit)."""
     first = []
     later = []
     for hit in hits:
-        near = tuple(o for o in _AROUND if 0 <= hit + o < len(sizes) and sizes[hit + o] <= limit)
+        near = tuple(o for o in _AROUND if 0 <= hit + o < len(sizes) and sizes[hit + o] <= cheap)
         first.append((hit, (0, *near)))
         later.append((hit, tuple(o for o in _AROUND if o not in near)))
     return first + later
@@ -329,7 +382,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
         return
     query = plan.texts[question]
     count = len(history.indices)
-    scores, ideal, round_terms = history.scores(query, count)
+    scores, ideal, round_terms = history.scores(query, count, history.occurrences.length)
     base = [score - _RECENCY * r if score else 0.0 for r, score in enumerate(scores)]
     dropped = plan.dropped
     out = [dropped[members[0]] for members in history.indices]
@@ -365,7 +418,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
     missed = False
     hits = [r for r in _relevant(scores, candidates) if base[r] >= RECALL_OF_BEST * best]
     # Every round that qualifies before any neighbour: what is left of the room is small.
-    for r, offsets in _offered(hits, history.sizes, 0):
+    for r, offsets in _offered(hits, history.sizes, cheap=0):
         for candidate in map(r.__add__, offsets):
             if 0 <= candidate < count and out[candidate] and candidate not in chosen:
                 if used + history.sizes[candidate] <= room:
@@ -400,25 +453,11 @@ def _refocus(history: _History, scores: list[float], cut: int) -> None:
     ]
     indices = [i for r in movable for i in history.indices[r]]
     plan.drop(indices, "dropped_at_cut")
-    room = plan.budget - plan.tokens
-    chosen: set[int] = set()
-    used = 0
-
-    def take(r: int) -> None:
-        nonlocal used
-        if r in candidates and r not in chosen and used + history.sizes[r] <= room:
-            chosen.add(r)
-            used += history.sizes[r]
-
-    candidates = set(movable)
-    smallest = min((history.sizes[r] for r in movable), default=0)
-    for r, offsets in _offered(_relevant(scores, movable), history.sizes, NEIGHBOUR_SHARE * room):
-        if used + smallest > room:
-            break
-        for offset in offsets:
-            take(r + offset)
+    filling = _Filling(history.sizes, plan.budget - plan.tokens, set(movable))
+    filling.best_first(scores)
     for r in range(count - 1, cut - 1, -1):
-        take(r)
+        filling.take(r)
+    chosen = filling.taken
     if not chosen:
         return
     back = sorted(chosen)

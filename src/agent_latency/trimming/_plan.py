@@ -62,8 +62,6 @@ class Plan:
         texts: Their texts.
         sizes: Their tokens as they will be sent (shortened copies' own counts).
         budget: The most tokens the request may have.
-        overhead: The tokens of what the request sends besides its messages and framing
-            (tool definitions, the response format).
         tokens: Tokens of the request as planned: the kept messages, ``overhead`` and the
             framing of what is sent.
         framing: The per-request framing of what is sent: it depends on the first message
@@ -89,7 +87,6 @@ class Plan:
         "messages",
         "moved",
         "must_keep",
-        "overhead",
         "rules",
         "shortened",
         "shortener",
@@ -128,7 +125,6 @@ class Plan:
         self.frame = framing
         self.first: int | None = 0 if messages else None
         self.framing = framing(messages[0] if messages else None)
-        self.overhead = overhead
         self.tokens = sum(counts) + overhead + self.framing
         self.shortener = shortener
         self.classes: list[PriorityClass] = list(facts.classes)  # classify() finishes them

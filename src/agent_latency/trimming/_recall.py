@@ -92,7 +92,7 @@ class Trimming(Protocol):
     @property
     def trim(self) -> Callable[..., TrimResult]: ...
 
-    def _with(self, **changes: Any) -> Trimming: ...
+    def _with(self, *, cut_budget: int | None = None, **changes: Any) -> Trimming: ...
 
 
 class RecallingTrimmer(TrimRunnable):
@@ -224,6 +224,7 @@ class RecallingTrimmer(TrimRunnable):
         if reserved is None or reserved[0] != reserve:
             budget = max(options.budget - reserve, 1)
             trimmer = base._with(
+                cut_budget=options.budget,  # cut where the whole budget's trimmer would
                 budget=budget,
                 max_tool_result_tokens=options.tool_result_cap,
                 prefix_step_tokens=min(options.step_tokens, budget),

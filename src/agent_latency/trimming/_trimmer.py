@@ -93,11 +93,17 @@ class PriorityTrimmer(TrimRunnable):
     def __init__(self, budget: int = DEFAULTS.budget, **options: Unpack[TrimmerOptions]) -> None:
         self._build(given_options(budget, options))
 
-    def _build(self, options: TrimOptions) -> None:
-        """Sets the trimmer up from checked options (a new counter when they name none)."""
+    def _build(self, options: TrimOptions, *, cut_budget: int | None = None) -> None:
+        """Sets the trimmer up from checked options (a new counter when they name none).
+
+        ``cut_budget`` is the budget cache-first cuts are drawn on (default: ``options.budget``):
+        a trimmer that trims to less than the budget it stands for (the recall marker's reserve)
+        cuts where the whole budget's trimmer would.
+        """
         if options.token_counter is None:
             options = dataclasses.replace(options, token_counter=TokenCounter())
         self.options = options
+        self._cut_budget = options.budget if cut_budget is None else cut_budget
         counter = self.token_counter
         self.term_cache = TermCache()
         self._term_index = TermIndex(self.term_cache)
@@ -114,10 +120,12 @@ class PriorityTrimmer(TrimRunnable):
         )
 
     @classmethod
-    def _from_options(cls, options: TrimOptions) -> PriorityTrimmer:
+    def _from_options(
+        cls, options: TrimOptions, *, cut_budget: int | None = None
+    ) -> PriorityTrimmer:
         """Returns a trimmer with ``options`` (those of another trimmer, changed or not)."""
         trimmer = cls.__new__(cls)
-        trimmer._build(options)
+        trimmer._build(options, cut_budget=cut_budget)
         return trimmer
 
     @property
@@ -179,9 +187,12 @@ class PriorityTrimmer(TrimRunnable):
         bound = extras_of_model(model)
         return self._with(tools=bound.tools, response_format=bound.response_format)
 
-    def _with(self, **changes: Any) -> PriorityTrimmer:
-        """A trimmer with the same options and token counter, but for ``changes``."""
-        return self._from_options(dataclasses.replace(self.options, **changes))
+    def _with(self, *, cut_budget: int | None = None, **changes: Any) -> PriorityTrimmer:
+        """A trimmer with the same options and token counter, but for ``changes`` (and the
+        budget its cuts are drawn on, see :meth:`_build`)."""
+        return self._from_options(
+            dataclasses.replace(self.options, **changes), cut_budget=cut_budget
+        )
 
     def __repr__(self) -> str:
         options = self.options
@@ -345,7 +356,8 @@ class PriorityTrimmer(TrimRunnable):
             if options.compact_tool_results:
                 compact_history(plan, options, self.compactor)
             if options.history_selection == "cache_first" and options.prefix_stable:
-                cache_first_cut(plan, options, self.term_cache, occurrences())
+                grid = self._cut_budget - tools_given  # the tools as given: not per question
+                cache_first_cut(plan, options, self.term_cache, occurrences(), grid_budget=grid)
             drop_by_priority(plan, units, options, self.term_cache)
             shorten_must_keep(plan)
         output, sent_sizes = plan.output()
