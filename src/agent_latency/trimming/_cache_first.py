@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress, islice, takewhile
 from typing import Final
@@ -340,16 +340,18 @@ def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
 
 def _offered(
     hits: list[int], sizes: list[int], *, cheap: float
-) -> list[tuple[int, tuple[int, ...]]]:
+) -> Iterator[tuple[int, tuple[int, ...]]]:
     """In which order rounds are offered: each of ``hits`` with its neighbours of at most
     ``cheap`` tokens, then, hit by hit, their other neighbours (as offsets from the hit)."""
-    first = []
-    later = []
-    for hit in hits:
-        near = tuple(o for o in _AROUND if 0 <= hit + o < len(sizes) and sizes[hit + o] <= cheap)
-        first.append((hit, (0, *near)))
-        later.append((hit, tuple(o for o in _AROUND if o not in near)))
-    return first + later
+    last = len(sizes) - 1
+    near = [
+        tuple(o for o in _AROUND if 0 <= hit + o <= last and sizes[hit + o] <= cheap)
+        for hit in hits
+    ]
+    for hit, offsets in zip(hits, near, strict=True):
+        yield hit, (0, *offsets)
+    for hit, offsets in zip(hits, near, strict=True):
+        yield hit, tuple(o for o in _AROUND if o not in offsets)
 
 
 def _cut_query(history: _History, cut: int) -> str:
