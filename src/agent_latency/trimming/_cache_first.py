@@ -324,11 +324,10 @@ class _Filling:
         """Takes the allowed rounds that score, best first, each with its neighbours of at most
         :data:`NEIGHBOUR_SHARE` of the room, then their other neighbours, until none fits."""
         hits = _relevant(scores, self.allowed)
-        for index, offsets in _offered(hits, self.sizes, cheap=NEIGHBOUR_SHARE * self.room):
+        for index, _ in _offered(hits, self.sizes, cheap=NEIGHBOUR_SHARE * self.room):
             if self.full():
                 return
-            for offset in offsets:
-                self.take(index + offset)
+            self.take(index)
 
 
 def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
@@ -338,20 +337,20 @@ def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
     return list(takewhile(lambda index: scores[index] > 0, ranked))
 
 
-def _offered(
-    hits: list[int], sizes: list[int], *, cheap: float
-) -> Iterator[tuple[int, tuple[int, ...]]]:
-    """In which order rounds are offered: each of ``hits`` with its neighbours of at most
-    ``cheap`` tokens, then, hit by hit, their other neighbours (as offsets from the hit)."""
-    last = len(sizes) - 1
-    near = [
-        tuple(o for o in _AROUND if 0 <= hit + o <= last and sizes[hit + o] <= cheap)
-        for hit in hits
-    ]
-    for hit, offsets in zip(hits, near, strict=True):
-        yield hit, (0, *offsets)
-    for hit, offsets in zip(hits, near, strict=True):
-        yield hit, tuple(o for o in _AROUND if o not in offsets)
+def _offered(hits: list[int], sizes: list[int], *, cheap: float) -> Iterator[tuple[int, bool]]:
+    """The rounds to offer, in order, each with whether it is one of ``hits``: each hit with its
+    neighbours of at most ``cheap`` tokens, then, hit by hit, their other neighbours (out of
+    range ones included: the taker checks)."""
+    later = []
+    for hit in hits:
+        yield hit, True
+        for index in map(hit.__add__, _AROUND):
+            if 0 <= index < len(sizes) and sizes[index] <= cheap:
+                yield index, False
+            else:
+                later.append(index)
+    for index in later:
+        yield index, False
 
 
 def _cut_query(history: _History, cut: int) -> str:
@@ -420,14 +419,13 @@ def _recall(history: _History, room: int, cut: int) -> None:
     missed = False
     hits = [r for r in _relevant(scores, candidates) if base[r] >= RECALL_OF_BEST * best]
     # Every round that qualifies before any neighbour: what is left of the room is small.
-    for r, offsets in _offered(hits, history.sizes, cheap=0):
-        for candidate in map(r.__add__, offsets):
-            if 0 <= candidate < count and out[candidate] and candidate not in chosen:
-                if used + history.sizes[candidate] <= room:
-                    chosen.append(candidate)
-                    used += history.sizes[candidate]
-                elif candidate == r:
-                    missed = True
+    for candidate, qualifies in _offered(hits, history.sizes, cheap=0):
+        if 0 <= candidate < count and out[candidate] and candidate not in chosen:
+            if used + history.sizes[candidate] <= room:
+                chosen.append(candidate)
+                used += history.sizes[candidate]
+            elif qualifies:
+                missed = True
     if missed and best >= REFOCUS_MATCH * ideal:
         _refocus(history, scores, cut)
         return
