@@ -24,10 +24,11 @@ set to ``1.0``).
 from __future__ import annotations
 
 import bisect
+import copy
 import operator
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from itertools import compress, count, repeat
 from typing import Any, Literal, NamedTuple
 
@@ -68,58 +69,34 @@ class _Grouping:
     """The units of a conversation's first messages, what a trim derives from them, and what
     grouping the next messages needs (extended in place: :meth:`copy` before sharing)."""
 
-    units: list[Unit]
-    issued: list[tuple[str, ...]]  # the tool-call ids each unit issued
-    unit_of_call: dict[str, int]  # the latest unit that issued each tool-call id
-    round: int  # the round of the last message
-    classes: list[PriorityClass]
-    users: list[int]
-    orphans: list[int]
-    rounds: list[list[int]]
-    owner: list[int]
-    round_tokens: list[int]
-    skipped: int  # 1 when round 0 has no history message (the rounds start at round 1)
-
-    @classmethod
-    def empty(cls) -> _Grouping:
-        return cls([], [], {}, 0, [], [], [], [], [], [], 0)
+    units: list[Unit] = field(default_factory=list)
+    issued: list[tuple[str, ...]] = field(default_factory=list)  # the ids each unit issued
+    unit_of_call: dict[str, int] = field(default_factory=dict)  # the latest unit to issue an id
+    round: int = 0  # the round of the last message
+    classes: list[PriorityClass] = field(default_factory=list)
+    users: list[int] = field(default_factory=list)
+    orphans: list[int] = field(default_factory=list)
+    rounds: list[list[int]] = field(default_factory=list)  # a round's list: copied on change
+    owner: list[int] = field(default_factory=list)
+    round_tokens: list[int] = field(default_factory=list)
+    skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
 
     @classmethod
     def of(cls, units: list[Unit], counts: list[int]) -> _Grouping:
         """The grouping of ``units`` (tool-call ids issued come from ``issued`` afterwards)."""
-        grouping = cls.empty()
-        grouping.classes = ["history"] * len(counts)
-        grouping.owner = [-1] * len(counts)
+        grouping = cls(classes=["history"] * len(counts), owner=[-1] * len(counts))
         for unit in units:
             grouping._add(unit, counts)
         return grouping
 
     def copy(self) -> _Grouping:
-        return _Grouping(
-            list(self.units),
-            list(self.issued),
-            dict(self.unit_of_call),
-            self.round,
-            list(self.classes),
-            list(self.users),
-            list(self.orphans),
-            list(self.rounds),  # a round's list is copied when it changes
-            list(self.owner),
-            list(self.round_tokens),
-            self.skipped,
-        )
+        """A copy whose lists and dict can be extended without changing this one's."""
+        values = (getattr(self, each.name) for each in fields(self))
+        return _Grouping(*(copy.copy(value) for value in values))
 
     def facts(self, counts: list[int], texts: list[str]) -> MessageFacts:
         return MessageFacts(
-            counts,
-            texts,
-            self.units,
-            self.classes,
-            self.users,
-            self.orphans,
-            self.rounds,
-            self.owner,
-            self.round_tokens,
+            counts, texts, *(getattr(self, name) for name in MessageFacts._fields[2:])
         )
 
     def extend(
@@ -247,7 +224,7 @@ class MessageFacts(NamedTuple):
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
     """The facts of ``messages``, worked out afresh (what :class:`AnalysisMemo` remembers)."""
     counts: list[int] = []
-    grouping = _Grouping.empty()
+    grouping = _Grouping()
     grouping.extend(messages, counts, counter.count_message)
     return grouping.facts(counts, list(map(text_of, messages)))
 
@@ -333,7 +310,7 @@ class _Uncopyable(Exception):
     """A message's fields cannot be copied to find edits in place later."""
 
 
-_EMPTY = _Memo([], [[], [], []], [], _Grouping.empty().facts([], []), _Grouping.empty())
+_EMPTY = _Memo([], [[], [], []], [], _Grouping().facts([], []), _Grouping())
 
 
 def _fields(messages: Sequence[BaseMessage]) -> list[list[object]]:
