@@ -372,7 +372,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
     much and is newer (a correction of it), and speaks to a good part of the question
     (:data:`RECALL_MATCH`, or :data:`STATEMENT_MATCH` for a turn that asks nothing). Then the
     left-out rounds that qualify and score at least :data:`RECALL_OF_BEST` of the best come
-    back, best (and, among equals, newest) first, each with its neighbours, within ``room``;
+    back, best (and, among equals, newest) first, then the rounds around them, within ``room``;
     they are sent in their own order. When they do not fit and the question asks
     plainly about the past (:data:`REFOCUS_MATCH`), this call is refocused instead
     (:func:`_refocus`).
@@ -442,7 +442,8 @@ def _refocus(history: _History, scores: list[float], cut: int) -> None:
     """Gives this call's room after the stable part to the rounds the question needs.
 
     The stable part stays (the server still holds it); the rest of the history is chosen
-    again, best first with neighbours, the rounds since the cut among it, then the most recent:
+    again, best first (:meth:`_Filling.best_first`), the rounds since the cut among it, then the
+    most recent:
     this call and the next one (back to the appended rounds) prefill only what follows the
     stable part.
     """
