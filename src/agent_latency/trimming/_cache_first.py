@@ -443,9 +443,8 @@ def _refocus(history: _History, scores: list[float], cut: int) -> None:
 
     The stable part stays (the server still holds it); the rest of the history is chosen
     again, best first (:meth:`_Filling.best_first`), the rounds since the cut among it, then the
-    most recent:
-    this call and the next one (back to the appended rounds) prefill only what follows the
-    stable part.
+    most recent: this call and the next one (back to the appended rounds) prefill only what
+    follows the stable part.
     """
     plan = history.plan
     count = len(history.indices)
