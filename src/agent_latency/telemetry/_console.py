@@ -89,12 +89,8 @@ def trace_lines(spans: Sequence[ReadableSpan]) -> list[str]:
 
 
 def span_lines(span: ReadableSpan, *, trim_figures: bool = True) -> list[str]:
-    """One line for a span (name, duration, what it did, outcome); a model call's two more.
-
-    Args:
-        span: The span.
-        trim_figures: Show the trim's figures if the span carries them.
-    """
+    """One line for a span (name, duration, what it did, outcome; the trim's figures if it
+    carries them and ``trim_figures``); a model call's two more."""
     attributes: Mapping[str, Any] = span.attributes or {}
     duration_ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
     trim = _trim_summary(attributes) if trim_figures else []
