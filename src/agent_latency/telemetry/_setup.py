@@ -408,13 +408,8 @@ def _resource(service_name: str) -> Resource:
 def _signal_urls(
     kind: str, endpoint: str | None, traces_endpoint: str | None, metrics_endpoint: str | None
 ) -> tuple[str, str]:
-    """Where the spans and the metrics go, by OpenTelemetry's rules.
-
-    A per-signal endpoint (the argument, else ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT``)
-    is used as given. Otherwise the base endpoint (the argument, else
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``, else localhost) is used: as it is for gRPC, with
-    ``v1/traces`` or ``v1/metrics`` appended to its path for HTTP, its query kept.
-    """
+    """Where the spans and the metrics go, by OpenTelemetry's rules (an argument wins over its
+    environment variable; see :func:`configure_telemetry`), localhost by default."""
     grpc = kind == "otlp-grpc"
     base = (
         endpoint
