@@ -21,11 +21,8 @@ _MAX_HELD_TRACES: Final = 1000
 
 
 class TreeSpanExporter(SpanExporter):
-    """Prints each finished trace to ``out`` as an indented tree of one-line spans.
-
-    Args:
-        out: Where the lines go (``sys.stdout`` as the caller found it).
-    """
+    """Prints each finished trace to ``out`` (``sys.stdout`` as the caller found it) as an
+    indented tree of one-line spans."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out

@@ -51,12 +51,8 @@ class ExportHealth:
 
 
 class _Reporting:
-    """Delegates to an exporter and reports each outcome to an :class:`ExportHealth`.
-
-    Args:
-        health: Where the outcomes go.
-        url: Where the exporter sends, for :func:`refuses_connections`.
-    """
+    """Delegates to an exporter and reports each outcome to ``health`` (an
+    :class:`ExportHealth`); ``url`` is where the exporter sends, for :func:`refuses_connections`."""
 
     def __init__(self, health: ExportHealth, url: str) -> None:
         self._health = health
