@@ -142,11 +142,9 @@ def stamp(message: BaseMessage) -> Stamp:
     """Returns what tells later whether ``message`` was edited in place (see :func:`unchanged`).
 
     The same content, name and tool-call id objects, and the other fields equal to a copy taken
-    now (:func:`edit_check`). Known limit: an edit to an equal value of another type (``1`` to
-    ``1.0``) is not seen, though its JSON differs by a token or two.
-
-    Raises:
-        Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
+    now (:func:`edit_check`, which raises what ``copy.deepcopy`` raises for values that cannot
+    be copied). Known limit: an edit to an equal value of another type (``1`` to ``1.0``) is not
+    seen, though its JSON differs by a token or two.
     """
     fields = message.__dict__
     getter, snapshot = edit_check(message)

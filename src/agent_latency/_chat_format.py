@@ -104,19 +104,11 @@ def openai_message(message: BaseMessage) -> dict[str, Any]:
     from langchain_core.messages import convert_to_openai_messages
 
     wire: dict[str, Any] = convert_to_openai_messages(message)
-    invalid = getattr(message, "invalid_tool_calls", None)
-    if invalid:
-        wire["tool_calls"] = [
-            *wire.get("tool_calls", []),
-            *(
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": call["args"]},
-                }
-                for call in invalid
-            ),
-        ]
+    for call in getattr(message, "invalid_tool_calls", None) or ():
+        function = {"name": call["name"], "arguments": call["args"]}
+        wire.setdefault("tool_calls", []).append(
+            {"id": call["id"], "type": "function", "function": function}
+        )
     return wire
 
 

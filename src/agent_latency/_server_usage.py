@@ -146,19 +146,12 @@ class _Timings(NamedTuple):
         llama, vllm = self.llama, self.vllm
         prefill_ms = read.milliseconds(llama, "prompt_ms", "prefill_ms")
         decode_ms = read.milliseconds(llama, "predicted_ms", "decode_ms")
-        return {
-            "prefill_ms": (
-                prefill_ms
-                if prefill_ms is not None
-                else read.milliseconds(vllm, "time_to_first_token_ms", "prefill_ms")
-            ),
-            "prefill_tokens": read.count(llama, "prompt_n", "prefill_tokens"),
-            "decode_ms": (
-                decode_ms
-                if decode_ms is not None
-                else read.milliseconds(vllm, "generation_time_ms", "decode_ms")
-            ),
-        }
+        if prefill_ms is None:
+            prefill_ms = read.milliseconds(vllm, "time_to_first_token_ms", "prefill_ms")
+        prefill_tokens = read.count(llama, "prompt_n", "prefill_tokens")
+        if decode_ms is None:
+            decode_ms = read.milliseconds(vllm, "generation_time_ms", "decode_ms")
+        return {"prefill_ms": prefill_ms, "prefill_tokens": prefill_tokens, "decode_ms": decode_ms}
 
 
 def _read_raw(read: _Reader, usage: object, timings: _Timings) -> ServerUsage:

@@ -214,11 +214,8 @@ def _with_invalid_calls(item: Mapping[str, Any]) -> BaseMessage | None:
 def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     """Parses a JSON file, turning every way it can fail into a ValueError naming the file.
 
-    Only a regular file of at most ``MAX_FILE_BYTES`` is read (see ``file_problem``).
-
-    Args:
-        path: The file.
-        what: What the file should be, for the fix (e.g. ``"a --json file of an earlier run"``).
+    Only a regular file of at most ``MAX_FILE_BYTES`` is read (see ``file_problem``); ``what``
+    the file should be goes into the fix (e.g. ``"a --json file of an earlier run"``).
     """
     path = Path(path)
     problem = file_problem(path)  # /dev/zero would fill the memory, a FIFO hang the read

@@ -114,17 +114,8 @@ def _error(
 
 
 def file_problem(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> str | None:
-    """What makes ``path`` no file to read whole, or ``None`` for a regular file small enough.
-
-    Args:
-        path: The file.
-        max_bytes: The largest size accepted.
-
-    Returns:
-        ``"file not found"``, ``"is a folder, not a file"``, ``"not a regular file (…)"``,
-        ``"... bytes, more than the limit of ..."`` or ``"cannot be read (...)"``; ``None`` if
-        the file may be read.
-    """
+    """What makes ``path`` no file to read whole (e.g. ``"file not found"``), or ``None`` for a
+    regular file of at most ``max_bytes``."""
     try:
         status = os.stat(path)
     except FileNotFoundError:

@@ -167,11 +167,8 @@ def _ends_stream(chunk: dict[str, Any]) -> bool:
 
 
 def _keep_timings_once(generation_chunk: ChatGenerationChunk, kept: set[str]) -> None:
-    """Drops a server timing that an earlier chunk of the same stream already carried.
-
-    A server or proxy may repeat it on the finish chunk and the usage chunk; LangChain's merge
-    of the two would raise on two different floats.
-    """
+    """Drops a server timing that an earlier chunk of the same stream already carried (a server
+    or proxy may repeat it on the finish chunk and the usage chunk; see the class)."""
     metadata = generation_chunk.message.response_metadata
     for name in _SERVER_TIMINGS:
         if name in metadata:

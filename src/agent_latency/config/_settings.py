@@ -182,7 +182,6 @@ class StreamingSettings:
         maximum=2,
         example="0.1-0.3 for agents",
     )
-    # = prompt.reserve_for_output: the answer fits the room kept free
     max_tokens: int = setting(
         2000,
         "the output limit sent with each request; the default equals `reserveForOutput`, so a "

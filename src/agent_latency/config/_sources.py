@@ -229,22 +229,17 @@ def collect(
         if spec is None:
             # repr() keeps a key holding a newline or control character on the message's line.
             shown = key if key.isprintable() else repr(key)
+            removed = _REMOVED_KEYS.get(key)
+            fix = f"delete it: {removed}." if removed else _moved(key, prefix, schema, other)
             raise ConfigError(
                 f"{file}: {'.'.join((*prefix, shown))}: unknown key. Fix: "
-                f"{_removed(key) or _moved(key, prefix, schema, other) or _suggest(key, node)}"
+                f"{fix or _suggest(key, node)}"
             )
         if isinstance(spec, Key):
             found[spec.target] = (_checked(value, spec, place), place)
         else:
             found.update(collect(value, schema, other, file, path))
     return found
-
-
-def _removed(key: str) -> str | None:
-    """The fix for a key of a removed setting."""
-    if key in _REMOVED_KEYS:
-        return f"delete it: {_REMOVED_KEYS[key]}."
-    return None
 
 
 def _moved(key: str, prefix: tuple[str, ...], schema: FileSchema, other: FileSchema) -> str | None:

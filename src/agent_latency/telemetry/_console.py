@@ -21,11 +21,8 @@ _MAX_HELD_TRACES: Final = 1000
 
 
 class TreeSpanExporter(SpanExporter):
-    """Prints each finished trace to ``out`` as an indented tree of one-line spans.
-
-    Args:
-        out: Where the lines go (``sys.stdout`` as the caller found it).
-    """
+    """Prints each finished trace to ``out`` (``sys.stdout`` as the caller found it) as an
+    indented tree of one-line spans."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
@@ -89,12 +86,8 @@ def trace_lines(spans: Sequence[ReadableSpan]) -> list[str]:
 
 
 def span_lines(span: ReadableSpan, *, trim_figures: bool = True) -> list[str]:
-    """One line for a span (name, duration, what it did, outcome); a model call's two more.
-
-    Args:
-        span: The span.
-        trim_figures: Show the trim's figures if the span carries them.
-    """
+    """One line for a span (name, duration, what it did, outcome; the trim's figures if it
+    carries them and ``trim_figures``); a model call's two more."""
     attributes: Mapping[str, Any] = span.attributes or {}
     duration_ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
     trim = _trim_summary(attributes) if trim_figures else []

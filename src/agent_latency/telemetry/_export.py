@@ -28,8 +28,7 @@ class ExportHealth:
     """Logs the first failure of a signal's exports once, and the recovery after it."""
 
     def __init__(self, signal: str, destination: str) -> None:
-        self._signal = signal
-        self._destination = destination
+        self._what = (signal, destination)
         self._failing = False
         self._lock = threading.Lock()
 
@@ -39,28 +38,21 @@ class ExportHealth:
             self._failing = not ok
         if not changed:
             if not ok:
-                logger.debug("agent-latency: %s export to %s failed again", *self._describe())
+                logger.debug("agent-latency: %s export to %s failed again", *self._what)
             return
         if ok:
-            logger.info("agent-latency: %s export to %s works again", *self._describe())
+            logger.info("agent-latency: %s export to %s works again", *self._what)
         else:
             logger.warning(
                 "agent-latency: cannot export %s to %s; they are dropped until the collector "
                 "answers (the application is not slowed down; further failures at DEBUG)",
-                *self._describe(),
+                *self._what,
             )
-
-    def _describe(self) -> tuple[str, str]:
-        return self._signal, self._destination
 
 
 class _Reporting:
-    """Delegates to an exporter and reports each outcome to an :class:`ExportHealth`.
-
-    Args:
-        health: Where the outcomes go.
-        url: Where the exporter sends, for :func:`refuses_connections`.
-    """
+    """Delegates to an exporter and reports each outcome to ``health`` (an
+    :class:`ExportHealth`); ``url`` is where the exporter sends, for :func:`refuses_connections`."""
 
     def __init__(self, health: ExportHealth, url: str) -> None:
         self._health = health
@@ -77,7 +69,9 @@ class _Reporting:
         try:
             result = send()
         except Exception as error:
-            _log_raised(kind, error, self.url)
+            # Not the traceback: the HTTP client's errors quote the URL, credentials and all.
+            shown = mask(f"{type(error).__name__}: {error}", url_secrets(self.url))
+            logger.debug("agent-latency: %s exporter raised %s", kind, shown)
             result = failure
         self._health.report(result is success)
         return result
@@ -127,12 +121,6 @@ class ReportingMetricExporter(_Reporting, MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
-
-
-def _log_raised(kind: str, error: Exception, url: str) -> None:
-    # Not the traceback: the HTTP client's errors quote the URL, credentials and all.
-    shown = mask(f"{type(error).__name__}: {error}", url_secrets(url))
-    logger.debug("agent-latency: %s exporter raised %s", kind, shown)
 
 
 def refuses_connections(address: tuple[str, int], timeout_s: float) -> bool:

@@ -171,9 +171,6 @@ class LatencyCallbackHandler(BaseCallbackHandler):
                 ``metrics.log_every_request``, ``streaming.chunk_timeout_ms`` and
                 ``streaming.record_ttft`` are used.
             **overrides: Any keyword of the constructor, winning over the settings.
-
-        Returns:
-            The handler.
         """
         options: dict[str, Any] = {
             "ttft_warn_ms": settings.metrics.ttft_warn_ms,

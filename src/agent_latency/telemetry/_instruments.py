@@ -120,22 +120,15 @@ class Instruments:
             # Once per call (the mean gap), not once per chunk: an SDK histogram record costs
             # several microseconds, more than the whole per-chunk budget of the handler.
             self.time_per_chunk.record(timing.mean_chunk_gap_s, attributes, context)
-        for token_type, tokens in (
-            (_INPUT, usage.prompt_tokens),
-            (_OUTPUT, usage.completion_tokens),
+        token_type, cache = gen_ai.GEN_AI_TOKEN_TYPE, semconv.TOKEN_CACHE
+        for histogram, key, value, tokens in (
+            (self.token_usage, token_type, _INPUT, usage.prompt_tokens),
+            (self.token_usage, token_type, _OUTPUT, usage.completion_tokens),
+            (self.cache_tokens, cache, semconv.TOKEN_CACHE_READ, usage.cached_tokens),
+            (self.cache_tokens, cache, semconv.TOKEN_CACHE_CREATION, usage.cache_creation_tokens),
         ):
             if tokens is not None:
-                self.token_usage.record(
-                    tokens, {**attributes, gen_ai.GEN_AI_TOKEN_TYPE: token_type}, context
-                )
-        for cache, tokens in (
-            (semconv.TOKEN_CACHE_READ, usage.cached_tokens),
-            (semconv.TOKEN_CACHE_CREATION, usage.cache_creation_tokens),
-        ):
-            if tokens is not None:
-                self.cache_tokens.record(
-                    tokens, {**attributes, semconv.TOKEN_CACHE: cache}, context
-                )
+                histogram.record(tokens, {**attributes, key: value}, context)
         if split is not None:
             self.server_prefill.record(split.server_prefill_ms / 1e3, attributes, context)
             self.ttft_remainder.record(split.remainder_ms / 1e3, attributes, context)

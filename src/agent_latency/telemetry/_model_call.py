@@ -91,14 +91,8 @@ class ModelStart:
 
 
 class ModelCallTracer:
-    """Traces and measures model calls for one handler.
-
-    Args:
-        tracer: Where the model-call spans go.
-        meter: Where the metrics go.
-        options: What to record.
-        failures: Where the handler's own failures are reported.
-    """
+    """Traces and measures model calls for one handler: spans to ``tracer``, metrics to
+    ``meter``, as ``options`` say; the handler's own failures to ``failures``."""
 
     def __init__(
         self, *, tracer: trace.Tracer, meter: Meter, options: CallOptions, failures: FailureLog
@@ -150,7 +144,6 @@ class ModelCallTracer:
         """Times a streamed chunk of the open run ``state`` (ignored unless a model call's).
 
         Args:
-            state: The run the chunk belongs to.
             content: Whether the chunk carries text or a tool-call fragment; the empty
                 end-of-stream chunk and a role-only first delta mark the call streamed only.
             delivered: The chunk object LangChain passed, if any: the same one again is the

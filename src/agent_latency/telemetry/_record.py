@@ -249,20 +249,11 @@ def _hint(record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome)
 def log_record(
     record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome, *, every_request: bool
 ) -> None:
-    """Logs a call: a WARNING or ERROR when its TTFT crossed a threshold, INFO if asked.
-
-    The hint of a slow streamed call follows what held it up: a buffered stream, output the
-    server generated before the first content chunk, the client, network or queue, or the
-    prefill (the trim, or the part no trim removes, when that alone is
-    over the budget).
-
-    Args:
-        record: The call.
-        trim: The trim that prepared it, if any.
-        outcome: What it measured: where its time to first token went, what held it up, the
-            threshold its ``ttft_level`` crossed.
-        every_request: Whether to log the INFO line of every call.
-    """
+    """Logs a call: a WARNING or ERROR when its TTFT crossed ``outcome.threshold_ms``, INFO if
+    ``every_request``. The hint of a slow streamed call follows what held it up: a buffered
+    stream, output the server generated before the first content chunk, the client, network or
+    queue, or the prefill (the trim, or the part no trim removes, when that alone is over the
+    budget)."""
     tokens = (
         record.input_tokens if record.input_tokens is not None else record.estimated_input_tokens
     )

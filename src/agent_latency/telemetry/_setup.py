@@ -269,13 +269,19 @@ def configure_telemetry(
         ("traces_endpoint", traces_endpoint),
         ("metrics_endpoint", metrics_endpoint),
     ):
-        if value is not None:
-            _check_endpoint(name, value)
+        if value is not None and not is_http_url(value):
+            shown = display_url(value) if isinstance(value, str) else repr(value)
+            raise ValueError(
+                f"configure_telemetry: {name} must be a URL such as http://localhost:4318, "
+                f"got {shown}."
+            )
     if endpoint is not None and kind != "otlp-grpc":
         _check_base_endpoint(endpoint)
 
     WarningLineHandler.install()
-    resource = _resource(service_name)
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are the operator's word: they win.
+    from_environment = OTELResourceDetector().detect().attributes.get(SERVICE_NAME)
+    resource = Resource.create({} if from_environment else {SERVICE_NAME: service_name})
     # Shut down by Telemetry.shutdown, at exit too: the SDK's own exit hooks wait unbounded.
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     readers: list[MetricReader] = []
@@ -377,14 +383,6 @@ def _exporter_kind(exporter: str | None) -> str:
     )
 
 
-def _check_endpoint(name: str, endpoint: object) -> None:
-    if not is_http_url(endpoint):
-        shown = display_url(endpoint) if isinstance(endpoint, str) else repr(endpoint)
-        raise ValueError(
-            f"configure_telemetry: {name} must be a URL such as http://localhost:4318, got {shown}."
-        )
-
-
 def _check_base_endpoint(endpoint: str) -> None:
     parts = urlsplit(endpoint)
     path = parts.path.rstrip("/")
@@ -399,22 +397,11 @@ def _check_base_endpoint(endpoint: str) -> None:
         )
 
 
-def _resource(service_name: str) -> Resource:
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are the operator's word: they win.
-    from_environment = OTELResourceDetector().detect().attributes.get(SERVICE_NAME)
-    return Resource.create({} if from_environment else {SERVICE_NAME: service_name})
-
-
 def _signal_urls(
     kind: str, endpoint: str | None, traces_endpoint: str | None, metrics_endpoint: str | None
 ) -> tuple[str, str]:
-    """Where the spans and the metrics go, by OpenTelemetry's rules.
-
-    A per-signal endpoint (the argument, else ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT``)
-    is used as given. Otherwise the base endpoint (the argument, else
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``, else localhost) is used: as it is for gRPC, with
-    ``v1/traces`` or ``v1/metrics`` appended to its path for HTTP, its query kept.
-    """
+    """Where the spans and the metrics go, by OpenTelemetry's rules (an argument wins over its
+    environment variable; see :func:`configure_telemetry`), localhost by default."""
     grpc = kind == "otlp-grpc"
     base = (
         endpoint

@@ -98,12 +98,8 @@ _registry_lock = threading.Lock()
 
 
 def calibration_for(base_url: str | None, model: str) -> PromptCalibration:
-    """Returns the process-wide calibration of an endpoint and model, made on first use.
-
-    Args:
-        base_url: The endpoint's base URL (``None`` for the provider's default endpoint).
-        model: The model name requested.
-    """
+    """Returns the process-wide calibration of an endpoint (``None``: the provider's default)
+    and model, made on first use."""
     key = ((base_url or "").rstrip("/"), model)
     with _registry_lock:
         calibration = _registry.pop(key, None) or PromptCalibration()

@@ -261,11 +261,8 @@ class TokenCounter:
         tools: Sequence[Any] = (),
         response_format: Mapping[str, Any] | None = None,
     ) -> int:
-        """Returns the prompt tokens of a whole request: messages, framing, tools, format.
-
-        ``messages`` are LangChain messages and/or OpenAI-format dicts, as for
-        :meth:`count_messages`.
-        """
+        """Returns the prompt tokens of a whole request: messages (LangChain messages and/or
+        OpenAI-format dicts, as for :meth:`count_messages`), framing, tools, format."""
         total = self.count_messages(messages) + self.count_tools(tools)
         if response_format is not None:
             total += self.count_response_format(response_format)

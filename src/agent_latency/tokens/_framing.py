@@ -170,12 +170,10 @@ class ChatMLFraming(Framing):
     def message(self, message: Mapping[str, Any]) -> list[Piece]:
         role = str(message["role"])
         content = content_pieces(message.get("content"))
-        if not self._renders_tools:
-            return [_IM_START, role + "\n", *content, _IM_END, "\n"]
-        if role == "tool":
+        if role == "tool" and self._renders_tools:
             body = ["user\n<tool_response>\n", *content, "\n</tool_response>"]
             return [_IM_START, *body, _IM_END, "\n"]
-        calls = _calls(message)
+        calls = _calls(message) if self._renders_tools else []
         if not calls:
             return [_IM_START, role + "\n", *content, _IM_END, "\n"]
         pieces: list[Piece] = [_IM_START, role]

@@ -68,7 +68,9 @@ class ServerVocabulary:
     def _cached(self, text: str) -> array[int]:
         tokens: array[int] | None = self._texts.get(text)
         if tokens is None:
-            tokens = self._tokenize(text)
+            tokens = self._tokens(self._ensure_route(), text)
+            if self._bos and tokens[: len(self._bos)] == self._bos:
+                del tokens[: len(self._bos)]
             self._texts.put(text, tokens, sys.getsizeof(text) + tokens.itemsize * len(tokens))
         return tokens
 
@@ -83,13 +85,6 @@ class ServerVocabulary:
 
     def special_id(self, token: str) -> int | None:
         return None  # framing tokens get ids of their own; each counts as one token
-
-    def _tokenize(self, text: str) -> array[int]:
-        route = self._ensure_route()
-        tokens = self._tokens(route, text)
-        if self._bos and tokens[: len(self._bos)] == self._bos:
-            del tokens[: len(self._bos)]
-        return tokens
 
     def _ensure_route(self) -> str:
         with self._lock:

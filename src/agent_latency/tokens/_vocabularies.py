@@ -77,14 +77,9 @@ class TiktokenVocabulary:
 
 
 class QuicktokVocabulary:
-    """A vocabulary shipped with quicktok (native, exact, about 4x faster than tiktoken).
-
-    Args:
-        name: What the vocabulary is called in reprs and diagnostics.
-        encoding: The quicktok encoding name (``o200k_base``, ``llama3``, ``qwen3``).
-        parse_specials: As for :class:`TiktokenVocabulary`.
-        nfc: As for :class:`TiktokenVocabulary`.
-    """
+    """A vocabulary shipped with quicktok (native, exact, about 4x faster than tiktoken); the
+    arguments as for :class:`TiktokenVocabulary`, ``encoding`` a quicktok encoding name
+    (``o200k_base``, ``llama3``, ``qwen3``)."""
 
     def __init__(
         self, name: str, encoding: str, *, parse_specials: bool, nfc: bool = False
