@@ -6,6 +6,7 @@ import json
 
 import pytest
 from langchain_core.messages import (
+    AIMessage,
     BaseMessage,
     ChatMessage,
     HumanMessage,
@@ -15,7 +16,13 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from support.wire import sent_request
 
-from agent_latency._chat_format import escape_surrogates, role_of, wire_role, wire_tools
+from agent_latency._chat_format import (
+    escape_surrogates,
+    openai_message,
+    role_of,
+    wire_role,
+    wire_tools,
+)
 
 
 @pytest.mark.parametrize(
@@ -62,3 +69,17 @@ def test_escape_surrogates_gives_utf8_that_json_reads_back(text: str) -> None:
     escaped = escape_surrogates(text)
     escaped.encode("utf-8")  # never raises
     assert json.loads(f'"{escaped}"') == text
+
+
+def test_a_message_with_calls_that_are_not_json_keeps_them_all_and_is_not_changed() -> None:
+    message = AIMessage(
+        "",
+        tool_calls=[{"name": "search", "args": {"q": "port"}, "id": "c1"}],
+        invalid_tool_calls=[{"name": "search", "args": "{not json", "id": "c2", "error": None}],
+    )
+    before = message.model_dump()
+    wire = openai_message(message)
+    assert [call["id"] for call in wire["tool_calls"]] == ["c1", "c2"]
+    assert wire["tool_calls"][1]["function"] == {"name": "search", "arguments": "{not json"}
+    assert message.model_dump() == before
+    assert openai_message(message) == wire  # and a second call finds the message as it was
