@@ -320,14 +320,18 @@ class _Filling:
             self.taken.add(index)
             self.used += self.sizes[index]
 
-    def best_first(self, scores: list[float]) -> None:
-        """Takes the allowed rounds that score, best first, each with its neighbours of at most
-        :data:`NEIGHBOUR_SHARE` of the room, then their other neighbours, until none fits."""
-        hits = _relevant(scores, self.allowed)
-        for index, _ in _offered(hits, self.sizes, cheap=NEIGHBOUR_SHARE * self.room):
+    def offer(self, hits: list[int], *, cheap: float) -> None:
+        """Takes ``hits`` in their order, each with its neighbours of at most ``cheap`` tokens,
+        then their other neighbours, while they fit."""
+        for index in _offered(hits, self.sizes, cheap=cheap):
             if self.full():
                 return
             self.take(index)
+
+    def best_first(self, scores: list[float]) -> None:
+        """Takes the allowed rounds that score, best first, with their neighbours (those of at
+        most :data:`NEIGHBOUR_SHARE` of the room at once), while they fit."""
+        self.offer(_relevant(scores, self.allowed), cheap=NEIGHBOUR_SHARE * self.room)
 
 
 def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
@@ -337,20 +341,19 @@ def _relevant(scores: list[float], rounds: Iterable[int]) -> list[int]:
     return list(takewhile(lambda index: scores[index] > 0, ranked))
 
 
-def _offered(hits: list[int], sizes: list[int], *, cheap: float) -> Iterator[tuple[int, bool]]:
-    """The rounds to offer, in order, each with whether it is one of ``hits``: each hit with its
-    neighbours of at most ``cheap`` tokens, then, hit by hit, their other neighbours (out of
-    range ones included: the taker checks)."""
+def _offered(hits: list[int], sizes: list[int], *, cheap: float) -> Iterator[int]:
+    """The rounds to offer, in order: each of ``hits`` with its neighbours of at most ``cheap``
+    tokens, then, hit by hit, their other neighbours (out of range ones included: the taker
+    checks)."""
     later = []
     for hit in hits:
-        yield hit, True
+        yield hit
         for index in map(hit.__add__, _AROUND):
             if 0 <= index < len(sizes) and sizes[index] <= cheap:
-                yield index, False
+                yield index
             else:
                 later.append(index)
-    for index in later:
-        yield index, False
+    yield from later
 
 
 def _cut_query(history: _History, cut: int) -> str:
@@ -360,7 +363,7 @@ def _cut_query(history: _History, cut: int) -> str:
         for index in members:
             if plan.classes[index] == "history" and role_of(plan.messages[index]) == "user":
                 return plan.texts[index]
-    question = plan.question()
+    question = plan.latest
     return "" if question is None else plan.texts[question]
 
 
@@ -378,7 +381,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
     (:func:`_refocus`).
     """
     plan = history.plan
-    question = plan.question()
+    question = plan.latest
     if question is None or room <= 0:
         return
     query = plan.texts[question]
@@ -414,21 +417,15 @@ def _recall(history: _History, room: int, cut: int) -> None:
     asks = any(mark in query for mark in _QUESTION_MARKS)
     if best <= 0 or best < (RECALL_MATCH if asks else STATEMENT_MATCH) * ideal:
         return
-    chosen: list[int] = []
-    used = 0
-    missed = False
     hits = [r for r in _relevant(scores, candidates) if base[r] >= RECALL_OF_BEST * best]
-    # Every round that qualifies before any neighbour: what is left of the room is small.
-    for candidate, qualifies in _offered(hits, history.sizes, cheap=0):
-        if 0 <= candidate < count and out[candidate] and candidate not in chosen:
-            if used + history.sizes[candidate] <= room:
-                chosen.append(candidate)
-                used += history.sizes[candidate]
-            elif qualifies:
-                missed = True
-    if missed and best >= REFOCUS_MATCH * ideal:
+    filling = _Filling(history.sizes, room, set(compress(range(count), out)))
+    # Every round that qualifies before any neighbour: what is left of the room is small. A
+    # round that did not fit when offered never fits later (the room only fills).
+    filling.offer(hits, cheap=0)
+    if not filling.taken.issuperset(hits) and best >= REFOCUS_MATCH * ideal:
         _refocus(history, scores, cut)
         return
+    chosen = filling.taken
     if not chosen:
         return
     # In input order: a round's units list a tool call's results with the call, while another

@@ -250,10 +250,6 @@ class Plan:
             return list(map(messages.__getitem__, order)), sizes
         return [shortened.get(index, messages[index]) for index in order], sizes
 
-    def question(self) -> int | None:
-        """The index of the latest user message, if any (:attr:`latest`)."""
-        return self.latest
-
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
         totals: dict[PriorityClass, int] = dict.fromkeys(PRIORITY_CLASSES, 0)
@@ -549,7 +545,7 @@ def _history_drop_order(
     by_age = middle + head[::-1] + tail  # the history erodes outwards from its middle
     if options.history_selection == "age" or not ordered:
         return by_age
-    question = plan.question()
+    question = plan.latest
     query = "" if question is None else plan.texts[question]
     texts = [[plan.texts[i] for u in r for i in u.indices] for r in ordered]
     scores = dict(zip(map(id, ordered), bm25_scores(query, texts, terms), strict=True))
@@ -589,7 +585,7 @@ def shorten_must_keep(plan: Plan) -> None:
             excess -= plan.shorten(index, target, "shortened_to_fit")
         if excess <= 0:
             return
-    question = plan.question()
+    question = plan.latest
     if question is None or not plan.must_keep[question]:
         return
     target = plan.sizes[question] - excess
@@ -615,7 +611,7 @@ def question_retention(
         occurrences: Where each term occurs in the input (asked for only when something was
             dropped or shortened).
     """
-    question = plan.question()
+    question = plan.latest
     if question is None or plan.dropped[question]:
         return None
     asked = terms.counts(plan.texts[question])
