@@ -121,18 +121,20 @@ def terms(text: str) -> list[str]:
         words = lowered.translate(_ASCII_WORDS).split()
         return list(map(_stem, filterfalse(_ASCII_LEFT_OUT.__contains__, words)))
     if not _CJK.search(lowered):  # one pass, no per-word regex
-        return [
-            _stem(word)
-            for word in _WORD.findall(lowered)
-            if (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS
-        ]
+        return [_stem(word) for word in _WORD.findall(lowered) if _is_term(word)]
     found: list[str] = []
     for word in _WORD.findall(lowered):
         for run in _CJK.findall(word):
             found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
         rest = _CJK.sub(" ", word).split()
-        found.extend(_stem(w) for w in rest if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS)
+        found.extend(_stem(w) for w in rest if _is_term(w))
     return found
+
+
+def _is_term(word: str) -> bool:
+    """Whether a word outside CJK runs is a term: no stop word, no single letter (the ASCII path
+    of :func:`terms` applies the same rule through ``_ASCII_LEFT_OUT``)."""
+    return (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS
 
 
 @functools.lru_cache(maxsize=_STEMS)
