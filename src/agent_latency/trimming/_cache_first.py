@@ -36,10 +36,11 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice, takewhile
-from typing import Final
+from itertools import accumulate, chain, compress, islice, takewhile
+from typing import Final, NamedTuple
 
 from agent_latency._chat_format import role_of
 from agent_latency.trimming._options import TrimOptions
@@ -78,6 +79,9 @@ _RECENCY: Final = 1e-6
 """Breaks ties between equally relevant rounds toward the newer one."""
 _COMMON: Final = 0.5
 """A term in more than this share of the messages does not rank rounds."""
+_GAIN: Final = BM25_K1 + 1
+_FLOOR: Final = BM25_K1 * (1 - BM25_B)
+"""BM25's count gain and the length discount of an empty message."""
 
 
 def cache_first_cut(
@@ -174,10 +178,25 @@ class _History:
         latest = self.plan.latest
         return self.occurrences.length if latest is None else latest
 
-    def scores(self, query: str, upto: int, length: int) -> tuple[list[float], float, list[int]]:
-        """How well each of the first ``upto`` rounds answers ``query``, turn by turn, by what
-        the first ``length`` messages say (for a cut, those before it: :meth:`before`, so that
-        later messages change nothing).
+    def weigh(self, query: str, length: int) -> _Query:
+        """The terms of ``query`` as the first ``length`` messages weigh them (for a cut, those
+        before it: :meth:`before`, so that later messages change nothing)."""
+        postings, totals = self.occurrences.postings, self.occurrences.totals
+        weighed = []
+        ideal = 0.0
+        for bit, term in enumerate(self.terms.counts(query)):
+            positions = postings.get(term, ())
+            if positions and positions[-1] >= length:
+                positions = positions[: bisect.bisect_left(positions, length)]
+            idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
+            ideal += idf
+            if len(positions) <= length * _COMMON:  # else says little about which round
+                weighed.append(_Term(1 << bit, term, positions, idf))
+        slope = BM25_K1 * length / (totals[length] or 1) * BM25_B
+        return _Query(length, weighed, ideal, slope)
+
+    def scores(self, query: _Query, upto: int) -> tuple[list[float], list[int]]:
+        """How well each of the first ``upto`` rounds answers ``query``, turn by turn.
 
         A message scores by BM25 against the query (a term's weight is its rarity, its count
         saturates, a long message is discounted), a round as its best message; a round holding
@@ -186,43 +205,27 @@ class _History:
         correction) ranks first. Only the messages holding a term of the query are read.
 
         Returns:
-            The rounds' scores, the score of an average-length message holding every term of
-            the query once, and per round the query terms it holds, as a bit mask (bit ``k``:
-            the query's ``k``-th term).
+            The rounds' scores and per round the query terms it holds, as a bit mask (bit
+            ``k``: the query's ``k``-th term).
         """
-        owner = self.owner
-        postings, bags, totals = (
-            self.occurrences.postings,
-            self.occurrences.bags,
-            self.occurrences.totals,
-        )
-        norm = BM25_K1 * length / (totals[length] or 1)
-        slope, floor, gain = norm * BM25_B, BM25_K1 * (1 - BM25_B), BM25_K1 + 1
+        owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
+        length = query.length
         # Per message (by position): its length discount, its score summed over the terms and
         # which terms it holds.
         lengths = map(operator.sub, islice(totals, 1, length + 1), totals)
-        discount = [floor + slope * size for size in lengths]
+        discount = [_FLOOR + query.slope * size for size in lengths]
         per_message = [0.0] * length
         holds = [0] * length
-        ideal = 0.0
-        for bit, term in enumerate(self.terms.counts(query)):
-            positions = postings.get(term, ())
-            if positions and positions[-1] >= length:
-                positions = positions[: bisect.bisect_left(positions, length)]
-            idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
-            ideal += idf
-            if len(positions) > length * _COMMON:
-                continue  # says little about which round, and would be read everywhere
-            flag = 1 << bit
+        for flag, term, positions, idf in query.terms:
             for position in positions:
                 tf = bags[position][term]
-                per_message[position] += idf * tf * gain / (tf + discount[position])
+                per_message[position] += idf * tf * _GAIN / (tf + discount[position])
                 holds[position] |= flag
         best = [0.0] * upto
         held = [0] * upto
         for position in compress(range(length), holds):
             r = owner[position]  # a round below ``upto``, or -1: no history round
-            if r >= 0:
+            if 0 <= r < upto:
                 held[r] |= holds[position]
                 if per_message[position] > best[r]:
                     best[r] = per_message[position]
@@ -236,7 +239,61 @@ class _History:
                 best[r] = by_terms[said]
             by_terms[said] = best[r]
             best[r] += _RECENCY * r
-        return best, ideal, held
+        return best, held
+
+    def may_reach(self, query: _Query, share: float) -> bool:
+        """Whether a history message may score at least ``share`` of the score of an
+        average-length message holding every term of the query once (and more than nothing).
+
+        Quick where few messages could: a message scores below :data:`_GAIN` times the weights
+        of the query terms it holds, and holding ``k`` of them, below that of the ``k`` greatest;
+        only the messages holding enough terms (counted in C) are looked at, and only those
+        whose terms weigh enough are scored. Never says no where :meth:`scores` would say yes.
+        """
+        floor = share * query.ideal - _SAME  # the rounds' scores carry a tie-break
+        greatest = accumulate(sorted((t.idf for t in query.terms), reverse=True), initial=0.0)
+        enough = next((k for k, idf in enumerate(greatest) if idf * _GAIN > floor), None)
+        if enough is None:
+            return False
+        weights = {term.term: term.idf for term in query.terms}
+        holding = Counter(chain.from_iterable(term.positions for term in query.terms))
+        owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
+        for position in compress(holding, map(enough.__le__, holding.values())):
+            bag = bags[position]
+            held = bag.keys() & weights.keys()
+            if owner[position] < 0 or sum(map(weights.__getitem__, held)) * _GAIN <= floor:
+                continue
+            discount = _FLOOR + query.slope * (totals[position + 1] - totals[position])
+            score = sum(weights[t] * bag[t] * _GAIN / (bag[t] + discount) for t in held)
+            if score > 0 and score >= floor:  # summed in another order: within _SAME
+                return True
+        return False
+
+
+class _Term(NamedTuple):
+    """A term of a query that ranks rounds: its bit in the rounds' masks, the positions of
+    the messages holding it, its BM25 weight."""
+
+    flag: int
+    term: str
+    positions: Sequence[int]
+    idf: float
+
+
+class _Query(NamedTuple):
+    """A query as the first ``length`` messages weigh it (:meth:`_History.weigh`).
+
+    Attributes:
+        length: How many messages it is weighed by.
+        terms: Its terms that rank rounds (those in at most :data:`_COMMON` of the messages).
+        ideal: The score of an average-length message holding every term of it once.
+        slope: How much a message's length discount grows per term it holds.
+    """
+
+    length: int
+    terms: list[_Term]
+    ideal: float
+    slope: float
 
 
 def _remembered_stable_part(
@@ -276,7 +333,7 @@ def _stable_part(history: _History, cut: int, target: int, options: TrimOptions)
         filling.take(index)
     query = _cut_query(history, cut)
     if query and not filling.full():  # else no round could be taken: not scored
-        filling.best_first(history.scores(query, cut, history.before(cut))[0])
+        filling.best_first(history.scores(history.weigh(query, history.before(cut)), cut)[0])
     # Then the most recent rounds, while they fit: no older round fills a gap, where it
     # could say what a newer round left out corrects.
     for index in range(cut - 1, -1, -1):
@@ -385,8 +442,13 @@ def _recall(history: _History, room: int, cut: int) -> None:
     if question is None or room <= 0:
         return
     query = plan.texts[question]
+    weighed = history.weigh(query, history.occurrences.length)
+    asks = any(mark in query for mark in _QUESTION_MARKS)
+    if not history.may_reach(weighed, RECALL_MATCH if asks else STATEMENT_MATCH):
+        return  # no round could pass the gate below: nothing to score
     count = len(history.indices)
-    scores, ideal, round_terms = history.scores(query, count, history.occurrences.length)
+    scores, round_terms = history.scores(weighed, count)
+    ideal = weighed.ideal
     base = [score - _RECENCY * r if score else 0.0 for r, score in enumerate(scores)]
     dropped = plan.dropped
     out = [dropped[members[0]] for members in history.indices]
@@ -414,7 +476,6 @@ def _recall(history: _History, room: int, cut: int) -> None:
         )
     ]
     best = max((base[r] for r in candidates), default=0.0)
-    asks = any(mark in query for mark in _QUESTION_MARKS)
     if best <= 0 or best < (RECALL_MATCH if asks else STATEMENT_MATCH) * ideal:
         return
     hits = [r for r in _relevant(scores, candidates) if base[r] >= RECALL_OF_BEST * best]
