@@ -36,10 +36,9 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, compress, islice, takewhile
+from itertools import chain, compress, islice, takewhile
 from typing import Final, NamedTuple
 
 from agent_latency._chat_format import role_of
@@ -246,19 +245,19 @@ class _History:
         average-length message holding every term of the query once (and more than nothing).
 
         Quick where few messages could: a message scores below :data:`_GAIN` times the weights
-        of the query terms it holds, and holding ``k`` of them, below that of the ``k`` greatest;
-        only the messages holding enough terms (counted in C) are looked at, and only those
-        whose terms weigh enough are scored. Never says no where :meth:`scores` would say yes.
+        of the query terms it holds. So a message holding only the commoner terms, whose
+        weights add up to too little, cannot; of the others (found through the rarer terms'
+        postings, which are short), only those whose terms weigh enough are scored. Never says
+        no where :meth:`scores` would say yes.
         """
         floor = share * query.ideal - _SAME  # the rounds' scores carry a tie-break
-        greatest = accumulate(sorted((t.idf for t in query.terms), reverse=True), initial=0.0)
-        enough = next((k for k, idf in enumerate(greatest) if idf * _GAIN > floor), None)
-        if enough is None:
-            return False
+        rarer = sorted(query.terms, key=operator.attrgetter("idf"))
+        commoner = 0.0
+        while rarer and (commoner + rarer[0].idf) * _GAIN <= floor:
+            commoner += rarer.pop(0).idf
         weights = {term.term: term.idf for term in query.terms}
-        holding = Counter(chain.from_iterable(term.positions for term in query.terms))
         owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
-        for position in compress(holding, map(enough.__le__, holding.values())):
+        for position in set(chain.from_iterable(term.positions for term in rarer)):
             bag = bags[position]
             held = bag.keys() & weights.keys()
             if owner[position] < 0 or sum(map(weights.__getitem__, held)) * _GAIN <= floor:
