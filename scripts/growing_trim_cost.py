@@ -1,15 +1,18 @@
 """The per-call cost of trimming a growing conversation: ours beside ``trim_messages``.
 
 A chat grows one turn per call up to 700 messages (the shipped LongMemEval histories, one after
-another: real text, user and assistant in turn), and every call is trimmed to the budget twice,
-interleaved, by the default ``PriorityTrimmer`` and by langchain-core's ``trim_messages``
-(``strategy="last"``, the same token counter with its per-message cache, the system message
-kept, starting on a user message). The counter counts each call's messages before either trim
-(untimed), so neither pays for tokenizing the new turn and the other finds it cached. It prints,
-per band of 100 messages, the median CPU time of one call of each and their ratio (CPU time of
-this process: the machine is shared).
+another: real text, user and assistant in turn, long assistant turns; ``--data locomo10.json``
+replays LoCoMo's conversations instead: short chat turns, as in the issue's own measurement,
+where ``trim_messages`` keeps ten times as many messages). Every call is trimmed to the budget
+twice, interleaved, by the default ``PriorityTrimmer`` and by langchain-core's
+``trim_messages`` (``strategy="last"``, the same token counter with its per-message cache, the
+system message kept, starting on a user message). The counter counts each call's messages
+before either trim (untimed), so neither pays for tokenizing the new turn and the other finds it
+cached. It prints, per band of 100 messages, the median CPU time of one call of each and their
+ratio (CPU time of this process: the machine is shared).
 
-Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700]`` (about a minute).
+Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700] [--data FILE]``
+(about a minute).
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ _DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "longmemev
 _BAND = 100
 
 
-def real_chat(messages: int) -> list[BaseMessage]:
-    """The first ``messages`` turns of the shipped LongMemEval histories, one after another."""
+def real_chat(messages: int, data: Path = _DATA) -> list[BaseMessage]:
+    """The first ``messages`` turns of the conversations in ``data`` (LongMemEval or LoCoMo), one
+    after another."""
     turns: list[BaseMessage] = []
-    for conversation in load_public_set(_DATA):
+    for conversation in load_public_set(data):
         turns.extend(conversation.messages)
         if len(turns) >= messages:
             break
@@ -44,9 +48,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=int, default=4000)
     parser.add_argument("--messages", type=int, default=700)
+    parser.add_argument("--data", type=Path, default=_DATA, help="LongMemEval or LoCoMo file")
     args = parser.parse_args(argv)
     counter = TokenCounter.for_model("qwen")
-    chat = real_chat(args.messages)
+    try:
+        chat = real_chat(args.messages, args.data)
+    except OSError as error:
+        print(
+            f"growing_trim_cost: cannot read --data: {error}. "
+            "Fix: pass a LongMemEval or LoCoMo file.",
+            file=sys.stderr,
+        )
+        return 2
+    except ValueError as error:  # names the file and the fix
+        print(f"growing_trim_cost: {error}", file=sys.stderr)
+        return 2
     system = SystemMessage("You are a helpful assistant. Answer briefly.")
     trimmer = PriorityTrimmer(args.budget, token_counter=counter)
     ours: dict[int, list[float]] = {}
@@ -71,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         band = end // _BAND * _BAND
         ours.setdefault(band, []).append((middle - started) * 1000)
         theirs.setdefault(band, []).append((ended - middle) * 1000)
-    print(f"budget {args.budget:,}; median CPU ms per call, {len(chat)} messages of real chat")
+    print(
+        f"budget {args.budget:,}; median CPU ms per call, {len(chat)} messages of real chat "
+        f"({args.data.name})"
+    )
     print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
     for band in sorted(ours):
         mine, peer = statistics.median(ours[band]), statistics.median(theirs[band])
