@@ -8,6 +8,7 @@ option a setting also sets takes its default and its check from that setting's d
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,29 @@ def test_the_trimmer_and_the_loader_refuse_a_value_by_the_same_rule(
         load_settings(None, path)
     assert str(in_file.value).endswith(f"Fix: it {declared.requirement}.")
     assert str(in_file.value).startswith(f"{path}: {key}: ")
+
+
+def test_a_removed_value_gets_the_fix_in_code_that_a_file_naming_it_gets(tmp_path: Path) -> None:
+    """``history_selection="relevance"`` was removed: the keyword says why and what to set, as
+    the settings file does, not only which values are accepted."""
+    path = tmp_path / "settings.json"
+    path.write_text('{"promptTrimmer": {"historySelection": "relevance"}}', encoding="utf-8")
+    with pytest.raises(ConfigError) as in_file:
+        load_settings(None, path)
+    why_and_fix = str(in_file.value).split("'relevance' was removed", 1)[1]
+    why, fix = why_and_fix.split(" Fix: set promptTrimmer.historySelection to ")
+
+    in_code = (
+        f"^PriorityTrimmer: history_selection 'relevance' was removed{re.escape(why)} "
+        f"Fix: set history_selection to {re.escape(fix)}$"
+    )
+    assert fix.startswith('"cache_first", the default')
+    with pytest.raises(ValueError, match=in_code):
+        PriorityTrimmer(1000, history_selection="relevance")  # type: ignore[arg-type]
+    # Settings built in code reach the same check through from_settings.
+    settings = Settings(prompt=PromptSettings(history_selection="relevance"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=in_code):
+        PriorityTrimmer.from_settings(settings, token_counter=TokenCounter())
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import warnings
 from typing import Any
 
@@ -18,7 +19,12 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import recall_tool
 from agent_latency.trimming._middleware import LEFT_OUT_KEY, TrimmingMiddleware
-from agent_latency.trimming._recall import MARKER_TEXT, TOOL_DEFINITION, TOOL_NAME
+from agent_latency.trimming._recall import (
+    MARKER_TEXT,
+    PLAIN_MARKER_TEXT,
+    TOOL_DEFINITION,
+    TOOL_NAME,
+)
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 COUNTER = TokenCounter()
@@ -255,3 +261,87 @@ def test_the_pre_model_hook_marks_the_cut_and_its_tool_reads_it_back() -> None:
     tools = COUNTER.count_tools([TOOL_DEFINITION])
     for prompt in recorder.prompts:
         assert COUNTER.count_messages(prompt) + tools <= budget
+
+
+# --- over budget: the warning names the budget the user set ------------------------------------
+
+LONG_PROMPT = "Answer in the house style, citing the runbook section by number. " * 150
+
+
+def over_budget_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "agent_latency.trimming" and "over budget" in r.getMessage()
+    ]
+
+
+def test_the_hooks_over_budget_warning_names_the_budget_set_not_the_one_less_the_marker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    budget = 1500
+    hook = PriorityTrimmer(budget, token_counter=COUNTER).as_pre_model_hook(prompt=LONG_PROMPT)
+    state = {"messages": [*conversation(10), HumanMessage("Which port?", id="q")]}
+    with caplog.at_level(logging.WARNING, logger="agent_latency.trimming"):
+        sent = hook(state)["llm_input_messages"]
+        hook.read_back(state["messages"], None, "port")  # finding what was cut warns no more
+
+    assert [m.id for m in sent] == ["q"]  # only the question fits beside the prompt, no marker
+    (warning,) = over_budget_warnings(caplog)
+    # The hook trims history to the budget less the (plain) marker's tokens: not what was set.
+    reserve = COUNTER.count_message(SystemMessage(PLAIN_MARKER_TEXT))
+    assert f"the budget is {budget} ({budget} by our count)" in warning
+    assert str(budget - reserve) not in warning
+    assert "system messages: " in warning and "Fix: shorten the system prompt" in warning
+
+
+def test_the_middlewares_over_budget_warning_and_result_name_the_budget_set(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    budget = 1500
+    recorder = Recorder()
+    fast = SimulatorConfig(
+        overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=20_000, answer_tokens=8
+    )
+    with running_simulator(fast) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        trimmer = PriorityTrimmer.from_settings(settings, budget=budget)
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=LONG_PROMPT,
+            middleware=[TrimmingMiddleware(trimmer)],
+        )
+        with caplog.at_level(logging.WARNING, logger="agent_latency.trimming"):
+            agent.invoke(
+                {"messages": [*conversation(10), HumanMessage("Which port?")]},
+                {"callbacks": [recorder]},
+            )
+
+    logged = over_budget_warnings(caplog)
+    assert recorder.trims and len(logged) == len(recorder.trims)  # one per model call
+    for trim, warning in zip(recorder.trims, logged, strict=True):
+        assert trim.over_budget and trim.budget == budget
+        assert warning.startswith(
+            f"Prompt over budget after trimming: the request needs {trim.tokens_after} tokens, "
+            f"the budget is {budget} ({trim.effective_budget} by our count). "
+        )
+
+
+def test_a_request_that_fits_the_budget_only_without_the_marker_is_sent_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The marker's reserve is taken off the budget history is cut to, not off the request: a
+    prompt and question that fit the budget but not the budget less the reserve are sent, with
+    no marker, and no warning (the trim within the reserve is over its own, smaller budget)."""
+    question = HumanMessage("Which port?", id="q")
+    unlimited = PriorityTrimmer(100_000, token_counter=COUNTER, tools=[TOOL_DEFINITION])
+    fixed = unlimited.trim([SystemMessage(LONG_PROMPT), question]).tokens_after
+    budget = fixed + 5  # the prompt and the question fit; with the marker they would not
+    assert COUNTER.count_message(SystemMessage(PLAIN_MARKER_TEXT)) > 5
+    hook = PriorityTrimmer(budget, token_counter=COUNTER).as_pre_model_hook(prompt=LONG_PROMPT)
+    with caplog.at_level(logging.WARNING, logger="agent_latency.trimming"):
+        sent = hook({"messages": [*conversation(10), question]})["llm_input_messages"]
+
+    assert sent == [question]
+    assert over_budget_warnings(caplog) == []

@@ -107,10 +107,16 @@ def test_relevance_keeps_a_relevant_middle_round_that_age_drops(options: dict[st
     assert by_relevance.tokens_after <= budget
 
 
-@pytest.mark.parametrize("selection", ["newest", "relevance"])
-def test_history_selection_is_validated(selection: str) -> None:
-    # "relevance" was a mode of its own until the cache-first default replaced it.
-    with pytest.raises(ValueError, match="history_selection must be one of cache_first, age,"):
+@pytest.mark.parametrize(
+    ("selection", "message"),
+    [
+        ("newest", "history_selection must be one of cache_first, age,"),
+        # "relevance" was a mode of its own until the cache-first default replaced it.
+        ("relevance", "history_selection 'relevance' was removed .* Fix: set history_selection"),
+    ],
+)
+def test_history_selection_is_validated(selection: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         PriorityTrimmer(1000, history_selection=selection)  # type: ignore[arg-type]
 
 

@@ -8,7 +8,7 @@ Exports: ``ConfigError``, ``HISTORY_SELECTIONS``, ``HistorySelection``, ``LLMSet
 ``MAX_TOKENS_PARAMS``, ``MetricsSettings``, ``PRIORITY_CLASSES``, ``PriorityClass``,
 ``PromptSettings``, ``SETTINGS``, ``Setting``, ``Settings``, ``StreamingSettings``, ``TRIM_MODES``,
 ``TrimMode``, ``build_chat_model``, ``check_base_url``, ``is_http_url``, ``load_settings``,
-``with_channel_overrides``.
+``removed_value``, ``with_channel_overrides``.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from agent_latency.config._settings import (
     StreamingSettings,
     TrimMode,
     load_settings,
+    removed_value,
     with_channel_overrides,
 )
 from agent_latency.config._sources import ConfigError
@@ -57,6 +58,7 @@ __all__ = [
     "check_base_url",
     "is_http_url",
     "load_settings",
+    "removed_value",
     "with_channel_overrides",
 ]
 

@@ -452,14 +452,27 @@ def _key(found: Found, target: str) -> str:
     return cast(str, _BY_TARGET[target].declared.toml)
 
 
+def removed_value(target: str, value: object, key: str) -> str | None:
+    """Why ``value`` of the setting ``target`` was removed and the fix, or ``None`` when it was not.
+
+    Where the value is set, a file or a keyword option, names it ``key``; e.g. for
+    ``("prompt.history_selection", "relevance", "history_selection")``: ``'relevance' was removed
+    (cache_first re-prefills far less ...). Fix: set history_selection to "cache_first", ...``.
+    """
+    removal = _REMOVED_VALUES.get(target)
+    if removal is None or value != removal[0]:
+        return None
+    removed, why, fix = removal
+    return f"{removed!r} was removed ({why}). Fix: set {key} to {fix}."
+
+
 def _validate(settings: Settings, found: Found) -> None:
     # A loaded file's choice is any string until checked: a removed one gets its own fix.
-    for target, (removed, why, fix) in _REMOVED_VALUES.items():
-        if target in found and found[target][0] == removed:
-            raise ConfigError(
-                f"{_place(found, target)}: {removed!r} was removed ({why}). "
-                f"Fix: set {_key(found, target)} to {fix}."
-            )
+    for target in _REMOVED_VALUES:
+        if target in found:
+            removal = removed_value(target, found[target][0], _key(found, target))
+            if removal is not None:
+                raise ConfigError(f"{_place(found, target)}: {removal}")
     for each in SETTINGS:
         section, name = each.target.split(".")
         value = getattr(getattr(settings, section), name)

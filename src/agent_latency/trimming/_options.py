@@ -22,6 +22,7 @@ from agent_latency.config import (
     PriorityClass,
     PromptSettings,
     Setting,
+    removed_value,
 )
 from agent_latency.tokens import PromptCalibration, TokenCounting
 from agent_latency.trimming._request import extras
@@ -129,6 +130,9 @@ class TrimOptions:
     def __post_init__(self) -> None:
         for name, declared in FROM_SETTINGS.items():
             value = getattr(self, name)
+            removal = removed_value(declared.target, value, name)
+            if removal is not None:
+                raise ValueError(f"{_OWNER}: {name} {removal}")
             problem = declared.problem(value)
             if problem is not None:
                 error = ValueError if declared.of_kind(value) else TypeError

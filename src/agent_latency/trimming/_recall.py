@@ -32,7 +32,7 @@ from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
-from agent_latency.trimming._result import TrimResult
+from agent_latency.trimming._result import TrimResult, warn_if_over_budget
 from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 
 __all__ = [
@@ -133,7 +133,8 @@ class RecallingTrimmer(TrimRunnable):
         tracer: Tracer | None = None,
         **request: Any,
     ) -> TrimResult:
-        """Trims ``messages`` as ``PriorityTrimmer.trim`` does, the marker in, recording a span.
+        """Trims ``messages`` as ``PriorityTrimmer.trim`` does, the marker in, recording a span
+        and warning when the request sent is over the whole budget.
 
         Args:
             messages: As for ``PriorityTrimmer.trim``. Never modified.
@@ -148,6 +149,7 @@ class RecallingTrimmer(TrimRunnable):
             end_trim_span(span, exc)
             raise
         end_trim_span(span, None, result.span_attributes())
+        warn_if_over_budget(result)  # the request sent, against the whole budget
         return result
 
     def left_out(self, messages: Sequence[BaseMessage], **request: Any) -> list[BaseMessage]:
@@ -206,7 +208,7 @@ class RecallingTrimmer(TrimRunnable):
         return "\n".join([*parts, _more(more)] if more else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
-        """The trim to the budget less the marker's tokens, with no span of its own."""
+        """The trim to the budget less the marker's tokens, with no span or warning of its own."""
         return self._reserving().trim(messages, tracer=NoOpTracer(), **request)
 
     def _reserving(self) -> Trimming:

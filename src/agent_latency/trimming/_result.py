@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,6 +16,8 @@ from agent_latency._trace_link import TRIM_FIELDS
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.tokens import PromptCalibration
 from agent_latency.trimming._decisions import MessageDecision
+
+logger = logging.getLogger("agent_latency.trimming")
 
 _FIXED_PARTS: Final = (
     ("tool_tokens", "tool definitions", "send fewer tools or shorten their descriptions"),
@@ -219,6 +222,22 @@ class TrimResult:
             attributes[semconv.TRIM_OVER_BUDGET_CAUSE] = cause
             attributes[semconv.TRIM_OVER_BUDGET_REASON] = reason
         return attributes
+
+
+def warn_if_over_budget(result: TrimResult) -> None:
+    """Logs the warning docs/trimming.md quotes when ``result`` is ``over_budget``: what the
+    request needs against its ``budget`` (the one the user set), what no trim removes and the
+    fix. A trimmer whose result another reports (the recall marker's reserve) does not call it."""
+    if result.over_budget:
+        logger.warning(
+            "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
+            "(%d by our count). What no trim removes: %s. Fix: %s.",
+            result.tokens_after,
+            result.budget,
+            result.effective_budget,
+            result.over_budget_cause,
+            result.over_budget_hint,
+        )
 
 
 def _figures(decisions: list[MessageDecision]) -> ClassFigures:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import math
 import time
 from collections.abc import Sequence
@@ -54,15 +53,13 @@ from agent_latency.trimming._plan import (
 from agent_latency.trimming._recall import TOOL_DEFINITION
 from agent_latency.trimming._relevance import Occurrences, TermCache, TermIndex
 from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
-from agent_latency.trimming._result import TrimResult
+from agent_latency.trimming._result import TrimResult, warn_if_over_budget
 from agent_latency.trimming._rounds import AnalysisMemo
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 from agent_latency.trimming._tools import select_tools
 
 __all__ = ["PriorityTrimmer", "TrimResult"]
-
-logger = logging.getLogger("agent_latency.trimming")
 
 _UNSET: Any = object()
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
@@ -98,12 +95,15 @@ class PriorityTrimmer(TrimRunnable):
 
         ``cut_budget`` is the budget cache-first cuts are drawn on (default: ``options.budget``):
         a trimmer that trims to less than the budget it stands for (the recall marker's reserve)
-        cuts where the whole budget's trimmer would.
+        cuts where the whole budget's trimmer would, and leaves the over-budget warning to the
+        trimmer that wraps it, which warns of the request it sends against the whole budget (the
+        one the user set).
         """
         if options.token_counter is None:
             options = dataclasses.replace(options, token_counter=TokenCounter())
         self.options = options
         self._cut_budget = options.budget if cut_budget is None else cut_budget
+        self._warns = cut_budget is None
         counter = self.token_counter
         self.term_cache = TermCache()
         self._term_index = TermIndex(self.term_cache)
@@ -252,16 +252,8 @@ class PriorityTrimmer(TrimRunnable):
             end_trim_span(span, exc)
             raise
         end_trim_span(span, None, result.span_attributes)
-        if result.over_budget:
-            logger.warning(
-                "Prompt over budget after trimming: the request needs %d tokens, the budget is %d "
-                "(%d by our count). What no trim removes: %s. Fix: %s.",
-                result.tokens_after,
-                result.budget,
-                result.effective_budget,
-                result.over_budget_cause,
-                result.over_budget_hint,
-            )
+        if self._warns:
+            warn_if_over_budget(result)
         return result
 
     def as_pre_model_hook(
