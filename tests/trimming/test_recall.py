@@ -345,3 +345,19 @@ def test_a_request_that_fits_the_budget_only_without_the_marker_is_sent_without_
 
     assert sent == [question]
     assert over_budget_warnings(caplog) == []
+
+
+def test_a_question_that_fits_the_budget_only_without_the_marker_is_sent_whole() -> None:
+    """Where the prompt and the question take the room the marker would need, the history is
+    cut to the whole budget and the question is not shortened to make room for a marker that is
+    not sent."""
+    question = HumanMessage("Which port does the staging database listen on? " * 12, id="q")
+    unlimited = PriorityTrimmer(100_000, token_counter=COUNTER, tools=[TOOL_DEFINITION])
+    fixed = unlimited.trim([SystemMessage(LONG_PROMPT), question]).tokens_after
+    budget = fixed + 5  # the prompt and the question fit; with the marker they would not
+    hook = PriorityTrimmer(budget, token_counter=COUNTER).as_pre_model_hook(prompt=LONG_PROMPT)
+
+    sent = hook({"messages": [*conversation(10), question]})["llm_input_messages"]
+
+    assert sent == [question]
+    assert sent[0] is question

@@ -115,6 +115,7 @@ class RecallingTrimmer(TrimRunnable):
         self.marker = SystemMessage(MARKER_TEXT if offers_tool else PLAIN_MARKER_TEXT)
         self.marker_tokens = trimmer.token_counter.count_message(self.marker)
         self._reserved: tuple[int, Trimming] | None = None
+        self._unreserved: Trimming | None = None
         self._tracer = trace.get_tracer(
             semconv.INSTRUMENTATION_SCOPE,
             tracer_provider=trimmer.options.tracer_provider,
@@ -208,8 +209,23 @@ class RecallingTrimmer(TrimRunnable):
         return "\n".join([*parts, _more(more)] if more else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
-        """The trim to the budget less the marker's tokens, with no span or warning of its own."""
-        return self._reserving().trim(messages, tracer=NoOpTracer(), **request)
+        """The trim to the budget less the marker's tokens, with no span or warning of its own;
+        to the whole budget where what no trim removes leaves no room for the marker (the trim
+        within the reserve would shorten the question, or overflow, for a marker not sent)."""
+        quiet = NoOpTracer()
+        result = self._reserving().trim(messages, tracer=quiet, **request)
+        if result.over_budget or (
+            result.shortened_messages
+            and any(d.rule == "shortened_to_fit" for d in result.decisions)
+        ):
+            result = self._whole().trim(messages, tracer=quiet, **request)
+        return result
+
+    def _whole(self) -> Trimming:
+        """The trimmer at the whole budget, with no warning of its own (see :meth:`trim`)."""
+        if self._unreserved is None:
+            self._unreserved = self.trimmer._with(cut_budget=self.trimmer.options.budget)
+        return self._unreserved
 
     def _reserving(self) -> Trimming:
         """The trimmer with the marker's tokens, in the server's tokens, taken off its budget.
