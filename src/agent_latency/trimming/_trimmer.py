@@ -28,7 +28,7 @@ from opentelemetry.trace import Tracer
 from agent_latency import semconv
 from agent_latency._user_input import coerce_messages
 from agent_latency._validation import checked_bool
-from agent_latency.config import TRIM_MODES, Settings
+from agent_latency.config import TRIM_MODES, Settings, removed_value
 from agent_latency.tokens import TokenCounter, TokenCounting, calibration_for
 from agent_latency.trimming._cache_first import cache_first_cut
 from agent_latency.trimming._compaction import Compactor
@@ -155,8 +155,11 @@ class PriorityTrimmer(TrimRunnable):
         """
         prompt, llm = settings.prompt, settings.llm
         if prompt.mode not in TRIM_MODES:
+            removal = removed_value("prompt.mode", prompt.mode, "prompt.mode")
             raise ValueError(
-                f"PriorityTrimmer.from_settings: prompt.mode {prompt.mode!r} is no mode "
+                f"PriorityTrimmer.from_settings: prompt.mode {removal}"
+                if removal is not None
+                else f"PriorityTrimmer.from_settings: prompt.mode {prompt.mode!r} is no mode "
                 "(llm.prompt.mode in config.toml or promptTrimmer.mode in settings.json). "
                 f"Fix: use one of {', '.join(TRIM_MODES)}."
             )
