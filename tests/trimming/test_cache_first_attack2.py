@@ -16,10 +16,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimResult
+from agent_latency.trimming._cache_first import _History
 
 COUNTER = TokenCounter()
 SYSTEM = SystemMessage("You are a helpful assistant. Answer briefly.", id="system")
@@ -86,3 +94,129 @@ def test_batch_over_the_prefixes_of_one_conversation_returns_what_fresh_trimmers
         assert failed == []
         sent = [[(type(m).__name__, m.id, json.dumps(m.content)) for m in out] for out in got]
         assert sent == expected
+
+
+# --- the quick check before recall, on the texts users write ----------------------------------
+
+HAN_KANA_HANGUL = (
+    "我们之前说的是什么东西时间地点人物事情问题回答数据系统服务器缓存日本語のテキスト한국어문장"
+)
+ARABIC = [
+    "كتاب",
+    "مدرسة",
+    "بيت",
+    "سيارة",
+    "قلم",
+    "باب",
+    "شمس",
+    "قمر",
+    "ماء",
+    "نار",
+    "طريق",
+    "مدينة",
+]
+STOP_WORDS = ["the", "a", "is", "what", "when", "it", "of", "to", "and", "you"]
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBOR" * 50}}
+MARKS = ["?", "", ".", "\uff1f", "\u061f"]
+
+
+def script_text(rng: random.Random, kind: str) -> str:
+    """A turn of one kind of text: CJK (character pairs), Arabic, scripts mixed in one word,
+    one word many times, almost nothing, only stop words, or Zipf words."""
+    if kind == "cjk":
+        return "".join(rng.choices(HAN_KANA_HANGUL, k=rng.randint(2, 40)))
+    if kind == "arabic":
+        return " ".join(rng.choices(ARABIC, [1 / (i + 1) for i in range(12)], k=rng.randint(2, 30)))
+    if kind == "mixed":
+        han = "".join(rng.choices(HAN_KANA_HANGUL, k=3))
+        return f"{han}abc{han} {rng.choice(ARABIC)} {zipf_text(rng, 3, 6)} 東京w7"
+    if kind == "repeated":
+        return " ".join([rng.choice(VOCABULARY[:50])] * rng.randint(50, 2000))
+    if kind == "tiny":
+        return rng.choice(["", "x", "ok", "?", "7", "a b", "w1"])
+    if kind == "stop_words":
+        return " ".join(rng.choices(STOP_WORDS, k=rng.randint(1, 20)))
+    return zipf_text(rng, 3, 60)
+
+
+KINDS = ["cjk", "arabic", "mixed", "repeated", "tiny", "stop_words", "zipf", "zipf", "zipf"]
+
+
+def latest_turn(rng: random.Random, said: list[str]) -> str:
+    """A user turn: an earlier turn word for word (with or without a question mark), a part
+    of one, a question of the commonest terms or of stop words only, or a new turn."""
+    draw = rng.random()
+    if draw < 0.15 and said:
+        return rng.choice(said) + rng.choice(["", "?"])
+    if draw < 0.3 and said:
+        earlier = rng.choice(said)
+        part = " ".join(earlier.split()[: rng.randint(1, 8)]) if earlier.isascii() else earlier[:9]
+        return part + rng.choice(MARKS)
+    if draw < 0.4:
+        return "w0 w1 w2?"  # terms in over half the messages: none ranks a round
+    if draw < 0.5:
+        return " ".join(rng.choices(STOP_WORDS, k=4)) + "?"  # no term at all
+    return script_text(rng, rng.choice(KINDS)) + rng.choice(MARKS)
+
+
+def scripts_chat(seed: int, rounds: int) -> Iterator[list[BaseMessage]]:
+    """The calls of a growing chat of :data:`KINDS` texts: user turns as strings,
+    ``ChatMessage(role="user")`` or text parts around an image, some rounds with a tool call."""
+    rng = random.Random(seed)
+    messages: list[BaseMessage] = [SYSTEM]
+    said: list[str] = []
+    for n in range(rounds):
+        text = latest_turn(rng, said)
+        shape = rng.random()
+        if shape < 0.1:
+            messages.append(ChatMessage(role="user", content=text, id=f"u{n}"))
+        elif shape < 0.2:
+            parts = [{"type": "text", "text": text}, IMAGE, {"type": "text", "text": "w9 w12"}]
+            messages.append(HumanMessage(parts, id=f"u{n}"))  # type: ignore[arg-type]
+        else:
+            messages.append(HumanMessage(text, id=f"u{n}"))
+        said.append(text)
+        if rng.random() < 0.2:
+            call = {"name": "search", "args": {"q": zipf_text(rng, 1, 4)}, "id": f"c{n}"}
+            messages.append(AIMessage(script_text(rng, "tiny"), tool_calls=[call], id=f"t{n}"))
+            result = script_text(rng, rng.choice(KINDS))
+            messages.append(ToolMessage(result, tool_call_id=f"c{n}", id=f"r{n}"))
+        yield list(messages)
+        answer = script_text(rng, rng.choice(KINDS))
+        messages.append(AIMessage(answer, id=f"a{n}"))
+        said.append(answer)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6, 7])
+def test_the_quick_check_never_skips_a_recall_on_cjk_arabic_repeated_or_empty_turns(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_History.may_reach`` against scoring every call, on the texts the first comparison
+    (Zipf words only) did not draw: CJK pairs, Arabic, mixed scripts, a word thousands of times
+    in one turn, empty and stop-word turns, questions with no terms or only common ones, turns
+    repeated word for word (the statement gate), user turns as ``ChatMessage`` and as text
+    parts around an image, tool-call rounds."""
+    said: list[bool] = []
+    may_reach = _History.may_reach
+
+    def recorded(history: _History, query: Any, share: float) -> bool:
+        said.append(may_reach(history, query, share))
+        return said[-1]
+
+    budget = [300, 600, 1000, 1500][seed % 4]
+    checked = PriorityTrimmer(budget, token_counter=COUNTER)
+    scored = PriorityTrimmer(budget, token_counter=COUNTER)
+    recalled = 0
+    for messages in scripts_chat(seed, 120):
+        with monkeypatch.context() as patch:
+            patch.setattr(_History, "may_reach", recorded)
+            quick = checked.trim(messages)
+        with monkeypatch.context() as patch:
+            patch.setattr(_History, "may_reach", lambda *_: True)
+            full = scored.trim(messages)
+        assert wire(quick) == wire(full)
+        assert [d.rule for d in quick.decisions] == [d.rule for d in full.decisions]
+        recalled += any(d.rule == "recalled" for d in full.decisions)
+    # Both ways were taken: calls skipped scoring, and others recalled.
+    assert said.count(False) >= 10
+    assert recalled >= 10
