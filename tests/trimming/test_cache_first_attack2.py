@@ -263,7 +263,8 @@ def branches(shared: str) -> list[list[BaseMessage]]:
 def grow(rng: random.Random, messages: list[BaseMessage], rounds: int) -> None:
     start = len(messages)
     for n in range(start, start + rounds):
-        messages.append(HumanMessage(zipf_text(rng, 10, 60), id=f"u{n}_{rng.random()}"))
+        question = zipf_text(rng, 10, 60) + rng.choice(["?", ""])  # some ask about the past
+        messages.append(HumanMessage(question, id=f"u{n}_{rng.random()}"))
         messages.append(AIMessage(zipf_text(rng, 10, 60), id=f"a{n}_{rng.random()}"))
 
 
@@ -306,3 +307,35 @@ def test_conversations_sharing_their_first_message_objects_are_analysed_once_per
     conversations that open with their own objects (the test above)."""
     analysed, added = messages_analysed(shared)
     assert analysed <= 2 * added
+
+
+@pytest.mark.parametrize("shared", ["few_shot", "fork"])
+def test_shared_openings_and_forks_edited_between_calls_are_trimmed_as_fresh_trimmers_trim(
+    shared: str,
+) -> None:
+    """The conversations above, trimmed in turn by one trimmer while they grow, now and then
+    with a message removed from the middle (LangGraph's ``RemoveMessage``) or replaced by an
+    equal copy: every trim is a fresh trimmer's, fits or says it does not, sends no message
+    twice and leaves the input as it was."""
+    rng = random.Random(5)
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    conversations = branches(shared)
+    rules: set[str] = set()
+    for step in range(12):
+        messages = conversations[step % 3]
+        grow(rng, messages, 1)
+        if step % 4 == 1:
+            del messages[rng.randrange(5, len(messages) - 4)]
+        elif step % 4 == 2:
+            at = rng.randrange(3, len(messages))
+            messages[at] = messages[at].model_copy()
+        before = [m.model_dump() for m in messages]
+        result = trimmer.trim(messages)
+        assert wire(result) == fresh(messages, 2000)
+        assert result.over_budget == (result.tokens_after > result.effective_budget)
+        assert not result.over_budget
+        sent = [m.id for m in result.messages]
+        assert len(set(sent)) == len(sent)
+        assert [m.model_dump() for m in messages] == before
+        rules.update(d.rule for d in result.decisions)
+    assert {"dropped_at_cut", "recalled"} <= rules
