@@ -71,11 +71,6 @@ def questions_about_the_past(rounds: int, seed: int = 1) -> list[BaseMessage]:
     return messages
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a trim reads term postings that a concurrent trim of a longer prefix extends in "
-    "place: IndexError (or other idf) in _History.weigh/scores/may_reach",
-)
 @pytest.mark.usefixtures("busy_switching")
 def test_batch_over_the_prefixes_of_one_conversation_returns_what_fresh_trimmers_return() -> None:
     """``trimmer.batch`` over a conversation's last prefixes (an evaluation replaying each step

@@ -180,13 +180,11 @@ class _History:
     def weigh(self, query: str, length: int) -> _Query:
         """The terms of ``query`` as the first ``length`` messages weigh them (for a cut, those
         before it: :meth:`before`, so that later messages change nothing)."""
-        postings, totals = self.occurrences.postings, self.occurrences.totals
+        occurrences, totals = self.occurrences._replace(length=length), self.occurrences.totals
         weighed = []
         ideal = 0.0
         for bit, term in enumerate(self.terms.counts(query)):
-            positions = postings.get(term, ())
-            if positions and positions[-1] >= length:
-                positions = positions[: bisect.bisect_left(positions, length)]
+            positions = occurrences.positions(term)
             idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
             ideal += idf
             if len(positions) <= length * _COMMON:  # else says little about which round

@@ -230,7 +230,8 @@ class Occurrences(NamedTuple):
 
     Attributes:
         postings: Per term, the positions of the messages holding it, ascending (shared and
-            extended in place by later calls: read through :meth:`positions`).
+            extended in place by later calls, also while this view is read: read through
+            :meth:`positions`).
         length: How many messages this view covers.
         bags: Per message, its term counts (shared, extended in place like ``postings``).
         totals: The number of terms before each message, and after the last (likewise).
@@ -242,11 +243,11 @@ class Occurrences(NamedTuple):
     totals: list[int]
 
     def positions(self, term: str) -> list[int]:
-        """The positions of the messages (of the first ``length``) holding ``term``."""
+        """The positions of the messages (of the first ``length``) holding ``term``: a copy,
+        since a trim of a longer prefix of the conversation may extend the list meanwhile (in
+        another thread)."""
         found = self.postings.get(term)
-        if not found:
-            return []
-        return found if found[-1] < self.length else found[: bisect.bisect_left(found, self.length)]
+        return found[: bisect.bisect_left(found, self.length)] if found else []
 
 
 @dataclass(slots=True)
