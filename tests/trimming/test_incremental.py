@@ -136,7 +136,7 @@ def _plan(messages: list[BaseMessage], memo: AnalysisMemo, counter: TokenCounter
     """A plan classified and marked, its large tool results shortened (as a trim starts)."""
     plan = Plan(
         messages,
-        memo.analyse(messages),
+        memo.analyse(messages)[0],
         overhead=0,
         framing=lambda first: counter.count_framing(() if first is None else (first,)),
         budget=300,

@@ -186,7 +186,7 @@ def test_conversation_cache_matches_a_fresh_analysis_on_random_agent_loops() -> 
             ids = [f"x{rng.randrange(3)}", f"a{rng.randrange(5)}"]
             messages += [calls(*ids), *(result(i, rng.randrange(1, 20)) for i in ids)]
 
-        facts = cache.analyse(messages)
+        facts, _ = cache.analyse(messages)
 
         assert facts.counts == [TokenCounter().count_message(m) for m in messages]
         assert facts.texts == [m.text for m in messages]

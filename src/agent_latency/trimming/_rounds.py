@@ -27,7 +27,7 @@ import bisect
 import copy
 import operator
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import compress, count, repeat
 from typing import Any, Literal, NamedTuple
@@ -44,6 +44,8 @@ from agent_latency.trimming._relevance import text_of
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _CONVERSATIONS = 16
 _KEY_MESSAGES = 2  # a conversation is told apart by its first messages
+_PARTINGS = 4
+"""How many conversations opening with the same message objects are told apart."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -244,10 +246,12 @@ class _Memo:
 class AnalysisMemo:
     """The analysis of conversations (:class:`MessageFacts`), once per message while unchanged.
 
-    Remembers the last state of a few conversations (told apart by their first two messages);
-    a call reuses what it remembers for the longest unchanged first part of the messages. Holds
-    no message alive, and what it holds of a message that died (content, copies of list content,
-    text) is let go at the next call. Safe to share between threads.
+    Remembers the last state of a few conversations, told apart by their first two messages
+    and, among conversations opening with the same message objects (a system prompt and
+    few-shot examples kept as constants, forks of one conversation), by where each parted from
+    the others; a call reuses what it remembers for the longest unchanged first part of the
+    messages. Holds no message alive, and what it holds of a message that died (content, copies
+    of list content, text) is let go at the next call. Safe to share between threads.
 
     Args:
         counter: Counts the messages' tokens.
@@ -258,27 +262,52 @@ class AnalysisMemo:
         # A memo is cut before its first message that died (whose content, copies of list
         # content and text it would otherwise hold), at the next call.
         self._memos = LRUCache(_CONVERSATIONS, on_death=_alive_part)
+        # Per opening (the first messages' ids) shared by several conversations: where each
+        # parted from the one remembered before it, as (position, id of its message there).
+        self._partings = LRUCache(_CONVERSATIONS)
 
-    def analyse(self, messages: list[BaseMessage]) -> MessageFacts:
-        """Returns the facts of ``messages``.
+    def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
+        """Returns the facts of ``messages`` and the key their conversation is remembered under
+        (stable while it grows: what else is remembered of it can be kept under the same).
 
         Raises:
             ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
                 malformed in place (see :func:`~agent_latency._user_input.tool_calls_of`).
         """
-        key = tuple(map(id, messages[:_KEY_MESSAGES]))
+        opening = tuple(map(id, messages[:_KEY_MESSAGES]))
+        key = self._key(opening, messages)
         memo: _Memo = self._memos.get(key) or _EMPTY
         unchanged = _unchanged(messages, memo)
         if unchanged == len(memo.refs) == len(messages):
-            return memo.facts
+            return memo.facts, key
+        if _KEY_MESSAGES <= unchanged < min(len(memo.refs), len(messages)):
+            # Parts from the conversation remembered at ``key`` (a fork, another conversation
+            # with the same opening, an edit): remembered apart, so that both go on from theirs.
+            key = self._part(opening, unchanged, id(messages[unchanged]))
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
-            return analysis(self._counter, messages)
+            return analysis(self._counter, messages), key
         self._memos.put(key, memo)
-        return memo.facts
+        return memo.facts, key
 
-    def _extended(self, memo: _Memo, messages: list[BaseMessage], key: tuple[int, ...]) -> _Memo:
+    def _key(self, opening: tuple[int, ...], messages: list[BaseMessage]) -> Hashable:
+        """The key of the conversation ``messages`` go on: the latest parting they pass through
+        that is remembered, else their opening."""
+        partings: tuple[tuple[int, int], ...] = self._partings.get(opening) or ()
+        for at, parted in partings:  # the latest first
+            if at < len(messages) and id(messages[at]) == parted:
+                return (opening, at, parted)
+        return opening
+
+    def _part(self, opening: tuple[int, ...], at: int, parted: int) -> Hashable:
+        """Notes that a conversation of ``opening`` parts from another at ``at``, with the
+        message of id ``parted``; returns its key."""
+        partings = self._partings.get(opening) or ()
+        self._partings.put(opening, ((at, parted), *partings[: _PARTINGS - 1]))
+        return (opening, at, parted)
+
+    def _extended(self, memo: _Memo, messages: list[BaseMessage], key: Hashable) -> _Memo:
         """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``."""
         start = len(memo.refs)
         new = messages[start:]

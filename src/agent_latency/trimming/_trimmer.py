@@ -310,7 +310,7 @@ class PriorityTrimmer(TrimRunnable):
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         messages = coerce_messages(value)
-        facts = self._analyses.analyse(messages)
+        facts, conversation = self._analyses.analyse(messages)
         counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
         # What the request weighed as given, before a tool budget left tools out.
@@ -339,7 +339,7 @@ class PriorityTrimmer(TrimRunnable):
 
         @functools.cache  # read by the cut and by question_retention: indexed once
         def occurrences() -> Occurrences:
-            return self._term_index.of(tuple(map(id, messages[:2])), texts)
+            return self._term_index.of(conversation, texts)
 
         options = self.options
         classify(plan)
