@@ -141,7 +141,7 @@ def _sweep_panel(sweep_axes: Any, *, report: BenchReport) -> None:
     sweep_axes.set_title("Budget sweep: prefill cost")
     sweep_axes.set_xlim(left=0)
     sweep_axes.set_ylim(bottom=0)
-    sweep_axes.legend(loc="lower right", fontsize=8)  # the points rise to the upper right
+    sweep_axes.legend(loc="upper left", fontsize=8)  # the points rise to the right, off it
 
 
 _PEERS: Final = ("none", "hard_limit", "trim_messages", "context_editing", "summarization")
