@@ -10,9 +10,11 @@ extended; conversations sharing their opening analysed anew on every call) are f
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -330,3 +332,82 @@ def test_shared_openings_and_forks_edited_between_calls_are_trimmed_as_fresh_tri
         assert [m.model_dump() for m in messages] == before
         rules.update(d.rule for d in result.decisions)
     assert {"dropped_at_cut", "recalled"} <= rules
+
+
+def test_many_conversations_sharing_their_opening_are_analysed_once_per_message() -> None:
+    """Eight users of an agent whose system prompt and few-shot example are constants, trimmed
+    in turn by one trimmer: each call analyses what its conversation added only."""
+    counter = CallCounting()
+    trimmer = PriorityTrimmer(2000, token_counter=counter)
+    rng = random.Random(6)
+    conversations: list[list[BaseMessage]] = []
+    for _ in range(8):
+        conversations.append([SYSTEM, *EXAMPLE])
+        grow(rng, conversations[-1], 20)
+        trimmer.trim(conversations[-1])
+    counter.asked = added = 0
+    for _ in range(3):
+        for messages in conversations:
+            grow(rng, messages, 1)
+            added += 2
+            assert wire(trimmer.trim(messages)) == fresh(messages, 2000)
+    assert counter.asked <= 2 * added
+
+
+def test_a_conversation_edited_in_place_on_every_call_leaves_the_others_remembered() -> None:
+    """Sixteen conversations (as many as a trimmer remembers) in turn; one has a message edited
+    in place before each of its calls. That one is analysed again from the edit; the others
+    only for what they added (an edit is not a fork: it is not remembered as another
+    conversation, which would push the others out)."""
+    counter = CallCounting()
+    trimmer = PriorityTrimmer(2000, token_counter=counter)
+    rng = random.Random(7)
+    conversations: list[list[BaseMessage]] = []
+    for n in range(16):
+        conversations.append([SystemMessage(f"You are assistant {n}."), HumanMessage(f"hi {n}")])
+        grow(rng, conversations[-1], 20)
+        trimmer.trim(conversations[-1])
+    others = added = 0
+    for step in range(4):
+        for n, messages in enumerate(conversations):
+            grow(rng, messages, 1)
+            if n == 0:
+                messages[6].content = f"edited {step}"
+            before = counter.asked
+            assert wire(trimmer.trim(messages)) == fresh(messages, 2000)
+            if n:
+                others += counter.asked - before
+                added += 2
+    assert others <= 2 * added
+
+
+class _Attachment:
+    """Something a user keeps in a content part (weak-referenceable, unlike str or dict; equal
+    to its copies, so that the message reads as unchanged from call to call)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Attachment)
+
+    __hash__ = object.__hash__
+
+
+def test_a_fork_keeps_nothing_of_a_shared_message_that_is_gone() -> None:
+    """Two forks of a conversation trimmed by one trimmer, then a shared message removed from
+    both and gone: neither fork's memory holds its content after the next call."""
+    trimmer = PriorityTrimmer(3000, token_counter=COUNTER)
+    attachment = _Attachment()
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    shared = HumanMessage([{"type": "text", "text": "look"}, {**image, "meta": attachment}])
+    trunk: list[BaseMessage] = [SYSTEM, HumanMessage("first"), AIMessage("ok"), shared]
+    forks = [[*trunk, AIMessage("seen"), HumanMessage(f"branch {n}?")] for n in range(2)]
+    for messages in forks:
+        trimmer.trim(messages)
+    gone = weakref.ref(attachment)
+
+    for messages in forks:
+        del messages[3]
+    del trunk, shared, attachment, image
+    gc.collect()
+    trimmer.trim([SystemMessage("another conversation"), HumanMessage("hi")])
+
+    assert gone() is None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -44,8 +45,9 @@ from agent_latency.trimming._relevance import text_of
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _CONVERSATIONS = 16
 _KEY_MESSAGES = 2  # a conversation is told apart by its first messages
-_PARTINGS = 4
-"""How many conversations opening with the same message objects are told apart."""
+_PARTINGS = _CONVERSATIONS
+"""How many partings are noted per opening: conversations opening with the same message objects
+are told apart up to as many as are remembered."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -249,9 +251,10 @@ class AnalysisMemo:
     Remembers the last state of a few conversations, told apart by their first two messages
     and, among conversations opening with the same message objects (a system prompt and
     few-shot examples kept as constants, forks of one conversation), by where each parted from
-    the others; a call reuses what it remembers for the longest unchanged first part of the
-    messages. Holds no message alive, and what it holds of a message that died (content, copies
-    of list content, text) is let go at the next call. Safe to share between threads.
+    the others (a message edited in place, removed or replaced is an edit, not a parting); a
+    call reuses what it remembers for the longest unchanged first part of the messages. Holds no
+    message alive, and what it holds of a message that died (content, copies of list content,
+    text) is let go at the next call. Safe to share between threads.
 
     Args:
         counter: Counts the messages' tokens.
@@ -280,10 +283,19 @@ class AnalysisMemo:
         unchanged = _unchanged(messages, memo)
         if unchanged == len(memo.refs) == len(messages):
             return memo.facts, key
-        if _KEY_MESSAGES <= unchanged < min(len(memo.refs), len(messages)):
-            # Parts from the conversation remembered at ``key`` (a fork, another conversation
-            # with the same opening, an edit): remembered apart, so that both go on from theirs.
+        if _parts(messages, memo, unchanged):
+            # A fork, or another conversation with the same opening: remembered apart, so that
+            # both go on from theirs (its own memo, when one is left, if that goes further).
             key = self._part(opening, unchanged, id(messages[unchanged]))
+            own: _Memo = self._memos.get(key) or _EMPTY
+            own_unchanged = _unchanged(messages, own)
+            if own_unchanged > unchanged:
+                memo, unchanged = own, own_unchanged
+            else:  # the shared part, its messages' deaths now noted at the new key too
+                memo = _truncated(memo, unchanged)
+                callback = self._memos.on_death(key)
+                refs = list(map(weakref.ref, messages[:unchanged], repeat(callback)))
+                memo = dataclasses.replace(memo, refs=refs)
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
@@ -383,6 +395,23 @@ def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
             pairs = zip(indices, values, snapshots, strict=False)  # values stop at the cut
             length = next(index for index, value, then in pairs if value != then)
     return length
+
+
+def _parts(messages: list[BaseMessage], memo: _Memo, at: int) -> bool:
+    """Whether ``messages``, the same as ``memo``'s before ``at`` but not there, part from the
+    conversation it remembers (a fork, another conversation with the same opening) rather than
+    edit it: a message changed in place, removed or replaced there, the rest going on alike."""
+    if not _KEY_MESSAGES <= at < min(len(memo.refs), len(messages)):
+        return False
+    then = memo.refs[at]()
+    edited = then is messages[at] or (
+        at + 1 < len(memo.refs)
+        and (
+            memo.refs[at + 1]() is messages[at]  # removed
+            or (at + 1 < len(messages) and memo.refs[at + 1]() is messages[at + 1])  # replaced
+        )
+    )
+    return not edited
 
 
 def _truncated(memo: _Memo, length: int) -> _Memo:
