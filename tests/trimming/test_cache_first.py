@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import random
 import statistics
-from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from support.quick_check import compare_with_full_scoring
 
 from agent_latency.tokens import PromptCalibration, TokenCounter
 from agent_latency.trimming import PriorityTrimmer
-from agent_latency.trimming._cache_first import _History
 
 COUNTER = TokenCounter()
 SYSTEM = SystemMessage("You are a helpful assistant. Answer briefly.")
@@ -300,27 +299,8 @@ def test_recall_skips_scoring_only_where_no_left_out_round_could_come_back(
             # A question about an earlier turn, or a statement repeating part of one.
             text = " ".join(earlier[: rng.randint(2, 12)]) + rng.choice(["?", ".", ""])
         chat.append(HumanMessage(text) if n % 2 == 0 else AIMessage(text))
-    said: list[bool] = []
-    may_reach = _History.may_reach
-
-    def recorded(history: _History, query: Any, share: float) -> bool:
-        said.append(may_reach(history, query, share))
-        return said[-1]
-
-    checked = PriorityTrimmer(1500, token_counter=COUNTER)
-    scored = PriorityTrimmer(1500, token_counter=COUNTER)
-    recalled = 0
-    for end in range(1, len(chat) + 1, 2):
-        messages = [SYSTEM, *chat[:end]]
-        with monkeypatch.context() as patch:
-            patch.setattr(_History, "may_reach", recorded)
-            quick = checked.trim(messages)
-        with monkeypatch.context() as patch:
-            patch.setattr(_History, "may_reach", lambda *_: True)
-            full = scored.trim(messages)
-        assert quick.messages == full.messages
-        assert [d.rule for d in quick.decisions] == [d.rule for d in full.decisions]
-        recalled += any(d.rule == "recalled" for d in full.decisions)
+    calls = ([SYSTEM, *chat[:end]] for end in range(1, len(chat) + 1, 2))
+    skipped, recalled = compare_with_full_scoring(calls, 1500, COUNTER, monkeypatch)
     # Both ways were taken: calls skipped scoring, and others recalled.
-    assert said.count(False) >= 10
+    assert skipped >= 10
     assert recalled >= 10

@@ -27,10 +27,10 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from support.quick_check import compare_with_full_scoring
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimResult
-from agent_latency.trimming._cache_first import _History
 
 COUNTER = TokenCounter()
 SYSTEM = SystemMessage("You are a helpful assistant. Answer briefly.", id="system")
@@ -194,29 +194,11 @@ def test_the_quick_check_never_skips_a_recall_on_cjk_arabic_repeated_or_empty_tu
     in one turn, empty and stop-word turns, questions with no terms or only common ones, turns
     repeated word for word (the statement gate), user turns as ``ChatMessage`` and as text
     parts around an image, tool-call rounds."""
-    said: list[bool] = []
-    may_reach = _History.may_reach
-
-    def recorded(history: _History, query: Any, share: float) -> bool:
-        said.append(may_reach(history, query, share))
-        return said[-1]
-
     budget = [300, 600, 1000, 1500][seed % 4]
-    checked = PriorityTrimmer(budget, token_counter=COUNTER)
-    scored = PriorityTrimmer(budget, token_counter=COUNTER)
-    recalled = 0
-    for messages in scripts_chat(seed, 120):
-        with monkeypatch.context() as patch:
-            patch.setattr(_History, "may_reach", recorded)
-            quick = checked.trim(messages)
-        with monkeypatch.context() as patch:
-            patch.setattr(_History, "may_reach", lambda *_: True)
-            full = scored.trim(messages)
-        assert wire(quick) == wire(full)
-        assert [d.rule for d in quick.decisions] == [d.rule for d in full.decisions]
-        recalled += any(d.rule == "recalled" for d in full.decisions)
+    calls = scripts_chat(seed, 120)
+    skipped, recalled = compare_with_full_scoring(calls, budget, COUNTER, monkeypatch)
     # Both ways were taken: calls skipped scoring, and others recalled.
-    assert said.count(False) >= 10
+    assert skipped >= 10
     assert recalled >= 10
 
 

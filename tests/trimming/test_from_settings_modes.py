@@ -16,20 +16,19 @@ def _settings(mode: str) -> Settings:
 
 
 @pytest.mark.parametrize(
-    "build", [trimmer_from_settings, PriorityTrimmer.from_settings], ids=["factory", "class"]
+    ("mode", "fix"),
+    [
+        ("cost-aware", r"prompt\.mode 'cost-aware' is no mode .* Fix: use one of"),
+        # Removed: the fix a file naming it gets.
+        ("cost_aware", r"prompt\.mode 'cost_aware' was removed \(.*\)\. Fix: set prompt\.mode"),
+    ],
+    ids=["no mode", "removed"],
 )
-def test_a_mode_that_does_not_exist_is_refused(build: object) -> None:
-    with pytest.raises(
-        ValueError, match=r"prompt\.mode 'cost-aware' is no mode .* Fix: use one of"
-    ):
-        build(_settings("cost-aware"))  # type: ignore[operator]
-
-
 @pytest.mark.parametrize(
     "build", [trimmer_from_settings, PriorityTrimmer.from_settings], ids=["factory", "class"]
 )
-def test_the_removed_mode_gets_the_fix_a_file_naming_it_gets(build: object) -> None:
-    with pytest.raises(
-        ValueError, match=r"prompt\.mode 'cost_aware' was removed \(.*\)\. Fix: set prompt\.mode"
-    ):
-        build(_settings("cost_aware"))  # type: ignore[operator]
+def test_a_mode_that_does_not_exist_is_refused_with_its_fix(
+    build: object, mode: str, fix: str
+) -> None:
+    with pytest.raises(ValueError, match=fix):
+        build(_settings(mode))  # type: ignore[operator]
