@@ -9,7 +9,6 @@ import statistics
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from support.quick_check import compare_with_full_scoring
 
 from agent_latency.tokens import PromptCalibration, TokenCounter
 from agent_latency.trimming import PriorityTrimmer
@@ -282,25 +281,3 @@ def test_a_cut_at_the_current_turn_is_decided_as_the_next_call_decides_it() -> N
     following = [*chat, AIMessage("sure"), HumanMessage("thanks")]
     fresh = PriorityTrimmer(3000, token_counter=COUNTER, **options).trim(following)
     assert warm.trim(following).messages == fresh.messages
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_recall_skips_scoring_only_where_no_left_out_round_could_come_back(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The quick check before recall scores the history (``_History.may_reach``) never says no
-    where scoring would recall: every trim of a growing chat is the one scored in full."""
-    rng = random.Random(seed)
-    chat: list[BaseMessage] = []
-    for n, turn in enumerate(_chat(240, seed)):
-        text = str(turn.content)
-        if n % 2 == 0 and n > 40 and rng.random() < 0.5:
-            earlier = str(chat[rng.randrange(0, n - 20, 2)].content).split()
-            # A question about an earlier turn, or a statement repeating part of one.
-            text = " ".join(earlier[: rng.randint(2, 12)]) + rng.choice(["?", ".", ""])
-        chat.append(HumanMessage(text) if n % 2 == 0 else AIMessage(text))
-    calls = ([SYSTEM, *chat[:end]] for end in range(1, len(chat) + 1, 2))
-    skipped, recalled = compare_with_full_scoring(calls, 1500, COUNTER, monkeypatch)
-    # Both ways were taken: calls skipped scoring, and others recalled.
-    assert skipped >= 10
-    assert recalled >= 10

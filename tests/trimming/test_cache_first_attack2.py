@@ -15,7 +15,7 @@ import json
 import random
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -27,10 +27,10 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from support.quick_check import compare_with_full_scoring
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimResult
+from agent_latency.trimming._cache_first import _History
 
 COUNTER = TokenCounter()
 SYSTEM = SystemMessage("You are a helpful assistant. Answer briefly.", id="system")
@@ -185,18 +185,69 @@ def scripts_chat(seed: int, rounds: int) -> Iterator[list[BaseMessage]]:
         said.append(answer)
 
 
-@pytest.mark.parametrize("seed", [4, 5, 6, 7])
-def test_the_quick_check_never_skips_a_recall_on_cjk_arabic_repeated_or_empty_turns(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+def repeating_chat(seed: int, turns: int) -> Iterator[list[BaseMessage]]:
+    """A Zipf chat whose user turns often ask about, or repeat part of, an earlier turn (at both
+    of recall's gates: a question's and a statement's), each request as it grows."""
+    rng = random.Random(seed)
+    chat: list[BaseMessage] = [SYSTEM]
+    for n in range(turns):
+        text = zipf_text(rng, 10, 60)
+        if n % 2 == 0 and n > 40 and rng.random() < 0.5:
+            earlier = str(chat[1 + rng.randrange(0, n - 20, 2)].content).split()
+            text = " ".join(earlier[: rng.randint(2, 12)]) + rng.choice(["?", ".", ""])
+        chat.append(HumanMessage(text) if n % 2 == 0 else AIMessage(text))
+        if n % 2 == 0:
+            yield list(chat)
+
+
+def compare_with_full_scoring(
+    calls: Iterable[list[BaseMessage]], budget: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, int]:
+    """Trims each request of ``calls`` (a growing chat's, in order) with one trimmer as shipped
+    and with another whose quick check says yes every time, and asserts the two trims are the
+    same; returns how often the check said no (scoring skipped) and how many calls recalled."""
+    said: list[bool] = []
+    may_reach = _History.may_reach
+
+    def recorded(history: _History, query: Any, share: float) -> bool:
+        said.append(may_reach(history, query, share))
+        return said[-1]
+
+    checked = PriorityTrimmer(budget, token_counter=COUNTER)
+    scored = PriorityTrimmer(budget, token_counter=COUNTER)
+    recalled = 0
+    for messages in calls:
+        with monkeypatch.context() as patch:
+            patch.setattr(_History, "may_reach", recorded)
+            quick = checked.trim(messages)
+        with monkeypatch.context() as patch:
+            patch.setattr(_History, "may_reach", lambda *_: True)
+            full = scored.trim(messages)
+        assert wire(quick) == wire(full)
+        assert [d.rule for d in quick.decisions] == [d.rule for d in full.decisions]
+        recalled += any(d.rule == "recalled" for d in full.decisions)
+    return said.count(False), recalled
+
+
+@pytest.mark.parametrize(
+    ("chat", "seed"),
+    [("repeating", 1), ("repeating", 2), ("repeating", 3)]
+    + [("scripts", seed) for seed in (4, 5, 6, 7)],
+)
+def test_the_quick_check_before_recall_never_skips_a_recall(
+    chat: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``_History.may_reach`` against scoring every call, on the texts the first comparison
-    (Zipf words only) did not draw: CJK pairs, Arabic, mixed scripts, a word thousands of times
-    in one turn, empty and stop-word turns, questions with no terms or only common ones, turns
-    repeated word for word (the statement gate), user turns as ``ChatMessage`` and as text
-    parts around an image, tool-call rounds."""
-    budget = [300, 600, 1000, 1500][seed % 4]
-    calls = scripts_chat(seed, 120)
-    skipped, recalled = compare_with_full_scoring(calls, budget, COUNTER, monkeypatch)
+    """The quick check before recall scores the history (``_History.may_reach``) never says no
+    where scoring would recall: every trim of a growing chat is the one scored in full. The
+    chats: Zipf words with turns about earlier ones, and the texts users write: CJK pairs,
+    Arabic, mixed scripts, a word thousands of times in one turn, empty and stop-word turns,
+    questions with no terms or only common ones, turns repeated word for word (the statement
+    gate), user turns as ``ChatMessage`` and as text parts around an image, tool-call rounds."""
+    if chat == "repeating":
+        calls, budget = repeating_chat(seed, 240), 1500
+    else:
+        calls, budget = scripts_chat(seed, 120), [300, 600, 1000, 1500][seed % 4]
+    skipped, recalled = compare_with_full_scoring(calls, budget, monkeypatch)
     # Both ways were taken: calls skipped scoring, and others recalled.
     assert skipped >= 10
     assert recalled >= 10
