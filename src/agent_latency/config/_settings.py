@@ -61,8 +61,8 @@ _REMOVED_VALUES: Final = {
     "prompt.history_selection": (
         "relevance",
         "cache_first re-prefills far less and keeps more evidence, docs/benchmarks.md",
-        '"cache_first", the default (with mode moving_cut it ranks the history by relevance on '
-        "every call)",
+        '"cache_first", the default (to rank the history by relevance on every call, set mode '
+        '"moving_cut", or prefix_stable=False in code)',
     ),
 }
 """Values removed in favour of the cache-first default, by setting: (value, why, what to set)."""
