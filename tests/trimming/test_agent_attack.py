@@ -83,9 +83,9 @@ def notes(rounds: int) -> list[BaseMessage]:
 
 
 def recall_answer(state: dict[str, Any]) -> str:
-    """The text of the (one) recall tool message of a run's state."""
-    (answer,) = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.name == TOOL_NAME]
-    return answer.text
+    """The text of the latest recall tool message of a run's state."""
+    answers = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.name == TOOL_NAME]
+    return answers[-1].text
 
 
 # --- a tool result removed between turns ------------------------------------------------------
@@ -231,3 +231,45 @@ def test_threads_of_one_graph_in_a_batch_trim_alike_and_recall_only_their_own(
             fresh.trim(request, tools=[lookup]).messages
             == trimmer.trim(request, tools=[lookup]).messages
         )
+
+
+FACT = "Ops notes: the database port is 5432, on host db-7; the cache is on host cache-3."
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="recall reads back its own earlier calls and answers: the model gets its old query "
+    "and, nested in the old answer, a fact it was already sent",
+)
+def test_recall_does_not_read_back_its_own_earlier_calls_and_answers(
+    sim: RunningSimulator,
+) -> None:
+    earlier = [
+        HumanMessage(FACT, id="fact"),
+        HumanMessage('Please recall "database port".', id="ask"),
+        AIMessage(
+            "",
+            id="call",
+            tool_calls=[{"name": TOOL_NAME, "args": {"query": "database port"}, "id": "c0"}],
+        ),
+        ToolMessage("[id fact] human: " + FACT, tool_call_id="c0", id="res"),
+        AIMessage("It is 5432.", id="ok"),
+    ]
+    graph = middleware_agent(sim, 600, tools=[])
+    question = HumanMessage(
+        'Please recall "database port" before we plan the migration of the billing service '
+        "with the whole team, the vendor and the auditors next week.",
+        id="q",
+    )
+    history = notes(20)
+    recorder = Recorder()
+    state = graph.invoke(
+        {"messages": [*history[:10], *earlier, *history[10:], question]},
+        {"configurable": {"thread_id": "t"}, "callbacks": [recorder]},
+    )
+    answer = recall_answer(state)
+    assert answer != "Nothing was left out of this conversation's prompt."
+    # The model gets the fact once, in the prompt or in the tool's answer, not twice...
+    assert sum(FACT in m.text for m in recorder.prompts[0]) + answer.count(FACT) == 1
+    # ...and not its own earlier request for it as if it were what was said.
+    assert "called recall" not in answer
