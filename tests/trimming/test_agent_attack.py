@@ -1,7 +1,9 @@
 """Attacks on the trimmer as agents use it: real agents over HTTP against the simulator.
 
-Each defect found is an ``xfail(strict=True)`` test that passes once it is fixed; the other
-tests pin what held under the same attacks (threads sharing one compiled graph).
+Each defect found was an ``xfail(strict=True)`` test. The recall tool's three are fixed; two
+remain: a tool call whose result the user removed (``RemoveMessage``) is sent without it, as the
+trimmer passes on input gaps rather than repairing them. The other tests pin what held under the
+same attacks (threads sharing one compiled graph).
 """
 
 from __future__ import annotations
@@ -145,11 +147,6 @@ def test_hook_never_sends_a_tool_call_whose_result_was_removed(sim: RunningSimul
 # --- the recall tool, called by the model -----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recall by id in the form the tool itself prints ('[id h1]') matches nothing: the "
-    "query is split on spaces and commas only",
-)
 def test_recall_finds_a_message_by_id_written_as_the_tool_writes_it(sim: RunningSimulator) -> None:
     graph = middleware_agent(sim, 600, tools=[])
     question = HumanMessage('Please recall "[id h1]" and quote it.')
@@ -157,10 +154,6 @@ def test_recall_finds_a_message_by_id_written_as_the_tool_writes_it(sim: Running
     assert recall_answer(state).startswith("[id h1] human: Note 1:")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recall says '(N more matched: ask ... by id.)' but never gives those N messages' ids",
-)
 def test_recall_names_the_ids_it_tells_the_model_to_ask_by(sim: RunningSimulator) -> None:
     graph = middleware_agent(sim, 600, tools=[])
     history = notes(20)
@@ -236,11 +229,6 @@ def test_threads_of_one_graph_in_a_batch_trim_alike_and_recall_only_their_own(
 FACT = "Ops notes: the database port is 5432, on host db-7; the cache is on host cache-3."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recall reads back its own earlier calls and answers: the model gets its old query "
-    "and, nested in the old answer, a fact it was already sent",
-)
 def test_recall_does_not_read_back_its_own_earlier_calls_and_answers(
     sim: RunningSimulator,
 ) -> None:

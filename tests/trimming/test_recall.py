@@ -190,7 +190,11 @@ def test_the_recall_tool_reads_by_words_and_by_id_best_first_within_a_quarter_bu
     ]
     everything = recall("shelves restocked")
     assert COUNTER.count_text(everything) <= budget // 4
-    assert everything.endswith("more matched: ask with more precise words or by id.)")
+    shown, note = everything.rsplit("\n", 1)
+    assert "more matched: ask with more precise words or by id.) Their ids: " in note
+    # The ids of the matches not shown, to ask for them by.
+    assert {m.id for m in history if m.id in note.split("Their ids: ")[1].split(", ")}
+    assert not any(f"[id {i}]" in shown for i in note.split("Their ids: ")[1].split(", "))
     assert "No left-out message matches" in recall("zebra")
 
 

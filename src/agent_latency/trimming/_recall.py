@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
@@ -78,6 +79,10 @@ TOOL_DEFINITION: Final = {
 ``TrimmingMiddleware``'s tool converts to)."""
 READ_SHARE: Final = 4
 """What the tool returns takes at most a ``READ_SHARE``-th of the budget's tokens."""
+_LISTED: Final = 50
+"""How many ids of the matches not shown the tool names."""
+_ID_WORDS: Final = re.compile(r"[^\s,\[\]]+")
+"""The words of a query that can be message ids: brackets and commas apart."""
 
 
 class Trimming(Protocol):
@@ -170,9 +175,12 @@ class RecallingTrimmer(TrimRunnable):
             The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
             (the last one cut short if need be), and how many more matched.
         """
+        # Its own earlier calls and answers hold the words of earlier queries, and what came
+        # back then: not what was said.
+        left_out = _without_recalls(left_out)
         if not left_out:
             return "Nothing was left out of this conversation's prompt."
-        wanted = set(query.replace(",", " ").split())
+        wanted = set(_ID_WORDS.findall(query))  # "h1", "h1, h2", or "[id h1]" as it answers
         chosen = [m for m in left_out if m.id is not None and m.id in wanted]
         texts = [_text(m) for m in left_out]
         scores = bm25_scores(query, [[t] for t in texts], self.trimmer.term_cache)
@@ -191,8 +199,9 @@ class RecallingTrimmer(TrimRunnable):
     def _within_limit(self, chosen: list[BaseMessage]) -> str:
         """``chosen`` as text within a quarter of the budget, the note on the rest included."""
         counter = self.trimmer.token_counter
+        # The note on the rest names fewer ids than one on all the chosen would.
         limit = max(self.trimmer.options.budget // READ_SHARE, 1) - counter.count_text(
-            _more(len(chosen))
+            _more(chosen)
         )
         parts: list[str] = []
         used = 0
@@ -205,8 +214,8 @@ class RecallingTrimmer(TrimRunnable):
                 break
             parts.append(part)
             used += tokens
-        more = len(chosen) - len(parts)
-        return "\n".join([*parts, _more(more)] if more else parts)
+        rest = chosen[len(parts) :]
+        return "\n".join([*parts, _more(rest)] if rest else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
         """The trim to the budget less the marker's tokens, with no span or warning of its own;
@@ -341,8 +350,38 @@ def _text(message: BaseMessage) -> str:
     return text
 
 
-def _more(count: int) -> str:
-    return f"({count} more matched: ask with more precise words or by id.)"
+def _more(rest: Sequence[BaseMessage]) -> str:
+    """The note on the matches not shown, with the ids to ask for them by (the first
+    :data:`_LISTED`)."""
+    ids = [m.id for m in rest if m.id is not None]
+    note = f"({len(rest)} more matched: ask with more precise words or by id.)"
+    if not ids:
+        return note
+    listed = ", ".join(ids[:_LISTED])
+    return f"{note} Their ids: {listed}{', …' if len(ids) > _LISTED else ''}"
+
+
+def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` without the recall tool's calls (an AI message calling only it, with no
+    text) and answers."""
+    calls = {
+        call["id"]
+        for m in messages
+        if isinstance(m, AIMessage)
+        for call in m.tool_calls
+        if call["name"] == TOOL_NAME
+    }
+    return [
+        m
+        for m in messages
+        if not (isinstance(m, ToolMessage) and (m.tool_call_id in calls or m.name == TOOL_NAME))
+        and not (
+            isinstance(m, AIMessage)
+            and m.tool_calls
+            and not text_of(m)
+            and all(call["name"] == TOOL_NAME for call in m.tool_calls)
+        )
+    ]
 
 
 def _cut_to(text: str, tokens: int, counter: TokenCounting) -> str:
