@@ -167,13 +167,14 @@ class RecallingTrimmer(TrimRunnable):
 
         Args:
             left_out: The messages a trim left out, in conversation order.
-            query: Words of what is needed, or message ids: the messages whose ids it names
-                come first, in conversation order, then the best BM25 matches of its words, the
-                newer first on a tie.
+            query: Words of what is needed, or message ids (also as ``[id <id>]``): the
+                messages whose ids it names come first, in conversation order, then the best
+                BM25 matches of its words, the newer first on a tie.
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
-            (the last one cut short if need be), and how many more matched.
+            (the last one cut short if need be), and how many more matched, with their ids. The
+            tool's own earlier calls and answers are not read.
         """
         # Its own earlier calls and answers hold the words of earlier queries, and what came
         # back then: not what was said.
