@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, islice, takewhile
@@ -114,9 +115,7 @@ def cache_first_cut(
     cut = bisect.bisect_right(history.starts, (total // epoch) * epoch) - 1
     stable_target = math.floor(STABLE_SHARE * room)
     if history.starts[cut] > stable_target:
-        keep = _remembered_stable_part(history, cut, stable_target, options)
-        left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
-        plan.drop(left_out, "dropped_at_cut")
+        plan.drop(_left_out(history, cut, stable_target, options), "dropped_at_cut")
     _recall(history, plan.budget - plan.tokens, cut)
 
 
@@ -253,9 +252,15 @@ class _History:
         commoner = 0.0
         while rarer and (commoner + rarer[0].idf) * _GAIN <= floor:
             commoner += rarer.pop(0).idf
+        if not rarer:
+            return False
+        # A message holding k of the rarer terms weighs at most k times the heaviest of them
+        # with every commoner term: those holding too few are not looked at (counted in C).
+        fewest = math.ceil((floor / _GAIN - commoner) / rarer[-1].idf - _SAME)
+        held_by = Counter(chain.from_iterable(term.positions for term in rarer))
         weights = {term.term: term.idf for term in query.terms}
         owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
-        for position in set(chain.from_iterable(term.positions for term in rarer)):
+        for position in [position for position, k in held_by.items() if k >= fewest]:
             bag = bags[position]
             held = bag.keys() & weights.keys()
             if owner[position] < 0 or sum(map(weights.__getitem__, held)) * _GAIN <= floor:
@@ -293,18 +298,17 @@ class _Query(NamedTuple):
     slope: float
 
 
-def _remembered_stable_part(
-    history: _History, cut: int, target: int, options: TrimOptions
-) -> set[int]:
-    """:func:`_stable_part`, decided once per epoch: every call until the next cut asks the
-    same of the same rounds (an edit of a text before the cut re-indexes the conversation, a
-    new ``postings`` object, and one of a size, such as a tool call's arguments, changes the
-    rounds' sizes: either asks anew)."""
+def _left_out(history: _History, cut: int, target: int, options: TrimOptions) -> list[int]:
+    """The messages before the cut that :func:`_stable_part` leaves out, decided once per epoch:
+    every call until the next cut asks the same of the same rounds (an edit of a text before the
+    cut re-indexes the conversation, a new ``postings`` object, and one of a size, such as a
+    tool call's arguments, changes the rounds' sizes: either asks anew)."""
     postings = history.occurrences.postings
     key = (
-        "stable_part",
+        "left_out",
         id(postings),
         cut,
+        history.indices[0][0],
         history.indices[cut - 1][-1],
         tuple(history.sizes[:cut]),
         target,
@@ -312,12 +316,13 @@ def _remembered_stable_part(
         options.history_keep_tail,
         _cut_query(history, cut),
     )
-    remembered: tuple[dict[str, list[int]], set[int]] | None = history.terms.scores.get(key)
+    remembered: tuple[dict[str, list[int]], list[int]] | None = history.terms.scores.get(key)
     if remembered is not None and remembered[0] is postings:
         return remembered[1]
     keep = _stable_part(history, cut, target, options)
-    history.terms.scores.put(key, (postings, keep), 64 * (len(keep) + 8) + 8 * cut)
-    return keep
+    left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
+    history.terms.scores.put(key, (postings, left_out), 8 * len(left_out) + 8 * cut + 64)
+    return left_out
 
 
 def _stable_part(history: _History, cut: int, target: int, options: TrimOptions) -> set[int]:

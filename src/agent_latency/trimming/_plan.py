@@ -236,7 +236,10 @@ class Plan:
         """The messages to send (the kept ones as given, shortened ones as their copies) and
         each one's tokens as sent."""
         # compress() walks the list in C: an agent's history runs to hundreds of messages.
-        order = list(compress(range(len(self.messages)), map(operator.not_, self.dropped)))
+        sent = list(map(operator.not_, self.dropped))
+        if not self.moved and not self.shortened:
+            return list(compress(self.messages, sent)), tuple(compress(self.sizes, sent))
+        order = list(compress(range(len(self.messages)), sent))
         if self.moved and self.latest is not None:  # sent right before the latest user message
             moved = set(self.moved)
             # A moved round's tool results can come after the latest user message (a late
@@ -389,7 +392,9 @@ def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:
 
 def cap_tool_results(plan: Plan, cap: int) -> None:
     """Shortens every kept tool result above ``cap`` tokens toward it."""
-    large = [index for index, size in enumerate(plan.sizes) if size > cap]  # few, found fast
+    if max(plan.sizes, default=0) <= cap:  # most calls: nothing to find, found in C
+        return
+    large = [index for index, size in enumerate(plan.sizes) if size > cap]
     for index in large:
         if isinstance(plan.messages[index], ToolMessage) and not plan.dropped[index]:
             plan.shorten(index, cap, "tool_result_cap")
