@@ -36,7 +36,6 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, islice, takewhile
@@ -252,15 +251,9 @@ class _History:
         commoner = 0.0
         while rarer and (commoner + rarer[0].idf) * _GAIN <= floor:
             commoner += rarer.pop(0).idf
-        if not rarer:
-            return False
-        # A message holding k of the rarer terms weighs at most k times the heaviest of them
-        # with every commoner term: those holding too few are not looked at (counted in C).
-        fewest = math.ceil((floor / _GAIN - commoner) / rarer[-1].idf - _SAME)
-        held_by = Counter(chain.from_iterable(term.positions for term in rarer))
         weights = {term.term: term.idf for term in query.terms}
         owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
-        for position in [position for position, k in held_by.items() if k >= fewest]:
+        for position in set(chain.from_iterable(term.positions for term in rarer)):
             bag = bags[position]
             held = bag.keys() & weights.keys()
             if owner[position] < 0 or sum(map(weights.__getitem__, held)) * _GAIN <= floor:
