@@ -1,9 +1,9 @@
 """Attacks on the trimmer as agents use it: real agents over HTTP against the simulator.
 
-Each defect found was an ``xfail(strict=True)`` test. The recall tool's three are fixed; two
-remain: a tool call whose result the user removed (``RemoveMessage``) is sent without it, as the
-trimmer passes on input gaps rather than repairing them. The other tests pin what held under the
-same attacks (threads sharing one compiled graph).
+Each defect found was an ``xfail(strict=True)`` test, now passing: the recall tool's three, and
+a tool call whose result the user removed (``RemoveMessage``), which was sent without it (OpenAI
+answers 400; ``create_react_agent`` refused the hook's messages). The other tests pin what held
+under the same attacks (threads sharing one compiled graph).
 """
 
 from __future__ import annotations
@@ -108,23 +108,12 @@ def removed_tool_result_prompt(graph: Any, config: dict[str, Any]) -> list[BaseM
     return recorder.prompts[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tool call whose result was removed is sent unanswered (OpenAI: 400); an orphan "
-    "result is dropped, an orphan call is not",
-)
 def test_middleware_never_sends_a_tool_call_whose_result_was_removed(sim: RunningSimulator) -> None:
     graph = middleware_agent(sim, 5000, tools=[lookup])
     prompt = removed_tool_result_prompt(graph, {"configurable": {"thread_id": "t"}})
     assert unanswered_calls(prompt) == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="the hook's llm_input_messages keep a tool call whose result was removed: "
-    "create_react_agent refuses them (ValueError) and the run fails",
-)
 def test_hook_never_sends_a_tool_call_whose_result_was_removed(sim: RunningSimulator) -> None:
     from langgraph.prebuilt import create_react_agent
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.prompt_values import ChatPromptValue
+from langchain_openai.chat_models.base import _convert_message_to_dict
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._shortening import MessageShortener
@@ -128,21 +129,87 @@ def test_orphan_tool_results_are_dropped_and_reported_even_when_the_input_fits(
     assert "stray" not in caplog.text
 
 
-def test_a_tool_call_missing_some_results_is_kept_or_dropped_as_one_unit() -> None:
-    unanswered = AIMessage(
-        "", tool_calls=[{"name": "f", "args": {}, "id": "a"}, {"name": "f", "args": {}, "id": "b"}]
-    )
+def call(id_: str) -> dict[str, Any]:
+    return {"name": "lookup", "args": {"key": id_}, "id": id_}
+
+
+def test_a_tool_call_missing_some_results_is_sent_without_the_unanswered_calls(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    parallel = AIMessage("", tool_calls=[call("a"), call("b")])
     messages = [
         HumanMessage("x " * 300),
-        unanswered,
+        parallel,
         ToolMessage("only a", tool_call_id="a"),
         AIMessage("reply " * 200),
         HumanMessage("latest"),
     ]
-    fits = trimmer(2000).trim(messages)
-    assert fits.messages == messages  # tolerated as given: the trimmer creates no new gaps
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        fits = trimmer(2000).trim(messages)
+    # An endpoint answers a call without its result with HTTP 400: the call goes, even when
+    # everything fits, and the answered call stays with its result.
+    sent = fits.messages[1]
+    assert isinstance(sent, AIMessage) and [c["id"] for c in sent.tool_calls] == ["a"]
+    assert [c["id"] for c in _convert_message_to_dict(sent)["tool_calls"]] == ["a"]
+    assert fits.messages[0] is messages[0] and fits.messages[2:] == messages[2:]
+    assert [c["id"] for c in parallel.tool_calls] == ["a", "b"]  # the input is not changed
+    decision = fits.decisions[1]
+    assert (decision.action, decision.rule) == ("shortened", "unanswered_tool_call")
+    assert decision.tokens_after < decision.tokens
+    assert fits.tokens_after == COUNTER.count_messages(fits.messages)
+    assert "1 tool call(s)" in caplog.text and "[1]" in caplog.text
+    assert "lookup" not in caplog.text  # nothing of the call itself
     trimmed = PriorityTrimmer(40, token_counter=COUNTER).trim(messages)
     assert [d.action for d in trimmed.decisions[1:3]] == ["dropped", "dropped"]
+
+
+@pytest.mark.parametrize(
+    ("message", "sent"),
+    [
+        (AIMessage("", tool_calls=[call("gone")]), None),  # nothing left to send: dropped
+        (AIMessage([], tool_calls=[call("gone")]), None),
+        (AIMessage("Looking it up.", tool_calls=[call("gone")]), "Looking it up."),
+        (
+            AIMessage(
+                "",
+                invalid_tool_calls=[
+                    {"name": "lookup", "args": "{oops", "id": "gone", "error": "bad JSON"}
+                ],
+            ),
+            None,
+        ),
+        (  # as ChatOpenAI builds it: the raw calls also in additional_kwargs
+            AIMessage(
+                "Checking.",
+                additional_kwargs={
+                    "tool_calls": [
+                        {
+                            "id": "gone",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"key": "k"}'},
+                        }
+                    ]
+                },
+            ),
+            "Checking.",
+        ),
+    ],
+)
+def test_a_tool_call_whose_result_was_removed_is_not_sent(
+    message: AIMessage, sent: str | None
+) -> None:
+    messages = [SystemMessage("s"), HumanMessage("look k up"), message, HumanMessage("and?")]
+    outcome = trimmer().trim(messages)
+    if sent is None:
+        assert outcome.messages == [messages[0], messages[1], messages[3]]
+        assert outcome.decisions[2].action == "dropped"
+    else:
+        copy = outcome.messages[2]
+        assert copy.content == sent
+        assert "tool_calls" not in _convert_message_to_dict(copy)
+        assert outcome.decisions[2].action == "shortened"
+    assert outcome.decisions[2].rule == "unanswered_tool_call"
+    assert outcome.tokens_after == COUNTER.count_messages(outcome.messages)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ units (as ``_cache_first`` walked them).
 from __future__ import annotations
 
 import random
+from itertools import compress
 from typing import Any
 
 import pytest
@@ -163,7 +164,10 @@ def test_history_rounds_read_from_the_analysis_are_those_walked_from_the_units(s
 
         rounds = plan.history_rounds()
 
-        assert plan.as_analysed
+        # A call still waiting for its result is not sent (OpenAI: 400); dropping it leaves the
+        # analysis' rounds, which hold it, for the walked ones.
+        left_out = [r == "unanswered_tool_call" for r in compress(plan.rules, plan.dropped)]
+        assert plan.as_analysed is not any(left_out)
         if walked is None:
             assert rounds is None
         else:

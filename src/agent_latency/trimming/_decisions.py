@@ -20,6 +20,7 @@ Rule = Literal[
     "dropped_at_cut",
     "recalled",
     "orphan_tool_result",
+    "unanswered_tool_call",
     "tool_result_cap",
     "compacted",
     "shortened_to_fit",
@@ -59,6 +60,12 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
     "orphan_tool_result": (
         "no tool call asked",
         "dropped; a tool result that no preceding tool call asked for.",
+    ),
+    "unanswered_tool_call": (
+        "no tool result",
+        "tool calls that no tool message answers (a result removed from the history) are left "
+        "out of the assistant message, or the message is dropped when nothing else is left: an "
+        "endpoint rejects a call without its result.",
     ),
     "tool_result_cap": ("over tool result cap", "shortened to `max_tool_result_tokens`."),
     "compacted": (

@@ -14,12 +14,12 @@ import bisect
 import logging
 import math
 import operator
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress
 from typing import NamedTuple
 
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from agent_latency._chat_format import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
@@ -149,10 +149,13 @@ class Plan:
             self.must_keep[index] = must_keep
 
     def rule_kept(self, rule: Rule) -> None:
-        """Gives every message not dropped ``rule`` (``"fits"``: the request fits as it is)."""
+        """Gives every message neither dropped nor shortened ``rule`` (``"fits"``: the request
+        fits as it is)."""
         rules = self.rules
         self.rules = [rule] * len(rules)
         for index in compress(range(len(rules)), self.dropped):
+            self.rules[index] = rules[index]
+        for index in self.shortened:
             self.rules[index] = rules[index]
 
     def drop(self, indices: Sequence[int], rule: Rule) -> None:
@@ -218,13 +221,16 @@ class Plan:
         copy, size = self.shortener.shorten(self.messages[index], target)
         return self.substitute(index, copy, size, rule)
 
-    def substitute(self, index: int, copy: BaseMessage, size: int, rule: Rule) -> int:
+    def substitute(
+        self, index: int, copy: BaseMessage, size: int, rule: Rule, *, smaller_only: bool = True
+    ) -> int:
         """Plans ``copy`` (of ``size`` tokens) in place of a message; returns the tokens saved.
 
-        Nothing changes when the copy would not be smaller than what is planned now.
+        Nothing changes when the copy would not be smaller than what is planned now, unless
+        ``smaller_only`` is false (a copy that must be sent instead).
         """
         saved = self.sizes[index] - size
-        if saved <= 0:
+        if saved <= 0 and smaller_only:
             return 0
         self.tokens -= saved
         self.sizes[index] = size
@@ -349,6 +355,8 @@ def classify(plan: Plan) -> None:
         if unit.kind != "system":
             for index in unit.indices:
                 classes[index] = "tool_result"
+    if facts.unanswered:
+        _leave_out_unanswered_calls(plan, facts.unanswered)
     orphans = facts.orphans
     if orphans:
         # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
@@ -359,6 +367,50 @@ def classify(plan: Plan) -> None:
             len(orphans),
             list(orphans),
         )
+
+
+def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, ...]]) -> None:
+    """Sends each ``AIMessage`` of ``unanswered`` (by position) without the calls whose ids it
+    names, or drops it when nothing else is left, with a warning: an endpoint rejects a request
+    with a tool call whose result is missing (HTTP 400), as after a ``RemoveMessage`` of it."""
+    gone = []
+    for index, ids in unanswered.items():
+        message = plan.messages[index]
+        copy = _without_calls(message, frozenset(ids))
+        if copy is None:
+            gone.append(index)
+        else:
+            size = plan.shortener.count(copy)
+            plan.substitute(index, copy, size, "unanswered_tool_call", smaller_only=False)
+    if gone:
+        plan.drop(gone, "unanswered_tool_call")
+    logger.warning(
+        "Left out %d tool call(s) that no tool message answers, at message index(es) %s: an "
+        "endpoint rejects a call without its result (was its ToolMessage removed?).",
+        sum(map(len, unanswered.values())),
+        list(unanswered),
+    )
+
+
+def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | None:
+    """A copy of ``message`` (an ``AIMessage``) without its tool calls of ``ids`` (also as
+    ChatOpenAI keeps them in ``additional_kwargs``); ``None`` when it would send nothing (no
+    call and no content)."""
+    assert isinstance(message, AIMessage)  # only an AIMessage makes tool calls
+    calls = [call for call in message.tool_calls if call.get("id") not in ids]
+    invalid = [call for call in message.invalid_tool_calls if call.get("id") not in ids]
+    if not calls and not invalid and not message.content:
+        return None
+    extra = dict(message.additional_kwargs)
+    raw = extra.pop("tool_calls", None)
+    if isinstance(raw, list):
+        kept = [c for c in raw if not (isinstance(c, Mapping) and c.get("id") in ids)]
+        if kept:
+            extra["tool_calls"] = kept
+    elif raw is not None:
+        extra["tool_calls"] = raw
+    update = {"tool_calls": calls, "invalid_tool_calls": invalid, "additional_kwargs": extra}
+    return message.model_copy(update=update)
 
 
 def mark_kept(plan: Plan, options: TrimOptions) -> None:
@@ -378,7 +430,7 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     latest_tool_call = next(
         (u for u in reversed(facts.units[latest + 1 :]) if u.kind == "tool_call"), None
     )
-    if latest_tool_call is not None:
+    if latest_tool_call is not None and not plan.dropped[latest_tool_call.indices[0]]:
         plan.keep(latest_tool_call.indices, "latest_tool_call")
 
 

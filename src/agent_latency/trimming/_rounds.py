@@ -33,7 +33,14 @@ from dataclasses import dataclass, field, fields
 from itertools import compress, count, repeat
 from typing import Any, Literal, NamedTuple
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from agent_latency._caches import IDENTITY_FIELDS, LRUCache, edit_check
 from agent_latency._chat_format import role_of
@@ -84,6 +91,7 @@ class _Grouping:
     owner: list[int] = field(default_factory=list)
     round_tokens: list[int] = field(default_factory=list)
     skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
+    unanswered: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, units: list[Unit], counts: list[int]) -> _Grouping:
@@ -121,16 +129,15 @@ class _Grouping:
             kind: UnitKind
             ids: tuple[str, ...] = ()
             if isinstance(message, ToolMessage):
-                owner = self.unit_of_call.get(message.tool_call_id)
-                if owner is not None:
-                    counts.append(count(message))
-                    self._join(owner, index, counts[index])
+                if self._joined(message, index, counts, count):
                     continue
                 kind = "orphan"
             elif isinstance(message, AIMessage) and (calls := tool_calls_of(message, index)):
                 kind = "tool_call"
                 ids = tuple(call["id"] for call in calls if call["id"] is not None)
                 self.unit_of_call.update(dict.fromkeys(ids, len(self.units)))
+                if ids:
+                    self.unanswered[index] = ids
             elif isinstance(message, HumanMessage):
                 # The common types first: role_of looks at ChatMessage roles and their aliases.
                 self.round += 1
@@ -139,6 +146,8 @@ class _Grouping:
                 kind = "system"
             else:
                 role = role_of(message)
+                if role == "tool" and self._joined(message, index, counts, count):
+                    continue  # a ChatMessage(role="tool") naming its call
                 if role == "user":
                     self.round += 1
                     kind = "user"
@@ -174,6 +183,28 @@ class _Grouping:
         for index in unit.indices:
             self.owner[index] = round_
 
+    def _joined(
+        self,
+        message: BaseMessage,
+        index: int,
+        counts: list[int],
+        count: Callable[[BaseMessage], int],
+    ) -> bool:
+        """Adds the tool result at ``index`` to the unit of the call it answers, if any."""
+        call_id = _answered_call(message)
+        owner = self.unit_of_call.get(call_id) if call_id is not None else None
+        if owner is None:
+            return False
+        counts.append(count(message))
+        self._join(owner, index, counts[index])
+        call = self.units[owner].indices[0]
+        rest = tuple(id_ for id_ in self.unanswered.get(call, ()) if id_ != call_id)
+        if rest:
+            self.unanswered[call] = rest
+        else:
+            self.unanswered.pop(call, None)
+        return True
+
     def _join(self, position: int, index: int, count: int) -> None:
         """Adds the message at ``index`` (a tool result) to the unit at ``position``."""
         unit = self.units[position]
@@ -185,6 +216,17 @@ class _Grouping:
         members = self.rounds[round_]
         after = members.index(unit.indices[-1]) + 1  # in unit order, as a fresh grouping
         self.rounds[round_] = [*members[:after], index, *members[after:]]
+
+
+def _answered_call(message: BaseMessage | None) -> str | None:
+    """The id of the tool call ``message`` answers: a ``ToolMessage``'s, or the one a
+    ``ChatMessage(role="tool")`` names in ``additional_kwargs``; else ``None``."""
+    if isinstance(message, ToolMessage):
+        return message.tool_call_id
+    if isinstance(message, ChatMessage):
+        call_id = message.additional_kwargs.get("tool_call_id")
+        return call_id if isinstance(call_id, str) else None
+    return None
 
 
 def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
@@ -212,6 +254,8 @@ class MessageFacts(NamedTuple):
             (round 0 left out when it holds none).
         owner: Per message, its round in ``rounds``; ``-1`` for a system or orphan message.
         round_tokens: Per round of ``rounds``, the tokens of its messages.
+        unanswered: Per ``AIMessage`` with tool calls that no ``ToolMessage`` answers (by
+            position), the ids of those calls.
     """
 
     counts: list[int]
@@ -223,6 +267,7 @@ class MessageFacts(NamedTuple):
     rounds: list[list[int]]
     owner: list[int]
     round_tokens: list[int]
+    unanswered: dict[int, tuple[str, ...]]
 
 
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
@@ -434,6 +479,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
             id_: unit for unit, ids in enumerate(grouping.issued) for id_ in ids
         }
     grouping.round = kept[-1].round if kept else 0
+    grouping.unanswered = _unanswered(memo, kept, length)
     compared = []
     for getter, indices, snapshots in memo.compared:
         end = bisect.bisect_left(indices, length)
@@ -445,6 +491,18 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         grouping.facts(counts, texts),
         grouping,
     )
+
+
+def _unanswered(memo: _Memo, kept: list[Unit], length: int) -> dict[int, tuple[str, ...]]:
+    """The tool calls of ``kept`` (the memo's units before ``length``, a tool call's cut after
+    its results before ``length``) that none of those results answers."""
+    unanswered = {call: ids for call, ids in memo.grouping.unanswered.items() if call < length}
+    for unit, was, ids in zip(kept, memo.facts.units, memo.grouping.issued, strict=False):
+        if ids and unit is not was:  # results cut: they answer no longer
+            answered = {_answered_call(memo.refs[index]()) for index in unit.indices}
+            if rest := tuple(id_ for id_ in ids if id_ not in answered):
+                unanswered[unit.indices[0]] = rest
+    return dict(sorted(unanswered.items()))
 
 
 def _alive_part(memo: _Memo) -> _Memo | None:

@@ -48,6 +48,10 @@ class MessageShortener:
         self._counter = counter
         self._cache = MessageCache(cache_size, cache_bytes)  # thread-safe on its own
 
+    def count(self, message: BaseMessage) -> int:
+        """The tokens of ``message`` (a copy made elsewhere), counted as this shortener counts."""
+        return self._counter.count_message(message)
+
     def shorten(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
 
