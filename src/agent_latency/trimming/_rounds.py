@@ -24,18 +24,17 @@ set to ``1.0``).
 from __future__ import annotations
 
 import bisect
-import copy
 import dataclasses
 import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent_latency._caches import IDENTITY_FIELDS, LRUCache, edit_check
+from agent_latency._caches import LRUCache, edit_check
 from agent_latency._chat_format import role_of
 from agent_latency._user_input import tool_calls_of
 from agent_latency.config import PriorityClass
@@ -84,6 +83,7 @@ class _Grouping:
     owner: list[int] = field(default_factory=list)
     round_tokens: list[int] = field(default_factory=list)
     skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
+    calls_shared: bool = False  # unit_of_call is another grouping's too: copy it to change it
 
     @classmethod
     def of(cls, units: list[Unit], counts: list[int]) -> _Grouping:
@@ -94,9 +94,22 @@ class _Grouping:
         return grouping
 
     def copy(self) -> _Grouping:
-        """A copy whose lists and dict can be extended without changing this one's."""
-        values = (getattr(self, each.name) for each in fields(self))
-        return _Grouping(*(copy.copy(value) for value in values))
+        """A copy whose lists and dict can be extended without changing this one's (the dict
+        is copied when first changed: few calls add tool calls)."""
+        return _Grouping(
+            self.units.copy(),
+            self.issued.copy(),
+            self.unit_of_call,
+            self.round,
+            self.classes.copy(),
+            self.users.copy(),
+            self.orphans.copy(),
+            self.rounds.copy(),
+            self.owner.copy(),
+            self.round_tokens.copy(),
+            self.skipped,
+            calls_shared=True,
+        )
 
     def facts(self, counts: list[int], texts: list[str]) -> MessageFacts:
         return MessageFacts(
@@ -130,6 +143,8 @@ class _Grouping:
             elif isinstance(message, AIMessage) and (calls := tool_calls_of(message, index)):
                 kind = "tool_call"
                 ids = tuple(call["id"] for call in calls if call["id"] is not None)
+                if self.calls_shared:
+                    self.unit_of_call, self.calls_shared = dict(self.unit_of_call), False
                 self.unit_of_call.update(dict.fromkeys(ids, len(self.units)))
             elif isinstance(message, HumanMessage):
                 # The common types first: role_of looks at ChatMessage roles and their aliases.
@@ -238,11 +253,64 @@ class _Memo:
     """A conversation as last seen, and what tells its messages unchanged on the next call."""
 
     refs: list[weakref.ref[BaseMessage]]
-    fields: list[list[object]]  # content, name and tool_call_id objects, per field
-    # Per getter of fields to compare (see edit_check): message indices, ascending, and copies.
-    compared: list[tuple[Callable[[dict[str, Any]], Any], list[int], list[Any]]]
+    contents: list[object]  # each message's content object
+    names: list[object]  # each message's name object
+    call_ids: _Group  # of the messages with a tool_call_id field: those objects
+    # Per getter of fields to compare (see edit_check): copies of those fields.
+    compared: dict[Callable[[dict[str, Any]], Any], _Group]
     facts: MessageFacts
     grouping: _Grouping  # not extended in place: copied first
+
+
+class _Group(NamedTuple):
+    """Values seen of some messages, and what picks those messages' items from a list."""
+
+    indices: list[int]  # the messages', ascending
+    values: list[Any]
+    pick: Callable[[list[Any]], Sequence[Any]]  # the items at ``indices`` (in C)
+
+    @classmethod
+    def of(cls, indices: list[int], values: list[Any]) -> _Group:
+        if len(indices) == 1:  # an itemgetter of one index returns the item itself
+            return cls(indices, values, operator.itemgetter(slice(indices[0], indices[0] + 1)))
+        return cls(indices, values, operator.itemgetter(*indices) if indices else _none)
+
+    def cut(self, length: int) -> _Group:
+        """The group of the messages before ``length``."""
+        end = bisect.bisect_left(self.indices, length)
+        if end == len(self.indices):
+            return self
+        return _Group.of(self.indices[:end], self.values[:end])
+
+    def plus(self, indices: list[int], values: list[Any]) -> _Group:
+        """The group with more messages, after its own (its lists are not changed)."""
+        return _Group.of(self.indices + indices, self.values + values) if indices else self
+
+
+def _none(items: list[Any]) -> tuple[()]:
+    return ()
+
+
+class _Seen(NamedTuple):
+    """What a call reads of its messages to tell them unchanged (once per call, in C)."""
+
+    dicts: list[dict[str, Any]]
+    contents: list[object]
+    names: list[object]
+
+    @classmethod
+    def of(cls, messages: list[BaseMessage]) -> _Seen:
+        dicts = list(map(_DICT, messages))
+        try:
+            return cls(dicts, list(map(_CONTENT, dicts)), list(map(_NAME, dicts)))
+        except KeyError:  # a field deleted from a message's __dict__: read as None
+            fields = (list(map(dict.get, dicts, repeat(name))) for name in ("content", "name"))
+            return cls(dicts, *fields)
+
+
+_DICT = operator.attrgetter("__dict__")
+_CONTENT = operator.itemgetter("content")
+_NAME = operator.itemgetter("name")
 
 
 class AnalysisMemo:
@@ -280,7 +348,8 @@ class AnalysisMemo:
         opening = tuple(map(id, messages[:_KEY_MESSAGES]))
         key = self._key(opening, messages)
         memo: _Memo = self._memos.get(key) or _EMPTY
-        unchanged = _unchanged(messages, memo)
+        seen = _Seen.of(messages)
+        unchanged = _unchanged(messages, seen, memo)
         if unchanged == len(memo.refs) == len(messages):
             return memo.facts, key
         if _parts(messages, memo, unchanged):
@@ -288,7 +357,7 @@ class AnalysisMemo:
             # both go on from theirs (its own memo, when one is left, if that goes further).
             key = self._part(opening, unchanged, id(messages[unchanged]))
             own: _Memo = self._memos.get(key) or _EMPTY
-            own_unchanged = _unchanged(messages, own)
+            own_unchanged = _unchanged(messages, seen, own)
             if own_unchanged > unchanged:
                 memo, unchanged = own, own_unchanged
             else:  # the shared part, its messages' deaths now noted at the new key too
@@ -297,7 +366,7 @@ class AnalysisMemo:
                 refs = list(map(weakref.ref, messages[:unchanged], repeat(callback)))
                 memo = dataclasses.replace(memo, refs=refs)
         try:
-            memo = self._extended(_truncated(memo, unchanged), messages, key)
+            memo = self._extended(_truncated(memo, unchanged), messages, seen, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
             return analysis(self._counter, messages), key
         self._memos.put(key, memo)
@@ -319,82 +388,86 @@ class AnalysisMemo:
         self._partings.put(opening, ((at, parted), *partings[: _PARTINGS - 1]))
         return (opening, at, parted)
 
-    def _extended(self, memo: _Memo, messages: list[BaseMessage], key: Hashable) -> _Memo:
-        """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``."""
+    def _extended(
+        self, memo: _Memo, messages: list[BaseMessage], seen: _Seen, key: Hashable
+    ) -> _Memo:
+        """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``
+        (its lists are not changed: copied when extended)."""
         start = len(memo.refs)
         new = messages[start:]
-        groups = {
-            getter: (list(indices), list(copies)) for getter, indices, copies in memo.compared
-        }
+        added: dict[Callable[[dict[str, Any]], Any], tuple[list[int], list[Any]]] = {}
+        calls: tuple[list[int], list[Any]] = ([], [])
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
             except Exception:
                 raise _Uncopyable from None
             if getter is not None:
-                indices, snapshots = groups.setdefault(getter, ([], []))
+                indices, snapshots = added.setdefault(getter, ([], []))
                 indices.append(index)
                 snapshots.append(snapshot)
-        compared = [(getter, *group) for getter, group in groups.items()]
-        counts = list(memo.facts.counts)
+            if "tool_call_id" in (fields := seen.dicts[index]):
+                calls[0].append(index)
+                calls[1].append(fields["tool_call_id"])
+        compared = dict(memo.compared)
+        for getter, group in added.items():
+            compared[getter] = compared.get(getter, _NO_GROUP).plus(*group)
+        counts = memo.facts.counts.copy()
         grouping = memo.grouping.copy()
         grouping.extend(messages, counts, self._counter.count_message)
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
-        fields = [
-            old + new_fields for old, new_fields in zip(memo.fields, _fields(new), strict=True)
-        ]
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        return _Memo(refs, fields, compared, facts, grouping)
+        # The contents and names read by this call: those of the memo's messages, or equal.
+        call_ids = memo.call_ids.plus(*calls)
+        return _Memo(refs, seen.contents, seen.names, call_ids, compared, facts, grouping)
 
 
 class _Uncopyable(Exception):
     """A message's fields cannot be copied to find edits in place later."""
 
 
-_EMPTY = _Memo([], [[], [], []], [], _Grouping().facts([], []), _Grouping())
+_NO_GROUP = _Group.of([], [])
+_EMPTY = _Memo([], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
 
 
-def _fields(messages: Sequence[BaseMessage]) -> list[list[object]]:
-    """The content, name and tool_call_id objects of each message, per field (in C)."""
-    dicts = list(map(_DICT, messages))
-    return [list(map(dict.get, dicts, repeat(name))) for name in IDENTITY_FIELDS]
-
-
-_DICT = operator.attrgetter("__dict__")
-
-
-def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
+def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     """How many first messages are the memo's, each unchanged since it was seen.
 
     The checks run in C over the whole conversation; only the deep comparisons concern just the
-    messages with tool calls, list content or a role.
+    messages with tool calls, list content or a role, and the tool-call ids just tool results.
     """
     length = min(len(messages), len(memo.refs))
-    prefix = messages[:length]
-    dicts = list(map(_DICT, prefix))
-    refs, fields = memo.refs, memo.fields
-    if length < len(refs):  # else the memo's lists as they are (no copies: a growing chat)
-        refs, fields = refs[:length], [then[:length] for then in fields]
-    checks: list[tuple[list[Any], list[Any]]] = [(list(map(operator.call, refs)), prefix)]
-    checks += (
-        (list(map(dict.get, dicts, repeat(name))), then)
-        for name, then in zip(IDENTITY_FIELDS, fields, strict=True)
-    )
-    for now, then in checks:
-        # Equal lists are compared in C (items that are the same object, quickly); a string
-        # field equal to the one seen is as good as the same object. Past the first item that
-        # is not the same object nothing is reused (a message's __eq__ would be slow).
-        if now != then:
-            length = min(length, next(compress(count(), map(operator.is_not, now, then))))
-    for getter, indices, snapshots in memo.compared:
-        end = bisect.bisect_left(indices, length)
-        if end < len(indices):
-            indices, snapshots = indices[:end], snapshots[:end]
-        values = list(map(getter, map(dicts.__getitem__, indices)))
-        if values != snapshots:
-            pairs = zip(indices, values, snapshots, strict=False)  # values stop at the cut
+    refs = memo.refs if length == len(memo.refs) else memo.refs[:length]
+    length = _same_before(list(map(operator.call, refs)), messages, length)
+    length = _same_before(seen.contents, memo.contents, length)
+    length = _same_before(seen.names, memo.names, length)
+    calls = memo.call_ids.cut(length)
+    now = list(map(dict.get, calls.pick(seen.dicts), repeat("tool_call_id")))
+    if now != calls.values:
+        length = calls.indices[_same_before(now, calls.values, len(now))]
+    for getter, group in memo.compared.items():
+        group = group.cut(length)
+        values = list(map(getter, group.pick(seen.dicts)))
+        if values != group.values:
+            pairs = zip(group.indices, values, group.values, strict=True)
             length = next(index for index, value, then in pairs if value != then)
     return length
+
+
+def _same_before(now: list[Any], then: list[Any], length: int) -> int:
+    """How many of the first ``length`` items of ``now`` and ``then`` are the same.
+
+    Equal lists are compared in C (items that are the same object, quickly); a string field
+    equal to the one seen is as good as the same object. Past the first item that is not the
+    same object nothing is reused (a message's __eq__ would be slow).
+    """
+    if len(now) > length:
+        now = now[:length]
+    if len(then) > length:
+        then = then[:length]
+    if now == then:
+        return length
+    return next(compress(count(), map(operator.is_not, now, then)))
 
 
 def _parts(messages: list[BaseMessage], memo: _Memo, at: int) -> bool:
@@ -428,20 +501,20 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     counts, texts = memo.facts.counts[:length], memo.facts.texts[:length]
     grouping = _Grouping.of(kept, counts)
     grouping.issued = memo.grouping.issued[:units_before]
-    grouping.unit_of_call = memo.grouping.unit_of_call  # as it was, unless cut units issued calls
+    # As it was (shared: copied when changed), unless cut units issued calls.
+    grouping.unit_of_call, grouping.calls_shared = memo.grouping.unit_of_call, True
     if any(memo.grouping.issued[units_before:]):
         grouping.unit_of_call = {
             id_: unit for unit, ids in enumerate(grouping.issued) for id_ in ids
         }
+        grouping.calls_shared = False
     grouping.round = kept[-1].round if kept else 0
-    compared = []
-    for getter, indices, snapshots in memo.compared:
-        end = bisect.bisect_left(indices, length)
-        compared.append((getter, indices[:end], snapshots[:end]))
     return _Memo(
         memo.refs[:length],
-        [field[:length] for field in memo.fields],
-        compared,
+        memo.contents[:length],
+        memo.names[:length],
+        memo.call_ids.cut(length),
+        {getter: group.cut(length) for getter, group in memo.compared.items()},
         grouping.facts(counts, texts),
         grouping,
     )
