@@ -131,7 +131,29 @@ def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | 
     if not compared:
         return None, None
     getter = _getter(tuple(compared))
-    return getter, copy.deepcopy(getter(fields))
+    values = getter(fields)
+    try:
+        return getter, _copied(values)
+    except RecursionError:  # nested too deeply, or a cycle
+        return getter, copy.deepcopy(values)
+
+
+_ATOMS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of ``value``: of JSON-like data (what tool calls and content parts hold)
+    without ``copy.deepcopy``'s bookkeeping, of anything else by it."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is list:
+        return [_copied(item) for item in value]
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is tuple:
+        return tuple(_copied(item) for item in value)
+    return copy.deepcopy(value)
 
 
 Stamp = tuple[Any, ...]

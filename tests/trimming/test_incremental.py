@@ -25,7 +25,7 @@ from langchain_core.messages import (
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan, cap_tool_results, classify, mark_kept
-from agent_latency.trimming._rounds import AnalysisMemo
+from agent_latency.trimming._rounds import AnalysisMemo, analysis
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
@@ -189,3 +189,66 @@ def test_history_rounds_follow_drops_and_must_keeps_the_analysis_does_not_know()
     assert not plan.as_analysed and rounds is not None and walked is not None
     assert rounds == walked
     assert rounds.indices == before.indices[2:]
+
+
+# --- Edits of messages the analysis went past several calls ago: each is read again from the
+# message on every call (its fields, or its __dict__ as a whole), not from the last call's. ----
+
+
+def _first(messages: list[BaseMessage], kind: type[BaseMessage]) -> BaseMessage:
+    return next(m for m in messages[1:] if type(m) is kind and m.content)
+
+
+def _name_set(messages: list[BaseMessage]) -> None:
+    _first(messages, AIMessage).name = "alice"
+
+
+def _call_appended(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages if isinstance(m, AIMessage) and not m.tool_calls)
+    message.tool_calls.append({"name": "search", "args": {"q": "door " * 30}, "id": "late"})
+
+
+def _result_renamed(messages: list[BaseMessage]) -> None:
+    _first(messages, ToolMessage).tool_call_id = "nobody"  # type: ignore[attr-defined]
+
+
+def _replaced_keeping_its_content(messages: list[BaseMessage]) -> None:
+    # Another message with the very same content and name objects: only its identity differs.
+    index = next(
+        i
+        for i, m in enumerate(messages)
+        if i > len(messages) // 2 and type(m) is HumanMessage and isinstance(m.content, str)
+    )
+    messages[index] = AIMessage(messages[index].content)
+
+
+def _reinitialised(messages: list[BaseMessage]) -> None:
+    message = _first(messages, AIMessage)
+    message.__init__(content=message.content, name="bob")  # type: ignore[misc]
+
+
+EDITS_AFTER_GROWTH = {
+    "name set": _name_set,
+    "tool call appended to an empty list": _call_appended,
+    "tool_call_id of a result": _result_renamed,
+    "replaced by another message with the same content object": _replaced_keeping_its_content,
+    "re-initialised in place": _reinitialised,
+}
+
+
+@pytest.mark.parametrize("edit", EDITS_AFTER_GROWTH.values(), ids=EDITS_AFTER_GROWTH)
+def test_an_edit_of_a_message_analysed_calls_ago_is_found(edit: Any) -> None:
+    conversation = Conversation(11)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(40):  # the memo extended call after call, past every message edited
+        conversation.grow()
+        memo.analyse(list(conversation.messages))
+    messages = list(conversation.messages)
+    before = memo.analyse(messages)[0]
+    edit(messages)
+
+    facts = memo.analyse(messages)[0]
+
+    assert facts == analysis(counter, messages)
+    assert facts != before  # the edit mattered

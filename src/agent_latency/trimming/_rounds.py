@@ -14,11 +14,13 @@ An agent trims its whole conversation before every model call: the same message 
 few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
 conversation, each message's tokens, text and unit, and works out only the messages after the
 remembered ones. Whether those are unchanged is checked on every call, for every message, in
-bulk: the same object, the same content, name and tool-call id objects, and the fields that can
-change in place (tool calls, list content, a role) equal to a copy taken when the message was
-first seen (:func:`~agent_latency._caches.stamp`, the rule every per-message cache follows; its
-one known limit is an edit to an equal value of another type, such as a tool-call argument ``1``
-set to ``1.0``).
+bulk (a few passes in C, each message's fields read once): the same object (told by its
+``__dict__``, which a message re-initialised in place replaces), the same content, name and
+tool-call id objects, and the fields that can change in place (tool calls, list content, a
+role) equal to a copy taken when the message was first seen
+(:func:`~agent_latency._caches.stamp`, the rule every per-message cache follows; its one known
+limit is an edit to an equal value of another type, such as a tool-call argument ``1`` set to
+``1.0``).
 """
 
 from __future__ import annotations
@@ -253,6 +255,9 @@ class _Memo:
     """A conversation as last seen, and what tells its messages unchanged on the next call."""
 
     refs: list[weakref.ref[BaseMessage]]
+    # Each message's __dict__: the same object only while it is the same message (one that
+    # died cannot hand its own on, as the memo holds it) and was not re-initialised.
+    dicts: list[dict[str, Any]]
     contents: list[object]  # each message's content object
     names: list[object]  # each message's name object
     call_ids: _Group  # of the messages with a tool_call_id field: those objects
@@ -321,8 +326,8 @@ class AnalysisMemo:
     few-shot examples kept as constants, forks of one conversation), by where each parted from
     the others (a message edited in place, removed or replaced is an edit, not a parting); a
     call reuses what it remembers for the longest unchanged first part of the messages. Holds no
-    message alive, and what it holds of a message that died (content, copies of list content,
-    text) is let go at the next call. Safe to share between threads.
+    message alive, and what it holds of a message that died (its ``__dict__``, copies of list
+    content, text) is let go at the next call. Safe to share between threads.
 
     Args:
         counter: Counts the messages' tokens.
@@ -419,7 +424,9 @@ class AnalysisMemo:
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
         # The contents and names read by this call: those of the memo's messages, or equal.
         call_ids = memo.call_ids.plus(*calls)
-        return _Memo(refs, seen.contents, seen.names, call_ids, compared, facts, grouping)
+        return _Memo(
+            refs, seen.dicts, seen.contents, seen.names, call_ids, compared, facts, grouping
+        )
 
 
 class _Uncopyable(Exception):
@@ -427,7 +434,7 @@ class _Uncopyable(Exception):
 
 
 _NO_GROUP = _Group.of([], [])
-_EMPTY = _Memo([], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
+_EMPTY = _Memo([], [], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
 
 
 def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
@@ -437,8 +444,8 @@ def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     messages with tool calls, list content or a role, and the tool-call ids just tool results.
     """
     length = min(len(messages), len(memo.refs))
-    refs = memo.refs if length == len(memo.refs) else memo.refs[:length]
-    length = _same_before(list(map(operator.call, refs)), messages, length)
+    if not all(map(operator.is_, seen.dicts, memo.dicts)):  # the same messages (see _Memo)
+        length = next(compress(count(), map(operator.is_not, seen.dicts, memo.dicts)))
     length = _same_before(seen.contents, memo.contents, length)
     length = _same_before(seen.names, memo.names, length)
     calls = memo.call_ids.cut(length)
@@ -511,6 +518,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     grouping.round = kept[-1].round if kept else 0
     return _Memo(
         memo.refs[:length],
+        memo.dicts[:length],
         memo.contents[:length],
         memo.names[:length],
         memo.call_ids.cut(length),
