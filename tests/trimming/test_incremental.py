@@ -22,6 +22,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan, cap_tool_results, classify, mark_kept
@@ -252,3 +253,52 @@ def test_an_edit_of_a_message_analysed_calls_ago_is_found(edit: Any) -> None:
 
     assert facts == analysis(counter, messages)
     assert facts != before  # the edit mattered
+
+
+def _old_text_spoiled(messages: list[BaseMessage]) -> None:
+    _first(messages, AIMessage).content = 7  # type: ignore[assignment]
+
+
+def _old_part_spoiled(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages if isinstance(m.content, list))
+    message.content[0]["text"] = None  # type: ignore[index]
+
+
+def _new_message_spoiled(messages: list[BaseMessage]) -> None:
+    message = HumanMessage("next question")
+    message.content = [{"type": "image_url"}]
+    messages.append(message)
+
+
+SPOILED = {
+    "text of a message seen calls ago": _old_text_spoiled,
+    "part of a message seen calls ago": _old_part_spoiled,
+    "a new message": _new_message_spoiled,
+}
+
+
+@pytest.mark.parametrize("spoil", SPOILED.values(), ids=SPOILED)
+def test_content_spoiled_in_place_is_named_by_the_analysis_as_coerce_messages_names_it(
+    spoil: Any,
+) -> None:
+    # So a trim may leave content unchecked by coerce_messages: each message the analysis
+    # reads anew is checked, the others are the objects it checked, unchanged.
+    conversation = Conversation(11)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(40):
+        conversation.grow()
+        memo.analyse(list(conversation.messages))
+    messages = list(conversation.messages)
+    kept = [m.model_copy(deep=True) for m in messages]
+    spoil(messages)
+    with pytest.raises(ValueError) as expected:
+        coerce_messages(messages)
+
+    with pytest.raises(ValueError) as caught:
+        memo.analyse(messages)
+
+    assert str(caught.value) == str(expected.value)
+    with pytest.raises(ValueError):  # still, on the next call
+        memo.analyse(messages)
+    assert memo.analyse(kept)[0] == analysis(counter, kept)

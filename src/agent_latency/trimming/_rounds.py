@@ -38,7 +38,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent_latency._caches import LRUCache, edit_check
 from agent_latency._chat_format import role_of
-from agent_latency._user_input import tool_calls_of
+from agent_latency._user_input import check_message_content, tool_calls_of
 from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
@@ -129,10 +129,12 @@ class _Grouping:
         Args:
             messages: The conversation.
             counts: The tokens of the messages grouped so far; extended with ``count``.
-            count: Counts a message (after its tool calls are read: a malformed call is named).
+            count: Counts a message (after its content and tool calls are checked: a message
+                spoiled in place is named).
         """
         for index in range(len(self.owner), len(messages)):
             message = messages[index]
+            check_message_content(message, index)
             kind: UnitKind
             ids: tuple[str, ...] = ()
             if isinstance(message, ToolMessage):
@@ -347,8 +349,12 @@ class AnalysisMemo:
         (stable while it grows: what else is remembered of it can be kept under the same).
 
         Raises:
-            ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
-                malformed in place (see :func:`~agent_latency._user_input.tool_calls_of`).
+            ValueError: Naming the message, when its content or an ``AIMessage``'s tool calls
+                were made malformed in place (see
+                :func:`~agent_latency._user_input.check_message_content` and
+                :func:`~agent_latency._user_input.tool_calls_of`): each message read anew (new,
+                or changed since it was seen) is checked, so the caller may leave its content
+                unchecked (``coerce_messages(..., check_content=False)``).
         """
         opening = tuple(map(id, messages[:_KEY_MESSAGES]))
         key = self._key(opening, messages)
