@@ -111,6 +111,7 @@ def _let_go() -> None:
 # None), and fields compared with a deep copy (a ChatMessage's role, tool calls).
 IDENTITY_FIELDS: Final = ("content", "name", "tool_call_id")
 _COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
+_TEXT: Final = (str, type(None))  # a tuple: isinstance of a union is slower
 
 
 def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
@@ -126,7 +127,7 @@ def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | 
         Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
     """
     fields = message.__dict__
-    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), str | None)]
+    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), _TEXT)]
     compared += [name for name in _COMPARED_FIELDS if name in fields]
     if not compared:
         return None, None

@@ -26,7 +26,6 @@ limit is an edit to an equal value of another type, such as a tool-call argument
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -115,7 +114,15 @@ class _Grouping:
 
     def facts(self, counts: list[int], texts: list[str]) -> MessageFacts:
         return MessageFacts(
-            counts, texts, *(getattr(self, name) for name in MessageFacts._fields[2:])
+            counts,
+            texts,
+            self.units,
+            self.classes,
+            self.users,
+            self.orphans,
+            self.rounds,
+            self.owner,
+            self.round_tokens,
         )
 
     def extend(
@@ -189,7 +196,7 @@ class _Grouping:
             self.rounds.append([])
             self.round_tokens.append(0)
         self.rounds[round_] = [*self.rounds[round_], *unit.indices]
-        self.round_tokens[round_] += sum(counts[index] for index in unit.indices)
+        self.round_tokens[round_] += sum(map(counts.__getitem__, unit.indices))
         for index in unit.indices:
             self.owner[index] = round_
 
@@ -252,8 +259,7 @@ def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> Message
     return grouping.facts(counts, list(map(text_of, messages)))
 
 
-@dataclass(frozen=True, slots=True)
-class _Memo:
+class _Memo(NamedTuple):
     """A conversation as last seen, and what tells its messages unchanged on the next call."""
 
     refs: list[weakref.ref[BaseMessage]]
@@ -375,7 +381,7 @@ class AnalysisMemo:
                 memo = _truncated(memo, unchanged)
                 callback = self._memos.on_death(key)
                 refs = list(map(weakref.ref, messages[:unchanged], repeat(callback)))
-                memo = dataclasses.replace(memo, refs=refs)
+                memo = memo._replace(refs=refs)
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, seen, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
