@@ -228,9 +228,17 @@ def _reinitialised(messages: list[BaseMessage]) -> None:
     message.__init__(content=message.content, name="bob")  # type: ignore[misc]
 
 
+def _calls_replaced(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages if isinstance(m, AIMessage) and not m.tool_calls)
+    message.invalid_tool_calls = [
+        {"name": "search", "args": "{", "id": "bad", "error": None, "type": "invalid_tool_call"}
+    ]
+
+
 EDITS_AFTER_GROWTH = {
     "name set": _name_set,
     "tool call appended to an empty list": _call_appended,
+    "empty invalid calls replaced": _calls_replaced,
     "tool_call_id of a result": _result_renamed,
     "replaced by another message with the same content object": _replaced_keeping_its_content,
     "re-initialised in place": _reinitialised,
@@ -302,3 +310,27 @@ def test_content_spoiled_in_place_is_named_by_the_analysis_as_coerce_messages_na
     with pytest.raises(ValueError):  # still, on the next call
         memo.analyse(messages)
     assert memo.analyse(kept)[0] == analysis(counter, kept)
+
+
+def test_lists_held_before_a_cut_are_still_followed_after_it() -> None:
+    # An edit in place cuts the memo there (what it holds of the messages before is cut too);
+    # then a message before the cut has a call appended to its empty list.
+    conversation = Conversation(11)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(40):
+        conversation.grow()
+        memo.analyse(list(conversation.messages))
+    messages = list(conversation.messages)
+    quiet = [i for i, m in enumerate(messages) if isinstance(m, AIMessage) and not m.tool_calls]
+    first, later = quiet[0], quiet[-1]
+    messages[later].content = "edited " * 20
+    before = memo.analyse(messages)[0]
+    assert before == analysis(counter, messages)
+    messages[first].tool_calls.append({"name": "search", "args": {}, "id": "late"})  # type: ignore[attr-defined]
+
+    facts = memo.analyse(messages)[0]
+
+    assert facts == analysis(counter, messages)
+    kinds = [{u.indices[0]: u.kind for u in f.units}[first] for f in (before, facts)]
+    assert kinds == ["message", "tool_call"]

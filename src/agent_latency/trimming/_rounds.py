@@ -17,10 +17,10 @@ remembered ones. Whether those are unchanged is checked on every call, for every
 bulk (a few passes in C, each message's fields read once): the same object (told by its
 ``__dict__``, which a message re-initialised in place replaces), the same content, name and
 tool-call id objects, and the fields that can change in place (tool calls, list content, a
-role) equal to a copy taken when the message was first seen
-(:func:`~agent_latency._caches.stamp`, the rule every per-message cache follows; its one known
-limit is an edit to an equal value of another type, such as a tool-call argument ``1`` set to
-``1.0``).
+role) equal to a copy taken when the message was first seen, or, when they were empty lists,
+the same lists, still empty (:func:`~agent_latency._caches.stamp`, the rule every per-message
+cache follows; its one known limit is an edit to an equal value of another type, such as a
+tool-call argument ``1`` set to ``1.0``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class _Grouping:
     grouping the next messages needs (extended in place: :meth:`copy` before sharing)."""
 
     units: list[Unit] = field(default_factory=list)
-    issued: list[tuple[str, ...]] = field(default_factory=list)  # the ids each unit issued
+    # The units that issued tool-call ids, ascending, with those ids.
+    issued: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     unit_of_call: dict[str, int] = field(default_factory=dict)  # the latest unit to issue an id
     round: int = 0  # the round of the last message
     classes: list[PriorityClass] = field(default_factory=list)
@@ -174,7 +175,8 @@ class _Grouping:
             self.classes.append("history")
             self.owner.append(-1)
             self._add(_unit(kind, (index,), self.round), counts)
-            self.issued.append(ids)
+            if ids:
+                self.issued.append((len(self.units) - 1, ids))
 
     def _add(self, unit: Unit, counts: list[int]) -> None:
         """Adds a unit after the others (its messages' classes and owners already listed)."""
@@ -269,8 +271,10 @@ class _Memo(NamedTuple):
     contents: list[object]  # each message's content object
     names: list[object]  # each message's name object
     call_ids: _Group  # of the messages with a tool_call_id field: those objects
-    # Per getter of fields to compare (see edit_check): copies of those fields.
-    compared: dict[Callable[[dict[str, Any]], Any], _Group]
+    # Per getter of fields to compare (see edit_check), and whether they are held: copies of
+    # those fields; or, when they were empty lists (an AIMessage without calls), those very
+    # lists (the same, or equal, and still empty: cheaper to tell than equal to copies).
+    compared: dict[tuple[Callable[[dict[str, Any]], Any], bool], _Group]
     facts: MessageFacts
     grouping: _Grouping  # not extended in place: copied first
 
@@ -281,23 +285,29 @@ class _Group(NamedTuple):
     indices: list[int]  # the messages', ascending
     values: list[Any]
     pick: Callable[[list[Any]], Sequence[Any]]  # the items at ``indices`` (in C)
+    held: list[list[Any]]  # the lists held, of every message (see _Memo.compared)
 
     @classmethod
-    def of(cls, indices: list[int], values: list[Any]) -> _Group:
+    def of(cls, indices: list[int], values: list[Any], held: list[list[Any]]) -> _Group:
         if len(indices) == 1:  # an itemgetter of one index returns the item itself
-            return cls(indices, values, operator.itemgetter(slice(indices[0], indices[0] + 1)))
-        return cls(indices, values, operator.itemgetter(*indices) if indices else _none)
+            pick = operator.itemgetter(slice(indices[0], indices[0] + 1))
+            return cls(indices, values, pick, held)
+        return cls(indices, values, operator.itemgetter(*indices) if indices else _none, held)
 
     def cut(self, length: int) -> _Group:
         """The group of the messages before ``length``."""
         end = bisect.bisect_left(self.indices, length)
         if end == len(self.indices):
             return self
-        return _Group.of(self.indices[:end], self.values[:end])
+        values = self.values[:end]
+        held = [each for value in values for each in _lists(value)] if self.held else []
+        return _Group.of(self.indices[:end], values, held)
 
-    def plus(self, indices: list[int], values: list[Any]) -> _Group:
+    def plus(self, indices: list[int], values: list[Any], held: list[list[Any]]) -> _Group:
         """The group with more messages, after its own (its lists are not changed)."""
-        return _Group.of(self.indices + indices, self.values + values) if indices else self
+        if not indices:
+            return self
+        return _Group.of(self.indices + indices, self.values + values, self.held + held)
 
 
 def _none(items: list[Any]) -> tuple[()]:
@@ -305,20 +315,32 @@ def _none(items: list[Any]) -> tuple[()]:
 
 
 class _Seen(NamedTuple):
-    """What a call reads of its messages to tell them unchanged (once per call, in C)."""
+    """What a call reads of its messages to tell them unchanged (once per call, in C): every
+    message's ``__dict__``; the content and name objects of the first ones, then of all."""
 
     dicts: list[dict[str, Any]]
     contents: list[object]
     names: list[object]
 
     @classmethod
-    def of(cls, messages: list[BaseMessage]) -> _Seen:
-        dicts = list(map(_DICT, messages))
+    def of(cls, messages: list[BaseMessage], first: int) -> _Seen:
+        """Reads the content and name of the ``first`` messages (to compare with as many
+        remembered, without a slice of each list)."""
+        seen = cls(list(map(_DICT, messages)), [], [])
+        seen.complete(first)
+        return seen
+
+    def complete(self, upto: int | None = None) -> None:
+        """Reads the content and name of the messages after those read, up to ``upto``."""
+        start = len(self.contents)
+        dicts = self.dicts[start:upto]
         try:
-            return cls(dicts, list(map(_CONTENT, dicts)), list(map(_NAME, dicts)))
+            self.contents.extend(map(_CONTENT, dicts))
+            self.names.extend(map(_NAME, dicts))
         except KeyError:  # a field deleted from a message's __dict__: read as None
-            fields = (list(map(dict.get, dicts, repeat(name))) for name in ("content", "name"))
-            return cls(dicts, *fields)
+            del self.contents[start:], self.names[start:]
+            self.contents.extend(map(dict.get, dicts, repeat("content")))
+            self.names.extend(map(dict.get, dicts, repeat("name")))
 
 
 _DICT = operator.attrgetter("__dict__")
@@ -365,10 +387,11 @@ class AnalysisMemo:
         opening = tuple(map(id, messages[:_KEY_MESSAGES]))
         key = self._key(opening, messages)
         memo: _Memo = self._memos.get(key) or _EMPTY
-        seen = _Seen.of(messages)
+        seen = _Seen.of(messages, len(memo.refs))
         unchanged = _unchanged(messages, seen, memo)
         if unchanged == len(memo.refs) == len(messages):
             return memo.facts, key
+        seen.complete()
         if _parts(messages, memo, unchanged):
             # A fork, or another conversation with the same opening: remembered apart, so that
             # both go on from theirs (its own memo, when one is left, if that goes further).
@@ -412,23 +435,28 @@ class AnalysisMemo:
         (its lists are not changed: copied when extended)."""
         start = len(memo.refs)
         new = messages[start:]
-        added: dict[Callable[[dict[str, Any]], Any], tuple[list[int], list[Any]]] = {}
-        calls: tuple[list[int], list[Any]] = ([], [])
+        added: dict[tuple[Any, bool], tuple[list[int], list[Any], list[list[Any]]]] = {}
+        calls: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
             except Exception:
                 raise _Uncopyable from None
+            fields = seen.dicts[index]
             if getter is not None:
-                indices, snapshots = added.setdefault(getter, ([], []))
+                values = getter(fields)
+                lists = _lists(values)
+                held = all(type(each) is list and not each for each in lists)
+                indices, seen_values, seen_lists = added.setdefault((getter, held), ([], [], []))
                 indices.append(index)
-                snapshots.append(snapshot)
-            if "tool_call_id" in (fields := seen.dicts[index]):
+                seen_values.append(values if held else snapshot)
+                seen_lists += lists if held else ()
+            if "tool_call_id" in fields:
                 calls[0].append(index)
                 calls[1].append(fields["tool_call_id"])
         compared = dict(memo.compared)
-        for getter, group in added.items():
-            compared[getter] = compared.get(getter, _NO_GROUP).plus(*group)
+        for getter_held, group in added.items():
+            compared[getter_held] = compared.get(getter_held, _NO_GROUP).plus(*group)
         counts = memo.facts.counts.copy()
         grouping = memo.grouping.copy()
         grouping.extend(messages, counts, self._counter.count_message)
@@ -445,7 +473,7 @@ class _Uncopyable(Exception):
     """A message's fields cannot be copied to find edits in place later."""
 
 
-_NO_GROUP = _Group.of([], [])
+_NO_GROUP = _Group.of([], [], [])
 _EMPTY = _Memo([], [], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
 
 
@@ -464,13 +492,25 @@ def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     now = list(map(dict.get, calls.pick(seen.dicts), repeat("tool_call_id")))
     if now != calls.values:
         length = calls.indices[_same_before(now, calls.values, len(now))]
-    for getter, group in memo.compared.items():
+    for (getter, held), group in memo.compared.items():
         group = group.cut(length)
         values = list(map(getter, group.pick(seen.dicts)))
-        if values != group.values:
+        if values != group.values or any(group.held):
             pairs = zip(group.indices, values, group.values, strict=True)
-            length = next(index for index, value, then in pairs if value != then)
+            length = next(
+                index for index, value, then in pairs if value != then or (held and _filled(then))
+            )
     return length
+
+
+def _lists(values: Any) -> tuple[Any, ...]:
+    """The values of a getter of fields (a tuple when it gets several), one by one."""
+    return values if type(values) is tuple else (values,)
+
+
+def _filled(held: Any) -> bool:
+    """Whether a list held (see _Memo.compared), or one of a tuple of them, is not empty."""
+    return any(_lists(held))
 
 
 def _same_before(now: list[Any], then: list[Any], length: int) -> int:
@@ -519,13 +559,12 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     ]
     counts, texts = memo.facts.counts[:length], memo.facts.texts[:length]
     grouping = _Grouping.of(kept, counts)
-    grouping.issued = memo.grouping.issued[:units_before]
+    issuers_before = bisect.bisect_left(memo.grouping.issued, units_before, key=_position)
+    grouping.issued = memo.grouping.issued[:issuers_before]
     # As it was (shared: copied when changed), unless cut units issued calls.
     grouping.unit_of_call, grouping.calls_shared = memo.grouping.unit_of_call, True
-    if any(memo.grouping.issued[units_before:]):
-        grouping.unit_of_call = {
-            id_: unit for unit, ids in enumerate(grouping.issued) for id_ in ids
-        }
+    if issuers_before < len(memo.grouping.issued):
+        grouping.unit_of_call = {id_: unit for unit, ids in grouping.issued for id_ in ids}
         grouping.calls_shared = False
     grouping.round = kept[-1].round if kept else 0
     return _Memo(
@@ -551,6 +590,10 @@ def _alive_part(memo: _Memo) -> _Memo | None:
 
 def _first(unit: Unit) -> int:
     return unit.indices[0]
+
+
+def _position(issuer: tuple[int, tuple[str, ...]]) -> int:
+    return issuer[0]
 
 
 def _before(unit: Unit, length: int) -> tuple[int, ...]:
