@@ -22,7 +22,6 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan, cap_tool_results, classify, mark_kept
@@ -286,7 +285,7 @@ SPOILED = {
 
 
 @pytest.mark.parametrize("spoil", SPOILED.values(), ids=SPOILED)
-def test_content_spoiled_in_place_is_named_by_the_analysis_as_coerce_messages_names_it(
+def test_content_spoiled_in_place_is_named_by_the_analysis_as_a_trim_names_it(
     spoil: Any,
 ) -> None:
     # So a trim may leave content unchecked by coerce_messages: each message the analysis
@@ -300,8 +299,8 @@ def test_content_spoiled_in_place_is_named_by_the_analysis_as_coerce_messages_na
     messages = list(conversation.messages)
     kept = [m.model_copy(deep=True) for m in messages]
     spoil(messages)
-    with pytest.raises(ValueError) as expected:
-        coerce_messages(messages)
+    with pytest.raises(ValueError) as expected:  # by coerce_messages, before the analysis
+        PriorityTrimmer(400, token_counter=TokenCounter()).trim(messages)
 
     with pytest.raises(ValueError) as caught:
         memo.analyse(messages)
