@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from agent_latency._caches import LRUCache, MessageCache, stamp, unchanged
@@ -65,6 +66,33 @@ def test_a_message_edited_in_place_is_not_unchanged() -> None:
     seen = stamp(text)
     text.content = "another question"
     assert not unchanged(text, seen)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda parts: parts[0]["args"]["rows"][1].append(3),
+        lambda parts: parts[0]["args"]["rows"].append((4,)),
+        lambda parts: parts[0]["args"].update(flag=None),
+    ],
+    ids=["list in a list", "tuple appended", "key added"],
+)
+def test_an_edit_deep_in_json_like_fields_is_told_from_the_copy_taken(edit: Any) -> None:
+    args = {"rows": [[1, 2.5], [True]], "note": "n", "flag": False}
+    message = AIMessage("", tool_calls=[{"name": "f", "args": args, "id": "c"}])
+    seen = stamp(message)
+    edit(message.tool_calls)
+    assert not unchanged(message, seen)
+
+
+def test_fields_that_refer_to_themselves_are_still_copied() -> None:
+    cycle: list[Any] = ["part"]
+    cycle.append(cycle)
+    message = AIMessage("", tool_calls=[{"name": "f", "args": {"cycle": cycle}, "id": "c"}])
+    seen = stamp(message)
+    assert seen[4][0][0]["args"]["cycle"] is not cycle
+    cycle[0] = "edited"
+    assert seen[4][0][0]["args"]["cycle"][0] == "part"
 
 
 def test_a_message_cache_serves_only_the_live_unchanged_message() -> None:

@@ -21,7 +21,7 @@ from langchain_core.messages import (
 from langchain_core.prompt_values import StringPromptValue
 from langchain_core.prompts import ChatPromptTemplate
 
-from agent_latency._user_input import coerce_messages, load_request_file
+from agent_latency._user_input import check_message_content, coerce_messages, load_request_file
 
 CONTENT = "private-content-3f9a"  # must never appear in an error message
 
@@ -173,6 +173,43 @@ def test_bad_item_names_its_index_and_hides_content(
 
     assert str(caught.value).startswith(f"Message {index}")
     assert CONTENT not in str(caught.value)
+
+
+SPOILED_CONTENT = {
+    "a number": 7,
+    "a part of another type": [CONTENT, 3],
+    "a text part without text": [{"type": "text", "txt": CONTENT}],
+}
+
+
+@pytest.mark.parametrize("content", SPOILED_CONTENT.values(), ids=SPOILED_CONTENT)
+def test_content_spoiled_in_place_is_named_alike_by_both_checks(content: Any) -> None:
+    spoiled = HumanMessage("fine")
+    spoiled.content = content
+    messages = [SystemMessage("s"), spoiled]
+    with pytest.raises(ValueError) as by_coerce:
+        coerce_messages(messages)
+
+    with pytest.raises(ValueError) as by_check:
+        check_message_content(spoiled, 1)
+
+    assert str(by_check.value) == str(by_coerce.value)
+    assert str(by_check.value).startswith("Message 1 (human)")
+    assert CONTENT not in str(by_check.value)
+
+
+def test_content_left_to_the_caller_is_not_checked_but_dicts_still_are() -> None:
+    spoiled = HumanMessage("fine")
+    spoiled.content = 7  # type: ignore[assignment]
+    messages = [SystemMessage("s"), spoiled]
+
+    assert coerce_messages(messages, check_content=False) == messages
+    assert coerce_messages(messages, check_content=False)[1] is spoiled
+    dicts = [{"role": "user", "content": "ok"}, {"role": "user", "content": 3}]
+    with pytest.raises(ValueError, match=r"Message 1 .*content"):
+        coerce_messages(dicts, check_content=False)
+    with pytest.raises(TypeError, match="Message 1"):
+        coerce_messages([HumanMessage("ok"), object()], check_content=False)
 
 
 # Roles as OpenAI and LangChain spell them, and anything else.

@@ -111,6 +111,7 @@ def _let_go() -> None:
 # None), and fields compared with a deep copy (a ChatMessage's role, tool calls).
 IDENTITY_FIELDS: Final = ("content", "name", "tool_call_id")
 _COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
+_TEXT: Final = (str, type(None))  # a tuple: isinstance of a union is slower
 
 
 def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
@@ -126,12 +127,34 @@ def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | 
         Exception: Whatever ``copy.deepcopy`` raises for values that cannot be copied.
     """
     fields = message.__dict__
-    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), str | None)]
+    compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), _TEXT)]
     compared += [name for name in _COMPARED_FIELDS if name in fields]
     if not compared:
         return None, None
     getter = _getter(tuple(compared))
-    return getter, copy.deepcopy(getter(fields))
+    values = getter(fields)
+    try:
+        return getter, _copied(values)
+    except RecursionError:  # nested too deeply, or a cycle
+        return getter, copy.deepcopy(values)
+
+
+_ATOMS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of ``value``: of JSON-like data (what tool calls and content parts hold)
+    without ``copy.deepcopy``'s bookkeeping, of anything else by it."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is list:
+        return [_copied(item) for item in value]
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is tuple:
+        return tuple(_copied(item) for item in value)
+    return copy.deepcopy(value)
 
 
 Stamp = tuple[Any, ...]

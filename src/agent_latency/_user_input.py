@@ -31,12 +31,17 @@ _KNOWN_ROLES = frozenset(
 )
 
 
-def coerce_messages(value: object) -> list[BaseMessage]:
+def coerce_messages(value: object, *, check_content: bool = True) -> list[BaseMessage]:
     """Returns the messages held by ``value`` without copying message objects.
 
     Args:
         value: A sequence of LangChain messages and/or OpenAI-format dicts, a ``PromptValue``, or
             a mapping with a ``"messages"`` key holding such a sequence.
+        check_content: Check the content of the message objects given as such (LangChain does
+            not check content set in place). ``False`` when the caller checks each message's
+            with :func:`check_message_content` before reading it: when all items are message
+            objects, only their types are then checked here (one pass in C; a trimmer's
+            analysis checks the messages it reads anew, not every message on every call).
 
     Returns:
         A new list; message objects given as such are the same objects.
@@ -65,14 +70,26 @@ def coerce_messages(value: object) -> list[BaseMessage]:
     # Most items are messages with text content: nothing to check or convert (an agent passes
     # hundreds of them on every model call). Their few types are checked, not each item: an
     # isinstance of a pydantic model goes through ABCMeta.
-    if all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))) and all(
-        map(isinstance, map(_CONTENT, messages), repeat(str))
+    if all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))) and (
+        not check_content or all(map(isinstance, map(_CONTENT, messages), repeat(str)))
     ):
         return messages
     return [_coerce_item(item, index) for index, item in enumerate(messages)]
 
 
 _CONTENT = operator.attrgetter("content")
+
+
+def check_message_content(message: BaseMessage, index: int) -> None:
+    """Checks the content of a message object as :func:`coerce_messages` does.
+
+    Raises:
+        ValueError: Naming the message (at ``index``) and the fix, when its content was set in
+            place to something no chat API accepts. Message content is never quoted.
+    """
+    content = message.content
+    if type(content) is not str:
+        _check_content(content, index, message.type)
 
 
 def _check_content(content: object, index: int, role: object) -> None:
@@ -148,7 +165,7 @@ def _part_problem(part: object) -> str | None:
 def _coerce_item(item: object, index: int) -> BaseMessage:
     if isinstance(item, BaseMessage):
         # Messages are not validated when mutated after construction.
-        _check_content(item.content, index, item.type)
+        check_message_content(item, index)
         return item
     if isinstance(item, str):
         return HumanMessage(item)  # as LangChain's chat models read a bare string

@@ -26,7 +26,7 @@ from langchain_core.messages import (
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan, cap_tool_results, classify, mark_kept
-from agent_latency.trimming._rounds import AnalysisMemo
+from agent_latency.trimming._rounds import AnalysisMemo, analysis
 from agent_latency.trimming._shortening import MessageShortener
 from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
@@ -193,3 +193,147 @@ def test_history_rounds_follow_drops_and_must_keeps_the_analysis_does_not_know()
     assert not plan.as_analysed and rounds is not None and walked is not None
     assert rounds == walked
     assert rounds.indices == before.indices[2:]
+
+
+# --- Edits of messages the analysis went past several calls ago: each is read again from the
+# message on every call (its fields, or its __dict__ as a whole), not from the last call's. ----
+
+
+def _first(messages: list[BaseMessage], kind: type[BaseMessage]) -> BaseMessage:
+    return next(m for m in messages[1:] if type(m) is kind and m.content)
+
+
+def _name_set(messages: list[BaseMessage]) -> None:
+    _first(messages, AIMessage).name = "alice"
+
+
+def _call_appended(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages if isinstance(m, AIMessage) and not m.tool_calls)
+    message.tool_calls.append({"name": "search", "args": {"q": "door " * 30}, "id": "late"})
+
+
+def _result_renamed(messages: list[BaseMessage]) -> None:
+    _first(messages, ToolMessage).tool_call_id = "nobody"  # type: ignore[attr-defined]
+
+
+def _replaced_keeping_its_content(messages: list[BaseMessage]) -> None:
+    # Another message with the very same content and name objects: only its identity differs.
+    index = next(
+        i
+        for i, m in enumerate(messages)
+        if i > len(messages) // 2 and type(m) is HumanMessage and isinstance(m.content, str)
+    )
+    messages[index] = AIMessage(messages[index].content)
+
+
+def _reinitialised(messages: list[BaseMessage]) -> None:
+    message = _first(messages, AIMessage)
+    message.__init__(content=message.content, name="bob")  # type: ignore[misc]
+
+
+def _calls_replaced(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages if isinstance(m, AIMessage) and not m.tool_calls)
+    message.invalid_tool_calls = [
+        {"name": "search", "args": "{", "id": "bad", "error": None, "type": "invalid_tool_call"}
+    ]
+
+
+EDITS_AFTER_GROWTH = {
+    "name set": _name_set,
+    "tool call appended to an empty list": _call_appended,
+    "empty invalid calls replaced": _calls_replaced,
+    "tool_call_id of a result": _result_renamed,
+    "replaced by another message with the same content object": _replaced_keeping_its_content,
+    "re-initialised in place": _reinitialised,
+}
+
+
+@pytest.mark.parametrize("edit", EDITS_AFTER_GROWTH.values(), ids=EDITS_AFTER_GROWTH)
+def test_an_edit_of_a_message_analysed_calls_ago_is_found(edit: Any) -> None:
+    conversation = Conversation(11)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(40):  # the memo extended call after call, past every message edited
+        conversation.grow()
+        memo.analyse(list(conversation.messages))
+    messages = list(conversation.messages)
+    before = memo.analyse(messages)[0]
+    edit(messages)
+
+    facts = memo.analyse(messages)[0]
+
+    assert facts == analysis(counter, messages)
+    assert facts != before  # the edit mattered
+
+
+def _old_text_spoiled(messages: list[BaseMessage]) -> None:
+    _first(messages, AIMessage).content = 7  # type: ignore[assignment]
+
+
+def _old_part_spoiled(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages if isinstance(m.content, list))
+    message.content[0]["text"] = None  # type: ignore[index]
+
+
+def _new_message_spoiled(messages: list[BaseMessage]) -> None:
+    message = HumanMessage("next question")
+    message.content = [{"type": "image_url"}]
+    messages.append(message)
+
+
+SPOILED = {
+    "text of a message seen calls ago": _old_text_spoiled,
+    "part of a message seen calls ago": _old_part_spoiled,
+    "a new message": _new_message_spoiled,
+}
+
+
+@pytest.mark.parametrize("spoil", SPOILED.values(), ids=SPOILED)
+def test_content_spoiled_in_place_is_named_by_the_analysis_as_a_trim_names_it(
+    spoil: Any,
+) -> None:
+    # So a trim may leave content unchecked by coerce_messages: each message the analysis
+    # reads anew is checked, the others are the objects it checked, unchanged.
+    conversation = Conversation(11)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(40):
+        conversation.grow()
+        memo.analyse(list(conversation.messages))
+    messages = list(conversation.messages)
+    kept = [m.model_copy(deep=True) for m in messages]
+    spoil(messages)
+    with pytest.raises(ValueError) as expected:  # by coerce_messages, before the analysis
+        PriorityTrimmer(400, token_counter=TokenCounter()).trim(messages)
+
+    with pytest.raises(ValueError) as caught:
+        memo.analyse(messages)
+
+    assert str(caught.value) == str(expected.value)
+    with pytest.raises(ValueError):  # still, on the next call
+        memo.analyse(messages)
+    assert memo.analyse(kept)[0] == analysis(counter, kept)
+
+
+def test_lists_held_before_a_cut_are_still_followed_after_it() -> None:
+    # An edit in place cuts the memo there (what it holds of the messages before is cut too);
+    # then a message before the cut has a call appended to its empty list.
+    conversation = Conversation(11)
+    counter = TokenCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(40):
+        conversation.grow()
+        memo.analyse(list(conversation.messages))
+    messages = list(conversation.messages)
+    quiet = [i for i, m in enumerate(messages) if isinstance(m, AIMessage) and not m.tool_calls]
+    first, later = quiet[0], quiet[-1]
+    messages[later].content = "edited " * 20
+    before = memo.analyse(messages)[0]
+    assert before == analysis(counter, messages)
+    messages[first].tool_calls.append({"name": "search", "args": {}, "id": "late"})  # type: ignore[attr-defined]
+
+    facts = memo.analyse(messages)[0]
+
+    assert facts == analysis(counter, messages)
+    kinds = [{u.indices[0]: u.kind for u in f.units}[first] for f in (before, facts)]
+    assert kinds == ["message", "tool_call"]

@@ -14,22 +14,22 @@ An agent trims its whole conversation before every model call: the same message 
 few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
 conversation, each message's tokens, text and unit, and works out only the messages after the
 remembered ones. Whether those are unchanged is checked on every call, for every message, in
-bulk: the same object, the same content, name and tool-call id objects, and the fields that can
-change in place (tool calls, list content, a role) equal to a copy taken when the message was
-first seen (:func:`~agent_latency._caches.stamp`, the rule every per-message cache follows; its
-one known limit is an edit to an equal value of another type, such as a tool-call argument ``1``
-set to ``1.0``).
+bulk (a few passes in C, each message's fields read once): the same object (told by its
+``__dict__``, which a message re-initialised in place replaces), the same content, name and
+tool-call id objects, and the fields that can change in place (tool calls, list content, a
+role) equal to a copy taken when the message was first seen, or, when they were empty lists,
+the same lists, still empty (:func:`~agent_latency._caches.stamp`, the rule every per-message
+cache follows; its one known limit is an edit to an equal value of another type, such as a
+tool-call argument ``1`` set to ``1.0``).
 """
 
 from __future__ import annotations
 
 import bisect
-import copy
-import dataclasses
 import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from typing import Any, Literal, NamedTuple
 
@@ -42,9 +42,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from agent_latency._caches import IDENTITY_FIELDS, LRUCache, edit_check
+from agent_latency._caches import LRUCache, edit_check
 from agent_latency._chat_format import role_of
-from agent_latency._user_input import tool_calls_of
+from agent_latency._user_input import check_message_content, tool_calls_of
 from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
@@ -81,7 +81,8 @@ class _Grouping:
     grouping the next messages needs (extended in place: :meth:`copy` before sharing)."""
 
     units: list[Unit] = field(default_factory=list)
-    issued: list[tuple[str, ...]] = field(default_factory=list)  # the ids each unit issued
+    # The units that issued tool-call ids, ascending, with those ids.
+    issued: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     unit_of_call: dict[str, int] = field(default_factory=dict)  # the latest unit to issue an id
     round: int = 0  # the round of the last message
     classes: list[PriorityClass] = field(default_factory=list)
@@ -92,6 +93,7 @@ class _Grouping:
     round_tokens: list[int] = field(default_factory=list)
     skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
     unanswered: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    calls_shared: bool = False  # unit_of_call is another grouping's too: copy it to change it
 
     @classmethod
     def of(cls, units: list[Unit], counts: list[int]) -> _Grouping:
@@ -102,13 +104,36 @@ class _Grouping:
         return grouping
 
     def copy(self) -> _Grouping:
-        """A copy whose lists and dict can be extended without changing this one's."""
-        values = (getattr(self, each.name) for each in fields(self))
-        return _Grouping(*(copy.copy(value) for value in values))
+        """A copy whose lists and dict can be extended without changing this one's (the dict
+        is copied when first changed: few calls add tool calls)."""
+        return _Grouping(
+            self.units.copy(),
+            self.issued.copy(),
+            self.unit_of_call,
+            self.round,
+            self.classes.copy(),
+            self.users.copy(),
+            self.orphans.copy(),
+            self.rounds.copy(),
+            self.owner.copy(),
+            self.round_tokens.copy(),
+            self.skipped,
+            self.unanswered.copy(),
+            calls_shared=True,
+        )
 
     def facts(self, counts: list[int], texts: list[str]) -> MessageFacts:
         return MessageFacts(
-            counts, texts, *(getattr(self, name) for name in MessageFacts._fields[2:])
+            counts,
+            texts,
+            self.units,
+            self.classes,
+            self.users,
+            self.orphans,
+            self.rounds,
+            self.owner,
+            self.round_tokens,
+            self.unanswered,
         )
 
     def extend(
@@ -122,10 +147,12 @@ class _Grouping:
         Args:
             messages: The conversation.
             counts: The tokens of the messages grouped so far; extended with ``count``.
-            count: Counts a message (after its tool calls are read: a malformed call is named).
+            count: Counts a message (after its content and tool calls are checked: a message
+                spoiled in place is named).
         """
         for index in range(len(self.owner), len(messages)):
             message = messages[index]
+            check_message_content(message, index)
             kind: UnitKind
             ids: tuple[str, ...] = ()
             if isinstance(message, ToolMessage):
@@ -135,6 +162,8 @@ class _Grouping:
             elif isinstance(message, AIMessage) and (calls := tool_calls_of(message, index)):
                 kind = "tool_call"
                 ids = tuple(call["id"] for call in calls if call["id"] is not None)
+                if self.calls_shared:
+                    self.unit_of_call, self.calls_shared = dict(self.unit_of_call), False
                 self.unit_of_call.update(dict.fromkeys(ids, len(self.units)))
                 if ids:
                     self.unanswered[index] = ids
@@ -157,7 +186,8 @@ class _Grouping:
             self.classes.append("history")
             self.owner.append(-1)
             self._add(_unit(kind, (index,), self.round), counts)
-            self.issued.append(ids)
+            if ids:
+                self.issued.append((len(self.units) - 1, ids))
 
     def _add(self, unit: Unit, counts: list[int]) -> None:
         """Adds a unit after the others (its messages' classes and owners already listed)."""
@@ -179,7 +209,7 @@ class _Grouping:
             self.rounds.append([])
             self.round_tokens.append(0)
         self.rounds[round_] = [*self.rounds[round_], *unit.indices]
-        self.round_tokens[round_] += sum(counts[index] for index in unit.indices)
+        self.round_tokens[round_] += sum(map(counts.__getitem__, unit.indices))
         for index in unit.indices:
             self.owner[index] = round_
 
@@ -278,16 +308,91 @@ def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> Message
     return grouping.facts(counts, list(map(text_of, messages)))
 
 
-@dataclass(frozen=True, slots=True)
-class _Memo:
+class _Memo(NamedTuple):
     """A conversation as last seen, and what tells its messages unchanged on the next call."""
 
     refs: list[weakref.ref[BaseMessage]]
-    fields: list[list[object]]  # content, name and tool_call_id objects, per field
-    # Per getter of fields to compare (see edit_check): message indices, ascending, and copies.
-    compared: list[tuple[Callable[[dict[str, Any]], Any], list[int], list[Any]]]
+    # Each message's __dict__: the same object only while it is the same message (one that
+    # died cannot hand its own on, as the memo holds it) and was not re-initialised.
+    dicts: list[dict[str, Any]]
+    contents: list[object]  # each message's content object
+    names: list[object]  # each message's name object
+    call_ids: _Group  # of the messages with a tool_call_id field: those objects
+    # Per getter of fields to compare (see edit_check), and whether they are held: copies of
+    # those fields; or, when they were empty lists (an AIMessage without calls), those very
+    # lists (the same, or equal, and still empty: cheaper to tell than equal to copies).
+    compared: dict[tuple[Callable[[dict[str, Any]], Any], bool], _Group]
     facts: MessageFacts
     grouping: _Grouping  # not extended in place: copied first
+
+
+class _Group(NamedTuple):
+    """Values seen of some messages, and what picks those messages' items from a list."""
+
+    indices: list[int]  # the messages', ascending
+    values: list[Any]
+    pick: Callable[[list[Any]], Sequence[Any]]  # the items at ``indices`` (in C)
+    held: list[list[Any]]  # the lists held, of every message (see _Memo.compared)
+
+    @classmethod
+    def of(cls, indices: list[int], values: list[Any], held: list[list[Any]]) -> _Group:
+        if len(indices) == 1:  # an itemgetter of one index returns the item itself
+            pick = operator.itemgetter(slice(indices[0], indices[0] + 1))
+            return cls(indices, values, pick, held)
+        return cls(indices, values, operator.itemgetter(*indices) if indices else _none, held)
+
+    def cut(self, length: int) -> _Group:
+        """The group of the messages before ``length``."""
+        end = bisect.bisect_left(self.indices, length)
+        if end == len(self.indices):
+            return self
+        values = self.values[:end]
+        held = [each for value in values for each in _lists(value)] if self.held else []
+        return _Group.of(self.indices[:end], values, held)
+
+    def plus(self, indices: list[int], values: list[Any], held: list[list[Any]]) -> _Group:
+        """The group with more messages, after its own (its lists are not changed)."""
+        if not indices:
+            return self
+        return _Group.of(self.indices + indices, self.values + values, self.held + held)
+
+
+def _none(items: list[Any]) -> tuple[()]:
+    return ()
+
+
+class _Seen(NamedTuple):
+    """What a call reads of its messages to tell them unchanged (once per call, in C): every
+    message's ``__dict__``; the content and name objects of the first ones, then of all."""
+
+    dicts: list[dict[str, Any]]
+    contents: list[object]
+    names: list[object]
+
+    @classmethod
+    def of(cls, messages: list[BaseMessage], first: int) -> _Seen:
+        """Reads the content and name of the ``first`` messages (to compare with as many
+        remembered, without a slice of each list)."""
+        seen = cls(list(map(_DICT, messages)), [], [])
+        seen.complete(first)
+        return seen
+
+    def complete(self, upto: int | None = None) -> None:
+        """Reads the content and name of the messages after those read, up to ``upto``."""
+        start = len(self.contents)
+        dicts = self.dicts[start:upto]
+        try:
+            self.contents.extend(map(_CONTENT, dicts))
+            self.names.extend(map(_NAME, dicts))
+        except KeyError:  # a field deleted from a message's __dict__: read as None
+            del self.contents[start:], self.names[start:]
+            self.contents.extend(map(dict.get, dicts, repeat("content")))
+            self.names.extend(map(dict.get, dicts, repeat("name")))
+
+
+_DICT = operator.attrgetter("__dict__")
+_CONTENT = operator.itemgetter("content")
+_NAME = operator.itemgetter("name")
 
 
 class AnalysisMemo:
@@ -298,8 +403,8 @@ class AnalysisMemo:
     few-shot examples kept as constants, forks of one conversation), by where each parted from
     the others (a message edited in place, removed or replaced is an edit, not a parting); a
     call reuses what it remembers for the longest unchanged first part of the messages. Holds no
-    message alive, and what it holds of a message that died (content, copies of list content,
-    text) is let go at the next call. Safe to share between threads.
+    message alive, and what it holds of a message that died (its ``__dict__``, copies of list
+    content, text) is let go at the next call. Safe to share between threads.
 
     Args:
         counter: Counts the messages' tokens.
@@ -319,30 +424,36 @@ class AnalysisMemo:
         (stable while it grows: what else is remembered of it can be kept under the same).
 
         Raises:
-            ValueError: Naming the message, when an ``AIMessage``'s tool calls were made
-                malformed in place (see :func:`~agent_latency._user_input.tool_calls_of`).
+            ValueError: Naming the message, when its content or an ``AIMessage``'s tool calls
+                were made malformed in place (see
+                :func:`~agent_latency._user_input.check_message_content` and
+                :func:`~agent_latency._user_input.tool_calls_of`): each message read anew (new,
+                or changed since it was seen) is checked, so the caller may leave its content
+                unchecked (``coerce_messages(..., check_content=False)``).
         """
         opening = tuple(map(id, messages[:_KEY_MESSAGES]))
         key = self._key(opening, messages)
         memo: _Memo = self._memos.get(key) or _EMPTY
-        unchanged = _unchanged(messages, memo)
+        seen = _Seen.of(messages, len(memo.refs))
+        unchanged = _unchanged(messages, seen, memo)
         if unchanged == len(memo.refs) == len(messages):
             return memo.facts, key
+        seen.complete()
         if _parts(messages, memo, unchanged):
             # A fork, or another conversation with the same opening: remembered apart, so that
             # both go on from theirs (its own memo, when one is left, if that goes further).
             key = self._part(opening, unchanged, id(messages[unchanged]))
             own: _Memo = self._memos.get(key) or _EMPTY
-            own_unchanged = _unchanged(messages, own)
+            own_unchanged = _unchanged(messages, seen, own)
             if own_unchanged > unchanged:
                 memo, unchanged = own, own_unchanged
             else:  # the shared part, its messages' deaths now noted at the new key too
                 memo = _truncated(memo, unchanged)
                 callback = self._memos.on_death(key)
                 refs = list(map(weakref.ref, messages[:unchanged], repeat(callback)))
-                memo = dataclasses.replace(memo, refs=refs)
+                memo = memo._replace(refs=refs)
         try:
-            memo = self._extended(_truncated(memo, unchanged), messages, key)
+            memo = self._extended(_truncated(memo, unchanged), messages, seen, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
             return analysis(self._counter, messages), key
         self._memos.put(key, memo)
@@ -364,82 +475,105 @@ class AnalysisMemo:
         self._partings.put(opening, ((at, parted), *partings[: _PARTINGS - 1]))
         return (opening, at, parted)
 
-    def _extended(self, memo: _Memo, messages: list[BaseMessage], key: Hashable) -> _Memo:
-        """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``."""
+    def _extended(
+        self, memo: _Memo, messages: list[BaseMessage], seen: _Seen, key: Hashable
+    ) -> _Memo:
+        """``memo`` (which ``messages`` begin with) with the messages after it added, at ``key``
+        (its lists are not changed: copied when extended)."""
         start = len(memo.refs)
         new = messages[start:]
-        groups = {
-            getter: (list(indices), list(copies)) for getter, indices, copies in memo.compared
-        }
+        added: dict[tuple[Any, bool], tuple[list[int], list[Any], list[list[Any]]]] = {}
+        calls: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
             except Exception:
                 raise _Uncopyable from None
+            fields = seen.dicts[index]
             if getter is not None:
-                indices, snapshots = groups.setdefault(getter, ([], []))
+                values = getter(fields)
+                lists = _lists(values)
+                held = all(type(each) is list and not each for each in lists)
+                indices, seen_values, seen_lists = added.setdefault((getter, held), ([], [], []))
                 indices.append(index)
-                snapshots.append(snapshot)
-        compared = [(getter, *group) for getter, group in groups.items()]
-        counts = list(memo.facts.counts)
+                seen_values.append(values if held else snapshot)
+                seen_lists += lists if held else ()
+            if "tool_call_id" in fields:
+                calls[0].append(index)
+                calls[1].append(fields["tool_call_id"])
+        compared = dict(memo.compared)
+        for getter_held, group in added.items():
+            compared[getter_held] = compared.get(getter_held, _NO_GROUP).plus(*group)
+        counts = memo.facts.counts.copy()
         grouping = memo.grouping.copy()
         grouping.extend(messages, counts, self._counter.count_message)
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
-        fields = [
-            old + new_fields for old, new_fields in zip(memo.fields, _fields(new), strict=True)
-        ]
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        return _Memo(refs, fields, compared, facts, grouping)
+        # The contents and names read by this call: those of the memo's messages, or equal.
+        call_ids = memo.call_ids.plus(*calls)
+        return _Memo(
+            refs, seen.dicts, seen.contents, seen.names, call_ids, compared, facts, grouping
+        )
 
 
 class _Uncopyable(Exception):
     """A message's fields cannot be copied to find edits in place later."""
 
 
-_EMPTY = _Memo([], [[], [], []], [], _Grouping().facts([], []), _Grouping())
+_NO_GROUP = _Group.of([], [], [])
+_EMPTY = _Memo([], [], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
 
 
-def _fields(messages: Sequence[BaseMessage]) -> list[list[object]]:
-    """The content, name and tool_call_id objects of each message, per field (in C)."""
-    dicts = list(map(_DICT, messages))
-    return [list(map(dict.get, dicts, repeat(name))) for name in IDENTITY_FIELDS]
-
-
-_DICT = operator.attrgetter("__dict__")
-
-
-def _unchanged(messages: list[BaseMessage], memo: _Memo) -> int:
+def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     """How many first messages are the memo's, each unchanged since it was seen.
 
     The checks run in C over the whole conversation; only the deep comparisons concern just the
-    messages with tool calls, list content or a role.
+    messages with tool calls, list content or a role, and the tool-call ids just tool results.
     """
     length = min(len(messages), len(memo.refs))
-    prefix = messages[:length]
-    dicts = list(map(_DICT, prefix))
-    refs, fields = memo.refs, memo.fields
-    if length < len(refs):  # else the memo's lists as they are (no copies: a growing chat)
-        refs, fields = refs[:length], [then[:length] for then in fields]
-    checks: list[tuple[list[Any], list[Any]]] = [(list(map(operator.call, refs)), prefix)]
-    checks += (
-        (list(map(dict.get, dicts, repeat(name))), then)
-        for name, then in zip(IDENTITY_FIELDS, fields, strict=True)
-    )
-    for now, then in checks:
-        # Equal lists are compared in C (items that are the same object, quickly); a string
-        # field equal to the one seen is as good as the same object. Past the first item that
-        # is not the same object nothing is reused (a message's __eq__ would be slow).
-        if now != then:
-            length = min(length, next(compress(count(), map(operator.is_not, now, then))))
-    for getter, indices, snapshots in memo.compared:
-        end = bisect.bisect_left(indices, length)
-        if end < len(indices):
-            indices, snapshots = indices[:end], snapshots[:end]
-        values = list(map(getter, map(dicts.__getitem__, indices)))
-        if values != snapshots:
-            pairs = zip(indices, values, snapshots, strict=False)  # values stop at the cut
-            length = next(index for index, value, then in pairs if value != then)
+    if not all(map(operator.is_, seen.dicts, memo.dicts)):  # the same messages (see _Memo)
+        length = next(compress(count(), map(operator.is_not, seen.dicts, memo.dicts)))
+    length = _same_before(seen.contents, memo.contents, length)
+    length = _same_before(seen.names, memo.names, length)
+    calls = memo.call_ids.cut(length)
+    now = list(map(dict.get, calls.pick(seen.dicts), repeat("tool_call_id")))
+    if now != calls.values:
+        length = calls.indices[_same_before(now, calls.values, len(now))]
+    for (getter, held), group in memo.compared.items():
+        group = group.cut(length)
+        values = list(map(getter, group.pick(seen.dicts)))
+        if values != group.values or any(group.held):
+            pairs = zip(group.indices, values, group.values, strict=True)
+            length = next(
+                index for index, value, then in pairs if value != then or (held and _filled(then))
+            )
     return length
+
+
+def _lists(values: Any) -> tuple[Any, ...]:
+    """The values of a getter of fields (a tuple when it gets several), one by one."""
+    return values if type(values) is tuple else (values,)
+
+
+def _filled(held: Any) -> bool:
+    """Whether a list held (see _Memo.compared), or one of a tuple of them, is not empty."""
+    return any(_lists(held))
+
+
+def _same_before(now: list[Any], then: list[Any], length: int) -> int:
+    """How many of the first ``length`` items of ``now`` and ``then`` are the same.
+
+    Equal lists are compared in C (items that are the same object, quickly); a string field
+    equal to the one seen is as good as the same object. Past the first item that is not the
+    same object nothing is reused (a message's __eq__ would be slow).
+    """
+    if len(now) > length:
+        now = now[:length]
+    if len(then) > length:
+        then = then[:length]
+    if now == then:
+        return length
+    return next(compress(count(), map(operator.is_not, now, then)))
 
 
 def _parts(messages: list[BaseMessage], memo: _Memo, at: int) -> bool:
@@ -472,22 +606,22 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     ]
     counts, texts = memo.facts.counts[:length], memo.facts.texts[:length]
     grouping = _Grouping.of(kept, counts)
-    grouping.issued = memo.grouping.issued[:units_before]
-    grouping.unit_of_call = memo.grouping.unit_of_call  # as it was, unless cut units issued calls
-    if any(memo.grouping.issued[units_before:]):
-        grouping.unit_of_call = {
-            id_: unit for unit, ids in enumerate(grouping.issued) for id_ in ids
-        }
+    issuers_before = bisect.bisect_left(memo.grouping.issued, units_before, key=_position)
+    grouping.issued = memo.grouping.issued[:issuers_before]
+    # As it was (shared: copied when changed), unless cut units issued calls.
+    grouping.unit_of_call, grouping.calls_shared = memo.grouping.unit_of_call, True
+    if issuers_before < len(memo.grouping.issued):
+        grouping.unit_of_call = {id_: unit for unit, ids in grouping.issued for id_ in ids}
+        grouping.calls_shared = False
     grouping.round = kept[-1].round if kept else 0
     grouping.unanswered = _unanswered(memo, kept, length)
-    compared = []
-    for getter, indices, snapshots in memo.compared:
-        end = bisect.bisect_left(indices, length)
-        compared.append((getter, indices[:end], snapshots[:end]))
     return _Memo(
         memo.refs[:length],
-        [field[:length] for field in memo.fields],
-        compared,
+        memo.dicts[:length],
+        memo.contents[:length],
+        memo.names[:length],
+        memo.call_ids.cut(length),
+        {getter: group.cut(length) for getter, group in memo.compared.items()},
         grouping.facts(counts, texts),
         grouping,
     )
@@ -497,8 +631,11 @@ def _unanswered(memo: _Memo, kept: list[Unit], length: int) -> dict[int, tuple[s
     """The tool calls of ``kept`` (the memo's units before ``length``, a tool call's cut after
     its results before ``length``) that none of those results answers."""
     unanswered = {call: ids for call, ids in memo.grouping.unanswered.items() if call < length}
-    for unit, was, ids in zip(kept, memo.facts.units, memo.grouping.issued, strict=False):
-        if ids and unit is not was:  # results cut: they answer no longer
+    for position, ids in memo.grouping.issued:
+        if position >= len(kept):
+            break
+        unit = kept[position]
+        if unit is not memo.facts.units[position]:  # results cut: they answer no longer
             answered = {_answered_call(memo.refs[index]()) for index in unit.indices}
             if rest := tuple(id_ for id_ in ids if id_ not in answered):
                 unanswered[unit.indices[0]] = rest
@@ -516,6 +653,10 @@ def _alive_part(memo: _Memo) -> _Memo | None:
 
 def _first(unit: Unit) -> int:
     return unit.indices[0]
+
+
+def _position(issuer: tuple[int, tuple[str, ...]]) -> int:
+    return issuer[0]
 
 
 def _before(unit: Unit, length: int) -> tuple[int, ...]:
