@@ -509,8 +509,8 @@ class AnalysisMemo:
         grouping.extend(messages, counts, self._counter.count_message)
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        # The contents and names read by this call: those of the memo's messages, or equal.
         call_ids = memo.call_ids.plus(*calls)
+        # The fields read by this call: those of the memo's messages (or equal), then the new.
         return _Memo(
             refs, seen.dicts, seen.contents, seen.names, call_ids, compared, facts, grouping
         )
