@@ -19,9 +19,9 @@ import string
 import sys
 import threading
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, filterfalse
+from itertools import compress, count
 from typing import Final, NamedTuple
 
 from langchain_core.messages import BaseMessage
@@ -59,7 +59,7 @@ _STOPWORDS: Final = frozenset(
     your
     """.split()  # noqa: SIM905
 )
-_ASCII_LEFT_OUT: Final = _STOPWORDS | frozenset(string.ascii_lowercase)
+_EMPTY_BYTES: Final = sys.getsizeof("")
 
 
 class TermCache:
@@ -91,11 +91,20 @@ class TermCache:
         """Returns :meth:`counts` of ``text`` and how many terms it has."""
         found: tuple[Counter[str], int] | None = self._cache.get(text)
         if found is None:
-            bag = Counter(terms(text))
+            bag = Counter(_word_terms(text))
+            bag.pop("", None)  # the words that are no term
             found = (bag, sum(bag.values()))
-            weight = sys.getsizeof(text) + sys.getsizeof(bag) + text_bytes(bag)
-            self._cache.put(text, found, weight)
+            self._cache.put(text, found, _held_bytes(text, bag))
         return found
+
+
+def _held_bytes(text: str, bag: Counter[str]) -> int:
+    """The bytes ``sys.getsizeof`` reports for a text, its term counts and their terms."""
+    if text.isascii():  # ASCII terms: the size of an empty string and a byte a character
+        terms_bytes = _EMPTY_BYTES * len(bag) + sum(map(len, bag))  # in C, no call per term
+    else:
+        terms_bytes = text_bytes(bag)
+    return sys.getsizeof(text) + sys.getsizeof(bag) + terms_bytes
 
 
 def text_bytes(texts: Iterable[str]) -> int:
@@ -116,28 +125,35 @@ def text_of(message: BaseMessage) -> str:
 
 def terms(text: str) -> list[str]:
     """Splits ``text`` into relevance terms (see the module docstring)."""
+    return list(filter(None, _word_terms(text)))
+
+
+def _word_terms(text: str) -> Iterator[str]:
+    """Per word of ``text``, in order, its term, or ``""`` when it is none (see :func:`_term`);
+    a CJK run's words are its character pairs."""
     lowered = text.lower()
     if lowered.isascii():  # most texts: split in C (the words are the runs of [a-z0-9])
         words = lowered.translate(_ASCII_WORDS).split()
-        return list(map(_stem, filterfalse(_ASCII_LEFT_OUT.__contains__, words)))
-    if not _CJK.search(lowered):  # one pass, no per-word regex
-        return [_stem(word) for word in _WORD.findall(lowered) if _is_term(word)]
-    found: list[str] = []
-    for word in _WORD.findall(lowered):
-        for run in _CJK.findall(word):
-            found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
-        rest = _CJK.sub(" ", word).split()
-        found.extend(_stem(w) for w in rest if _is_term(w))
-    return found
-
-
-def _is_term(word: str) -> bool:
-    """Whether a word outside CJK runs is a term: no stop word, no single letter (the ASCII path
-    of :func:`terms` applies the same rule through ``_ASCII_LEFT_OUT``)."""
-    return (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS
+    elif not _CJK.search(lowered):  # one pass, no per-word regex
+        words = _WORD.findall(lowered)
+    else:
+        words = []
+        for word in _WORD.findall(lowered):
+            for run in _CJK.findall(word):
+                words.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
+            words.extend(_CJK.sub(" ", word).split())
+    return map(_term, words)
 
 
 @functools.lru_cache(maxsize=_STEMS)
+def _term(word: str) -> str:
+    """The term of a word of :func:`_word_terms`, ``""`` for none: a piece of a CJK run as it
+    is; another word stemmed, unless it is a stop word or a single letter."""
+    if not word.isascii() and _CJK.match(word):
+        return word
+    return _stem(word) if (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS else ""
+
+
 def _stem(word: str) -> str:
     """An English word without its inflection ("paints", "painted", "painting": "paint"), so a
     question and the turn that answers it meet in other forms of a word; other words unchanged.
@@ -146,18 +162,19 @@ def _stem(word: str) -> str:
     consonant, a final ``y`` or ``e``), applied to lower-case ASCII words alike in the question
     and the messages: a rough stem is enough where both sides get the same.
     """
-    if len(word) <= 3 or not word.isascii() or not word.isalpha():
-        return word
+    if len(word) <= 3 or word[-1] not in "sdgtye" or not word.isascii() or not word.isalpha():
+        return word  # short, or no rule's last letter (most words), or not an English word
     if word.endswith(("ies", "ied")):
         word = word[:-3] + "i"
     elif word.endswith(("sses", "ches", "shes")) or (word.endswith("es") and word[-3] in "xz"):
         word = word[:-2]
     elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
-    for suffix in ("ing", "ed", "ment", "ness"):
-        root = word[: -len(suffix)]
-        if word.endswith(suffix) and len(root) >= 3 and not _VOWELLESS.fullmatch(root):
-            word = root[:-1] if len(root) > 3 and root[-1] == root[-2] not in "lsz" else root
+    for suffix in ("ing", "ed", "ment", "ness"):  # their last letters differ: one at most ends it
+        if word.endswith(suffix):
+            root = word[: -len(suffix)]
+            if len(root) >= 3 and not _VOWELLESS.fullmatch(root):
+                word = root[:-1] if len(root) > 3 and root[-1] == root[-2] not in "lsz" else root
             break
     if len(word) > 3 and word[-1] in "ye":
         word = word[:-1] + ("i" if word[-1] == "y" else "")
@@ -304,13 +321,18 @@ class TermIndex:
                 )
             postings, bags, totals = indexed.postings, indexed.bags, indexed.totals
             new = texts[len(indexed.texts) :]
+            held = postings.get
             for position, text in enumerate(new, len(indexed.texts)):
                 bag, length = self._cache.entry(text)
                 for term in bag:
-                    postings.setdefault(term, []).append(position)
+                    at = held(term)
+                    if at is None:
+                        postings[term] = [position]
+                    else:
+                        at.append(position)
                 bags.append(bag)
                 totals.append(totals[-1] + length)
-            indexed.texts = list(texts)
+            indexed.texts.extend(new)  # ours: ``texts`` is the caller's
             indexed.text_bytes += text_bytes(new)
             # About as many positions as terms in the texts: weighed like the texts twice.
             self._indexed.put(key, indexed, 2 * indexed.text_bytes)
