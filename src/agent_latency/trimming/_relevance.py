@@ -11,11 +11,9 @@ every cache is bounded by bytes as well as entries (see :class:`TermCache`).
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import operator
 import re
-import string
 import sys
 import threading
 from collections import Counter
@@ -43,10 +41,15 @@ _STEMS: Final = 65_536
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
 )
-# ASCII: what is not a letter or digit becomes a space, and single letters are no terms.
-_ASCII_WORDS: Final = str.maketrans(
-    {c: " " for c in map(chr, range(128)) if c not in string.ascii_lowercase + string.digits}
+# Per byte of UTF-8 text: an ASCII letter lower-cased, a digit kept, other ASCII a space, every
+# other byte (of a character past ASCII) kept.
+_ASCII_WORDS: Final = bytes.maketrans(
+    bytes(range(128)),
+    bytes(
+        ord(c.lower()) if c.isascii() and c.isalnum() else ord(" ") for c in map(chr, range(128))
+    ),
 )
+_SURROGATES: Final = "surrogatepass"  # a lone surrogate (e.g. half an emoji) is kept as it is
 # Words so common in questions that matching them says nothing about a round's subject (a
 # block of words: a list literal is formatted one word per line).
 _STOPWORDS: Final = frozenset(
@@ -131,21 +134,46 @@ def terms(text: str) -> list[str]:
 def _word_terms(text: str) -> Iterator[str]:
     """Per word of ``text``, in order, its term, or ``""`` when it is none (see :func:`_term`);
     a CJK run's words are its character pairs."""
-    lowered = text.lower()
-    if lowered.isascii():  # most texts: split in C (the words are the runs of [a-z0-9])
-        words = lowered.translate(_ASCII_WORDS).split()
-    elif not _CJK.search(lowered):  # one pass, no per-word regex
-        words = _WORD.findall(lowered)
-    else:
-        words = []
-        for word in _WORD.findall(lowered):
+    lowered = text if text.isascii() else text.lower()
+    # In C: ASCII letters lower-cased, other ASCII but digits made spaces (UTF-8 keeps every
+    # other character's bytes above 127), split at spaces.
+    parts = (
+        lowered.encode(errors=_SURROGATES)
+        .translate(_ASCII_WORDS)
+        .decode(errors=_SURROGATES)
+        .split()
+    )
+    if lowered.isascii():  # most texts: the parts are the words
+        return map(_TERMS.__getitem__, parts)
+    words: list[str] = []
+    for part in parts:
+        if part.isascii():
+            words.append(part)
+            continue
+        for word in _WORD.findall(part):
+            if not _CJK.search(word):
+                words.append(word)
+                continue
             for run in _CJK.findall(word):
                 words.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
             words.extend(_CJK.sub(" ", word).split())
-    return map(_term, words)
+    return map(_TERMS.__getitem__, words)
 
 
-@functools.lru_cache(maxsize=_STEMS)
+class _WordTerms(dict[str, str]):
+    """The term of each word met (see :func:`_term`), so a word is stemmed once; safe to share
+    between threads. Holds at most ``_STEMS`` words: when full, it forgets them all."""
+
+    def __missing__(self, word: str) -> str:
+        if len(self) >= _STEMS:
+            self.clear()
+        term = self[word] = _term(word)
+        return term
+
+
+_TERMS: Final = _WordTerms()
+
+
 def _term(word: str) -> str:
     """The term of a word of :func:`_word_terms`, ``""`` for none: a piece of a CJK run as it
     is; another word stemmed, unless it is a stop word or a single letter."""
