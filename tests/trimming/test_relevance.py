@@ -31,7 +31,10 @@ from agent_latency.bench import (
 )
 from agent_latency.trimming._relevance import (
     _CJK,
+    _HELD_WORD,
+    _STEMS,
     _STOPWORDS,
+    _TERMS,
     _WORD,
     Occurrences,
     TermCache,
@@ -156,6 +159,16 @@ def test_the_bytes_held_for_a_text_are_those_sys_getsizeof_reports(text: str) ->
         bag = TermCache().counts(variant)
         expected = sys.getsizeof(variant) + sys.getsizeof(bag) + text_bytes(bag)
         assert _held_bytes(variant, bag) == expected
+
+
+def test_the_word_terms_held_are_bounded_in_number_and_length() -> None:
+    blob = "7f" * _HELD_WORD  # e.g. a hash
+    assert terms(f"{blob} painted") == [blob, "paint"]  # worked out, yet not held
+    assert blob not in _TERMS and "painted" in _TERMS
+    assert terms(" ".join(f"w{i}" for i in range(_STEMS + 10))) == [
+        f"w{i}" for i in range(_STEMS + 10)
+    ]
+    assert len(_TERMS) <= _STEMS
 
 
 INDEXED_TEXTS = [

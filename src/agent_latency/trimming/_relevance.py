@@ -38,6 +38,7 @@ _INDEX_BYTES: Final = 32 * 1024 * 1024
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _VOWELLESS = re.compile(r"[^aeiouy]+")
 _STEMS: Final = 65_536
+_HELD_WORD: Final = 64
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
 )
@@ -162,12 +163,16 @@ def _word_terms(text: str) -> Iterator[str]:
 
 class _WordTerms(dict[str, str]):
     """The term of each word met (see :func:`_term`), so a word is stemmed once; safe to share
-    between threads. Holds at most ``_STEMS`` words: when full, it forgets them all."""
+    between threads. Holds at most ``_STEMS`` words of at most ``_HELD_WORD`` characters (a
+    longer one, such as a hash or an encoded blob, is worked out each time): when full, it
+    forgets them all."""
 
     def __missing__(self, word: str) -> str:
-        if len(self) >= _STEMS:
-            self.clear()
-        term = self[word] = _term(word)
+        term = _term(word)
+        if len(word) <= _HELD_WORD:
+            if len(self) >= _STEMS:
+                self.clear()
+            self[word] = term
         return term
 
 
