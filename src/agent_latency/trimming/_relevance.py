@@ -37,6 +37,7 @@ _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _VOWELLESS = re.compile(r"[^aeiouy]+")
+_SUFFIXES: Final = {suffix[-1]: suffix for suffix in ("ing", "ed", "ment", "ness")}
 _STEMS: Final = 65_536
 _HELD_WORD: Final = 64
 _CJK = re.compile(
@@ -133,8 +134,8 @@ def terms(text: str) -> list[str]:
 
 
 def _word_terms(text: str) -> Iterator[str]:
-    """Per word of ``text``, in order, its term, or ``""`` when it is none (see :func:`_term`);
-    a CJK run's words are its character pairs."""
+    """Per word of ``text``, in order, its term, or ``""`` when it is none (see
+    :class:`_WordTerms`); a CJK run's words are its character pairs."""
     lowered = text if text.isascii() else text.lower()
     # In C: ASCII letters lower-cased, other ASCII but digits made spaces (UTF-8 keeps every
     # other character's bytes above 127), split at spaces.
@@ -162,13 +163,21 @@ def _word_terms(text: str) -> Iterator[str]:
 
 
 class _WordTerms(dict[str, str]):
-    """The term of each word met (see :func:`_term`), so a word is stemmed once; safe to share
-    between threads. Holds at most ``_STEMS`` words of at most ``_HELD_WORD`` characters (a
-    longer one, such as a hash or an encoded blob, is worked out each time): when full, it
-    forgets them all."""
+    """The term of each word met, ``""`` for none, worked out once; safe to share between threads.
+
+    A piece of a CJK run is a term as it is; another word is one unless it is a stop word or a
+    single letter, stemmed. Holds at most ``_STEMS`` words of at most ``_HELD_WORD`` characters
+    (a longer one, such as a hash or an encoded blob, is worked out each time): when full, it
+    forgets them all.
+    """
 
     def __missing__(self, word: str) -> str:
-        term = _term(word)
+        if not word.isascii() and _CJK.match(word):
+            term = word
+        elif (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS:
+            term = _stem(word)
+        else:
+            term = ""
         if len(word) <= _HELD_WORD:
             if len(self) >= _STEMS:
                 self.clear()
@@ -177,14 +186,6 @@ class _WordTerms(dict[str, str]):
 
 
 _TERMS: Final = _WordTerms()
-
-
-def _term(word: str) -> str:
-    """The term of a word of :func:`_word_terms`, ``""`` for none: a piece of a CJK run as it
-    is; another word stemmed, unless it is a stop word or a single letter."""
-    if not word.isascii() and _CJK.match(word):
-        return word
-    return _stem(word) if (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS else ""
 
 
 def _stem(word: str) -> str:
@@ -197,18 +198,18 @@ def _stem(word: str) -> str:
     """
     if len(word) <= 3 or word[-1] not in "sdgtye" or not word.isascii() or not word.isalpha():
         return word  # short, or no rule's last letter (most words), or not an English word
-    if word.endswith(("ies", "ied")):
-        word = word[:-3] + "i"
-    elif word.endswith(("sses", "ches", "shes")) or (word.endswith("es") and word[-3] in "xz"):
-        word = word[:-2]
-    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed", "ment", "ness"):  # their last letters differ: one at most ends it
-        if word.endswith(suffix):
-            root = word[: -len(suffix)]
-            if len(root) >= 3 and not _VOWELLESS.fullmatch(root):
-                word = root[:-1] if len(root) > 3 and root[-1] == root[-2] not in "lsz" else root
-            break
+    if word[-1] in "sd":  # where the plural rules' endings end
+        if word.endswith(("ies", "ied")):
+            word = word[:-3] + "i"
+        elif word.endswith(("sses", "ches", "shes")) or (word.endswith("es") and word[-3] in "xz"):
+            word = word[:-2]
+        elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+            word = word[:-1]
+    suffix = _SUFFIXES.get(word[-1])  # "ing", "ed", "ment" or "ness", told by the last letter
+    if suffix and word.endswith(suffix):
+        root = word[: -len(suffix)]
+        if len(root) >= 3 and not _VOWELLESS.fullmatch(root):
+            word = root[:-1] if len(root) > 3 and root[-1] == root[-2] not in "lsz" else root
     if len(word) > 3 and word[-1] in "ye":
         word = word[:-1] + ("i" if word[-1] == "y" else "")
     return word
