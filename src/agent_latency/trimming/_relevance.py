@@ -355,11 +355,11 @@ class TermIndex:
                 )
             postings, bags, totals = indexed.postings, indexed.bags, indexed.totals
             new = texts[len(indexed.texts) :]
-            held = postings.get
+            find = postings.get
             for position, text in enumerate(new, len(indexed.texts)):
                 bag, length = self._cache.entry(text)
                 for term in bag:
-                    at = held(term)
+                    at = find(term)
                     if at is None:
                         postings[term] = [position]
                     else:
