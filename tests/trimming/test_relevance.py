@@ -8,6 +8,11 @@ request over budget.
 
 from __future__ import annotations
 
+import hashlib
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +22,29 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency import LatencyCallbackHandler, PriorityTrimmer, TokenCounter
-from agent_latency.bench import make_case, needle_places, retained, run_quality
+from agent_latency.bench import (
+    load_public_set,
+    make_case,
+    needle_places,
+    retained,
+    run_quality,
+)
 from agent_latency.trimming._relevance import (
+    _CJK,
+    _HELD_WORD,
+    _STEMS,
     _STOPWORDS,
+    _TERMS,
     _WORD,
+    Occurrences,
     TermCache,
+    TermIndex,
+    _held_bytes,
     _stem,
     bm25_scores,
     terms,
+    text_bytes,
+    text_of,
 )
 
 COUNTER = TokenCounter()
@@ -52,12 +72,151 @@ def test_a_question_meets_its_answer_in_other_forms_of_a_word() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from("Ab z_9-.,'\n\t\x1fÄéİıß"), max_size=40))
-def test_terms_of_ascii_text_split_in_c_are_the_regex_words(text: str) -> None:
-    # ASCII text is split on a path of its own: the words of _WORD, less stopwords and letters.
+@given(
+    st.text(
+        alphabet=st.sampled_from("Ab z_9-.,'\n\t\x1fÄéİıßK٣مرحبا\xa0\u3000’–🙂²\ud800"), max_size=40
+    )
+)
+def test_terms_of_text_without_cjk_are_the_regex_words(text: str) -> None:
+    # Split in C at ASCII, by the regex past it: the words of _WORD, less stopwords and letters.
     words = _WORD.findall(text.lower())
     expected = [_stem(w) for w in words if (len(w) > 1 or w.isdigit()) and w not in _STOPWORDS]
     assert terms(text) == expected
+
+
+# The terms of every message and question of the shipped LongMemEval subset and of the generated
+# needle cases (English and Chinese), as the term counting before it was made cheaper counted
+# them: sha256 over each text's counts in their key order, its number of terms and its terms.
+TERMS_DIGEST = "be814191e49eb4f1f0726e875104e9538266e7788fbc6e54a3c21f74f01b7862"
+SHIPPED = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "longmemeval_s_20k.json.gz"
+
+
+def shipped_and_generated_texts() -> Iterator[str]:
+    for conversation in load_public_set(SHIPPED):
+        yield from map(text_of, conversation.messages)
+        yield from (question.text for question in conversation.questions)
+    for place in needle_places():
+        for language in ("en", "zh"):
+            for seed in range(3):
+                yield from map(text_of, make_case(seed, place, language, 12).messages)
+
+
+def test_the_terms_and_their_order_of_every_shipped_and_generated_text_are_kept() -> None:
+    # Query terms take bit positions, and scores are summed, in the order of a text's counts.
+    digest, cache, texts = hashlib.sha256(), TermCache(), 0
+    for text in shipped_and_generated_texts():
+        bag, total = cache.entry(text)
+        digest.update(repr((list(bag.items()), total, terms(text))).encode())
+        texts += 1
+    assert texts == 6809
+    assert digest.hexdigest() == TERMS_DIGEST
+
+
+WORDS = st.one_of(
+    st.sampled_from(sorted(_STOPWORDS)),
+    st.sampled_from(["Paint", "paints", "PAINTED", "painting", "families", "Family", "boxes"]),
+    st.sampled_from(["hiked", "hike", "naïve", "v2s", "x", "7", "٣", "Ω", "İ", "K", "ß"]),
+    st.text(
+        alphabet=st.sampled_from("aZé_9ßmt-天琴仓库的مرحباひら’🙂\xa0\udfff"),
+        min_size=1,
+        max_size=8,
+    ),
+)
+TEXTS = st.lists(
+    st.tuples(WORDS, st.sampled_from([" ", ", ", ".\n", "_", "", "!?", "\t", "库"])), max_size=30
+).map(lambda parts: "".join(word + gap for word, gap in parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_term_counts_are_the_terms_counted_in_their_order_of_first_occurrence(text: str) -> None:
+    found = terms(text)
+    bag, total = TermCache().entry(text)
+    assert bag == Counter(found) and total == len(found)
+    assert list(bag) == list(dict.fromkeys(found))
+    for term in found:
+        assert _WORD.fullmatch(term) and term == term.lower() and term not in _STOPWORDS
+        assert len(term) > 1 or term.isdigit() or _CJK.fullmatch(term), term
+    cjk = [term for term in found if _CJK.match(term)]
+    assert all(len(term) <= 2 and _CJK.fullmatch(term) for term in cjk)
+
+
+@settings(max_examples=200, deadline=None)
+@given(TEXTS, TEXTS)
+def test_terms_do_not_cross_a_space_and_cjk_runs_give_their_character_pairs(
+    first: str, second: str
+) -> None:
+    assert terms(f"{first} {second}") == terms(first) + terms(second)
+    run = "".join(c for c in first if _CJK.match(c))
+    expected = [run[i : i + 2] for i in range(max(len(run) - 1, 1))] if run else []
+    assert terms(run) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(TEXTS)
+def test_the_bytes_held_for_a_text_are_those_sys_getsizeof_reports(text: str) -> None:
+    for variant in (text, text.encode("ascii", "ignore").decode()):
+        bag = TermCache().counts(variant)
+        expected = sys.getsizeof(variant) + sys.getsizeof(bag) + text_bytes(bag)
+        assert _held_bytes(variant, bag) == expected
+
+
+def test_the_word_terms_held_are_bounded_in_number_and_length() -> None:
+    blob = "7f" * _HELD_WORD  # e.g. a hash
+    assert terms(f"{blob} painted") == [blob, "paint"]  # worked out, yet not held
+    assert blob not in _TERMS and "painted" in _TERMS
+    assert terms(" ".join(f"w{i}" for i in range(_STEMS + 10))) == [
+        f"w{i}" for i in range(_STEMS + 10)
+    ]
+    assert len(_TERMS) <= _STEMS
+
+
+INDEXED_TEXTS = [
+    "The door code of the Lyra warehouse is 4471-KX.",
+    "Which door opens the warehouse?",
+    "She painted; he paints.",
+    "天琴仓库的门禁密码是4471",
+    "",
+    "the a of",
+    "Lyra Lyra lyra",
+]
+
+
+def seen(view: Occurrences) -> tuple[Any, ...]:
+    """What a view says: positions per term, bags with their key order, totals, length."""
+    known = {term for bag in view.bags[: view.length] for term in bag}
+    return (
+        view.length,
+        {term: view.positions(term) for term in sorted(known)},
+        [list(bag.items()) for bag in view.bags[: view.length]],
+        view.totals[: view.length + 1],
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12), st.lists(st.sampled_from(range(len(INDEXED_TEXTS))), max_size=4)
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_the_term_index_grown_and_edited_says_what_a_fresh_one_says(
+    steps: list[tuple[int, list[int]]],
+) -> None:
+    # Each call keeps a prefix of the last call's texts (all of it: a growing conversation; less:
+    # an edit or a shorter conversation under the same key) and adds texts.
+    index, texts = TermIndex(TermCache()), list[str]()
+    views: list[tuple[Occurrences, tuple[Any, ...]]] = []
+    for kept, added in steps:
+        texts = [*texts[:kept], *(INDEXED_TEXTS[i] for i in added)]
+        view = index.of("conversation", texts)
+        assert seen(view) == seen(TermIndex(TermCache()).of("conversation", list(texts)))
+        views.append((view, seen(view)))
+    # Views handed out earlier are extended in place, yet still say what they said.
+    assert all(seen(view) == said for view, said in views)
 
 
 def test_bm25_ranks_the_round_that_mentions_the_rare_words_first() -> None:

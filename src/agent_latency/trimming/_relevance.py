@@ -11,17 +11,15 @@ every cache is bounded by bytes as well as entries (see :class:`TermCache`).
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import operator
 import re
-import string
 import sys
 import threading
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, filterfalse
+from itertools import compress, count
 from typing import Final, NamedTuple
 
 from langchain_core.messages import BaseMessage
@@ -39,14 +37,21 @@ _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _VOWELLESS = re.compile(r"[^aeiouy]+")
+_SUFFIXES: Final = {suffix[-1]: suffix for suffix in ("ing", "ed", "ment", "ness")}
 _STEMS: Final = 65_536
+_HELD_WORD: Final = 64
 _CJK = re.compile(
     r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
 )
-# ASCII: what is not a letter or digit becomes a space, and single letters are no terms.
-_ASCII_WORDS: Final = str.maketrans(
-    {c: " " for c in map(chr, range(128)) if c not in string.ascii_lowercase + string.digits}
+# Per byte of UTF-8 text: an ASCII letter lower-cased, a digit kept, other ASCII a space, every
+# other byte (of a character past ASCII) kept.
+_ASCII_WORDS: Final = bytes.maketrans(
+    bytes(range(128)),
+    bytes(
+        ord(c.lower()) if c.isascii() and c.isalnum() else ord(" ") for c in map(chr, range(128))
+    ),
 )
+_SURROGATES: Final = "surrogatepass"  # a lone surrogate (e.g. half an emoji) is kept as it is
 # Words so common in questions that matching them says nothing about a round's subject (a
 # block of words: a list literal is formatted one word per line).
 _STOPWORDS: Final = frozenset(
@@ -59,7 +64,7 @@ _STOPWORDS: Final = frozenset(
     your
     """.split()  # noqa: SIM905
 )
-_ASCII_LEFT_OUT: Final = _STOPWORDS | frozenset(string.ascii_lowercase)
+_EMPTY_BYTES: Final = sys.getsizeof("")
 
 
 class TermCache:
@@ -91,11 +96,20 @@ class TermCache:
         """Returns :meth:`counts` of ``text`` and how many terms it has."""
         found: tuple[Counter[str], int] | None = self._cache.get(text)
         if found is None:
-            bag = Counter(terms(text))
+            bag = Counter(_word_terms(text))
+            bag.pop("", None)  # the words that are no term
             found = (bag, sum(bag.values()))
-            weight = sys.getsizeof(text) + sys.getsizeof(bag) + text_bytes(bag)
-            self._cache.put(text, found, weight)
+            self._cache.put(text, found, _held_bytes(text, bag))
         return found
+
+
+def _held_bytes(text: str, bag: Counter[str]) -> int:
+    """The bytes ``sys.getsizeof`` reports for a text, its term counts and their terms."""
+    if text.isascii():  # ASCII terms: the size of an empty string and a byte a character
+        terms_bytes = _EMPTY_BYTES * len(bag) + sum(map(len, bag))  # in C, no call per term
+    else:
+        terms_bytes = text_bytes(bag)
+    return sys.getsizeof(text) + sys.getsizeof(bag) + terms_bytes
 
 
 def text_bytes(texts: Iterable[str]) -> int:
@@ -116,28 +130,64 @@ def text_of(message: BaseMessage) -> str:
 
 def terms(text: str) -> list[str]:
     """Splits ``text`` into relevance terms (see the module docstring)."""
-    lowered = text.lower()
-    if lowered.isascii():  # most texts: split in C (the words are the runs of [a-z0-9])
-        words = lowered.translate(_ASCII_WORDS).split()
-        return list(map(_stem, filterfalse(_ASCII_LEFT_OUT.__contains__, words)))
-    if not _CJK.search(lowered):  # one pass, no per-word regex
-        return [_stem(word) for word in _WORD.findall(lowered) if _is_term(word)]
-    found: list[str] = []
-    for word in _WORD.findall(lowered):
-        for run in _CJK.findall(word):
-            found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
-        rest = _CJK.sub(" ", word).split()
-        found.extend(_stem(w) for w in rest if _is_term(w))
-    return found
+    return list(filter(None, _word_terms(text)))
 
 
-def _is_term(word: str) -> bool:
-    """Whether a word outside CJK runs is a term: no stop word, no single letter (the ASCII path
-    of :func:`terms` applies the same rule through ``_ASCII_LEFT_OUT``)."""
-    return (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS
+def _word_terms(text: str) -> Iterator[str]:
+    """Per word of ``text``, in order, its term, or ``""`` when it is none (see
+    :class:`_WordTerms`); a CJK run's words are its character pairs."""
+    lowered = text if text.isascii() else text.lower()
+    # In C: ASCII letters lower-cased, other ASCII but digits made spaces (UTF-8 keeps every
+    # other character's bytes above 127), split at spaces.
+    parts = (
+        lowered.encode(errors=_SURROGATES)
+        .translate(_ASCII_WORDS)
+        .decode(errors=_SURROGATES)
+        .split()
+    )
+    if lowered.isascii():  # most texts: the parts are the words
+        return map(_TERMS.__getitem__, parts)
+    words: list[str] = []
+    for part in parts:
+        if part.isascii():
+            words.append(part)
+            continue
+        for word in _WORD.findall(part):
+            if not _CJK.search(word):
+                words.append(word)
+                continue
+            for run in _CJK.findall(word):
+                words.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
+            words.extend(_CJK.sub(" ", word).split())
+    return map(_TERMS.__getitem__, words)
 
 
-@functools.lru_cache(maxsize=_STEMS)
+class _WordTerms(dict[str, str]):
+    """The term of each word met, ``""`` for none, worked out once; safe to share between threads.
+
+    A piece of a CJK run is a term as it is; another word is one unless it is a stop word or a
+    single letter, stemmed. Holds at most ``_STEMS`` words of at most ``_HELD_WORD`` characters
+    (a longer one, such as a hash or an encoded blob, is worked out each time): when full, it
+    forgets them all.
+    """
+
+    def __missing__(self, word: str) -> str:
+        if not word.isascii() and _CJK.match(word):
+            term = word
+        elif (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS:
+            term = _stem(word)
+        else:
+            term = ""
+        if len(word) <= _HELD_WORD:
+            if len(self) >= _STEMS:
+                self.clear()
+            self[word] = term
+        return term
+
+
+_TERMS: Final = _WordTerms()
+
+
 def _stem(word: str) -> str:
     """An English word without its inflection ("paints", "painted", "painting": "paint"), so a
     question and the turn that answers it meet in other forms of a word; other words unchanged.
@@ -146,19 +196,20 @@ def _stem(word: str) -> str:
     consonant, a final ``y`` or ``e``), applied to lower-case ASCII words alike in the question
     and the messages: a rough stem is enough where both sides get the same.
     """
-    if len(word) <= 3 or not word.isascii() or not word.isalpha():
-        return word
-    if word.endswith(("ies", "ied")):
-        word = word[:-3] + "i"
-    elif word.endswith(("sses", "ches", "shes")) or (word.endswith("es") and word[-3] in "xz"):
-        word = word[:-2]
-    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed", "ment", "ness"):
+    if len(word) <= 3 or word[-1] not in "sdgtye" or not word.isascii() or not word.isalpha():
+        return word  # short, or no rule's last letter (most words), or not an English word
+    if word[-1] in "sd":  # where the plural rules' endings end
+        if word.endswith(("ies", "ied")):
+            word = word[:-3] + "i"
+        elif word.endswith(("sses", "ches", "shes")) or (word.endswith("es") and word[-3] in "xz"):
+            word = word[:-2]
+        elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+            word = word[:-1]
+    suffix = _SUFFIXES.get(word[-1])  # "ing", "ed", "ment" or "ness", told by the last letter
+    if suffix and word.endswith(suffix):
         root = word[: -len(suffix)]
-        if word.endswith(suffix) and len(root) >= 3 and not _VOWELLESS.fullmatch(root):
+        if len(root) >= 3 and not _VOWELLESS.fullmatch(root):
             word = root[:-1] if len(root) > 3 and root[-1] == root[-2] not in "lsz" else root
-            break
     if len(word) > 3 and word[-1] in "ye":
         word = word[:-1] + ("i" if word[-1] == "y" else "")
     return word
@@ -304,13 +355,18 @@ class TermIndex:
                 )
             postings, bags, totals = indexed.postings, indexed.bags, indexed.totals
             new = texts[len(indexed.texts) :]
+            find = postings.get
             for position, text in enumerate(new, len(indexed.texts)):
                 bag, length = self._cache.entry(text)
                 for term in bag:
-                    postings.setdefault(term, []).append(position)
+                    at = find(term)
+                    if at is None:
+                        postings[term] = [position]
+                    else:
+                        at.append(position)
                 bags.append(bag)
                 totals.append(totals[-1] + length)
-            indexed.texts = list(texts)
+            indexed.texts.extend(new)  # ours: ``texts`` is the caller's
             indexed.text_bytes += text_bytes(new)
             # About as many positions as terms in the texts: weighed like the texts twice.
             self._indexed.put(key, indexed, 2 * indexed.text_bytes)
