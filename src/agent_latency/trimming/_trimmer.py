@@ -309,7 +309,7 @@ class PriorityTrimmer(TrimRunnable):
 
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
-        messages = coerce_messages(value)
+        messages = coerce_messages(value, check_content=False)  # the analysis checks content
         facts, conversation = self._analyses.analyse(messages)
         counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
