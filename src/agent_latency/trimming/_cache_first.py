@@ -38,7 +38,7 @@ import math
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice, takewhile
+from itertools import compress, islice, takewhile
 from typing import Final, NamedTuple
 
 from agent_latency._chat_format import role_of
@@ -243,21 +243,38 @@ class _History:
         Quick where few messages could: a message scores below :data:`_GAIN` times the weights
         of the query terms it holds. So a message holding only the commoner terms, whose
         weights add up to too little, cannot; of the others (found through the rarer terms'
-        postings, which are short), only those whose terms weigh enough are scored. Never says
-        no where :meth:`scores` would say yes.
+        postings, which are short), the commoner terms are looked up heaviest first only while
+        the weight the message may still hold could be enough, and only those whose terms weigh
+        enough are scored. Never says no where :meth:`scores` would say yes.
         """
         floor = share * query.ideal - _SAME  # the rounds' scores carry a tie-break
         rarer = sorted(query.terms, key=operator.attrgetter("idf"))
+        common: list[_Term] = []
         commoner = 0.0
         while rarer and (commoner + rarer[0].idf) * _GAIN <= floor:
-            commoner += rarer.pop(0).idf
+            common.append(rarer.pop(0))
+            commoner += common[-1].idf
+        common.reverse()  # heaviest first: a message's weight bound falls fastest
+        held_rarer: dict[int, float] = {}
+        for term in rarer:
+            for position in term.positions:
+                held_rarer[position] = held_rarer.get(position, 0.0) + term.idf
         weights = {term.term: term.idf for term in query.terms}
         owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
-        for position in set(chain.from_iterable(term.positions for term in rarer)):
-            bag = bags[position]
-            held = bag.keys() & weights.keys()
-            if owner[position] < 0 or sum(map(weights.__getitem__, held)) * _GAIN <= floor:
+        for position, weight in held_rarer.items():
+            if owner[position] < 0:
                 continue
+            bag, unread = bags[position], commoner
+            # What it may still hold bounds it: given up once even that is too little.
+            for term in common:
+                if (weight + unread) * _GAIN <= floor - _SAME:
+                    break
+                unread -= term.idf
+                if term.term in bag:
+                    weight += term.idf
+            if (weight + unread) * _GAIN <= floor - _SAME:
+                continue
+            held = bag.keys() & weights.keys()
             discount = _FLOOR + query.slope * (totals[position + 1] - totals[position])
             score = sum(weights[t] * bag[t] * _GAIN / (bag[t] + discount) for t in held)
             if score > 0 and score >= floor:  # summed in another order: within _SAME
