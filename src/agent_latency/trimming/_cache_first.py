@@ -178,7 +178,9 @@ class _History:
     def weigh(self, query: str, length: int) -> _Query:
         """The terms of ``query`` as the first ``length`` messages weigh them (for a cut, those
         before it: :meth:`before`, so that later messages change nothing)."""
-        occurrences, totals = self.occurrences._replace(length=length), self.occurrences.totals
+        occurrences, totals = self.occurrences, self.occurrences.totals
+        if length != occurrences.length:
+            occurrences = occurrences._replace(length=length)
         weighed = []
         ideal = 0.0
         for bit, term in enumerate(self.terms.counts(query)):
@@ -186,7 +188,8 @@ class _History:
             idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
             ideal += idf
             if len(positions) <= length * _COMMON:  # else says little about which round
-                weighed.append(_Term(1 << bit, term, positions, idf))
+                # tuple.__new__ makes the same tuple in C (a NamedTuple's own is Python code)
+                weighed.append(tuple.__new__(_Term, (1 << bit, term, positions, idf)))
         slope = BM25_K1 * length / (totals[length] or 1) * BM25_B
         return _Query(length, weighed, ideal, slope)
 
