@@ -288,22 +288,28 @@ SPOILED = {
 }
 
 
-@pytest.mark.parametrize("spoil", SPOILED.values(), ids=SPOILED)
-def test_content_spoiled_in_place_is_named_by_the_analysis_as_a_trim_names_it(
-    spoil: Any,
-) -> None:
-    # So a trim may leave content unchecked by coerce_messages: each message the analysis
-    # reads anew is checked, the others are the objects it checked, unchanged.
+def grown_memo() -> tuple[Conversation, TokenCounter, AnalysisMemo]:
+    """A conversation grown over 40 calls, each analysed by the memo returned."""
     conversation = Conversation(11)
     counter = TokenCounter()
     memo = AnalysisMemo(counter)
     for _ in range(40):
         conversation.grow()
         memo.analyse(list(conversation.messages))
+    return conversation, counter, memo
+
+
+@pytest.mark.parametrize("spoil", SPOILED.values(), ids=SPOILED)
+def test_content_spoiled_in_place_is_named_by_the_analysis_as_a_trim_names_it(
+    spoil: Any,
+) -> None:
+    # So a trim may leave content unchecked by coerce_messages: each message the analysis
+    # reads anew is checked, the others are the objects it checked, unchanged.
+    conversation, counter, memo = grown_memo()
     messages = list(conversation.messages)
     kept = [m.model_copy(deep=True) for m in messages]
     spoil(messages)
-    with pytest.raises(ValueError) as expected:  # by coerce_messages, before the analysis
+    with pytest.raises(ValueError) as expected:  # as a trim names it
         PriorityTrimmer(400, token_counter=TokenCounter()).trim(messages)
 
     with pytest.raises(ValueError) as caught:
@@ -318,12 +324,7 @@ def test_content_spoiled_in_place_is_named_by_the_analysis_as_a_trim_names_it(
 def test_lists_held_before_a_cut_are_still_followed_after_it() -> None:
     # An edit in place cuts the memo there (what it holds of the messages before is cut too);
     # then a message before the cut has a call appended to its empty list.
-    conversation = Conversation(11)
-    counter = TokenCounter()
-    memo = AnalysisMemo(counter)
-    for _ in range(40):
-        conversation.grow()
-        memo.analyse(list(conversation.messages))
+    conversation, counter, memo = grown_memo()
     messages = list(conversation.messages)
     quiet = [i for i, m in enumerate(messages) if isinstance(m, AIMessage) and not m.tool_calls]
     first, later = quiet[0], quiet[-1]
