@@ -1,0 +1,391 @@
+"""Attacks on tool calls no result answers, and on the analysis memo, from the user's side.
+
+One trimmer is called on a growing conversation (the same message objects and new ones), as an
+agent calls it, with edits in place between calls; every trim's wire form (as ChatOpenAI sends
+it) must pair each assistant tool call with a following tool message, send no tool message
+without its call, count what it sends, leave the input unchanged and trim as a fresh trimmer
+trims the same messages. The defects found are ``xfail(strict=True)`` tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import tool
+from langchain_openai.chat_models.base import _convert_message_to_dict
+from langgraph.checkpoint.memory import InMemorySaver
+from support.fakes import Recorder
+
+from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._result import TrimResult
+from agent_latency.trimming._trimmer import PriorityTrimmer
+
+COUNTER = TokenCounter()
+
+
+def call(id_: str) -> dict[str, Any]:
+    return {"name": "lookup", "args": {"key": id_}, "id": id_, "type": "tool_call"}
+
+
+def raw(id_: str) -> dict[str, Any]:
+    """A call as ChatOpenAI keeps it in ``additional_kwargs``."""
+    return {"id": id_, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+
+
+def wire_problems(messages: list[BaseMessage]) -> list[str]:
+    """What an OpenAI endpoint would refuse (HTTP 400) in ``messages`` as ChatOpenAI sends them:
+    a call not answered by the tool messages right after it, a tool message answering none."""
+    problems: list[str] = []
+    pending: set[Any] = set()
+    for index, sent in enumerate(map(_convert_message_to_dict, messages)):
+        if sent["role"] == "tool":
+            if sent.get("tool_call_id") not in pending:
+                problems.append(f"{index}: tool message without its call")
+            pending.discard(sent.get("tool_call_id"))
+            continue
+        if pending:
+            problems.append(f"{index}: calls {sorted(pending)} unanswered before it")
+        pending = {c["id"] for c in sent.get("tool_calls", ())}
+    if pending:
+        problems.append(f"end: calls {sorted(pending)} unanswered")
+    return problems
+
+
+def checked_trim(
+    trimmer: PriorityTrimmer, messages: list[BaseMessage], budget: int = 2000
+) -> TrimResult:
+    """Trims ``messages`` with ``trimmer`` (of ``budget``) and checks what every trim must
+    hold."""
+    before = copy.deepcopy(messages)
+    result = trimmer.trim(messages)
+    assert wire_problems(result.messages) == []
+    assert result.tokens_after == COUNTER.count_messages(result.messages)
+    assert messages == before  # the input is not changed
+    fresh = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
+    assert result.messages == fresh.messages
+    assert [d.rule for d in result.decisions] == [d.rule for d in fresh.decisions]
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _quiet(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    with caplog.at_level(logging.ERROR, logger="agent_latency"):
+        yield
+
+
+# --- a growing conversation ---------------------------------------------------------------------
+
+
+def test_parallel_calls_pending_then_answered_then_one_result_removed() -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    parallel = AIMessage("Looking both up.", tool_calls=[call("a"), call("b")])
+    chat: list[BaseMessage] = [SystemMessage("s"), HumanMessage("look a and b up"), parallel]
+    pending = checked_trim(trimmer, chat)  # the calls as the last message: none answered yet
+    assert pending.messages[2] is not parallel and pending.messages[2].tool_calls == []
+    chat.append(ToolMessage("result a", tool_call_id="a"))
+    half = checked_trim(trimmer, chat)
+    assert [c["id"] for c in half.messages[2].tool_calls] == ["a"]
+    chat.append(ToolMessage("result b", tool_call_id="b"))
+    answered = checked_trim(trimmer, chat)
+    assert answered.messages == chat and answered.messages[2] is parallel  # the copy is gone
+    assert answered.decisions[2].rule != "unanswered_tool_call"
+    chat += [AIMessage("Both found."), HumanMessage("thanks")]
+    checked_trim(trimmer, chat)
+    del chat[3]  # result a removed later (a user's cleanup)
+    removed = checked_trim(trimmer, chat)
+    assert [c["id"] for c in removed.messages[2].tool_calls] == ["b"]
+    chat.insert(3, ToolMessage("result a again", tool_call_id="a"))  # and brought back
+    assert checked_trim(trimmer, chat).messages[2] is parallel
+    assert [c["id"] for c in parallel.tool_calls] == ["a", "b"]
+
+
+EDITS: dict[str, Callable[[AIMessage], None]] = {
+    "append": lambda m: m.tool_calls.append(call("z")),
+    "reassign": lambda m: setattr(m, "tool_calls", [call("a"), call("y")]),
+    "reassign_empty": lambda m: setattr(m, "tool_calls", []),
+    "id_in_place": lambda m: m.tool_calls[0].update(id="renamed"),
+    "invalid_append": lambda m: m.invalid_tool_calls.append(
+        {
+            "name": "lookup",
+            "args": "{oops",
+            "id": "bad",
+            "error": "JSON",
+            "type": "invalid_tool_call",
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS.keys())
+def test_a_tool_call_edited_in_place_between_calls_is_seen(
+    edit: Callable[[AIMessage], None],
+) -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    asked = AIMessage("Checking.", tool_calls=[call("a")])
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        asked,
+        ToolMessage("result a", tool_call_id="a"),
+        AIMessage("Found it."),
+        HumanMessage("next"),
+    ]
+    checked_trim(trimmer, chat)
+    edit(asked)
+    checked_trim(trimmer, chat)
+    chat.append(AIMessage("More."))
+    checked_trim(trimmer, chat)
+
+
+def test_a_call_appended_in_place_to_a_message_without_calls_is_left_out() -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    plain = AIMessage("Plain answer.")
+    chat: list[BaseMessage] = [SystemMessage("s"), HumanMessage("q"), plain, HumanMessage("n")]
+    assert checked_trim(trimmer, chat).messages[2] is plain
+    plain.tool_calls.append(call("p"))  # the empty list the memo holds, filled
+    assert checked_trim(trimmer, chat).decisions[2].rule == "unanswered_tool_call"
+
+
+@pytest.mark.parametrize(
+    "chat",
+    [
+        pytest.param(
+            [
+                AIMessage("", tool_calls=[call("x")]),
+                AIMessage("Again.", tool_calls=[call("x")]),
+                ToolMessage("result x", tool_call_id="x"),
+            ],
+            id="same_id_twice_answered_once",
+        ),
+        pytest.param(
+            [
+                AIMessage("", tool_calls=[call("x")]),
+                ToolMessage("result x", tool_call_id="x"),
+                AIMessage("", tool_calls=[call("x")]),
+            ],
+            id="same_id_reused_unanswered",
+        ),
+        pytest.param(
+            [
+                AIMessage(
+                    "",
+                    tool_calls=[call("v")],
+                    invalid_tool_calls=[
+                        {"name": "lookup", "args": "{", "id": "i", "error": "JSON"}
+                    ],
+                ),
+                ToolMessage("result v", tool_call_id="v"),
+            ],
+            id="invalid_call_unanswered",
+        ),
+        pytest.param([ToolMessage("result", tool_call_id="gone")], id="orphan_result"),
+        pytest.param(
+            [AIMessage("", additional_kwargs={"tool_calls": [raw("r1"), raw("r2")]})],
+            id="chatopenai_raw_calls",
+        ),
+    ],
+)
+@pytest.mark.parametrize("budget", [2000, 30, 1])
+def test_odd_tool_turns_grow_to_a_valid_request(chat: list[BaseMessage], budget: int) -> None:
+    trimmer = PriorityTrimmer(budget, token_counter=COUNTER)
+    messages: list[BaseMessage] = [SystemMessage("s"), HumanMessage("look it up " * 20)]
+    for message in chat:  # each prefix, the unanswered call last at some point
+        messages.append(message)
+        checked_trim(trimmer, messages, budget)
+    messages.append(HumanMessage("and now?"))
+    checked_trim(trimmer, messages, budget)
+
+
+def test_openai_dicts_with_a_missing_tool_message() -> None:
+    chat: list[Any] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [raw("c1"), raw("c2")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "result"},
+        {"role": "user", "content": "n"},
+    ]
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    for _ in range(2):
+        result = trimmer.trim(chat)
+        assert wire_problems(result.messages) == []
+        assert result.tokens_after == COUNTER.count_messages(result.messages)
+        assert result.decisions[2].rule == "unanswered_tool_call"
+    assert chat[2]["tool_calls"] == [raw("c1"), raw("c2")]
+
+
+def test_batch_and_abatch_over_prefixes_of_one_chat_trim_like_fresh_trimmers() -> None:
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("q " * 40),
+        AIMessage("", tool_calls=[call("a"), call("b")]),
+        ToolMessage("ra " * 30, tool_call_id="a"),
+        ToolMessage("rb " * 30, tool_call_id="b"),
+        AIMessage("ans " * 30),
+        HumanMessage("n " * 20),
+        AIMessage("", tool_calls=[call("c")]),
+        ToolMessage("rc", tool_call_id="c"),
+    ]
+    prefixes = [chat[:n] for n in range(2, len(chat) + 1)]
+    trimmer = PriorityTrimmer(300, token_counter=COUNTER)
+    fresh = [PriorityTrimmer(300, token_counter=COUNTER).trim(p).messages for p in prefixes]
+    assert trimmer.batch(prefixes) == fresh
+    assert asyncio.run(trimmer.abatch(prefixes)) == fresh
+    assert all(wire_problems(sent) == [] for sent in fresh)
+
+
+SPOILS: dict[str, Callable[[list[BaseMessage]], None]] = {
+    "int_content": lambda chat: setattr(chat[2], "content", 5),
+    "part_without_text": lambda chat: chat[1].content.__setitem__(0, {"type": "text"}),
+    "part_appended": lambda chat: chat[1].content.append({"type": "text"}),
+    "string_to_bad_list": lambda chat: setattr(chat[2], "content", [{"type": "text"}]),
+}
+
+
+@pytest.mark.parametrize("spoil", SPOILS.values(), ids=SPOILS.keys())
+def test_content_spoiled_in_place_on_an_old_message_is_named(
+    spoil: Callable[[list[BaseMessage]], None],
+) -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage([{"type": "text", "text": "hi"}]),
+        AIMessage("old answer"),
+        HumanMessage("next"),
+    ]
+    trimmer.trim(chat)
+    spoil(chat)
+    with pytest.raises(ValueError, match=r"^Message [12] \((human|ai)\)"):
+        trimmer.trim([*chat, AIMessage("new")])
+
+
+# --- defects ------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tool_calls emptied in place on a ChatOpenAI message: its raw calls in "
+    "additional_kwargs are still sent (ChatOpenAI falls back to them), without their result",
+)
+def test_calls_emptied_in_place_are_not_sent_from_additional_kwargs() -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    asked = AIMessage("", additional_kwargs={"tool_calls": [raw("a")]})  # as ChatOpenAI builds it
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        asked,
+        ToolMessage("result a", tool_call_id="a"),
+        AIMessage("Found it."),
+        HumanMessage("next"),
+    ]
+    checked_trim(trimmer, chat)
+    asked.tool_calls = []  # the user strips the calls; its result is then an orphan, dropped
+    assert wire_problems(trimmer.trim(chat).messages) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the memo does not see a ChatMessage(role='tool')'s additional_kwargs['tool_call_id'] "
+    "edited in place: the call it no longer answers is still sent",
+)
+def test_a_chat_message_result_renamed_in_place_is_seen() -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    result = ChatMessage(content="result a", role="tool", additional_kwargs={"tool_call_id": "a"})
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        AIMessage("Checking.", tool_calls=[call("a")]),
+        result,
+        HumanMessage("next"),
+    ]
+    assert trimmer.trim(chat).decisions[2].rule == "fits"
+    result.additional_kwargs["tool_call_id"] = "other"
+    fresh = PriorityTrimmer(2000, token_counter=COUNTER).trim(chat)
+    assert fresh.decisions[2].rule == "unanswered_tool_call"
+    assert [d.rule for d in trimmer.trim(chat).decisions] == [d.rule for d in fresh.decisions]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a ChatMessage(role='tool') answering no call (its AIMessage removed) is sent as a "
+    "plain message, where a ToolMessage is dropped as an orphan",
+)
+def test_a_chat_message_result_without_its_call_is_dropped_as_an_orphan() -> None:
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        ChatMessage(content="result a", role="tool", additional_kwargs={"tool_call_id": "a"}),
+        HumanMessage("next"),
+    ]
+    decision = PriorityTrimmer(2000, token_counter=COUNTER).trim(chat).decisions[2]
+    assert (decision.action, decision.rule) == ("dropped", "orphan_tool_result")
+
+
+# --- real agents against the simulator ---------------------------------------------------------
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up in the inventory."""
+    return f"value of {key}: " + "record " * 40
+
+
+@tool
+def stock(key: str) -> str:
+    """Tells the stock level of a key."""
+    return f"stock of {key}: " + "level " * 40
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    config = SimulatorConfig(
+        overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=50_000, answer_tokens=8
+    )
+    with running_simulator(config) as running:
+        yield running
+
+
+@pytest.mark.parametrize("removed", ["one_parallel_result", "the_calling_message"])
+def test_agent_after_a_removal_sends_a_valid_prompt(sim: RunningSimulator, removed: str) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    trimmer = PriorityTrimmer.from_settings(settings, budget=5000)
+    graph = create_agent(
+        build_chat_model(settings),
+        tools=[lookup, stock],
+        system_prompt="You are the inventory assistant.",
+        middleware=[TrimmingMiddleware(trimmer)],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    for i in range(2):
+        graph.invoke({"messages": [HumanMessage(f'Use lookup and stock for "k{i}".')]}, config)
+    messages = graph.get_state(config).values["messages"]
+    parallel = next(m for m in messages if isinstance(m, AIMessage) and len(m.tool_calls) == 2)
+    gone = (
+        parallel
+        if removed == "the_calling_message"
+        else next(m for m in messages if isinstance(m, ToolMessage))
+    )
+    graph.update_state(config, {"messages": [RemoveMessage(id=str(gone.id))]})
+    recorder = Recorder()
+    graph.invoke(
+        {"messages": [HumanMessage("Thanks; now summarise.")]}, {**config, "callbacks": [recorder]}
+    )
+    assert recorder.prompts and all(wire_problems(prompt) == [] for prompt in recorder.prompts)
