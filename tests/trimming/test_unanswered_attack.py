@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -276,6 +277,53 @@ def test_content_spoiled_in_place_on_an_old_message_is_named(
         trimmer.trim([*chat, AIMessage("new")])
 
 
+def test_random_growth_with_edits_trims_like_a_fresh_trimmer() -> None:
+    """Seeded: turns, parallel calls with some results missing, removals, calls added to or
+    taken from old messages in place and late results, trimmed after every step under cuts."""
+    rng = random.Random(1)
+    issued = 0
+    for _ in range(40):
+        budget = rng.choice([150, 300, 600, 2000])
+        trimmer = PriorityTrimmer(budget, token_counter=COUNTER)
+        chat: list[BaseMessage] = [SystemMessage("sys " * 5)]
+        for step in range(25):
+            draw = rng.random()
+            calling = [m for m in chat if isinstance(m, AIMessage) and m.tool_calls]
+            if draw < 0.25:
+                chat.append(HumanMessage(f"user {step} " + "w " * rng.randint(1, 40)))
+            elif draw < 0.45:
+                ids = [f"c{issued + i}" for i in range(rng.randint(1, 3))]
+                issued += len(ids)
+                chat.append(AIMessage(rng.choice(["", "calling"]), tool_calls=list(map(call, ids))))
+                chat += [
+                    ToolMessage("r " * rng.randint(1, 60), tool_call_id=i)
+                    for i in ids
+                    if rng.random() < 0.8
+                ]
+            elif draw < 0.6:
+                chat.append(AIMessage("answer " * rng.randint(1, 30)))
+            elif draw < 0.7 and len(chat) > 3:
+                del chat[rng.randrange(1, len(chat))]
+            elif draw < 0.78 and calling:
+                edited = rng.choice(calling)
+                if rng.random() < 0.5:
+                    edited.tool_calls.append(call(f"c{issued}"))
+                    issued += 1
+                else:
+                    edited.tool_calls = edited.tool_calls[:-1]
+            elif draw < 0.85 and calling:
+                late = rng.choice(calling).tool_calls[0]["id"]
+                chat.append(ToolMessage("late", tool_call_id=late))
+            before = copy.deepcopy(chat)
+            result = trimmer.trim(chat)
+            fresh = PriorityTrimmer(budget, token_counter=COUNTER).trim(chat)
+            assert result.messages == fresh.messages
+            assert result.tokens_after == COUNTER.count_messages(result.messages)
+            assert chat == before
+            # A late result sits apart from its call: see the xfail below.
+            assert wire_problems(fresh.messages) or not wire_problems(result.messages)
+
+
 # --- defects ------------------------------------------------------------------------------------
 
 
@@ -389,3 +437,21 @@ def test_agent_after_a_removal_sends_a_valid_prompt(sim: RunningSimulator, remov
         {"messages": [HumanMessage("Thanks; now summarise.")]}, {**config, "callbacks": [recorder]}
     )
     assert recorder.prompts and all(wire_problems(prompt) == [] for prompt in recorder.prompts)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a late result (a user message between a call and its result) counts as an answer: "
+    "the call and the result are sent apart, which OpenAI and the simulator refuse (400)",
+)
+def test_a_late_result_is_not_sent_apart_from_its_call(sim: RunningSimulator) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        AIMessage("", tool_calls=[call("a")]),
+        HumanMessage("still there?"),  # sent while the tool ran
+        ToolMessage("result a", tool_call_id="a"),
+    ]
+    sent = PriorityTrimmer(2000, token_counter=COUNTER).trim(chat).messages
+    build_chat_model(settings).invoke(sent)  # openai.BadRequestError today
