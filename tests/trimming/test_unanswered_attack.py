@@ -439,6 +439,32 @@ def test_agent_after_a_removal_sends_a_valid_prompt(sim: RunningSimulator, remov
     assert recorder.prompts and all(wire_problems(prompt) == [] for prompt in recorder.prompts)
 
 
+def test_agent_asked_again_while_its_calls_wait_sends_a_valid_prompt(
+    sim: RunningSimulator,
+) -> None:
+    """Interrupted before its tools run, the agent gets a new question: the waiting calls are
+    left out of the prompt; resumed, the next calls run and the first ones stay left out."""
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    graph = create_agent(
+        build_chat_model(settings),
+        tools=[lookup, stock],
+        system_prompt="You are the inventory assistant.",
+        middleware=[TrimmingMiddleware(PriorityTrimmer.from_settings(settings, budget=5000))],
+        checkpointer=InMemorySaver(),
+        interrupt_before=["tools"],
+    )
+    recorder = Recorder()
+    config: Any = {"configurable": {"thread_id": "t"}, "callbacks": [recorder]}
+    graph.invoke({"messages": [HumanMessage('Use lookup and stock for "k1".')]}, config)
+    graph.invoke({"messages": [HumanMessage("Never mind; what is 2+2?")]}, config)
+    graph.invoke(None, config)  # the second question's calls run
+    waiting = graph.get_state(config).values["messages"][1]
+    assert len(waiting.tool_calls) == 2  # never answered
+    assert len(recorder.prompts) == 3
+    assert all(wire_problems(prompt) == [] for prompt in recorder.prompts)
+    assert all(waiting.id not in {m.id for m in prompt} for prompt in recorder.prompts[1:])
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a late result (a user message between a call and its result) counts as an answer: "
