@@ -108,15 +108,18 @@ def _let_go() -> None:
 
 
 # What a message's count depends on: fields checked by identity while they are strings (or
-# None), and fields compared with a deep copy (a ChatMessage's role, tool calls).
+# None), and fields compared with a deep copy (a ChatMessage's role, tool calls; and its
+# additional_kwargs, where a ChatMessage(role="tool") names the call it answers).
 IDENTITY_FIELDS: Final = ("content", "name", "tool_call_id")
 _COMPARED_FIELDS: Final = ("role", "tool_calls", "invalid_tool_calls")
+_CHAT_MESSAGE_FIELDS: Final = ("additional_kwargs",)  # with "role": only a ChatMessage has one
 _TEXT: Final = (str, type(None))  # a tuple: isinstance of a union is slower
 
 
 def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | None, Any]:
     """Returns what finds in-place edits of a message that identity checks of
-    :data:`IDENTITY_FIELDS` miss (list content, tool calls, a ``ChatMessage``'s role).
+    :data:`IDENTITY_FIELDS` miss (list content, tool calls, a ``ChatMessage``'s role and
+    ``additional_kwargs``).
 
     Returns:
         A getter of those fields from the message's ``__dict__`` (one object per set of fields)
@@ -129,6 +132,8 @@ def edit_check(message: BaseMessage) -> tuple[Callable[[dict[str, Any]], Any] | 
     fields = message.__dict__
     compared = [name for name in IDENTITY_FIELDS if not isinstance(fields.get(name), _TEXT)]
     compared += [name for name in _COMPARED_FIELDS if name in fields]
+    if "role" in fields:
+        compared += _CHAT_MESSAGE_FIELDS
     if not compared:
         return None, None
     getter = _getter(tuple(compared))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import accumulate, compress
 from typing import NamedTuple
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 
 from agent_latency._chat_format import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
@@ -413,6 +413,9 @@ def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | Non
     elif raw is not None:
         extra["tool_calls"] = raw
     update = {"tool_calls": calls, "invalid_tool_calls": invalid, "additional_kwargs": extra}
+    if isinstance(message, AIMessageChunk):  # its calls are read back from these when parsed
+        chunks = message.tool_call_chunks
+        update["tool_call_chunks"] = [c for c in chunks if c.get("id") not in ids]
     return message.model_copy(update=update)
 
 
