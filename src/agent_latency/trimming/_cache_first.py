@@ -184,12 +184,12 @@ class _History:
         weighed = []
         ideal = 0.0
         for bit, term in enumerate(self.terms.counts(query)):
-            positions = occurrences.positions(term)
-            idf = math.log(1 + (length - len(positions) + 0.5) / (len(positions) + 0.5))
+            postings, held = occurrences.held(term)
+            idf = math.log(1 + (length - held + 0.5) / (held + 0.5))
             ideal += idf
-            if len(positions) <= length * _COMMON:  # else says little about which round
+            if held <= length * _COMMON:  # else says little about which round
                 # tuple.__new__ makes the same tuple in C (a NamedTuple's own is Python code)
-                weighed.append(tuple.__new__(_Term, (1 << bit, term, positions, idf)))
+                weighed.append(tuple.__new__(_Term, (1 << bit, term, postings, held, idf)))
         slope = BM25_K1 * length / (totals[length] or 1) * BM25_B
         return _Query(length, weighed, ideal, slope)
 
@@ -214,8 +214,8 @@ class _History:
         discount = [_FLOOR + query.slope * size for size in lengths]
         per_message = [0.0] * length
         holds = [0] * length
-        for flag, term, positions, idf in query.terms:
-            for position in positions:
+        for flag, term, postings, held_by, idf in query.terms:
+            for position in islice(postings, held_by):
                 tf = bags[position][term]
                 per_message[position] += idf * tf * _GAIN / (tf + discount[position])
                 holds[position] |= flag
@@ -260,7 +260,7 @@ class _History:
         common.reverse()  # heaviest first: a message's weight bound falls fastest
         held_rarer: dict[int, float] = {}
         for term in rarer:
-            for position in term.positions:
+            for position in islice(term.postings, term.held):
                 held_rarer[position] = held_rarer.get(position, 0.0) + term.idf
         weights = {term.term: term.idf for term in query.terms}
         owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
@@ -287,11 +287,12 @@ class _History:
 
 class _Term(NamedTuple):
     """A term of a query that ranks rounds: its bit in the rounds' masks, the positions of
-    the messages holding it, its BM25 weight."""
+    the messages holding it (the first ``held`` of ``postings``), its BM25 weight."""
 
     flag: int
     term: str
-    positions: Sequence[int]
+    postings: Sequence[int]
+    held: int
     idf: float
 
 

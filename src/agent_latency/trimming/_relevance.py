@@ -300,6 +300,13 @@ class Occurrences(NamedTuple):
         found = self.postings.get(term)
         return found[: bisect.bisect_left(found, self.length)] if found else []
 
+    def held(self, term: str) -> tuple[Sequence[int], int]:
+        """The positions of the messages holding ``term`` and how many of the first are of the
+        first ``length`` messages: read only those (the list is not copied, and only ever grows
+        at its end, so they stay as they are)."""
+        found = self.postings.get(term)
+        return (found, bisect.bisect_left(found, self.length)) if found else ((), 0)
+
 
 @dataclass(slots=True)
 class _Indexed:
