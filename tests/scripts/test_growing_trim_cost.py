@@ -1,0 +1,38 @@
+"""``scripts/growing_trim_cost.py``: ours beside ``trim_messages`` on a growing chat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.scripts import benchmark_script
+
+
+def test_prints_each_band_with_both_costs_and_their_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with benchmark_script("growing_trim_cost") as script:
+        assert script.main(["--messages", "150", "--repeat", "2", "--budget", "2000"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("budget 2,000; median CPU ms per call, 150 messages")
+    bands = [line.split() for line in lines[2:]]
+    # A call per user turn: about half the messages, in bands of 100 by the chat's length.
+    assert [band[0] for band in bands] == ["0-99", "100-199"]
+    assert 60 <= sum(int(band[1]) for band in bands) <= 90
+    for _, _, ours, theirs, ratio in bands:
+        mine, peer = float(ours), float(theirs)
+        assert mine > 0 and peer > 0
+        # The times are printed to 0.01 ms: the ratio, of the times unrounded, lies between.
+        assert (mine - 0.005) / (peer + 0.005) - 0.005 <= float(ratio)
+        assert float(ratio) <= (mine + 0.005) / (peer - 0.005) + 0.005
+
+
+def test_a_file_it_cannot_read_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with benchmark_script("growing_trim_cost") as script:
+        assert script.main(["--data", str(tmp_path / "missing.json")]) == 2
+
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "missing.json" in line and "Fix:" in line
