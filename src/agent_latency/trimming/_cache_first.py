@@ -257,7 +257,14 @@ class _History:
         while rarer and (commoner + rarer[0].idf) * _GAIN <= floor:
             common.append(rarer.pop(0))
             commoner += common[-1].idf
-        common.reverse()  # heaviest first: a message's weight bound falls fastest
+        # A message holding less weight than this cannot reach the floor (a margin of _SAME).
+        least = (floor - _SAME) / _GAIN
+        # The commoner terms heaviest first (a message's bound falls fastest), each with the
+        # weight a message must already hold for the terms from it on to lift it over ``least``.
+        steps: list[tuple[str, float, float]] = []
+        for term in reversed(common):
+            steps.append((term.term, term.idf, least - commoner))
+            commoner -= term.idf
         held_rarer: dict[int, float] = {}
         for term in rarer:
             for position in islice(term.postings, term.held):
@@ -267,21 +274,20 @@ class _History:
         for position, weight in held_rarer.items():
             if owner[position] < 0:
                 continue
-            bag, unread = bags[position], commoner
+            bag = bags[position]
             # What it may still hold bounds it: given up once even that is too little.
-            for term in common:
-                if (weight + unread) * _GAIN <= floor - _SAME:
+            for word, idf, needed in steps:
+                if weight <= needed:
                     break
-                unread -= term.idf
-                if term.term in bag:
-                    weight += term.idf
-            if (weight + unread) * _GAIN <= floor - _SAME:
-                continue
-            held = bag.keys() & weights.keys()
-            discount = _FLOOR + query.slope * (totals[position + 1] - totals[position])
-            score = sum(weights[t] * bag[t] * _GAIN / (bag[t] + discount) for t in held)
-            if score > 0 and score >= floor:  # summed in another order: within _SAME
-                return True
+                if word in bag:
+                    weight += idf
+            else:
+                if weight > least:
+                    held = bag.keys() & weights.keys()
+                    discount = _FLOOR + query.slope * (totals[position + 1] - totals[position])
+                    score = sum(weights[t] * bag[t] * _GAIN / (bag[t] + discount) for t in held)
+                    if score > 0 and score >= floor:  # summed in another order: within _SAME
+                        return True
         return False
 
 
