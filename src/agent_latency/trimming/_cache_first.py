@@ -114,7 +114,8 @@ def cache_first_cut(
     cut = bisect.bisect_right(history.starts, (total // epoch) * epoch) - 1
     stable_target = math.floor(STABLE_SHARE * room)
     if history.starts[cut] > stable_target:
-        plan.drop(_left_out(history, cut, stable_target, options), "dropped_at_cut")
+        for run in _left_out(history, cut, stable_target, options):
+            plan.drop(run, "dropped_at_cut")
     _recall(history, plan.budget - plan.tokens, cut)
 
 
@@ -318,8 +319,9 @@ class _Query(NamedTuple):
     slope: float
 
 
-def _left_out(history: _History, cut: int, target: int, options: TrimOptions) -> list[int]:
-    """The messages before the cut that :func:`_stable_part` leaves out, decided once per epoch:
+def _left_out(history: _History, cut: int, target: int, options: TrimOptions) -> list[range]:
+    """The messages before the cut that :func:`_stable_part` leaves out, as runs of positions
+    (a few: dropped a run at a time), decided once per epoch:
     every call until the next cut asks the same of the same rounds (an edit of a text before the
     cut re-indexes the conversation, a new ``postings`` object, and one of a size, such as a
     tool call's arguments, changes the rounds' sizes: either asks anew)."""
@@ -336,13 +338,28 @@ def _left_out(history: _History, cut: int, target: int, options: TrimOptions) ->
         options.history_keep_tail,
         _cut_query(history, cut),
     )
-    remembered: tuple[dict[str, list[int]], list[int]] | None = history.terms.scores.get(key)
+    remembered: tuple[dict[str, list[int]], list[range]] | None = history.terms.scores.get(key)
     if remembered is not None and remembered[0] is postings:
         return remembered[1]
     keep = _stable_part(history, cut, target, options)
-    left_out = [i for r in range(cut) if r not in keep for i in history.indices[r]]
-    history.terms.scores.put(key, (postings, left_out), 8 * len(left_out) + 8 * cut + 64)
+    left_out = _runs(i for r in range(cut) if r not in keep for i in history.indices[r])
+    history.terms.scores.put(key, (postings, left_out), 48 * len(left_out) + 8 * cut + 64)
     return left_out
+
+
+def _runs(positions: Iterable[int]) -> list[range]:
+    """``positions`` as runs of consecutive ones, in their order."""
+    runs: list[range] = []
+    start = stop = -1
+    for position in positions:
+        if position != stop:  # a run ends
+            if stop > start:
+                runs.append(range(start, stop))
+            start = position
+        stop = position + 1
+    if stop > start:
+        runs.append(range(start, stop))
+    return runs
 
 
 def _stable_part(history: _History, cut: int, target: int, options: TrimOptions) -> set[int]:
