@@ -331,11 +331,6 @@ def test_random_growth_with_edits_trims_like_a_fresh_trimmer() -> None:
 # --- defects ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool_calls emptied in place on a ChatOpenAI message: its raw calls in "
-    "additional_kwargs are still sent (ChatOpenAI falls back to them), without their result",
-)
 def test_calls_emptied_in_place_are_not_sent_from_additional_kwargs() -> None:
     trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
     asked = AIMessage("", additional_kwargs={"tool_calls": [raw("a")]})  # as ChatOpenAI builds it
@@ -350,6 +345,47 @@ def test_calls_emptied_in_place_are_not_sent_from_additional_kwargs() -> None:
     checked_trim(trimmer, chat)
     asked.tool_calls = []  # the user strips the calls; its result is then an orphan, dropped
     assert wire_problems(trimmer.trim(chat).messages) == []
+    stripped = checked_trim(trimmer, chat)
+    assert [d.rule for d in stripped.decisions[2:4]] == [
+        "unanswered_tool_call",
+        "orphan_tool_result",
+    ]
+    assert "tool_calls" not in stripped.messages[2].additional_kwargs
+
+
+RAW_EDITS: dict[str, Callable[[list[BaseMessage]], None]] = {
+    "raw_removed": lambda chat: chat[2].additional_kwargs.pop("tool_calls"),
+    "raw_put_back": lambda chat: chat[2].additional_kwargs.update(tool_calls=[raw("a")]),
+    "raw_added_to_a_plain_answer": lambda chat: chat[4].additional_kwargs.update(
+        tool_calls=[raw("z")]
+    ),
+    "kwargs_replaced": lambda chat: setattr(chat[4], "additional_kwargs", {"refusal": None}),
+    "calls_set_again": lambda chat: setattr(chat[2], "tool_calls", [call("a")]),
+}
+
+
+def test_raw_calls_edited_in_place_between_calls_are_seen() -> None:
+    """Each edit of an AIMessage's raw calls, between calls of one trimmer, trims as a fresh
+    trimmer does (checked_trim), and never sends a raw call unanswered."""
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    asked = AIMessage("", additional_kwargs={"tool_calls": [raw("a")]})
+    chat: list[BaseMessage] = [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        asked,
+        ToolMessage("result a", tool_call_id="a"),
+        AIMessage("Found it.", additional_kwargs={"refusal": None}),
+        HumanMessage("next"),
+    ]
+    checked_trim(trimmer, chat)
+    asked.tool_calls = []
+    checked_trim(trimmer, chat)
+    for edit in RAW_EDITS.values():
+        edit(chat)
+        checked_trim(trimmer, chat)
+        chat.append(AIMessage("More."))
+        checked_trim(trimmer, chat)
+    assert asked.tool_calls == [call("a")]
 
 
 def test_a_chat_message_result_renamed_in_place_is_seen() -> None:
@@ -369,20 +405,29 @@ def test_a_chat_message_result_renamed_in_place_is_seen() -> None:
     assert [d.rule for d in trimmer.trim(chat).decisions] == [d.rule for d in fresh.decisions]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a ChatMessage(role='tool') answering no call (its AIMessage removed) is sent as a "
-    "plain message, where a ToolMessage is dropped as an orphan",
+@pytest.mark.parametrize(
+    "names", [{"tool_call_id": "a"}, {}], ids=["naming_its_call", "naming_none"]
 )
-def test_a_chat_message_result_without_its_call_is_dropped_as_an_orphan() -> None:
+def test_a_chat_message_result_without_its_call_is_dropped_as_an_orphan(
+    names: dict[str, Any],
+) -> None:
+    """Sent as a plain message before (OpenAI: 400), where a ToolMessage is dropped; also once
+    its call is removed between two calls of one trimmer."""
+    trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
+    result = ChatMessage(content="result a", role="tool", additional_kwargs=names)
     chat: list[BaseMessage] = [
         SystemMessage("s"),
         HumanMessage("look a up"),
-        ChatMessage(content="result a", role="tool", additional_kwargs={"tool_call_id": "a"}),
+        AIMessage("Checking.", tool_calls=[call("a")]),
+        result,
         HumanMessage("next"),
     ]
-    decision = PriorityTrimmer(2000, token_counter=COUNTER).trim(chat).decisions[2]
-    assert (decision.action, decision.rule) == ("dropped", "orphan_tool_result")
+    trimmer.trim(chat)  # (ChatOpenAI sends a ChatMessage without its tool_call_id)
+    del chat[2]  # its AIMessage removed
+    for trimmed in (checked_trim(trimmer, chat), PriorityTrimmer(2000).trim(chat)):
+        decision = trimmed.decisions[2]
+        assert (decision.action, decision.rule) == ("dropped", "orphan_tool_result")
+        assert result not in trimmed.messages
 
 
 def streamed_calls(*ids: str) -> AIMessageChunk:

@@ -396,9 +396,10 @@ def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, 
 
 
 def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | None:
-    """A copy of ``message`` (an ``AIMessage``) without its tool calls of ``ids`` (also as
-    ChatOpenAI keeps them in ``additional_kwargs``); ``None`` when it would send nothing (no
-    call and no content)."""
+    """A copy of ``message`` (an ``AIMessage``) without its tool calls of ``ids``, and with no
+    raw call in ``additional_kwargs`` but those of the calls it keeps (ChatOpenAI sends the raw
+    ones when it keeps none, and a round trip would parse them back); ``None`` when it would
+    send nothing (no call and no content)."""
     assert isinstance(message, AIMessage)  # only an AIMessage makes tool calls
     calls = [call for call in message.tool_calls if call.get("id") not in ids]
     invalid = [call for call in message.invalid_tool_calls if call.get("id") not in ids]
@@ -406,12 +407,11 @@ def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | Non
         return None
     extra = dict(message.additional_kwargs)
     raw = extra.pop("tool_calls", None)
-    if isinstance(raw, list):
-        kept = [c for c in raw if not (isinstance(c, Mapping) and c.get("id") in ids)]
+    kept_ids = {call.get("id") for call in (*calls, *invalid)}
+    if kept_ids and isinstance(raw, list):
+        kept = [c for c in raw if isinstance(c, Mapping) and c.get("id") in kept_ids]
         if kept:
             extra["tool_calls"] = kept
-    elif raw is not None:
-        extra["tool_calls"] = raw
     update = {"tool_calls": calls, "invalid_tool_calls": invalid, "additional_kwargs": extra}
     if isinstance(message, AIMessageChunk):  # its calls are read back from these when parsed
         chunks = message.tool_call_chunks

@@ -6,9 +6,11 @@ for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together wit
 message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI sends
 those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
 ``tool_call_id``, even when other messages sit in between; one that answers no preceding call is
-an ``"orphan"`` unit of its own. A *round* is a user message and everything up to the next user
-message; messages before the first user message form round 0. Messages are classified by the
-OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user message.
+an ``"orphan"`` unit of its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
+call in ``additional_kwargs["tool_call_id"]``. A *round* is a user message and everything up to
+the next user message; messages before the first user message form round 0. Messages are
+classified by the OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user
+message.
 
 An agent trims its whole conversation before every model call: the same message objects and a
 few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
@@ -20,7 +22,8 @@ tool-call id objects, and the fields that can change in place (tool calls, list 
 role) equal to a copy taken when the message was first seen, or, when they were empty lists,
 the same lists, still empty (:func:`~agent_latency._caches.stamp`, the rule every per-message
 cache follows; its one known limit is an edit to an equal value of another type, such as a
-tool-call argument ``1`` set to ``1.0``).
+tool-call argument ``1`` set to ``1.0``); and, of an ``AIMessage`` without calls, whether its
+``additional_kwargs`` hold raw calls (ChatOpenAI sends those then: one more pass in C).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ are told apart up to as many as are remembered."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
-single message, or an orphan tool result (a ``ToolMessage`` no preceding tool call asked for)."""
+single message, or an orphan tool result (a ``ToolMessage``, or a ``ChatMessage(role="tool")``, no
+preceding tool call asked for)."""
 
 
 class Unit(NamedTuple):
@@ -167,6 +171,11 @@ class _Grouping:
                 self.unit_of_call.update(dict.fromkeys(ids, len(self.units)))
                 if ids:
                     self.unanswered[index] = ids
+            elif isinstance(message, AIMessage) and raw_calls_only(message.__dict__):
+                # Its calls emptied in place: ChatOpenAI would send the raw ones it keeps there
+                # (answered or not, uncounted). None is paired: they are left out (no ids).
+                kind = "message"
+                self.unanswered[index] = ()
             elif isinstance(message, HumanMessage):
                 # The common types first: role_of looks at ChatMessage roles and their aliases.
                 self.round += 1
@@ -175,9 +184,12 @@ class _Grouping:
                 kind = "system"
             else:
                 role = role_of(message)
-                if role == "tool" and self._joined(message, index, counts, count):
-                    continue  # a ChatMessage(role="tool") naming its call
-                if role == "user":
+                if role == "tool":
+                    # A ChatMessage(role="tool"): with its call, or an orphan like a ToolMessage.
+                    if self._joined(message, index, counts, count):
+                        continue
+                    kind = "orphan"
+                elif role == "user":
                     self.round += 1
                     kind = "user"
                 else:
@@ -285,7 +297,9 @@ class MessageFacts(NamedTuple):
         owner: Per message, its round in ``rounds``; ``-1`` for a system or orphan message.
         round_tokens: Per round of ``rounds``, the tokens of its messages.
         unanswered: Per ``AIMessage`` with tool calls that no ``ToolMessage`` answers (by
-            position), the ids of those calls.
+            position), the ids of those calls; ``()`` for one whose ``tool_calls`` and
+            ``invalid_tool_calls`` are empty but whose ``additional_kwargs`` still hold raw calls
+            (ChatOpenAI's fallback, see :func:`raw_calls_only`).
     """
 
     counts: list[int]
@@ -318,6 +332,8 @@ class _Memo(NamedTuple):
     contents: list[object]  # each message's content object
     names: list[object]  # each message's name object
     call_ids: _Group  # of the messages with a tool_call_id field: those objects
+    # Of the AIMessages without calls: whether their additional_kwargs hold raw ones.
+    raw_calls: _Group
     # Per getter of fields to compare (see edit_check), and whether they are held: copies of
     # those fields; or, when they were empty lists (an AIMessage without calls), those very
     # lists (the same, or equal, and still empty: cheaper to tell than equal to copies).
@@ -393,6 +409,19 @@ class _Seen(NamedTuple):
 _DICT = operator.attrgetter("__dict__")
 _CONTENT = operator.itemgetter("content")
 _NAME = operator.itemgetter("name")
+_KWARGS = operator.itemgetter("additional_kwargs")
+_TOOL_CALLS = repeat("tool_calls")
+
+
+def raw_calls_only(fields: dict[str, Any]) -> bool | None:
+    """Of an ``AIMessage``'s fields (its ``__dict__``): ``None`` when it has calls
+    (``tool_calls`` or ``invalid_tool_calls``), else whether its ``additional_kwargs`` still
+    hold raw ``"tool_calls"``, which ChatOpenAI then sends instead (they were emptied in place
+    on a message it built)."""
+    if fields.get("tool_calls") or fields.get("invalid_tool_calls"):
+        return None
+    extra = fields.get("additional_kwargs")
+    return isinstance(extra, dict) and "tool_calls" in extra
 
 
 class AnalysisMemo:
@@ -484,6 +513,7 @@ class AnalysisMemo:
         new = messages[start:]
         added: dict[tuple[Any, bool], tuple[list[int], list[Any], list[list[Any]]]] = {}
         calls: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
+        raw: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
@@ -501,6 +531,9 @@ class AnalysisMemo:
             if "tool_call_id" in fields:
                 calls[0].append(index)
                 calls[1].append(fields["tool_call_id"])
+            elif "tool_calls" in fields and (only := raw_calls_only(fields)) is not None:
+                raw[0].append(index)
+                raw[1].append(only)
         compared = dict(memo.compared)
         for getter_held, group in added.items():
             compared[getter_held] = compared.get(getter_held, _NO_GROUP).plus(*group)
@@ -509,10 +542,18 @@ class AnalysisMemo:
         grouping.extend(messages, counts, self._counter.count_message)
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        call_ids = memo.call_ids.plus(*calls)
+        call_ids, raw_calls = memo.call_ids.plus(*calls), memo.raw_calls.plus(*raw)
         # The fields read by this call: those of the memo's messages (or equal), then the new.
         return _Memo(
-            refs, seen.dicts, seen.contents, seen.names, call_ids, compared, facts, grouping
+            refs,
+            seen.dicts,
+            seen.contents,
+            seen.names,
+            call_ids,
+            raw_calls,
+            compared,
+            facts,
+            grouping,
         )
 
 
@@ -521,7 +562,7 @@ class _Uncopyable(Exception):
 
 
 _NO_GROUP = _Group.of([], [], [])
-_EMPTY = _Memo([], [], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
+_EMPTY = _Memo([], [], [], [], _NO_GROUP, _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
 
 
 def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
@@ -539,6 +580,13 @@ def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     now = list(map(dict.get, calls.pick(seen.dicts), repeat("tool_call_id")))
     if now != calls.values:
         length = calls.indices[_same_before(now, calls.values, len(now))]
+    raw = memo.raw_calls.cut(length)
+    try:
+        now = list(map(operator.contains, map(_KWARGS, raw.pick(seen.dicts)), _TOOL_CALLS))
+    except (KeyError, TypeError):  # additional_kwargs deleted, or not a dict: read anew
+        now = [None] * len(raw.indices)
+    if now != raw.values:
+        length = raw.indices[_same_before(now, raw.values, len(now))]
     for (getter, held), group in memo.compared.items():
         group = group.cut(length)
         values = list(map(getter, group.pick(seen.dicts)))
@@ -621,6 +669,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         memo.contents[:length],
         memo.names[:length],
         memo.call_ids.cut(length),
+        memo.raw_calls.cut(length),
         {getter: group.cut(length) for getter, group in memo.compared.items()},
         grouping.facts(counts, texts),
         grouping,
