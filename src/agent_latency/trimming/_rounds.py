@@ -29,11 +29,12 @@ tool-call argument ``1`` set to ``1.0``); and, of an ``AIMessage`` without calls
 from __future__ import annotations
 
 import bisect
+import logging
 import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
+from itertools import compress, count, pairwise, repeat
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import (
@@ -52,12 +53,16 @@ from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
 
+logger = logging.getLogger("agent_latency.trimming")
+
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _CONVERSATIONS = 16
 _KEY_MESSAGES = 2  # a conversation is told apart by its first messages
 _PARTINGS = _CONVERSATIONS
 """How many partings are noted per opening: conversations opening with the same message objects
 are told apart up to as many as are remembered."""
+_WARNED = 1024
+"""How many gaps in tool calls (call ids) a memo remembers having warned of."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -97,6 +102,7 @@ class _Grouping:
     round_tokens: list[int] = field(default_factory=list)
     skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
     unanswered: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    late: dict[int, int] = field(default_factory=dict)
     calls_shared: bool = False  # unit_of_call is another grouping's too: copy it to change it
 
     @classmethod
@@ -123,6 +129,7 @@ class _Grouping:
             self.round_tokens.copy(),
             self.skipped,
             self.unanswered.copy(),
+            self.late.copy(),
             calls_shared=True,
         )
 
@@ -138,6 +145,7 @@ class _Grouping:
             self.owner,
             self.round_tokens,
             self.unanswered,
+            self.late,
         )
 
     def extend(
@@ -212,6 +220,11 @@ class _Grouping:
         if unit.kind == "orphan":
             self.orphans.append(unit.indices[0])
             return
+        indices = unit.indices
+        if len(indices) > 1:  # a tool call with its results (a cut memo's units)
+            for before, index in pairwise(indices):
+                if index != before + 1:
+                    self.late[index] = indices[0]
         if unit.kind == "user":
             self.users.append(position)
             if not self.rounds:  # round 0 holds no history message
@@ -250,6 +263,8 @@ class _Grouping:
     def _join(self, position: int, index: int, count: int) -> None:
         """Adds the message at ``index`` (a tool result) to the unit at ``position``."""
         unit = self.units[position]
+        if index != unit.indices[-1] + 1:  # another message came in between
+            self.late[index] = unit.indices[0]
         self.units[position] = _unit(unit.kind, (*unit.indices, index), unit.round)
         round_ = self.owner[unit.indices[0]]  # a tool call's: a round of the history
         self.classes.append("history")
@@ -269,6 +284,14 @@ def _answered_call(message: BaseMessage | None) -> str | None:
         call_id = message.additional_kwargs.get("tool_call_id")
         return call_id if isinstance(call_id, str) else None
     return None
+
+
+def _raw_ids(message: BaseMessage) -> tuple[str, ...]:
+    """The ids of the raw calls in an ``AIMessage``'s ``additional_kwargs`` (ChatOpenAI's)."""
+    raw = message.additional_kwargs.get("tool_calls")
+    if not isinstance(raw, list):
+        return ()
+    return tuple(c["id"] for c in raw if isinstance(c, dict) and isinstance(c.get("id"), str))
 
 
 def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
@@ -300,6 +323,9 @@ class MessageFacts(NamedTuple):
             position), the ids of those calls; ``()`` for one whose ``tool_calls`` and
             ``invalid_tool_calls`` are empty but whose ``additional_kwargs`` still hold raw calls
             (ChatOpenAI's fallback, see :func:`raw_calls_only`).
+        late: Per tool result that came apart from its call (another message between it and
+            the message of its unit before it, such as a user message sent while the tool
+            ran), by position, the position of its call.
     """
 
     counts: list[int]
@@ -312,6 +338,7 @@ class MessageFacts(NamedTuple):
     owner: list[int]
     round_tokens: list[int]
     unanswered: dict[int, tuple[str, ...]]
+    late: dict[int, int]
 
 
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
@@ -435,6 +462,10 @@ class AnalysisMemo:
     message alive, and what it holds of a message that died (its ``__dict__``, copies of list
     content, text) is let go at the next call. Safe to share between threads.
 
+    It warns of the gaps in tool calls it finds, which a trim leaves out (tool calls no result
+    answers, orphan results): once per call id (the last :data:`_WARNED` remembered), not on
+    every call of a conversation that keeps the gap in its history.
+
     Args:
         counter: Counts the messages' tokens.
     """
@@ -447,6 +478,7 @@ class AnalysisMemo:
         # Per opening (the first messages' ids) shared by several conversations: where each
         # parted from the one remembered before it, as (position, id of its message there).
         self._partings = LRUCache(_CONVERSATIONS)
+        self._warned = LRUCache(_WARNED)  # the gaps warned of, by call id
 
     def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
         """Returns the facts of ``messages`` and the key their conversation is remembered under
@@ -460,6 +492,13 @@ class AnalysisMemo:
                 or changed since it was seen) is checked, so the caller may leave its content
                 unchecked (``coerce_messages(..., check_content=False)``).
         """
+        facts, key = self._analysed(messages)
+        if facts.unanswered or facts.orphans:
+            self._warn(messages, facts)
+        return facts, key
+
+    def _analysed(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
+        """:meth:`analyse`, the warning apart."""
         opening = tuple(map(id, messages[:_KEY_MESSAGES]))
         key = self._key(opening, messages)
         memo: _Memo = self._memos.get(key) or _EMPTY
@@ -487,6 +526,44 @@ class AnalysisMemo:
             return analysis(self._counter, messages), key
         self._memos.put(key, memo)
         return memo.facts, key
+
+    def _warn(self, messages: list[BaseMessage], facts: MessageFacts) -> None:
+        """Warns of the gaps of ``facts`` not warned of yet (by call id; by position where a
+        message names none): indices only, never content."""
+        named = {
+            index: ids or _raw_ids(messages[index]) or (f"#{index}",)
+            for index, ids in facts.unanswered.items()
+        }
+        calls = {index: ids for index, ids in named.items() if self._first_time("call", ids)}
+        if calls:
+            logger.warning(
+                "Left out %d tool call(s) that no tool message answers, at message index(es) "
+                "%s: an endpoint rejects a call without its result (was its ToolMessage "
+                "removed?). Said once per call.",
+                sum(map(len, calls.values())),
+                list(calls),
+            )
+        orphans = [
+            index
+            for index in facts.orphans
+            if self._first_time("result", (_answered_call(messages[index]) or f"#{index}",))
+        ]
+        if orphans:
+            logger.warning(
+                "Dropped %d tool result(s) answering no preceding tool call, at message "
+                "index(es) %s; check the tool_call_id of the ToolMessages you pass. Said once "
+                "per call id.",
+                len(orphans),
+                orphans,
+            )
+
+    def _first_time(self, kind: str, ids: tuple[str, ...]) -> bool:
+        """Whether any of ``ids`` (of calls, or of the calls results name) was not warned of
+        yet; notes them all."""
+        new = [id_ for id_ in ids if self._warned.get((kind, id_)) is None]
+        for id_ in ids:
+            self._warned.put((kind, id_), True)
+        return bool(new)
 
     def _key(self, opening: tuple[int, ...], messages: list[BaseMessage]) -> Hashable:
         """The key of the conversation ``messages`` go on: the latest parting they pass through
