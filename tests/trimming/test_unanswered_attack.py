@@ -4,8 +4,10 @@ One trimmer is called on a growing conversation (the same message objects and ne
 agent calls it, with edits in place between calls; every trim's wire form (as ChatOpenAI sends
 it) must pair each assistant tool call with a following tool message, send no tool message
 without its call, count what it sends, leave the input unchanged and trim as a fresh trimmer
-trims the same messages. The defects found are ``xfail(strict=True)`` tests; two are fixed (a
-``ChatMessage`` result renamed in place, an ``AIMessageChunk``'s copy), three remain.
+trims the same messages. Every defect found has a test that failed before its fix: a
+``ChatMessage`` result renamed in place, an ``AIMessageChunk``'s copy, raw calls left in
+``additional_kwargs``, a ``ChatMessage`` result without its call, a late result sent apart from
+its call, the same warning on every call, and the elision marker sent for no cut.
 """
 
 from __future__ import annotations

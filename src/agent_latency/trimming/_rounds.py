@@ -5,7 +5,8 @@ for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together wit
 ``ToolMessage`` answering one of its calls (parallel calls included), or any other single
 message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI sends
 those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
-``tool_call_id``, even when other messages sit in between; one that answers no preceding call is
+``tool_call_id``, even when other messages sit in between (a *late* result, which is sent right
+after its call: :attr:`MessageFacts.late`); one that answers no preceding call is
 an ``"orphan"`` unit of its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
 call in ``additional_kwargs["tool_call_id"]``. A *round* is a user message and everything up to
 the next user message; messages before the first user message form round 0. Messages are
