@@ -3,10 +3,10 @@
 :class:`RecallingTrimmer` trims like the trimmer it wraps, to the budget less the tokens of the
 elision marker (:data:`MARKER_TEXT`), and, when the trim dropped messages for the budget (not
 only orphan results and unanswered calls), sends the marker right after the leading system
-messages. The marker's text is a constant and its place does not move,
-so from the first cut on it is part of the stable prompt prefix a server caches: it never moves
-the prefix by itself. Reserving its tokens up front (rather than trimming again when it does not
-fit) keeps one trim per call and the same cut decisions on every call of a conversation.
+messages. The marker's text is a constant and its place does not move, so from the first cut on
+it is part of the stable prompt prefix a server caches: it never moves the prefix by itself.
+Reserving its tokens up front (rather than trimming again when it does not fit) keeps one trim
+per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the

@@ -3,11 +3,11 @@
 A *unit* is the smallest group of messages that can be dropped without leaving the rest invalid
 for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together with every
 ``ToolMessage`` answering one of its calls (parallel calls included), or any other single
-message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI sends
-those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
-``tool_call_id``, even when other messages sit in between (a *late* result, which is sent right
-after its call: :attr:`MessageFacts.late`); one that answers no preceding call is
-an ``"orphan"`` unit of its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
+message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI
+sends those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that
+issued its ``tool_call_id``, even when other messages sit in between (a *late* result, which is
+sent right after its call: :attr:`MessageFacts.late`); one that answers no preceding call is an
+``"orphan"`` unit of its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
 call in ``additional_kwargs["tool_call_id"]``. A *round* is a user message and everything up to
 the next user message; messages before the first user message form round 0. Messages are
 classified by the OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user
