@@ -91,6 +91,7 @@ def assert_invariants(
     positions = [index[m.id] for m in sent]  # type: ignore[index]
     assert len(set(positions)) == len(positions), f"a message sent twice: {ids_of(sent)}"
     assert_pairs_whole(sent)
+    assert_openai_order(sent)  # a far result ("far") right after its call
     systems = [d.index for d in decisions if d.priority_class == "system"]
     assert set(systems) <= set(positions), "a system message was dropped"
     assert result.over_budget == (result.tokens_after > result.effective_budget)
@@ -99,6 +100,7 @@ def assert_invariants(
         return
     assert latest.action == "kept" or latest.rule == "shortened_to_fit", latest
     inputs = convert_to_messages(messages)
+    order = sent_order(inputs)
     fixed = COUNTER.count_messages([inputs[i] for i in [*systems, latest.index]])
     if latest.index == len(messages) - 1 and fixed <= result.effective_budget:
         assert not result.over_budget, "over budget though the system and question fit"
@@ -108,10 +110,22 @@ def assert_invariants(
     recalled = [p for p in before if decisions[p].rule == "recalled"]
     in_place = [p for p in before if decisions[p].rule != "recalled"]
     assert before == in_place + recalled, "recalled rounds are not right before the question"
-    assert in_place == sorted(in_place) and recalled == sorted(recalled)
-    assert after == sorted(after)
+    assert in_place == sorted(in_place, key=order) and recalled == sorted(recalled, key=order)
+    assert after == sorted(after, key=order)
     if previous is not None:
         assert_prefix_kept(previous, messages, result)
+
+
+def sent_order(inputs: Sequence[BaseMessage]) -> Callable[[int], tuple[int, int]]:
+    """What sorts input positions in the order they are sent (recall apart): a tool result by
+    its call's position (a far one is sent right after its call), any other by its own."""
+    call_at: dict[str, int] = {}
+    anchor: dict[int, int] = {}
+    for position, message in enumerate(inputs):
+        if isinstance(message, ToolMessage) and message.tool_call_id in call_at:
+            anchor[position] = call_at[message.tool_call_id]
+        call_at.update(dict.fromkeys(call_ids(message), position))
+    return lambda position: (anchor.get(position, position), position)
 
 
 def settled(

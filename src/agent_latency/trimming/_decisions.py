@@ -21,6 +21,7 @@ Rule = Literal[
     "recalled",
     "orphan_tool_result",
     "unanswered_tool_call",
+    "late_tool_result",
     "tool_result_cap",
     "compacted",
     "shortened_to_fit",
@@ -66,6 +67,12 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
         "tool calls that no tool message answers (a result removed from the history) are left "
         "out of the assistant message, or the message is dropped when nothing else is left: an "
         "endpoint rejects a call without its result.",
+    ),
+    "late_tool_result": (
+        "sent with its call",
+        "a tool result that came after other messages (say a user message sent while the tool "
+        "ran): kept, and sent right after its call with the call's other results, as an "
+        "endpoint rejects a call whose results do not follow it.",
     ),
     "tool_result_cap": ("over tool result cap", "shortened to `max_tool_result_tokens`."),
     "compacted": (

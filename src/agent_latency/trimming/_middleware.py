@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -88,9 +89,9 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     With recall (the default), what a trim leaves out stays readable: the messages are trimmed to
     the budget less the elision marker's tokens, the marker is sent after the system message(s)
-    when messages were dropped, and the ``recall`` tool (in :attr:`tools` from the first call on,
-    so the tool block never changes; its definition counts against the budget) reads the
-    left-out messages back from the state.
+    when messages were dropped for the budget, and the ``recall`` tool (in :attr:`tools` from
+    the first call on, so the tool block never changes; its definition counts against the
+    budget) reads the left-out messages back from the state.
 
     Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
     conversation's first messages, where the server takes one (by default OpenAI's own API), so
@@ -217,7 +218,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if result.dropped_tools:  # a tool budget left some tools out
             sent = {id(tool) for tool in result.tools or ()}
             request = request.override(tools=[t for t in request.tools if id(t) in sent])
-        if not result.changed:
+        if _as_given(result.messages, messages):
             return request, result, runs
         # The kept messages are the request's own (or same-typed shortened copies of them),
         # and the recall marker.
@@ -319,6 +320,12 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
         for m in response.result
     ]
     return dataclasses.replace(response, result=answers)
+
+
+def _as_given(sent: Sequence[BaseMessage], messages: Sequence[BaseMessage]) -> bool:
+    """Whether ``sent`` are ``messages`` themselves, in their order (nothing dropped, shortened
+    or moved: a late tool result moved next to its call changes only the order)."""
+    return len(sent) == len(messages) and all(map(operator.is_, sent, messages))
 
 
 def _current_run() -> tuple[Context | None, Tracer | None]:

@@ -11,7 +11,6 @@ that will be sent (images and a long ``tool_call_id`` included), never with its 
 from __future__ import annotations
 
 import bisect
-import logging
 import math
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -30,9 +29,10 @@ from agent_latency.trimming._relevance import Occurrences, TermCache, bm25_score
 from agent_latency.trimming._rounds import MessageFacts, Unit
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 
-logger = logging.getLogger("agent_latency.trimming")
-
 _MUST_KEEP_RULES: frozenset[Rule] = frozenset({"must_keep", "latest_tool_call"})
+_SENT_AS_GIVEN: frozenset[Rule] = frozenset({"fits", "within_budget"})
+"""The rules of a kept message that say no more than that it fits: a late tool result's says it
+is sent right after its call instead (``late_tool_result``)."""
 _NOT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
 
@@ -250,25 +250,47 @@ class Plan:
 
     def output(self) -> tuple[list[BaseMessage], tuple[int, ...]]:
         """The messages to send (the kept ones as given, shortened ones as their copies) and
-        each one's tokens as sent."""
+        each one's tokens as sent.
+
+        In input order, but for the recalled rounds (:attr:`moved`) and the tool results that
+        came apart from their call (``facts.late``), sent right after it with the other results
+        of its call (an endpoint rejects a call whose results do not follow it right away).
+        """
         # compress() walks the list in C: an agent's history runs to hundreds of messages (and
         # the bools as bytes, inverted, are the quickest selectors).
         sent = bytes(self.dropped).translate(_NOT)
-        if not self.moved and not self.shortened:
+        late = self.facts.late
+        if not self.moved and not self.shortened and not late:
             return list(compress(self.messages, sent)), tuple(compress(self.sizes, sent))
         order = list(compress(range(len(self.messages)), sent))
-        if self.moved and self.latest is not None:  # sent right before the latest user message
-            moved = set(self.moved)
+        key = self._sent_order(late)
+        recalled = self.moved
+        if late:
+            order.sort(key=key)
+            recalled = sorted(recalled, key=key)
+        if recalled and self.latest is not None:  # sent right before the latest user message
+            moved = set(recalled)
             # A moved round's tool results can come after the latest user message (a late
             # result): sent once, with their call.
             rest = [i for i in order if i not in moved]
-            at = bisect.bisect_left(rest, self.latest)
-            order = [*rest[:at], *self.moved, *rest[at:]]
+            at = bisect.bisect_left(rest, key(self.latest), key=key)
+            order = [*rest[:at], *recalled, *rest[at:]]
         sizes = tuple(map(self.sizes.__getitem__, order))
         shortened, messages = self.shortened, self.messages
         if not shortened:
             return list(map(messages.__getitem__, order)), sizes
         return [shortened.get(index, messages[index]) for index in order], sizes
+
+    def _sent_order(self, late: Mapping[int, int]) -> Callable[[int], tuple[int, int]]:
+        """What sorts message positions in the order they are sent (recalled rounds apart): by
+        their call's position for the messages of a tool call with a late result, by their own
+        for the others."""
+        units = self.facts.units
+        calls: dict[int, int] = {}
+        for call in set(late.values()):
+            unit = units[bisect.bisect_left(units, call, key=_first)]
+            calls.update(dict.fromkeys(unit.indices, call))
+        return lambda index: (calls.get(index, index), index)
 
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
@@ -329,16 +351,19 @@ class Plan:
     def _decision(self, index: int) -> MessageDecision:
         action: Action = "kept"
         tokens_after = self.sizes[index]
+        rule = self.rules[index]
         if self.dropped[index]:
             action, tokens_after = "dropped", 0
         elif index in self.shortened:
             action = "shortened"
+        elif rule in _SENT_AS_GIVEN and index in self.facts.late:
+            rule = "late_tool_result"  # kept as it is, but sent elsewhere
         return MessageDecision(
             index,
             role_of(self.messages[index]),
             self.classes[index],
             action,
-            self.rules[index],
+            rule,
             self.counts[index],
             tokens_after,
         )
@@ -353,7 +378,8 @@ class _Block:
 
 
 def classify(plan: Plan) -> None:
-    """Assigns every message its class, and drops orphan tool results with a warning.
+    """Assigns every message its class, drops orphan tool results and leaves out unanswered
+    tool calls (the analysis warns of those, once per call: ``AnalysisMemo``).
 
     The analysis classes every message ``"system"`` or ``"history"``: only the latest user
     message's unit and the units after it (the current turn) are read here.
@@ -368,22 +394,15 @@ def classify(plan: Plan) -> None:
                 classes[index] = "tool_result"
     if facts.unanswered:
         _leave_out_unanswered_calls(plan, facts.unanswered)
-    orphans = facts.orphans
-    if orphans:
+    if facts.orphans:
         # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
-        plan.drop(orphans, "orphan_tool_result")
-        logger.warning(
-            "Dropped %d tool result(s) answering no preceding tool call, at message "
-            "index(es) %s; check the tool_call_id of the ToolMessages you pass.",
-            len(orphans),
-            list(orphans),
-        )
+        plan.drop(facts.orphans, "orphan_tool_result")
 
 
 def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, ...]]) -> None:
     """Sends each ``AIMessage`` of ``unanswered`` (by position) without the calls whose ids it
-    names, or drops it when nothing else is left, with a warning: an endpoint rejects a request
-    with a tool call whose result is missing (HTTP 400), as after a ``RemoveMessage`` of it."""
+    names, or drops it when nothing else is left: an endpoint rejects a request with a tool
+    call whose result is missing (HTTP 400), as after a ``RemoveMessage`` of it."""
     gone = []
     for index, ids in unanswered.items():
         message = plan.messages[index]
@@ -395,18 +414,13 @@ def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, 
             plan.substitute(index, copy, size, "unanswered_tool_call", smaller_only=False)
     if gone:
         plan.drop(gone, "unanswered_tool_call")
-    logger.warning(
-        "Left out %d tool call(s) that no tool message answers, at message index(es) %s: an "
-        "endpoint rejects a call without its result (was its ToolMessage removed?).",
-        sum(map(len, unanswered.values())),
-        list(unanswered),
-    )
 
 
 def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | None:
-    """A copy of ``message`` (an ``AIMessage``) without its tool calls of ``ids`` (also as
-    ChatOpenAI keeps them in ``additional_kwargs``); ``None`` when it would send nothing (no
-    call and no content)."""
+    """A copy of ``message`` (an ``AIMessage``) without its tool calls of ``ids``, and with no
+    raw call in ``additional_kwargs`` but those of the calls it keeps (ChatOpenAI sends the raw
+    ones when it keeps none, and a round trip would parse them back); ``None`` when it would
+    send nothing (no call and no content)."""
     assert isinstance(message, AIMessage)  # only an AIMessage makes tool calls
     calls = [call for call in message.tool_calls if call.get("id") not in ids]
     invalid = [call for call in message.invalid_tool_calls if call.get("id") not in ids]
@@ -414,12 +428,11 @@ def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | Non
         return None
     extra = dict(message.additional_kwargs)
     raw = extra.pop("tool_calls", None)
-    if isinstance(raw, list):
-        kept = [c for c in raw if not (isinstance(c, Mapping) and c.get("id") in ids)]
+    kept_ids = {call.get("id") for call in (*calls, *invalid)}
+    if kept_ids and isinstance(raw, list):
+        kept = [c for c in raw if isinstance(c, Mapping) and c.get("id") in kept_ids]
         if kept:
             extra["tool_calls"] = kept
-    elif raw is not None:
-        extra["tool_calls"] = raw
     update = {"tool_calls": calls, "invalid_tool_calls": invalid, "additional_kwargs": extra}
     if isinstance(message, AIMessageChunk):  # its calls are read back from these when parsed
         chunks = message.tool_call_chunks
@@ -456,6 +469,10 @@ def _any_true(flags: list[bool], run: range) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _first(unit: Unit) -> int:
+    return unit.indices[0]
 
 
 def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:

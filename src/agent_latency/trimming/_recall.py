@@ -1,11 +1,12 @@
 """Nothing lost for good in agents: a marker where history was cut, and a search to read it back.
 
 :class:`RecallingTrimmer` trims like the trimmer it wraps, to the budget less the tokens of the
-elision marker (:data:`MARKER_TEXT`), and, when the trim dropped messages, sends the marker right
-after the leading system messages. The marker's text is a constant and its place does not move,
-so from the first cut on it is part of the stable prompt prefix a server caches: it never moves
-the prefix by itself. Reserving its tokens up front (rather than trimming again when it does not
-fit) keeps one trim per call and the same cut decisions on every call of a conversation.
+elision marker (:data:`MARKER_TEXT`), and, when the trim dropped messages for the budget (not
+only orphan results and unanswered calls), sends the marker right after the leading system
+messages. The marker's text is a constant and its place does not move, so from the first cut on
+it is part of the stable prompt prefix a server caches: it never moves the prefix by itself.
+Reserving its tokens up front (rather than trimming again when it does not fit) keeps one trim
+per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
@@ -16,6 +17,7 @@ newer first on a tie), within a quarter of the budget. The agents' ``recall`` to
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -83,6 +85,8 @@ _LISTED: Final = 50
 """How many ids of the matches not shown the tool names."""
 _ID_WORDS: Final = re.compile(r"[^\s,\[\]]+")
 """The words of a query that can be message ids: brackets and commas apart."""
+_GAP_RULES: Final = frozenset({"orphan_tool_result", "unanswered_tool_call"})
+"""The rules of what a trim drops whatever the budget: gaps in the tool calls, no cut."""
 
 
 class Trimming(Protocol):
@@ -261,13 +265,19 @@ class RecallingTrimmer(TrimRunnable):
         return reserved[1]
 
     def _marked(self, result: TrimResult) -> TrimResult:
-        """``result`` against the whole budget, with the marker sent when messages were dropped
-        and the request fits with it (a request that fits only without it goes without)."""
+        """``result`` against the whole budget, with the marker sent when history was left out
+        for the budget and the request fits with it (a request that fits only without it goes
+        without). Orphan results and unanswered calls, dropped whatever the budget, are no cut:
+        the marker would tell the model of one that did not happen."""
         budget = self.trimmer.options.budget
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after
         sizes = result.sent_message_tokens
-        if result.dropped_messages and tokens + self.marker_tokens <= effective:
+        if (
+            result.dropped_messages
+            and tokens + self.marker_tokens <= effective
+            and any(d.action == "dropped" and d.rule not in _GAP_RULES for d in result.decisions)
+        ):
             lead = next(
                 (i for i, m in enumerate(messages) if role_of(m) != "system"),
                 len(messages),
@@ -277,6 +287,7 @@ class RecallingTrimmer(TrimRunnable):
             tokens += self.marker_tokens
         return dataclasses.replace(
             result,
+            _decide=functools.partial(getattr, result, "decisions"),  # worked out once
             messages=messages,
             sent_message_tokens=sizes,
             tokens_after=tokens,

@@ -64,8 +64,10 @@ class TrimResult:
     not pay for them (nor for the span's attributes, when its span records nothing).
 
     Attributes:
-        messages: The messages to send, in input order. Kept messages are the input objects
-            themselves; shortened ones are new copies.
+        messages: The messages to send, in input order but for recalled history (sent right
+            before the latest user message) and late tool results (sent right after their
+            call): ``decisions`` say ``recalled`` and ``late_tool_result``. Kept messages are
+            the input objects themselves; shortened ones are new copies.
         tokens_before: Tokens of the request with the input messages.
         tokens_after: Tokens of the request with ``messages``; at most ``effective_budget``
             unless ``over_budget``.
@@ -124,7 +126,8 @@ class TrimResult:
 
     @property
     def changed(self) -> bool:
-        """Whether ``messages`` differs from the input."""
+        """Whether messages were dropped or shortened (a late tool result sent right after its
+        call changes only the order: compare ``messages`` with the input to tell that too)."""
         return self.dropped_messages > 0 or self.shortened_messages > 0
 
     @property

@@ -3,12 +3,15 @@
 A *unit* is the smallest group of messages that can be dropped without leaving the rest invalid
 for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together with every
 ``ToolMessage`` answering one of its calls (parallel calls included), or any other single
-message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI sends
-those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that issued its
-``tool_call_id``, even when other messages sit in between; one that answers no preceding call is
-an ``"orphan"`` unit of its own. A *round* is a user message and everything up to the next user
-message; messages before the first user message form round 0. Messages are classified by the
-OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user message.
+message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI
+sends those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that
+issued its ``tool_call_id``, even when other messages sit in between (a *late* result, which is
+sent right after its call: :attr:`MessageFacts.late`); one that answers no preceding call is an
+``"orphan"`` unit of its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
+call in ``additional_kwargs["tool_call_id"]``. A *round* is a user message and everything up to
+the next user message; messages before the first user message form round 0. Messages are
+classified by the OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user
+message.
 
 An agent trims its whole conversation before every model call: the same message objects and a
 few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
@@ -20,17 +23,19 @@ tool-call id objects, and the fields that can change in place (tool calls, list 
 role) equal to a copy taken when the message was first seen, or, when they were empty lists,
 the same lists, still empty (:func:`~agent_latency._caches.stamp`, the rule every per-message
 cache follows; its one known limit is an edit to an equal value of another type, such as a
-tool-call argument ``1`` set to ``1.0``).
+tool-call argument ``1`` set to ``1.0``); and, of an ``AIMessage`` without calls, whether its
+``additional_kwargs`` hold raw calls (ChatOpenAI sends those then: one more pass in C).
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
+from itertools import compress, count, pairwise, repeat
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import (
@@ -49,16 +54,21 @@ from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_of
 
+logger = logging.getLogger("agent_latency.trimming")
+
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _CONVERSATIONS = 16
 _KEY_MESSAGES = 2  # a conversation is told apart by its first messages
 _PARTINGS = _CONVERSATIONS
 """How many partings are noted per opening: conversations opening with the same message objects
 are told apart up to as many as are remembered."""
+_WARNED = 1024
+"""How many gaps in tool calls (call ids) a memo remembers having warned of."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
-single message, or an orphan tool result (a ``ToolMessage`` no preceding tool call asked for)."""
+single message, or an orphan tool result (a ``ToolMessage``, or a ``ChatMessage(role="tool")``, no
+preceding tool call asked for)."""
 
 
 class Unit(NamedTuple):
@@ -93,6 +103,7 @@ class _Grouping:
     round_tokens: list[int] = field(default_factory=list)
     skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
     unanswered: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    late: dict[int, int] = field(default_factory=dict)
     calls_shared: bool = False  # unit_of_call is another grouping's too: copy it to change it
 
     @classmethod
@@ -119,6 +130,7 @@ class _Grouping:
             self.round_tokens.copy(),
             self.skipped,
             self.unanswered.copy(),
+            self.late.copy(),
             calls_shared=True,
         )
 
@@ -134,6 +146,7 @@ class _Grouping:
             self.owner,
             self.round_tokens,
             self.unanswered,
+            self.late,
         )
 
     def extend(
@@ -167,6 +180,11 @@ class _Grouping:
                 self.unit_of_call.update(dict.fromkeys(ids, len(self.units)))
                 if ids:
                     self.unanswered[index] = ids
+            elif isinstance(message, AIMessage) and raw_calls_only(message.__dict__):
+                # Its calls emptied in place: ChatOpenAI would send the raw ones it keeps there
+                # (answered or not, uncounted). None is paired: they are left out (no ids).
+                kind = "message"
+                self.unanswered[index] = ()
             elif isinstance(message, HumanMessage):
                 # The common types first: role_of looks at ChatMessage roles and their aliases.
                 self.round += 1
@@ -175,9 +193,12 @@ class _Grouping:
                 kind = "system"
             else:
                 role = role_of(message)
-                if role == "tool" and self._joined(message, index, counts, count):
-                    continue  # a ChatMessage(role="tool") naming its call
-                if role == "user":
+                if role == "tool":
+                    # A ChatMessage(role="tool"): with its call, or an orphan like a ToolMessage.
+                    if self._joined(message, index, counts, count):
+                        continue
+                    kind = "orphan"
+                elif role == "user":
                     self.round += 1
                     kind = "user"
                 else:
@@ -200,6 +221,11 @@ class _Grouping:
         if unit.kind == "orphan":
             self.orphans.append(unit.indices[0])
             return
+        indices = unit.indices
+        if len(indices) > 1:  # a tool call with its results (a cut memo's units)
+            for before, index in pairwise(indices):
+                if index != before + 1:
+                    self.late[index] = indices[0]
         if unit.kind == "user":
             self.users.append(position)
             if not self.rounds:  # round 0 holds no history message
@@ -238,6 +264,8 @@ class _Grouping:
     def _join(self, position: int, index: int, count: int) -> None:
         """Adds the message at ``index`` (a tool result) to the unit at ``position``."""
         unit = self.units[position]
+        if index != unit.indices[-1] + 1:  # another message came in between
+            self.late[index] = unit.indices[0]
         self.units[position] = _unit(unit.kind, (*unit.indices, index), unit.round)
         round_ = self.owner[unit.indices[0]]  # a tool call's: a round of the history
         self.classes.append("history")
@@ -257,6 +285,14 @@ def _answered_call(message: BaseMessage | None) -> str | None:
         call_id = message.additional_kwargs.get("tool_call_id")
         return call_id if isinstance(call_id, str) else None
     return None
+
+
+def _raw_ids(message: BaseMessage) -> tuple[str, ...]:
+    """The ids of the raw calls in an ``AIMessage``'s ``additional_kwargs`` (ChatOpenAI's)."""
+    raw = message.additional_kwargs.get("tool_calls")
+    if not isinstance(raw, list):
+        return ()
+    return tuple(c["id"] for c in raw if isinstance(c, dict) and isinstance(c.get("id"), str))
 
 
 def _unit(kind: UnitKind, indices: tuple[int, ...], round_: int) -> Unit:
@@ -285,7 +321,12 @@ class MessageFacts(NamedTuple):
         owner: Per message, its round in ``rounds``; ``-1`` for a system or orphan message.
         round_tokens: Per round of ``rounds``, the tokens of its messages.
         unanswered: Per ``AIMessage`` with tool calls that no ``ToolMessage`` answers (by
-            position), the ids of those calls.
+            position), the ids of those calls; ``()`` for one whose ``tool_calls`` and
+            ``invalid_tool_calls`` are empty but whose ``additional_kwargs`` still hold raw calls
+            (ChatOpenAI's fallback, see :func:`raw_calls_only`).
+        late: Per tool result that came apart from its call (another message between it and
+            the message of its unit before it, such as a user message sent while the tool
+            ran), by position, the position of its call.
     """
 
     counts: list[int]
@@ -298,6 +339,7 @@ class MessageFacts(NamedTuple):
     owner: list[int]
     round_tokens: list[int]
     unanswered: dict[int, tuple[str, ...]]
+    late: dict[int, int]
 
 
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
@@ -318,6 +360,8 @@ class _Memo(NamedTuple):
     contents: list[object]  # each message's content object
     names: list[object]  # each message's name object
     call_ids: _Group  # of the messages with a tool_call_id field: those objects
+    # Of the AIMessages without calls: whether their additional_kwargs hold raw ones.
+    raw_calls: _Group
     # Per getter of fields to compare (see edit_check), and whether they are held: copies of
     # those fields; or, when they were empty lists (an AIMessage without calls), those very
     # lists (the same, or equal, and still empty: cheaper to tell than equal to copies).
@@ -393,6 +437,19 @@ class _Seen(NamedTuple):
 _DICT = operator.attrgetter("__dict__")
 _CONTENT = operator.itemgetter("content")
 _NAME = operator.itemgetter("name")
+_KWARGS = operator.itemgetter("additional_kwargs")
+_TOOL_CALLS = repeat("tool_calls")
+
+
+def raw_calls_only(fields: dict[str, Any]) -> bool | None:
+    """Of an ``AIMessage``'s fields (its ``__dict__``): ``None`` when it has calls
+    (``tool_calls`` or ``invalid_tool_calls``), else whether its ``additional_kwargs`` still
+    hold raw ``"tool_calls"``, which ChatOpenAI then sends instead (they were emptied in place
+    on a message it built)."""
+    if fields.get("tool_calls") or fields.get("invalid_tool_calls"):
+        return None
+    extra = fields.get("additional_kwargs")
+    return isinstance(extra, dict) and "tool_calls" in extra
 
 
 class AnalysisMemo:
@@ -406,6 +463,10 @@ class AnalysisMemo:
     message alive, and what it holds of a message that died (its ``__dict__``, copies of list
     content, text) is let go at the next call. Safe to share between threads.
 
+    It warns of the gaps in tool calls it finds, which a trim leaves out (tool calls no result
+    answers, orphan results): once per call id (the last :data:`_WARNED` remembered), not on
+    every call of a conversation that keeps the gap in its history.
+
     Args:
         counter: Counts the messages' tokens.
     """
@@ -418,6 +479,7 @@ class AnalysisMemo:
         # Per opening (the first messages' ids) shared by several conversations: where each
         # parted from the one remembered before it, as (position, id of its message there).
         self._partings = LRUCache(_CONVERSATIONS)
+        self._warned = LRUCache(_WARNED)  # the gaps warned of, by call id
 
     def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
         """Returns the facts of ``messages`` and the key their conversation is remembered under
@@ -431,6 +493,13 @@ class AnalysisMemo:
                 or changed since it was seen) is checked, so the caller may leave its content
                 unchecked (``coerce_messages(..., check_content=False)``).
         """
+        facts, key = self._analysed(messages)
+        if facts.unanswered or facts.orphans:
+            self._warn(messages, facts)
+        return facts, key
+
+    def _analysed(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
+        """:meth:`analyse`, the warning apart."""
         opening = tuple(map(id, messages[:_KEY_MESSAGES]))
         key = self._key(opening, messages)
         memo: _Memo = self._memos.get(key) or _EMPTY
@@ -459,6 +528,44 @@ class AnalysisMemo:
         self._memos.put(key, memo)
         return memo.facts, key
 
+    def _warn(self, messages: list[BaseMessage], facts: MessageFacts) -> None:
+        """Warns of the gaps of ``facts`` not warned of yet (by call id; by position where a
+        message names none): indices only, never content."""
+        named = {
+            index: ids or _raw_ids(messages[index]) or (f"#{index}",)
+            for index, ids in facts.unanswered.items()
+        }
+        calls = {index: ids for index, ids in named.items() if self._first_time("call", ids)}
+        if calls:
+            logger.warning(
+                "Left out %d tool call(s) that no tool message answers, at message index(es) "
+                "%s: an endpoint rejects a call without its result (was its ToolMessage "
+                "removed?). Said once per call.",
+                sum(map(len, calls.values())),
+                list(calls),
+            )
+        orphans = [
+            index
+            for index in facts.orphans
+            if self._first_time("result", (_answered_call(messages[index]) or f"#{index}",))
+        ]
+        if orphans:
+            logger.warning(
+                "Dropped %d tool result(s) answering no preceding tool call, at message "
+                "index(es) %s; check the tool_call_id of the ToolMessages you pass. Said once "
+                "per call id.",
+                len(orphans),
+                orphans,
+            )
+
+    def _first_time(self, kind: str, ids: tuple[str, ...]) -> bool:
+        """Whether any of ``ids`` (of calls, or of the calls results name) was not warned of
+        yet; notes them all."""
+        new = [id_ for id_ in ids if self._warned.get((kind, id_)) is None]
+        for id_ in ids:
+            self._warned.put((kind, id_), True)
+        return bool(new)
+
     def _key(self, opening: tuple[int, ...], messages: list[BaseMessage]) -> Hashable:
         """The key of the conversation ``messages`` go on: the latest parting they pass through
         that is remembered, else their opening."""
@@ -484,6 +591,7 @@ class AnalysisMemo:
         new = messages[start:]
         added: dict[tuple[Any, bool], tuple[list[int], list[Any], list[list[Any]]]] = {}
         calls: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
+        raw: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
@@ -501,6 +609,9 @@ class AnalysisMemo:
             if "tool_call_id" in fields:
                 calls[0].append(index)
                 calls[1].append(fields["tool_call_id"])
+            elif "tool_calls" in fields and (only := raw_calls_only(fields)) is not None:
+                raw[0].append(index)
+                raw[1].append(only)
         compared = dict(memo.compared)
         for getter_held, group in added.items():
             compared[getter_held] = compared.get(getter_held, _NO_GROUP).plus(*group)
@@ -509,10 +620,18 @@ class AnalysisMemo:
         grouping.extend(messages, counts, self._counter.count_message)
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
-        call_ids = memo.call_ids.plus(*calls)
+        call_ids, raw_calls = memo.call_ids.plus(*calls), memo.raw_calls.plus(*raw)
         # The fields read by this call: those of the memo's messages (or equal), then the new.
         return _Memo(
-            refs, seen.dicts, seen.contents, seen.names, call_ids, compared, facts, grouping
+            refs,
+            seen.dicts,
+            seen.contents,
+            seen.names,
+            call_ids,
+            raw_calls,
+            compared,
+            facts,
+            grouping,
         )
 
 
@@ -521,7 +640,7 @@ class _Uncopyable(Exception):
 
 
 _NO_GROUP = _Group.of([], [], [])
-_EMPTY = _Memo([], [], [], [], _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
+_EMPTY = _Memo([], [], [], [], _NO_GROUP, _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
 
 
 def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
@@ -539,6 +658,13 @@ def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     now = list(map(dict.get, calls.pick(seen.dicts), repeat("tool_call_id")))
     if now != calls.values:
         length = calls.indices[_same_before(now, calls.values, len(now))]
+    raw = memo.raw_calls.cut(length)
+    try:
+        now = list(map(operator.contains, map(_KWARGS, raw.pick(seen.dicts)), _TOOL_CALLS))
+    except (KeyError, TypeError):  # additional_kwargs deleted, or not a dict: read anew
+        now = [None] * len(raw.indices)
+    if now != raw.values:
+        length = raw.indices[_same_before(now, raw.values, len(now))]
     for (getter, held), group in memo.compared.items():
         group = group.cut(length)
         values = list(map(getter, group.pick(seen.dicts)))
@@ -621,6 +747,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         memo.contents[:length],
         memo.names[:length],
         memo.call_ids.cut(length),
+        memo.raw_calls.cut(length),
         {getter: group.cut(length) for getter, group in memo.compared.items()},
         grouping.facts(counts, texts),
         grouping,
