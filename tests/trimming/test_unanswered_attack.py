@@ -601,6 +601,10 @@ def test_a_late_result_is_not_sent_apart_from_its_call(sim: RunningSimulator) ->
     trimmed = checked_trim(PriorityTrimmer(2000, token_counter=COUNTER), chat)
     assert trimmed.messages == [chat[0], chat[1], chat[2], chat[4], chat[3]]
     assert [d.rule for d in trimmed.decisions] == [*["fits"] * 4, "late_tool_result"]
+    # Nothing dropped or shortened, yet not the input: whoever sends the input unless the
+    # trim changed it must send this instead.
+    assert (trimmed.dropped_messages, trimmed.shortened_messages) == (0, 0)
+    assert trimmed.moved_messages == 1 and trimmed.changed
     build_chat_model(settings).invoke(trimmed.messages)  # openai.BadRequestError before
 
 

@@ -78,6 +78,8 @@ class TrimResult:
             without calibration or before it has learned).
         dropped_messages: How many input messages are not in ``messages``.
         shortened_messages: How many messages were sent shortened.
+        moved_messages: How many tool results were sent right after their call rather than
+            where they were given (late: other messages came between).
         over_budget: Whether the request sent exceeds ``effective_budget``: the fixed part
             alone does not fit (the latest user message is then sent whole);
             :attr:`over_budget_cause` says what it is made of.
@@ -104,6 +106,7 @@ class TrimResult:
     calibration_factor: float
     dropped_messages: int
     shortened_messages: int
+    moved_messages: int = 0
     over_budget: bool
     elapsed_ms: float
     tool_tokens: int
@@ -126,9 +129,9 @@ class TrimResult:
 
     @property
     def changed(self) -> bool:
-        """Whether messages were dropped or shortened (a late tool result sent right after its
-        call changes only the order: compare ``messages`` with the input to tell that too)."""
-        return self.dropped_messages > 0 or self.shortened_messages > 0
+        """Whether ``messages`` differ from the input: messages dropped, shortened, or late tool
+        results sent right after their call."""
+        return self.dropped_messages > 0 or self.shortened_messages > 0 or self.moved_messages > 0
 
     @property
     def fixed_tokens(self) -> int:

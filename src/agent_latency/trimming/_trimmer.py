@@ -5,8 +5,9 @@ definitions, the response format schema and the per-request framing. What no tri
 (tools, response format, framing and the must-keep messages) is the *fixed part*; the messages
 beyond it are kept by priority. How a trim decides is in ``_plan`` and, with a worked example,
 in docs/trimming.md: units (a tool call with its results) are kept or dropped whole, orphan tool
-results are dropped, input that fits is returned unchanged, otherwise large tool results are
-shortened and units dropped lowest priority first, and when the fixed part alone does not fit
+results and unanswered tool calls are left out, a late tool result is sent right after its call,
+input that fits is otherwise returned unchanged, else large tool results are shortened and units
+dropped lowest priority first, and when the fixed part alone does not fit
 the result says ``over_budget`` and what the fixed part is made of. A trim never raises for lack
 of budget.
 """
@@ -366,6 +367,7 @@ class PriorityTrimmer(TrimRunnable):
             calibration_factor=factor,
             dropped_messages=len(messages) - len(output),
             shortened_messages=sum(not plan.dropped[i] for i in plan.shortened),
+            moved_messages=sum(not plan.dropped[i] for i in facts.late),
             over_budget=plan.tokens > plan.budget,
             elapsed_ms=(time.perf_counter() - started) * 1000,
             tool_tokens=tool_tokens,
