@@ -94,6 +94,12 @@ def checked_trim(
     fresh = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
     assert result.messages == fresh.messages
     assert [d.rule for d in result.decisions] == [d.rule for d in fresh.decisions]
+    # What the recall marker and an agent's left-out runs read, found without the decisions.
+    assert result.left_out_indices == tuple(d.index for d in result.decisions if d.action != "kept")
+    assert result.cut_for_budget == any(
+        d.action == "dropped" and d.rule not in {"orphan_tool_result", "unanswered_tool_call"}
+        for d in result.decisions
+    )
     return result
 
 

@@ -87,6 +87,8 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
 }
 """For each :data:`Rule`: a short reason (the ``trim`` command's column) and its meaning (the
 table of docs/trimming.md, checked against this by a test)."""
+GAP_RULES: Final[frozenset[Rule]] = frozenset({"orphan_tool_result", "unanswered_tool_call"})
+"""The rules of what a trim drops whatever the budget: gaps in the tool calls, no cut."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Tool
 from agent_latency._chat_format import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.trimming._compaction import Compactor
-from agent_latency.trimming._decisions import Action, MessageDecision, Rule
+from agent_latency.trimming._decisions import GAP_RULES, Action, MessageDecision, Rule
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import Occurrences, TermCache, bm25_scores, text_of
 from agent_latency.trimming._rounds import MessageFacts, Unit
@@ -343,6 +343,19 @@ class Plan:
                 owner[index] = round_
         sizes = [sum(self.sizes[index] for index in members) for members in indices]
         return HistoryRounds(indices, sizes, [0, *accumulate(sizes)], owner)
+
+    def left_out(self) -> tuple[int, ...]:
+        """The positions of the messages dropped or shortened, ascending (see
+        :meth:`decisions`), found in C."""
+        dropped = compress(range(len(self.dropped)), self.dropped)
+        if not self.shortened:
+            return tuple(dropped)
+        return tuple(sorted({*dropped, *self.shortened}))
+
+    def cut_for_budget(self) -> bool:
+        """Whether a message was dropped by another rule than :data:`GAP_RULES`."""
+        rules = compress(self.rules, self.dropped)
+        return not all(map(GAP_RULES.__contains__, rules))
 
     def decisions(self) -> tuple[MessageDecision, ...]:
         """One decision per input message, in input order."""

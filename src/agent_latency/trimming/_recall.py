@@ -85,8 +85,6 @@ _LISTED: Final = 50
 """How many ids of the matches not shown the tool names."""
 _ID_WORDS: Final = re.compile(r"[^\s,\[\]]+")
 """The words of a query that can be message ids: brackets and commas apart."""
-_GAP_RULES: Final = frozenset({"orphan_tool_result", "unanswered_tool_call"})
-"""The rules of what a trim drops whatever the budget: gaps in the tool calls, no cut."""
 
 
 class Trimming(Protocol):
@@ -276,7 +274,7 @@ class RecallingTrimmer(TrimRunnable):
         if (
             result.dropped_messages
             and tokens + self.marker_tokens <= effective
-            and any(d.action == "dropped" and d.rule not in _GAP_RULES for d in result.decisions)
+            and result.cut_for_budget
         ):
             lead = next(
                 (i for i, m in enumerate(messages) if role_of(m) != "system"),
@@ -300,7 +298,7 @@ class RecallingTrimmer(TrimRunnable):
 def left_out_of(messages: object, result: TrimResult) -> list[BaseMessage]:
     """The input messages ``result`` dropped or shortened, in input order."""
     inputs = coerce_messages(messages)
-    return [inputs[d.index] for d in result.decisions if d.action != "kept"]
+    return [inputs[index] for index in result.left_out_indices]
 
 
 def left_out_runs(messages: Sequence[BaseMessage], result: TrimResult) -> list[list[str]]:
@@ -312,7 +310,7 @@ def left_out_runs(messages: Sequence[BaseMessage], result: TrimResult) -> list[l
     """
     runs: list[list[str]] = []
     start: int | None = None
-    cut = {d.index for d in result.decisions if d.action != "kept"}
+    cut = set(result.left_out_indices)
     for i in range(len(messages) + 1):
         if i in cut and start is None:
             start = i

@@ -124,6 +124,10 @@ class TrimResult:
     # reads them).
     _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
     _retain: Callable[[], float | None] = field(repr=False, compare=False)
+    # What the decisions say of the messages not sent as given, worked out without them (an
+    # agent's middleware asks on every call): their positions, and whether a cut is among them.
+    _left_out: Callable[[], tuple[int, ...]] = field(repr=False, compare=False)
+    _cut: Callable[[], bool] = field(repr=False, compare=False)
     # Whether the latest user message is sent as it was given (over budget: it is, see _plan).
     _question_whole: bool = field(default=True, repr=False, compare=False)
 
@@ -203,6 +207,18 @@ class TrimResult:
     def decisions(self) -> tuple[MessageDecision, ...]:
         """One decision per input message, in input order."""
         return self._decide()
+
+    @cached_property
+    def left_out_indices(self) -> tuple[int, ...]:
+        """The input positions of the messages dropped or shortened, ascending: those whose
+        :attr:`decisions` do not say ``kept``, found without building every decision."""
+        return self._left_out()
+
+    @cached_property
+    def cut_for_budget(self) -> bool:
+        """Whether messages were dropped for the budget: by another rule than those of gaps in
+        the tool calls (orphan results, unanswered calls), which go whatever the budget."""
+        return self._cut()
 
     @cached_property
     def by_class(self) -> Mapping[PriorityClass, ClassFigures]:

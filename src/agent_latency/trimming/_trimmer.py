@@ -382,6 +382,8 @@ class PriorityTrimmer(TrimRunnable):
             _must_keep_by_class=must_keep,
             _question_whole=plan.latest is not None and plan.latest not in plan.shortened,
             _decide=plan.decisions,
+            _left_out=plan.left_out,
+            _cut=plan.cut_for_budget,
             _retain=functools.partial(question_retention, plan, self.term_cache, occurrences),
         )
 
