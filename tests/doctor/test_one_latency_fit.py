@@ -84,7 +84,10 @@ def test_doctor_prints_and_bench_fits_one_model_that_follows_the_curve() -> None
     for point in points:
         assert fit.ttft_ms(point.input_tokens) == pytest.approx(point.ttft_ms, rel=0.15, abs=25)
     # ...and is the model doctor prints, fitted to its own probes (200 to 2,000 tokens): each
-    # finds the simulator's curve within the client's and the machine's noise.
+    # finds the simulator's curve within the client's and the machine's noise. On a loaded
+    # machine the client's own time adds to every call (a fit 46 ms above the curve at 1,000
+    # tokens, beside a full suite and another engineer's tests); the straight line this guards
+    # against is 290 ms above it there.
     for tokens in (1000, 2000):
         for printed in (doctor_fit, model_fit, bench_fit):
-            assert _ttft(printed, tokens) == pytest.approx(_true_ttft(tokens), rel=0.3, abs=40)
+            assert _ttft(printed, tokens) == pytest.approx(_true_ttft(tokens), rel=0.3, abs=60)
