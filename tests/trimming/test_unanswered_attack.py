@@ -567,11 +567,9 @@ def test_agent_after_a_removal_sends_a_valid_prompt(sim: RunningSimulator, remov
     assert recorder.trims and recorder.trims[0].dropped_messages == dropped[removed]
 
 
-def test_agent_asked_again_while_its_calls_wait_sends_a_valid_prompt(
-    sim: RunningSimulator,
-) -> None:
-    """Interrupted before its tools run, the agent gets a new question: the waiting calls are
-    left out of the prompt; resumed, the next calls run and the first ones stay left out."""
+def agent_stopping_before_its_tools(sim: RunningSimulator) -> tuple[Any, Any, Recorder]:
+    """A trimmed ``create_agent`` on the simulator, interrupted before each tool step, its run
+    config (one thread) and what records its prompts."""
     settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
     graph = create_agent(
         build_chat_model(settings),
@@ -582,7 +580,15 @@ def test_agent_asked_again_while_its_calls_wait_sends_a_valid_prompt(
         interrupt_before=["tools"],
     )
     recorder = Recorder()
-    config: Any = {"configurable": {"thread_id": "t"}, "callbacks": [recorder]}
+    return graph, {"configurable": {"thread_id": "t"}, "callbacks": [recorder]}, recorder
+
+
+def test_agent_asked_again_while_its_calls_wait_sends_a_valid_prompt(
+    sim: RunningSimulator,
+) -> None:
+    """Interrupted before its tools run, the agent gets a new question: the waiting calls are
+    left out of the prompt; resumed, the next calls run and the first ones stay left out."""
+    graph, config, recorder = agent_stopping_before_its_tools(sim)
     graph.invoke({"messages": [HumanMessage('Use lookup and stock for "k1".')]}, config)
     graph.invoke({"messages": [HumanMessage("Never mind; what is 2+2?")]}, config)
     graph.invoke(None, config)  # the second question's calls run
@@ -671,17 +677,7 @@ def test_agent_with_a_user_message_sent_while_its_tool_ran_sends_valid_prompts(
     """Interrupted before its tools, the agent gets a user message in its state, then the
     tools run: its next prompt sends the result right after the call (the simulator answered
     400 before, the middleware sent the request as it was)."""
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-    graph = create_agent(
-        build_chat_model(settings),
-        tools=[lookup, stock],
-        system_prompt="You are the inventory assistant.",
-        middleware=[TrimmingMiddleware(PriorityTrimmer.from_settings(settings, budget=5000))],
-        checkpointer=InMemorySaver(),
-        interrupt_before=["tools"],
-    )
-    recorder = Recorder()
-    config: Any = {"configurable": {"thread_id": "t"}, "callbacks": [recorder]}
+    graph, config, recorder = agent_stopping_before_its_tools(sim)
     graph.invoke({"messages": [HumanMessage('Use lookup and stock for "k1".')]}, config)
     graph.update_state(config, {"messages": [HumanMessage("Still there?")]})
     graph.invoke(None, config)  # the tools run, then the model is called
