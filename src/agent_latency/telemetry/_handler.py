@@ -275,7 +275,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             content = bool(
                 token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
             )
-            self._calls.chunk(self._tree.get(run_id), content=content, delivered=chunk)
+            state = self._tree.get(run_id)
+            if state is not None and state.task_watch is not None:
+                self._tree.reading_in(state)
+            self._calls.chunk(state, content=content, delivered=chunk)
         except Exception as exc:
             self.failures.report("on_llm_new_token", exc)
 
@@ -283,7 +286,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         """Times a chunk of LangChain's v2 streaming protocol (used instead of new-token)."""
         try:
             content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
-            self._calls.chunk(self._tree.get(run_id), content=content, delivered=event)
+            state = self._tree.get(run_id)
+            if state is not None and state.task_watch is not None:
+                self._tree.reading_in(state)
+            self._calls.chunk(state, content=content, delivered=event)
         except Exception as exc:
             self.failures.report("on_stream_event", exc)
 

@@ -206,6 +206,24 @@ class RunTree:
 
     # -- while runs are open -------------------------------------------------------------------
 
+    def reading_in(self, state: RunState) -> None:
+        """Called with a watched root run (a model call) as a chunk of it arrives: when the task
+        the run started in reads the chunk itself, it iterates a stream, whose every end
+        LangChain reports (cancellation and walking away included), so that task's end no longer
+        ends the run: later chunks may be read by other tasks (a per-chunk ``asyncio.wait_for``,
+        ``asyncio.create_task(anext(stream))``). An ``ainvoke``'s chunks come in a ``gather``
+        task, and its run stays watched."""
+        watch = state.task_watch
+        if watch is None or state.task is None:
+            return
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop in this thread
+            return
+        if task is state.task:
+            state.task_watch = None
+            task.remove_done_callback(watch)
+
     def record_tool_result(self, run_id: UUID, output: Any) -> None:
         """Puts a tool's result on its span, when content is captured."""
         if not self._capture_content:
@@ -239,9 +257,29 @@ class RunTree:
         state = self._runs.pop(run_id)
         if state is None:
             return
-        if isinstance(error, asyncio.CancelledError) and self._stream_closed(state):
+        walked_away = (
+            self._stream_closed(state)
+            if isinstance(error, asyncio.CancelledError)
+            else error is None and bool(state.children) and self._left_streaming(state)
+        )
+        if walked_away:
             error = GeneratorExit()  # recorded like walking away from ``astream``
         self._finish(state, error, response)
+
+    def _left_streaming(self, state: RunState) -> bool:
+        """Whether a run reported ended left a model call under it streaming: its consumer
+        stopped reading a sync ``stream``, which LangChain reports to the chains as a normal end
+        (``astream`` reports it as ``GeneratorExit``); a run that finishes ends its model calls
+        first."""
+        pending = [state]
+        while pending:
+            for child_id in pending.pop().children:
+                child = self._runs.get(child_id)
+                if isinstance(child, ModelRunState) and child.streamed:
+                    return True
+                if child is not None:
+                    pending.append(child)
+        return False
 
     def _stream_closed(self, state: RunState) -> bool:
         """Whether a run's tree runs in an ``astream_events`` task its consumer walked away from."""

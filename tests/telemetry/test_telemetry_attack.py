@@ -1,0 +1,217 @@
+"""The telemetry attacked from the user's side: what real applications do that the other tests
+may not.
+
+A real ``ChatOpenAI`` over HTTP against the embedded simulator (or a raw server of the test's
+own where the simulator cannot answer that way), the OpenTelemetry SDK's in-memory exporter or
+the real OTLP exporter to the test receiver; nothing of ours is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessageChunk
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableLambda
+from langchain_openai import ChatOpenAI
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from agent_latency import LatencyCallbackHandler, LatencyRecord, semconv
+from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+
+ANSWER_TOKENS = 12
+FAST = SimulatorConfig(
+    overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=2000, answer_tokens=ANSWER_TOKENS
+)
+
+
+@pytest.fixture
+def records() -> list[LatencyRecord]:
+    return []
+
+
+@pytest.fixture
+def handler(
+    tracer_provider: TracerProvider, meter_provider: Any, records: list[LatencyRecord]
+) -> LatencyCallbackHandler:
+    return LatencyCallbackHandler(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        on_record=records.append,
+        log_every_request=False,
+    )
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    # One per test: langchain-openai keeps an async HTTP client per base URL, bound to the event
+    # loop of its first use, and each async test has a loop of its own.
+    with running_simulator(FAST) as running:
+        yield running
+
+
+def chat_openai(sim: RunningSimulator, **options: Any) -> ChatOpenAI:
+    options.setdefault("max_retries", 0)
+    return ChatOpenAI(
+        base_url=sim.base_url,
+        api_key="unused",  # type: ignore[arg-type]
+        model=sim.config.models[0],
+        stream_usage=True,
+        **options,
+    )
+
+
+def spans_named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name.startswith(prefix)]
+
+
+def outcome_of(span: ReadableSpan) -> object:
+    return (span.attributes or {}).get(semconv.OUTCOME)
+
+
+async def until_no_open_runs(handler: LatencyCallbackHandler, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while handler.open_runs:
+            await asyncio.sleep(0.001)
+
+
+# -- a root stream read from other tasks than the one that started it -------------------------
+
+
+async def each_chunk_in_a_task_of_its_own(
+    stream: AsyncIterator[AIMessageChunk], way: str
+) -> list[AIMessageChunk]:
+    """Reads ``stream`` a chunk per task, as a per-chunk timeout or a merge of streams does."""
+    chunks: list[AIMessageChunk] = []
+    while True:
+        try:
+            if way == "wait_for":  # Python 3.11 runs the awaitable in a task of its own
+                chunk = await asyncio.wait_for(anext(stream), timeout=10)
+            else:
+                chunk = await asyncio.create_task(anext(stream))  # type: ignore[arg-type]
+        except StopAsyncIteration:
+            return chunks
+        chunks.append(chunk)
+
+
+@pytest.mark.parametrize("way", ["wait_for", "create_task"])
+async def test_a_stream_read_a_chunk_per_task_is_one_whole_call(
+    way: str,
+    sim: RunningSimulator,
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+    records: list[LatencyRecord],
+) -> None:
+    # The call was ended 'abandoned' with its first chunk: the task that started it (the first
+    # chunk's) had finished, and the handler took that for a cancelled ainvoke.
+    stream = chat_openai(sim).astream("hi", config={"callbacks": [handler]})
+    chunks = await each_chunk_in_a_task_of_its_own(stream, way)
+    await asyncio.sleep(0)  # done-callbacks run on the next loop iteration
+
+    assert "".join(str(chunk.content) for chunk in chunks).strip()
+    (span,) = spans_named(span_exporter, "chat ")
+    attributes = span.attributes or {}
+    assert attributes[semconv.OUTCOME] == "ok"
+    assert attributes[semconv.CHUNKS] == ANSWER_TOKENS
+    assert attributes["gen_ai.usage.output_tokens"] == ANSWER_TOKENS
+    assert attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert (records[0].outcome, records[0].chunks) == ("ok", ANSWER_TOKENS)
+    assert handler.open_runs == 0
+
+
+async def test_a_stream_left_by_a_task_that_read_it_is_abandoned_when_closed(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # What still ends a stream read from other tasks: LangChain reports walking away from it.
+    stream = chat_openai(sim).astream("hi", config={"callbacks": [handler]})
+    await asyncio.create_task(anext(stream))  # type: ignore[arg-type]
+    await asyncio.create_task(anext(stream))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert handler.open_runs == 1  # still being read
+    await stream.aclose()  # type: ignore[attr-defined]
+
+    (span,) = spans_named(span_exporter, "chat ")
+    assert outcome_of(span) == "abandoned"
+    assert (span.attributes or {})[semconv.CHUNKS] == 2
+    assert handler.open_runs == 0
+
+
+async def test_a_streaming_ainvoke_cut_short_in_a_task_that_goes_on_still_ends(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # The documented limit holds: LangChain reports nothing for an ainvoke cut short by
+    # asyncio.timeout(); its call ends with the task (its chunks came in a gather task).
+    slow = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=20)
+    with running_simulator(slow) as slow_sim:
+        model = chat_openai(slow_sim, streaming=True)
+
+        async def ask_with_a_deadline() -> str:
+            try:
+                async with asyncio.timeout(0.3):
+                    await model.ainvoke("hi", config={"callbacks": [handler]})
+            except TimeoutError:
+                return "gave up"
+            return "answered"
+
+        assert await asyncio.create_task(ask_with_a_deadline()) == "gave up"
+        await asyncio.sleep(0)
+
+    (span,) = spans_named(span_exporter, "chat ")
+    assert outcome_of(span) == "abandoned"
+    assert (span.attributes or {})[semconv.CHUNKS] >= 1
+    assert handler.open_runs == 0
+
+
+# -- a sync chain stream the consumer stops reading ---------------------------------------------
+
+
+@pytest.mark.parametrize("way", ["stream", "astream"])
+async def test_leaving_a_chain_stream_marks_the_chain_abandoned_sync_or_async(
+    way: str,
+    sim: RunningSimulator,
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+) -> None:
+    # LangChain's sync stream reports a consumer's `break` to the chain as a normal end (its
+    # async one as GeneratorExit): the chain span said 'ok' over its abandoned model call.
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    chain = prompt | RunnableLambda(lambda value: value) | chat_openai(sim)
+    config: Any = {"callbacks": [handler]}
+    if way == "stream":
+        for _ in chain.stream({"question": "hi"}, config=config):
+            break
+    else:
+        stream = chain.astream({"question": "hi"}, config=config)
+        async for _ in stream:
+            break
+        await stream.aclose()  # type: ignore[attr-defined]
+        # The chain's inner generators are closed by asyncio's finaliser, a little later.
+        await until_no_open_runs(handler)
+
+    outcomes = {span.name: outcome_of(span) for span in span_exporter.get_finished_spans()}
+    assert outcomes == {
+        "chain RunnableSequence": "abandoned",
+        "chain ChatPromptTemplate": "ok",
+        "chain RunnableLambda": "ok",
+        f"chat {sim.config.models[0]}": "abandoned",
+    }
+    for span in span_exporter.get_finished_spans():
+        assert span.status.status_code is StatusCode.UNSET
+    assert handler.open_runs == 0
+
+
+def test_a_chain_stream_read_to_its_end_stays_ok(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    chain = prompt | chat_openai(sim)
+    chunks = list(chain.stream({"question": "hi"}, config={"callbacks": [handler]}))
+
+    assert len(chunks) > ANSWER_TOKENS  # and the usage chunk
+    assert {outcome_of(span) for span in span_exporter.get_finished_spans()} == {"ok"}
+    assert handler.open_runs == 0
