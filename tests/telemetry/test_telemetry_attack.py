@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessageChunk
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -215,3 +217,69 @@ def test_a_chain_stream_read_to_its_end_stays_ok(
     assert len(chunks) > ANSWER_TOKENS  # and the usage chunk
     assert {outcome_of(span) for span in span_exporter.get_finished_spans()} == {"ok"}
     assert handler.open_runs == 0
+
+
+# -- a model called inside a tool with a config of its own ---------------------------------------
+
+
+def test_a_model_called_in_a_tool_with_its_own_config_stays_in_the_agents_trace(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # LangChain reports no parent for a run given a config of its own: the tool's inner call
+    # was a trace of its own, split from the agent's run it belongs to.
+    inner = chat_openai(sim)
+
+    @tool
+    def summarize(text: str) -> str:
+        """Summarizes a text."""
+        return str(inner.invoke(f"Summarize: {text}", config={"callbacks": [handler]}).content)
+
+    agent = create_agent(chat_openai(sim), tools=[summarize], name="clerk")
+    agent.invoke(
+        {"messages": [("user", "summarize this: the invoice is late")]},
+        config={"callbacks": [handler]},
+    )
+
+    spans = span_exporter.get_finished_spans()
+    assert len({span.context.trace_id for span in spans if span.context}) == 1
+    by_id = {span.context.span_id: span for span in spans if span.context}
+    (tool_span,) = [span for span in spans if span.name == "execute_tool summarize"]
+    chats = [span for span in spans if span.name.startswith("chat ")]
+    assert len(chats) == 3  # the agent's two steps and the tool's own call
+    under_tool = [c for c in chats if c.parent and by_id[c.parent.span_id] is tool_span]
+    assert len(under_tool) == 1
+    assert handler.open_runs == 0
+
+
+def test_a_chain_run_with_its_own_config_inside_a_lambda_nests_and_ends_once(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    inner = prompt | chat_openai(sim)
+
+    def ask_inner(question: str) -> str:
+        answer = inner.invoke({"question": question}, config={"callbacks": [handler]})
+        return str(answer.content)
+
+    outer = RunnableLambda(ask_inner).with_config(run_name="outer")
+    outer.invoke("hi", config={"callbacks": [handler]})
+
+    spans = span_exporter.get_finished_spans()
+    assert len({span.context.trace_id for span in spans if span.context}) == 1
+    by_name = {span.name: span for span in spans}
+    inner_root = by_name["chain RunnableSequence"]
+    assert inner_root.parent is not None
+    assert inner_root.parent.span_id == by_name["chain outer"].context.span_id
+    assert {outcome_of(span) for span in spans} == {"ok"}
+    assert len(spans) == 4
+    assert handler.open_runs == 0
+
+
+def test_separate_top_level_runs_stay_separate_traces(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    model = chat_openai(sim)
+    for question in ("one", "two", "three"):
+        model.invoke(question, config={"callbacks": [handler]})
+    spans = span_exporter.get_finished_spans()
+    assert len({span.context.trace_id for span in spans if span.context}) == 3

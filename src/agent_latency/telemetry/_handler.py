@@ -315,6 +315,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if not self._tree.is_repeated_start(run_id, parent_run_id):
             self._tree.start_chain(serialized, run_id, parent_run_id, tags, metadata, kwargs)
 
@@ -337,6 +338,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if not self._tree.is_repeated_start(run_id, parent_run_id):
             self._tree.start_tool(serialized, input_str, run_id, parent_run_id, inputs, kwargs)
 
@@ -360,6 +362,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         # Not traced, but registered so that runs under a retriever still find their parent.
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if not self._tree.is_repeated_start(run_id, parent_run_id):
             self._tree.start_untraced(run_id, parent_run_id, ends_with_task=True)
 
@@ -390,6 +393,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         content: str | None,
         messages: list[BaseMessage] | None,
     ) -> None:
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if self._tree.is_repeated_start(run_id, parent_run_id):
             return
         call = ModelStart(

@@ -7,8 +7,10 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from uuid import UUID
 
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers import event_stream
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
@@ -94,6 +96,15 @@ def closed_event_stream(task: asyncio.Task[Any]) -> bool:
         and code.co_filename == event_stream.__file__
         and task.cancelling() == 1
     )
+
+
+def context_run() -> UUID | None:
+    """The run the calling code runs in, by LangChain's context (the config a runnable hands its
+    children: a tool's body, a lambda's), whether or not the new run was given that config."""
+    config = var_child_runnable_config.get()
+    callbacks = config.get("callbacks") if config else None
+    run_id = getattr(callbacks, "parent_run_id", None)
+    return run_id if isinstance(run_id, UUID) else None
 
 
 def server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:

@@ -148,6 +148,9 @@ class RunRegistry:
     def __len__(self) -> int:
         return len(self._runs)
 
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._runs
+
     def get(self, run_id: UUID | None) -> RunState | None:
         """Returns the open run ``run_id``, or ``None``."""
         if run_id is None:

@@ -26,7 +26,7 @@ from agent_latency import semconv
 from agent_latency._chat_format import escape_surrogates
 from agent_latency._trace_link import PendingTrim
 from agent_latency.telemetry._content import to_json
-from agent_latency.telemetry._langchain import closed_event_stream, is_agent, run_name
+from agent_latency.telemetry._langchain import closed_event_stream, context_run, is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
 
@@ -101,6 +101,16 @@ class RunTree:
     def get(self, run_id: UUID | None) -> RunState | None:
         """The open run ``run_id``, or ``None``."""
         return self._runs.get(run_id)
+
+    def enclosing_run(self, parent_run_id: UUID | None) -> UUID | None:
+        """The open run a starting run belongs under: ``parent_run_id`` when it is open, else the
+        run LangChain's context says the caller runs in, when it is open (LangChain reports no
+        parent for a run given a config of its own, such as a model called in a tool with
+        ``config={"callbacks": [handler]}``), else ``parent_run_id``."""
+        if parent_run_id is not None and parent_run_id in self._runs:
+            return parent_run_id
+        enclosing = context_run()
+        return enclosing if enclosing is not None and enclosing in self._runs else parent_run_id
 
     def is_repeated_start(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
         """Whether a run's start is delivered again (to a handler listed twice): it is open
