@@ -283,3 +283,40 @@ def test_separate_top_level_runs_stay_separate_traces(
         model.invoke(question, config={"callbacks": [handler]})
     spans = span_exporter.get_finished_spans()
     assert len({span.context.trace_id for span in spans if span.context}) == 3
+
+
+# -- LangChain's v2 streaming protocol (stream_events version="v3") -----------------------------
+
+
+@pytest.mark.filterwarnings("ignore::langchain_core._api.beta_decorator.LangChainBetaWarning")
+@pytest.mark.parametrize("way", ["model stream_events", "model astream_events", "agent"])
+async def test_each_chunk_counts_once_when_both_token_and_protocol_events_report_it(
+    way: str,
+    sim: RunningSimulator,
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+    records: list[LatencyRecord],
+) -> None:
+    # ChatOpenAI's _stream fires on_llm_new_token for each chunk, and the protocol's bridge
+    # fires on_stream_event for the same chunk: every chunk counted twice, gaps halved (so a
+    # stream looked buffered sooner).
+    config: Any = {"callbacks": [handler]}
+    model = chat_openai(sim)
+    if way == "model stream_events":
+        for _ in model.stream_events("hi", config=config, version="v3"):
+            pass
+    elif way == "model astream_events":
+        async for _ in await model.astream_events("hi", config=config, version="v3"):
+            pass
+    else:
+        agent = create_agent(model, name="clerk")
+        inputs = {"messages": [("user", "hi")]}
+        async for _ in await agent.astream_events(inputs, config=config, version="v3"):
+            pass
+    await until_no_open_runs(handler)
+
+    (span,) = spans_named(span_exporter, "chat ")
+    attributes = span.attributes or {}
+    assert attributes[semconv.CHUNKS] == ANSWER_TOKENS
+    assert attributes["gen_ai.usage.output_tokens"] == ANSWER_TOKENS
+    assert records[0].chunks == ANSWER_TOKENS

@@ -283,13 +283,14 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             self.failures.report("on_llm_new_token", exc)
 
     def on_stream_event(self, event: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Times a chunk of LangChain's v2 streaming protocol (used instead of new-token)."""
+        """Times a chunk of LangChain's v2 streaming protocol (instead of new-token, or besides it
+        for a model whose own ``_stream`` reports tokens: then the chunks are counted once)."""
         try:
             content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
             state = self._tree.get(run_id)
             if state is not None and state.task_watch is not None:
                 self._tree.reading_in(state)
-            self._calls.chunk(state, content=content, delivered=event)
+            self._calls.chunk(state, content=content, delivered=event, by_event=True)
         except Exception as exc:
             self.failures.report("on_stream_event", exc)
 

@@ -140,7 +140,14 @@ class ModelCallTracer:
             server=endpoint,
         )
 
-    def chunk(self, state: RunState | None, *, content: bool, delivered: object = None) -> None:
+    def chunk(
+        self,
+        state: RunState | None,
+        *,
+        content: bool,
+        delivered: object = None,
+        by_event: bool = False,
+    ) -> None:
         """Times a streamed chunk of the open run ``state`` (ignored unless a model call's).
 
         Args:
@@ -148,10 +155,16 @@ class ModelCallTracer:
                 end-of-stream chunk and a role-only first delta mark the call streamed only.
             delivered: The chunk object LangChain passed, if any: the same one again is the
                 handler listed twice, and not a second chunk.
+            by_event: Whether a streaming-protocol event reports the chunk, rather than a token
+                callback: a call counts the chunks of whichever reported first.
         """
         now_ns = _now_ns()
         if not isinstance(state, ModelRunState):
             return
+        if state.by_events is None:
+            state.by_events = by_event
+        elif state.by_events is not by_event:
+            return  # the same chunk, reported the other way too
         if delivered is not None:
             if delivered is state.last_delivery:
                 return

@@ -74,6 +74,10 @@ class ModelRunState(RunState):
         server: The endpoint's host and port, when the integration says.
         last_delivery: The latest chunk (or stream event) delivered, so the same one delivered
             again, to a handler listed twice, is not counted twice.
+        by_events: Whether the call's chunks are timed from the streaming protocol's events
+            (``on_stream_event``) rather than token callbacks, once the first of either came: a
+            model whose ``_stream`` reports its tokens, driven by the protocol's bridge, reports
+            each chunk both ways.
     """
 
     model: str | None = None
@@ -91,6 +95,7 @@ class ModelRunState(RunState):
     trim: PendingTrim | None = None
     server: tuple[str, int] | None = None
     last_delivery: object = None
+    by_events: bool | None = None
 
     def add_chunk(self, now_ns: int) -> int:
         """Records a content chunk arriving at ``now_ns``; returns the wait before it when that
