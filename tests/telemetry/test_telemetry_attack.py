@@ -9,8 +9,8 @@ the real OTLP exporter to the test receiver; nothing of ours is mocked.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
@@ -19,6 +19,9 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -320,3 +323,99 @@ async def test_each_chunk_counts_once_when_both_token_and_protocol_events_report
     assert attributes[semconv.CHUNKS] == ANSWER_TOKENS
     assert attributes["gen_ai.usage.output_tokens"] == ANSWER_TOKENS
     assert records[0].chunks == ANSWER_TOKENS
+
+
+# -- LangGraph's control flow: interrupts and hand-offs ------------------------------------------
+
+
+def status_of(spans: Sequence[ReadableSpan]) -> dict[str, tuple[object, object, StatusCode]]:
+    return {
+        span.name: (
+            outcome_of(span),
+            (span.attributes or {}).get("error.type"),
+            span.status.status_code,
+        )
+        for span in spans
+    }
+
+
+def test_a_human_in_the_loop_interrupt_is_no_error(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # interrupt() raises GraphInterrupt through the tool and its node: both spans were status
+    # ERROR with error.type GraphInterrupt, each approval step counted as a failure.
+    @tool
+    def refund(invoice_id: str) -> str:
+        """Refunds an invoice once a human approves."""
+        return f"refund {interrupt(f'approve the refund of {invoice_id}?')}"
+
+    agent = create_agent(
+        chat_openai(sim), tools=[refund], name="clerk", checkpointer=InMemorySaver()
+    )
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "refunds"}}
+    paused = agent.invoke({"messages": [("user", "refund invoice 7")]}, config=config)
+    assert "__interrupt__" in paused
+
+    assert status_of(span_exporter.get_finished_spans()) == {
+        f"chat {sim.config.models[0]}": ("ok", None, StatusCode.UNSET),
+        "chain model": ("ok", None, StatusCode.UNSET),
+        "execute_tool refund": ("interrupted", None, StatusCode.UNSET),
+        "chain tools": ("interrupted", None, StatusCode.UNSET),
+        "invoke_agent clerk": ("ok", None, StatusCode.UNSET),
+    }
+    span_exporter.clear()
+    agent.invoke(Command(resume="approved"), config=config)
+    assert {outcome_of(span) for span in span_exporter.get_finished_spans()} == {"ok"}
+    assert handler.open_runs == 0
+
+
+class Steps(TypedDict):
+    steps: list[str]
+
+
+def test_a_hand_off_to_the_parent_graph_is_no_error(
+    handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # Command(graph=Command.PARENT) raises ParentCommand up through the subgraph: a multi-agent
+    # hand-off marked three spans ERROR.
+    def hand_off(state: Steps) -> Command[str]:
+        return Command(graph=Command.PARENT, goto="finish", update={"steps": ["handed off"]})
+
+    def finish(state: Steps) -> Steps:
+        return {"steps": [*state["steps"], "finished"]}
+
+    worker = StateGraph(Steps)
+    worker.add_node("hand_off", hand_off)
+    worker.add_edge(START, "hand_off")
+    team = StateGraph(Steps)
+    team.add_node("worker", worker.compile(name="worker"))
+    team.add_node("finish", finish)
+    team.add_edge(START, "worker")
+    team.add_edge("finish", END)
+    result = team.compile(name="team").invoke({"steps": []}, config={"callbacks": [handler]})
+
+    assert result == {"steps": ["handed off", "finished"]}
+    spans = span_exporter.get_finished_spans()
+    assert len(spans) == 5
+    for span in spans:
+        assert (outcome_of(span), span.status.status_code) == ("ok", StatusCode.UNSET), span.name
+        assert "error.type" not in (span.attributes or {})
+    assert handler.open_runs == 0
+
+
+def test_a_real_failure_inside_a_graph_is_still_an_error(
+    handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    def fail(state: Steps) -> Steps:
+        raise LookupError("no such invoice")
+
+    graph = StateGraph(Steps)
+    graph.add_node("fail", fail)
+    graph.add_edge(START, "fail")
+    with pytest.raises(LookupError):
+        graph.compile(name="failing").invoke({"steps": []}, config={"callbacks": [handler]})
+
+    assert status_of(span_exporter.get_finished_spans()) == {
+        "chain fail": ("error", "LookupError", StatusCode.ERROR),
+        "chain failing": ("error", "LookupError", StatusCode.ERROR),
+    }

@@ -43,7 +43,7 @@ from agent_latency.telemetry._record import (
     log_record,
 )
 from agent_latency.telemetry._run_state import ModelRunState, RunState
-from agent_latency.telemetry._run_tree import end_run_span, error_type, outcome
+from agent_latency.telemetry._run_tree import end_run_span, error_type, is_failure, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
 from agent_latency.telemetry._timing import call_timing
 from agent_latency.tokens import TokenCounter
@@ -251,7 +251,7 @@ class ModelCallTracer:
                 else self._estimate_tokens(state.messages, state.tools)
             ),
             status=status,
-            error_type=error_type(error) if error is not None and status != "abandoned" else None,
+            error_type=error_type(error) if error is not None and is_failure(status) else None,
             # A blocking call's first text waits for the whole answer: no time to first token.
             first_token_ms=timing.ttft_ms if state.streamed else None,
             cause=slow_cause(

@@ -31,8 +31,9 @@ class CallOutcome:
         split: Where its time to first token went, when the server said enough.
         estimated_tokens: Our count of the request: the trim's count of the whole request when
             a trim prepared the call, else the messages and tools counted locally; if it could be.
-        status: ``"ok"``, ``"error"``, ``"cancelled"`` or ``"abandoned"``.
-        error_type: The exception type of a failed or cancelled call (not of an abandoned one).
+        status: ``"ok"``, ``"error"``, ``"cancelled"``, ``"abandoned"`` or ``"interrupted"``.
+        error_type: The exception type of a failed or cancelled call (not of an abandoned or
+            interrupted one).
         first_token_ms: The time to first token the latency model learns from: ``None`` for a
             blocking call (its first text waits for the whole answer) and when none was measured.
         cause: What held the first token up.
@@ -79,8 +80,8 @@ class LatencyRecord:
         output_tokens: Completion tokens the server reported, if it did.
         ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; ``None`` without a TTFT.
         error_type: The exception type when the call failed or was cancelled.
-        outcome: ``"ok"``, ``"error"``, ``"cancelled"`` or ``"abandoned"`` (the consumer stopped
-            reading the stream).
+        outcome: ``"ok"``, ``"error"``, ``"cancelled"``, ``"interrupted"`` (a LangGraph
+            ``interrupt()``) or ``"abandoned"`` (the consumer stopped reading the stream).
         cache_read_tokens: Prompt tokens the server reported reading from its prefix cache;
             ``None`` when it said nothing about caching.
         prefilled_tokens: Prompt tokens the server reported prefilling (llama.cpp's

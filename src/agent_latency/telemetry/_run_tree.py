@@ -33,6 +33,7 @@ from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunSt
 _INVOKE_AGENT: Final = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
 _EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
 _HIDDEN_TAG: Final = "langsmith:hidden"
+_LANGGRAPH: Final = "langgraph.errors"
 
 EndModelCall = Callable[[ModelRunState, BaseException | None, LLMResult | None], None]
 """Ends a model call's span and records the call: its state, its error, its result."""
@@ -45,23 +46,43 @@ def error_type(error: BaseException) -> str:
     return cls.__qualname__ if module in (None, "builtins") else f"{module}.{cls.__qualname__}"
 
 
+def _langgraph_signal(error: BaseException) -> str | None:
+    """The name of the LangGraph control-flow signal ``error`` is (a ``GraphBubbleUp``: an
+    ``interrupt()``, a ``Command(graph=Command.PARENT)`` hand-off), else ``None``; by name, as
+    LangGraph is an optional extra."""
+    classes = type(error).__mro__
+    if not any(c.__name__ == "GraphBubbleUp" and c.__module__ == _LANGGRAPH for c in classes):
+        return None
+    return next(c.__name__ for c in classes if c.__module__ == _LANGGRAPH)
+
+
 def outcome(error: BaseException | None) -> str:
     """How a run ended: ``ok``, ``abandoned`` (GeneratorExit: the consumer stopped reading),
-    ``cancelled`` or ``error``."""
+    ``cancelled``, ``interrupted`` (a LangGraph ``interrupt()``, waiting for a human to resume
+    it) or ``error``. A LangGraph hand-off to the parent graph (``ParentCommand``) is ``ok``:
+    control flow, as an interrupt is, not a failure."""
     if error is None:
         return "ok"
     if isinstance(error, GeneratorExit):
         return "abandoned"
     if isinstance(error, asyncio.CancelledError):
         return "cancelled"
+    signal = _langgraph_signal(error)
+    if signal is not None:
+        return "ok" if signal == "ParentCommand" else "interrupted"
     return "error"
+
+
+def is_failure(result: str) -> bool:
+    """Whether an :func:`outcome` is a failure: one with ``error.type`` and status ERROR."""
+    return result in ("error", "cancelled")
 
 
 def end_run_span(span: Span, error: BaseException | None) -> None:
     """Sets a span's outcome (and error type and status on failure) and ends it."""
     result = outcome(error)
     span.set_attribute(semconv.OUTCOME, result)
-    if error is not None and result != "abandoned":
+    if error is not None and is_failure(result):
         kind = error_type(error)
         span.set_attribute(error_attributes.ERROR_TYPE, kind)
         # The type only: exception messages may quote prompts or credentials.
