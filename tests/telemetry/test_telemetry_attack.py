@@ -9,6 +9,7 @@ the real OTLP exporter to the test receiver; nothing of ours is mocked.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypedDict
 
@@ -419,3 +420,54 @@ def test_a_real_failure_inside_a_graph_is_still_an_error(
         "chain fail": ("error", "LookupError", StatusCode.ERROR),
         "chain failing": ("error", "LookupError", StatusCode.ERROR),
     }
+
+
+# -- the wait after the last chunk of a stream nobody reads any more -----------------------------
+
+
+def stall_figures(span: ReadableSpan) -> tuple[object, object, int]:
+    attributes = span.attributes or {}
+    stall_events = [event for event in span.events if event.name == semconv.STALL_EVENT]
+    return attributes[semconv.OUTCOME], attributes[semconv.STALLS], len(stall_events)
+
+
+def test_a_stream_closed_late_by_its_consumer_is_no_server_stall(
+    sim: RunningSimulator,
+    tracer_provider: TracerProvider,
+    meter_provider: Any,
+    span_exporter: InMemorySpanExporter,
+    metric_points: Any,
+) -> None:
+    # The wait from the last chunk read to a late close() was counted as a stall of the server
+    # (event, span figures and the stalls metric), though its chunks were there to be read.
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, chunk_timeout_ms=50
+    )
+    stream = chat_openai(sim).stream("hi", config={"callbacks": [handler]})
+    next(stream)
+    next(stream)
+    time.sleep(0.2)  # the consumer looks at what it has, then walks away
+    stream.close()
+
+    (span,) = spans_named(span_exporter, "chat ")
+    assert stall_figures(span) == ("abandoned", 0, 0)
+    assert (span.attributes or {})[semconv.MAX_CHUNK_GAP_MS] < 150
+    assert metric_points(semconv.STALLS_METRIC) == []
+    assert handler.open_runs == 0
+
+
+def test_a_stream_pushed_out_by_newer_runs_is_no_server_stall(
+    sim: RunningSimulator, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, chunk_timeout_ms=50, max_open_runs=1
+    )
+    model = chat_openai(sim)
+    held = model.stream("hi", config={"callbacks": [handler]})
+    next(held)  # kept, never read again nor closed
+    time.sleep(0.2)
+    model.invoke("next question", config={"callbacks": [handler]})
+
+    first = min(spans_named(span_exporter, "chat "), key=lambda span: span.start_time or 0)
+    assert stall_figures(first) == ("abandoned", 0, 0)
+    held.close()

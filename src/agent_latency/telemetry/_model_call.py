@@ -192,8 +192,9 @@ class ModelCallTracer:
         # Ends the span even when measuring fails: the run is already out of the tree, so
         # nothing else would.
         try:
-            trailing_stall = state.close_stream(end_ns)
-            if trailing_stall:
+            # The wait after the last chunk of a stream nobody reads any more is the consumer's
+            # (or the eviction's), not the server's: only a call that ended otherwise counts it.
+            if outcome(error) != "abandoned" and (trailing_stall := state.close_stream(end_ns)):
                 _add_stall_event(span, trailing_stall, state.chunks)
             result = self._outcome(state, end_ns, error, response)
             span.set_attributes(end_attributes(state, result, latest_names=self._latest_names))
