@@ -9,13 +9,19 @@ the real OTLP exporter to the test receiver; nothing of ours is mocked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessageChunk
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
@@ -26,8 +32,9 @@ from langgraph.types import Command, interrupt
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from support.otlp_receiver import OTLPReceiver
 
-from agent_latency import LatencyCallbackHandler, LatencyRecord, semconv
+from agent_latency import LatencyCallbackHandler, LatencyRecord, configure_telemetry, semconv
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 
 ANSWER_TOKENS = 12
@@ -471,3 +478,182 @@ def test_a_stream_pushed_out_by_newer_runs_is_no_server_stall(
     first = min(spans_named(span_exporter, "chat "), key=lambda span: span.start_time or 0)
     assert stall_figures(first) == ("abandoned", 0, 0)
     held.close()
+
+
+# -- what holds: privacy over the wire -----------------------------------------------------------
+
+PASSWORD = "pw-hunter2-0451"
+QUERY_KEY = "qk-sesame-7719"
+API_KEY = "sk-attack-5f3a9e"
+CONTENT = "zebra-umbrella-5512"
+
+
+def test_credentials_and_content_reach_no_span_metric_or_log_line_on_the_wire(
+    otlp_receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    telemetry = configure_telemetry(
+        exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+    )
+    handler = telemetry.handler(ttft_warn_ms=0.001, ttft_error_ms=0.002)  # every call logs
+
+    @tool
+    def lookup_invoice(invoice_id: str) -> str:
+        """Looks up an invoice by its id."""
+        return f"invoice {invoice_id}: {CONTENT}-result"
+
+    with running_simulator(FAST) as sim, caplog.at_level(logging.DEBUG, logger="agent_latency"):
+        model = ChatOpenAI(
+            base_url=sim.base_url.replace("http://", f"http://alice:{PASSWORD}@"),
+            default_query={"api-key": QUERY_KEY},
+            api_key=API_KEY,  # type: ignore[arg-type]
+            model=sim.config.models[0],
+            max_retries=0,
+            stream_usage=True,
+        )
+        agent = create_agent(model, tools=[lookup_invoice], name="clerk")
+        question = {"messages": [("user", f"lookup_invoice {CONTENT} please")]}
+        agent.invoke(question, config={"callbacks": [handler]})
+        list(model.stream(f"hello {CONTENT}", config={"callbacks": [handler]}))
+        shown = f"{handler!r} {telemetry!r}"
+        telemetry.shutdown()
+
+    spans = otlp_receiver.spans()
+    assert {span.name for span in spans} >= {"execute_tool lookup_invoice", "invoke_agent clerk"}
+    wire = repr(spans) + repr(otlp_receiver.points())
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "slow first token" in logged  # the log lines were written
+    for secret in (PASSWORD, QUERY_KEY, API_KEY, CONTENT):
+        assert secret not in wire
+        assert secret not in logged
+        assert secret not in shown
+
+
+# -- what holds: one handler, many runs at once ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ten_thousand_runs_from_threads_and_tasks_leave_no_state_behind(
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    model = GenericFakeChatModel(messages=itertools.repeat(AIMessage("two words")))
+    config: Any = {"callbacks": [handler]}
+
+    def in_a_thread(index: int) -> None:
+        if index % 2:
+            model.invoke("q", config=config)
+        else:
+            for _ in model.stream("q", config=config):
+                break  # left after the first chunk
+
+    async def in_tasks() -> None:
+        gate = asyncio.Semaphore(100)
+
+        async def one(index: int) -> None:
+            async with gate:
+                if index % 3 == 0:
+                    await model.ainvoke("q", config=config)
+                elif index % 3 == 1:
+                    stream = model.astream("q", config=config)
+                    async for _ in stream:
+                        break
+                    await stream.aclose()  # type: ignore[attr-defined]
+                else:
+                    task = asyncio.create_task(model.ainvoke("q", config=config))
+                    await asyncio.sleep(0)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+        await asyncio.gather(*(one(index) for index in range(5_000)))
+        await asyncio.sleep(0)  # task watches run on the next loop iteration
+
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(in_a_thread, range(5_000)))
+        assert handler.open_runs == 0
+        asyncio.run(in_tasks())
+
+    assert handler.open_runs == 0
+    spans = span_exporter.get_finished_spans()
+    assert len(spans) == 10_000
+    assert len({span.context.trace_id for span in spans if span.context}) == 10_000
+    outcomes = Counter(outcome_of(span) for span in spans)
+    assert outcomes == {"ok": 2_500 + 1_667, "abandoned": 2_500 + 1_667, "cancelled": 1_666}
+    assert caplog.records == []  # no failure of the handler, no run pushed out
+
+
+# -- what holds: telemetry set up twice, shut down mid-stream, a server that says 429 -------------
+
+
+def test_telemetry_shut_down_while_a_stream_runs_breaks_nothing(
+    otlp_receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    telemetry = configure_telemetry(
+        exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+    )
+    handler = telemetry.handler(log_every_request=False)
+    with running_simulator(FAST) as sim, caplog.at_level(logging.WARNING):
+        model = chat_openai(sim)
+        chunks = []
+        for chunk in model.stream("hi", config={"callbacks": [handler]}):
+            chunks.append(chunk)
+            if len(chunks) == 3:
+                telemetry.shutdown()
+        answers = [model.invoke("again", config={"callbacks": [handler]}) for _ in range(3)]
+
+    assert "".join(str(chunk.content) for chunk in chunks).strip()
+    assert all(answer.content for answer in answers)
+    assert handler.open_runs == 0
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("agent_latency")] == []
+
+
+def test_telemetry_configured_twice_keeps_each_handlers_spans_apart(
+    otlp_receiver: OTLPReceiver,
+) -> None:
+    with OTLPReceiver() as second_receiver, running_simulator(FAST) as sim:
+        first = configure_telemetry(
+            exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+        )
+        second = configure_telemetry(
+            exporter="otlp-http", endpoint=second_receiver.endpoint, set_global=False
+        )
+        model = chat_openai(sim)
+        model.invoke("one", config={"callbacks": [first.handler()]})
+        first.shutdown()
+        handler = second.handler()
+        model.invoke("two", config={"callbacks": [handler]})
+        model.invoke("three", config={"callbacks": [handler]})
+        second.shutdown()
+        assert len(second_receiver.spans()) == 2
+    assert len(otlp_receiver.spans()) == 1
+
+
+def test_retries_after_429_are_one_call_whose_wait_includes_them(
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+    records: list[LatencyRecord],
+) -> None:
+    limited = SimulatorConfig(
+        overhead_ms=1,
+        prefill_ms_per_token=0,
+        decode_tokens_per_s=2000,
+        answer_tokens=ANSWER_TOKENS,
+        rate_limit_rate=0.5,
+        retry_after_s=0.05,
+        seed=1,
+    )
+    with running_simulator(limited) as sim:
+        model = chat_openai(sim, max_retries=10)
+        for _ in range(4):
+            list(model.stream("hi", config={"callbacks": [handler]}))
+        refused = sim.stats.errors
+
+    assert refused > 0  # the SDK retried, invisibly to LangChain's callbacks
+    assert len(spans_named(span_exporter, "chat ")) == 4
+    assert [record.outcome for record in records] == ["ok"] * 4
+    assert [record.chunks for record in records] == [ANSWER_TOKENS] * 4
+    assert max(record.ttft_ms or 0 for record in records) >= 50  # a Retry-After waited
+    assert handler.open_runs == 0
