@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
@@ -96,11 +96,9 @@ async def until_no_open_runs(handler: LatencyCallbackHandler, timeout_s: float =
 # -- a root stream read from other tasks than the one that started it -------------------------
 
 
-async def each_chunk_in_a_task_of_its_own(
-    stream: AsyncIterator[AIMessageChunk], way: str
-) -> list[AIMessageChunk]:
+async def each_chunk_in_a_task_of_its_own(stream: AsyncIterator[Any], way: str) -> list[Any]:
     """Reads ``stream`` a chunk per task, as a per-chunk timeout or a merge of streams does."""
-    chunks: list[AIMessageChunk] = []
+    chunks: list[Any] = []
     while True:
         try:
             if way == "wait_for":  # Python 3.11 runs the awaitable in a task of its own
@@ -112,7 +110,8 @@ async def each_chunk_in_a_task_of_its_own(
         chunks.append(chunk)
 
 
-@pytest.mark.parametrize("way", ["wait_for", "create_task"])
+@pytest.mark.filterwarnings("ignore::langchain_core._api.beta_decorator.LangChainBetaWarning")
+@pytest.mark.parametrize("way", ["wait_for", "create_task", "v3 wait_for"])
 async def test_a_stream_read_a_chunk_per_task_is_one_whole_call(
     way: str,
     sim: RunningSimulator,
@@ -122,11 +121,17 @@ async def test_a_stream_read_a_chunk_per_task_is_one_whole_call(
 ) -> None:
     # The call was ended 'abandoned' with its first chunk: the task that started it (the first
     # chunk's) had finished, and the handler took that for a cancelled ainvoke.
-    stream = chat_openai(sim).astream("hi", config={"callbacks": [handler]})
-    chunks = await each_chunk_in_a_task_of_its_own(stream, way)
-    await asyncio.sleep(0)  # done-callbacks run on the next loop iteration
+    # A version="v3" stream's producer task reads the chunks, and outlives each reading task.
+    config: Any = {"callbacks": [handler]}
+    if way == "v3 wait_for":
+        events = await chat_openai(sim).astream_events("hi", config=config, version="v3")
+        assert len(await each_chunk_in_a_task_of_its_own(aiter(events), "wait_for")) > 1
+    else:
+        stream = chat_openai(sim).astream("hi", config=config)
+        chunks = await each_chunk_in_a_task_of_its_own(stream, way)
+        assert "".join(str(chunk.content) for chunk in chunks).strip()
+    await until_no_open_runs(handler)  # done-callbacks run on the next loop iteration
 
-    assert "".join(str(chunk.content) for chunk in chunks).strip()
     (span,) = spans_named(span_exporter, "chat ")
     attributes = span.attributes or {}
     assert attributes[semconv.OUTCOME] == "ok"

@@ -276,7 +276,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
                 token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
             )
             state = self._tree.get(run_id)
-            if state is not None and state.task_watch is not None:
+            if state is not None and state.task_watch is not None and state.reader is None:
                 self._tree.reading_in(state)
             self._calls.chunk(state, content=content, delivered=chunk)
         except Exception as exc:
@@ -288,7 +288,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         try:
             content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
             state = self._tree.get(run_id)
-            if state is not None and state.task_watch is not None:
+            if state is not None and state.task_watch is not None and state.reader is None:
                 self._tree.reading_in(state)
             self._calls.chunk(state, content=content, delivered=event, by_event=True)
         except Exception as exc:

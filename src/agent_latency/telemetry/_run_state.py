@@ -38,6 +38,8 @@ class RunState:
             carries it on: ``abatch`` starts runs in a short-lived ``gather`` task).
         task_watch: For a root run whose cancellation LangChain does not report: the
             done-callback on ``task`` that ends the run if the task finishes first.
+        reader: For such a run: the task that read its first chunk, when not ``task``; the
+            run ends with it at the latest if ``task`` ends first without being cancelled.
     """
 
     run_id: UUID
@@ -48,6 +50,7 @@ class RunState:
     pending_trim: PendingTrim | None = None
     task: asyncio.Task[object] | None = None
     task_watch: Callable[[asyncio.Task[object]], None] | None = None
+    reader: asyncio.Task[object] | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -238,12 +238,16 @@ class RunTree:
     # -- while runs are open -------------------------------------------------------------------
 
     def reading_in(self, state: RunState) -> None:
-        """Called with a watched root run (a model call) as a chunk of it arrives: when the task
-        the run started in reads the chunk itself, it iterates a stream, whose every end
-        LangChain reports (cancellation and walking away included), so that task's end no longer
-        ends the run: later chunks may be read by other tasks (a per-chunk ``asyncio.wait_for``,
-        ``asyncio.create_task(anext(stream))``). An ``ainvoke``'s chunks come in a ``gather``
-        task, and its run stays watched."""
+        """Called with a watched root run (a model call) as a chunk of it arrives, until the
+        task that reads its chunks is known.
+
+        When the task the run started in reads the chunk itself, it iterates a stream, whose
+        every end LangChain reports (cancellation and walking away included), so that task's end
+        no longer ends the run: later chunks may be read by other tasks (a per-chunk
+        ``asyncio.wait_for``, ``asyncio.create_task(anext(stream))``). Chunks read by another
+        task (an ``ainvoke``'s ``gather`` task, the producer of a ``version="v3"`` stream) name
+        the task the run lives on in when the one it started in ends first.
+        """
         watch = state.task_watch
         if watch is None or state.task is None:
             return
@@ -254,6 +258,8 @@ class RunTree:
         if task is state.task:
             state.task_watch = None
             task.remove_done_callback(watch)
+        else:
+            state.reader = task
 
     def record_tool_result(self, run_id: UUID, output: Any) -> None:
         """Puts a tool's result on its span, when content is captured."""
@@ -321,6 +327,20 @@ class RunTree:
 
     def _on_task_done(self, run_id: UUID, task: asyncio.Task[object]) -> None:
         try:
+            state = self._runs.get(run_id)
+            reader = None if state is None else state.reader
+            if (
+                state is not None
+                and state.task_watch is not None
+                and task is state.task
+                and not task.cancelled()
+                and reader is not None
+                and not reader.done()
+            ):
+                # Its chunks are read on in another task: the run ends with that one at the
+                # latest (a stream iterated a chunk per task, whose producer outlives each).
+                reader.add_done_callback(state.task_watch)
+                return
             error = asyncio.CancelledError() if task.cancelled() else GeneratorExit()
             self.end(run_id, error)
         except Exception as exc:
@@ -347,8 +367,10 @@ class RunTree:
         if error is None:
             # A run that failed hands nothing on: its trimmed messages reached no model.
             self._runs.hand_on_trim(state)
-        if state.task is not None and state.task_watch is not None:
-            state.task.remove_done_callback(state.task_watch)
+        if state.task_watch is not None:
+            for task in (state.task, state.reader):
+                if task is not None:
+                    task.remove_done_callback(state.task_watch)
         if isinstance(state, ModelRunState):
             self._end_model_call(state, error, response)
         elif state.span is not None:
