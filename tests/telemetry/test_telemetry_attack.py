@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.prompts import ChatPromptTemplate
@@ -661,4 +662,57 @@ def test_retries_after_429_are_one_call_whose_wait_includes_them(
     assert [record.outcome for record in records] == ["ok"] * 4
     assert [record.chunks for record in records] == [ANSWER_TOKENS] * 4
     assert max(record.ttft_ms or 0 for record in records) >= 50  # a Retry-After waited
+    assert handler.open_runs == 0
+
+
+# -- another handler that raises ----------------------------------------------------------------
+
+
+class Guardrail(BaseCallbackHandler):
+    """Blocks every prompt, as a moderation callback does: it raises in the call's start."""
+
+    def __init__(self, *, raise_error: bool) -> None:
+        self.raise_error = raise_error
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+        raise PermissionError("blocked by the guardrail")
+
+
+def test_a_failing_handler_that_lets_the_call_go_on_changes_nothing(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    callbacks = [Guardrail(raise_error=False), handler, Guardrail(raise_error=False)]
+    answer = chat_openai(sim).invoke("hi", config={"callbacks": callbacks})
+
+    assert answer.content
+    (span,) = spans_named(span_exporter, "chat ")
+    assert outcome_of(span) == "ok"
+    assert handler.open_runs == 0
+
+
+def test_a_call_a_guardrail_blocks_inside_a_chain_ends_with_the_chain(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    chain = RunnableLambda(lambda question: question) | chat_openai(sim)
+    with pytest.raises(PermissionError, match="blocked by the guardrail"):
+        chain.invoke("hi", config={"callbacks": [handler, Guardrail(raise_error=True)]})
+
+    statuses = status_of(span_exporter.get_finished_spans())
+    assert statuses[f"chat {sim.config.models[0]}"][:2] == ("error", "PermissionError")
+    assert statuses["chain RunnableSequence"][:2] == ("error", "PermissionError")
+    assert handler.open_runs == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="LangChain reports no end for a call a raise_error=True handler listed after ours "
+    "aborts in on_chat_model_start (it skips the other handlers and calls no on_llm_error): a "
+    "root sync call's run stays open, its span unended, until max_open_runs pushes it out. "
+    "Inside a chain, or in an asyncio task, it ends with the chain or the task.",
+)
+def test_a_root_call_a_guardrail_blocks_after_our_start_ends(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    with pytest.raises(PermissionError, match="blocked by the guardrail"):
+        chat_openai(sim).invoke("hi", config={"callbacks": [handler, Guardrail(raise_error=True)]})
     assert handler.open_runs == 0
