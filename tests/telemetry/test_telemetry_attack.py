@@ -716,3 +716,29 @@ def test_a_root_call_a_guardrail_blocks_after_our_start_ends(
     with pytest.raises(PermissionError, match="blocked by the guardrail"):
         chat_openai(sim).invoke("hi", config={"callbacks": [handler, Guardrail(raise_error=True)]})
     assert handler.open_runs == 0
+
+
+# -- the console exporter in an application with tracing of its own -----------------------------
+
+
+def test_the_console_prints_a_run_under_the_applications_own_span_when_it_ends(
+    sim: RunningSimulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its root span has a parent, the application's request span of another provider: the tree
+    # waited for that parent, which never comes, and printed at shutdown (or after 1,000 runs).
+    application = TracerProvider()
+    telemetry = configure_telemetry(exporter="console", set_global=False)
+    handler = telemetry.handler(log_every_request=False)
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    with application.get_tracer("app").start_as_current_span("POST /ask"):
+        (prompt | chat_openai(sim)).invoke({"question": "hi"}, config={"callbacks": [handler]})
+    telemetry.tracer_provider.force_flush()
+    printed = capsys.readouterr().out
+    telemetry.shutdown()
+
+    assert printed.count("trace ") == 1, printed
+    lines = [line.strip() for line in printed.splitlines() if line.strip()]
+    assert lines[1].startswith("chain RunnableSequence")
+    assert any(line.startswith("chat ") for line in lines)
+    assert capsys.readouterr().out == ""  # nothing held back for the shutdown
+    application.shutdown()
