@@ -24,7 +24,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableGenerator, RunnableLambda
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -698,7 +698,8 @@ def test_a_call_a_guardrail_blocks_inside_a_chain_ends_with_the_chain(
         chain.invoke("hi", config={"callbacks": [handler, Guardrail(raise_error=True)]})
 
     statuses = status_of(span_exporter.get_finished_spans())
-    assert statuses[f"chat {sim.config.models[0]}"][:2] == ("error", "PermissionError")
+    # The chain failed; its call, which never got going, is left behind, not failed itself.
+    assert statuses[f"chat {sim.config.models[0]}"][:2] == ("abandoned", None)
     assert statuses["chain RunnableSequence"][:2] == ("error", "PermissionError")
     assert handler.open_runs == 0
 
@@ -742,3 +743,56 @@ def test_the_console_prints_a_run_under_the_applications_own_span_when_it_ends(
     assert any(line.startswith("chat ") for line in lines)
     assert capsys.readouterr().out == ""  # nothing held back for the shutdown
     application.shutdown()
+
+
+# -- a model call whose reader fails -------------------------------------------------------------
+
+
+class Blocked(Exception):
+    """A stream filter's verdict."""
+
+
+def block_after_three(chunks: Iterator[Any]) -> Iterator[Any]:
+    for index, chunk in enumerate(chunks):
+        if index == 3:
+            raise Blocked("a word the filter blocks")
+        yield chunk
+
+
+async def ablock_after_three(chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    index = 0
+    async for chunk in chunks:
+        if index == 3:
+            raise Blocked("a word the filter blocks")
+        index += 1
+        yield chunk
+
+
+@pytest.mark.parametrize("way", ["stream", "astream"])
+async def test_a_model_call_whose_stream_filter_fails_is_not_blamed_for_the_failure(
+    way: str,
+    sim: RunningSimulator,
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+    metric_points: Any,
+) -> None:
+    # The filter after the model raised, and the model call, still streaming, ended with the
+    # filter's error: status ERROR and error.type Blocked on its span and duration metric.
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    chain = prompt | chat_openai(sim) | RunnableGenerator(block_after_three, ablock_after_three)
+    config: Any = {"callbacks": [handler]}
+    with pytest.raises(Blocked):
+        if way == "stream":
+            list(chain.stream({"question": "hi"}, config=config))
+        else:
+            async for _ in chain.astream({"question": "hi"}, config=config):
+                pass
+    await until_no_open_runs(handler)
+
+    statuses = status_of(span_exporter.get_finished_spans())
+    blocked = f"{__name__}.Blocked"
+    assert statuses["chain RunnableSequence"] == ("error", blocked, StatusCode.ERROR)
+    assert statuses["chain block_after_three"] == ("error", blocked, StatusCode.ERROR)
+    assert statuses[f"chat {sim.config.models[0]}"] == ("abandoned", None, StatusCode.UNSET)
+    (duration,) = metric_points("gen_ai.client.operation.duration")
+    assert "error.type" not in duration.attributes

@@ -359,9 +359,11 @@ class RunTree:
         for child_id in tuple(state.children):
             child = self._runs.pop(child_id)
             if child is not None:
-                # Outlived its parent: cancelled with it, or left behind by a finished parent.
+                # Outlived its parent: cancelled with it, else left behind (a parent that failed
+                # for another reason, a filter reading its stream, is no failure of the child).
+                left = error if isinstance(error, asyncio.CancelledError) else GeneratorExit()
                 try:
-                    self._finish(child, error if error is not None else GeneratorExit(), None)
+                    self._finish(child, left, None)
                 except Exception as exc:  # one child's failure must not leave the parent open
                     self._failures.report("ending a child run", exc)
         if error is None:
