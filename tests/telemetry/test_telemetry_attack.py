@@ -8,10 +8,12 @@ the real OTLP exporter to the test receiver; nothing of ours is mocked.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import itertools
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -796,3 +798,29 @@ async def test_a_model_call_whose_stream_filter_fails_is_not_blamed_for_the_fail
     assert statuses[f"chat {sim.config.models[0]}"] == ("abandoned", None, StatusCode.UNSET)
     (duration,) = metric_points("gen_ai.client.operation.duration")
     assert "error.type" not in duration.attributes
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_during_a_call_is_a_cancellation_as_in_asyncio(
+    handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # Sync code gets KeyboardInterrupt where asyncio.run cancels the task: the same Ctrl-C was
+    # an 'error' in one and 'cancelled' in the other.
+    slow = SimulatorConfig(
+        overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=20, answer_tokens=40
+    )
+    with running_simulator(slow) as slow_sim:
+        model = chat_openai(slow_sim)
+        ctrl_c = threading.Timer(0.2, _thread.interrupt_main)  # as SIGINT's default handler
+        ctrl_c.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                model.invoke("hi", config={"callbacks": [handler]})  # a 2 s answer
+        finally:
+            ctrl_c.cancel()
+
+    (span,) = spans_named(span_exporter, "chat ")
+    assert status_of([span])[span.name] == ("cancelled", "KeyboardInterrupt", StatusCode.ERROR)
+    assert handler.open_runs == 0

@@ -58,14 +58,15 @@ def _langgraph_signal(error: BaseException) -> str | None:
 
 def outcome(error: BaseException | None) -> str:
     """How a run ended: ``ok``, ``abandoned`` (GeneratorExit: the consumer stopped reading),
-    ``cancelled``, ``interrupted`` (a LangGraph ``interrupt()``, waiting for a human to resume
-    it) or ``error``. A LangGraph hand-off to the parent graph (``ParentCommand``) is ``ok``:
-    control flow, as an interrupt is, not a failure."""
+    ``cancelled`` (asyncio's cancellation, or Ctrl-C in sync code, which asyncio turns into
+    one), ``interrupted`` (a LangGraph ``interrupt()``, waiting for a human to resume it) or
+    ``error``. A LangGraph hand-off to the parent graph (``ParentCommand``) is ``ok``: control
+    flow, as an interrupt is, not a failure."""
     if error is None:
         return "ok"
     if isinstance(error, GeneratorExit):
         return "abandoned"
-    if isinstance(error, asyncio.CancelledError):
+    if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
         return "cancelled"
     signal = _langgraph_signal(error)
     if signal is not None:
@@ -361,7 +362,7 @@ class RunTree:
             if child is not None:
                 # Outlived its parent: cancelled with it, else left behind (a parent that failed
                 # for another reason, a filter reading its stream, is no failure of the child).
-                left = error if isinstance(error, asyncio.CancelledError) else GeneratorExit()
+                left = error if outcome(error) == "cancelled" else GeneratorExit()
                 try:
                     self._finish(child, left, None)
                 except Exception as exc:  # one child's failure must not leave the parent open
