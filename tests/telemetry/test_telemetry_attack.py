@@ -39,6 +39,7 @@ from support.otlp_receiver import OTLPReceiver
 
 from agent_latency import LatencyCallbackHandler, LatencyRecord, configure_telemetry, semconv
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.telemetry._langchain import server
 
 ANSWER_TOKENS = 12
 FAST = SimulatorConfig(
@@ -824,3 +825,41 @@ def test_ctrl_c_during_a_call_is_a_cancellation_as_in_asyncio(
     (span,) = spans_named(span_exporter, "chat ")
     assert status_of([span])[span.name] == ("cancelled", "KeyboardInterrupt", StatusCode.ERROR)
     assert handler.open_runs == 0
+
+
+# -- the server of a ChatOpenAI whose base URL comes from the environment -------------------------
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "OPENAI_API_BASE"])
+def test_a_base_url_from_the_environment_names_the_server(
+    variable: str,
+    sim: RunningSimulator,
+    handler: LatencyCallbackHandler,
+    span_exporter: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # LangChain serialises only the constructor's arguments: a base URL the openai SDK (or
+    # LangChain) took from the environment, as local servers are often set, named no server.
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    monkeypatch.setenv(variable, sim.base_url.replace("127.0.0.1", "localhost"))
+    model = ChatOpenAI(
+        model=sim.config.models[0],
+        api_key="unused",  # type: ignore[arg-type]
+        max_retries=0,
+    )
+    model.invoke("hi", config={"callbacks": [handler]})
+
+    (span,) = spans_named(span_exporter, "chat ")
+    attributes = span.attributes or {}
+    assert (attributes["server.address"], attributes["server.port"]) == (
+        "localhost",
+        sim.port,
+    )
+
+
+def test_a_default_chatopenai_names_the_openai_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    model = ChatOpenAI(model="gpt-4o-mini", api_key="unused")  # type: ignore[arg-type]
+    assert server(model._serialized, {"ls_provider": "openai"}) == ("api.openai.com", 443)

@@ -4,6 +4,7 @@ names, answer. Every reader accepts anything and returns ``None`` for what it do
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -30,6 +31,8 @@ _PROVIDERS: Final = {
 }
 # Constructor fields under which LangChain integrations serialise their endpoint.
 _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api_base", "endpoint")
+_OPENAI_BASE_ENV: Final = ("OPENAI_API_BASE", "OPENAI_BASE_URL")
+_OPENAI_API: Final = "https://api.openai.com/v1"
 _CREATE_AGENT: Final = "langchain_create_agent"
 _NOTHING_REPORTED: Final = ServerUsage()
 
@@ -107,12 +110,20 @@ def context_run() -> UUID | None:
     return run_id if isinstance(run_id, UUID) else None
 
 
-def server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:
-    """The endpoint's host and port, from the model's serialised constructor arguments."""
+def server(
+    serialized: Mapping[str, Any] | None, metadata: Mapping[str, Any]
+) -> tuple[str, int] | None:
+    """The endpoint's host and port, from the model's serialised constructor arguments; for an
+    OpenAI model given none, where its client sends: ``OPENAI_API_BASE`` (LangChain's),
+    ``OPENAI_BASE_URL`` (the openai SDK's), else OpenAI's own API."""
     fields = (serialized or {}).get("kwargs")
-    if not isinstance(fields, Mapping):
-        return None
-    url = first_str(*(fields.get(name) for name in _ENDPOINT_FIELDS))
+    url = (
+        first_str(*(fields.get(name) for name in _ENDPOINT_FIELDS))
+        if isinstance(fields, Mapping)
+        else None
+    )
+    if url is None and metadata.get("ls_provider") == "openai":
+        url = first_str(*(os.environ.get(name) for name in _OPENAI_BASE_ENV)) or _OPENAI_API
     return None if url is None else host_and_port(url)
 
 

@@ -114,7 +114,7 @@ class ModelCallTracer:
         prepared it, and returns its state for the run tree to register."""
         started_ns = _now_ns()
         model = requested_model(call.metadata, call.params)
-        endpoint = server(call.serialized)
+        endpoint = server(call.serialized, call.metadata)
         metric_attributes = _metric_attributes(call, model, endpoint)
         span = self._tracer.start_span(
             f"{call.operation} {model}" if model else call.operation,
