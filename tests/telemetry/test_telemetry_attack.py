@@ -858,8 +858,11 @@ def test_a_base_url_from_the_environment_names_the_server(
     )
 
 
-def test_a_default_chatopenai_names_the_openai_server(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_default_chatopenai_is_keyed_as_openais_own_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As doctor looks its latency model up for llm.base_url = None.
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     model = ChatOpenAI(model="gpt-4o-mini", api_key="unused")  # type: ignore[arg-type]
-    assert server(model._serialized, {"ls_provider": "openai"}) == ("api.openai.com", 443)
+    assert server(model._serialized, {"ls_provider": "openai"}) is None

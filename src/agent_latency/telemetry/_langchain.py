@@ -32,7 +32,6 @@ _PROVIDERS: Final = {
 # Constructor fields under which LangChain integrations serialise their endpoint.
 _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api_base", "endpoint")
 _OPENAI_BASE_ENV: Final = ("OPENAI_API_BASE", "OPENAI_BASE_URL")
-_OPENAI_API: Final = "https://api.openai.com/v1"
 _CREATE_AGENT: Final = "langchain_create_agent"
 _NOTHING_REPORTED: Final = ServerUsage()
 
@@ -114,8 +113,9 @@ def server(
     serialized: Mapping[str, Any] | None, metadata: Mapping[str, Any]
 ) -> tuple[str, int] | None:
     """The endpoint's host and port, from the model's serialised constructor arguments; for an
-    OpenAI model given none, where its client sends: ``OPENAI_API_BASE`` (LangChain's),
-    ``OPENAI_BASE_URL`` (the openai SDK's), else OpenAI's own API."""
+    OpenAI model given none, from where its client takes it: ``OPENAI_API_BASE`` (LangChain's),
+    else ``OPENAI_BASE_URL`` (the openai SDK's). ``None`` for OpenAI's own API, as the latency
+    models key it (``LatencyModels.model_for_base_url``)."""
     fields = (serialized or {}).get("kwargs")
     url = (
         first_str(*(fields.get(name) for name in _ENDPOINT_FIELDS))
@@ -123,7 +123,7 @@ def server(
         else None
     )
     if url is None and metadata.get("ls_provider") == "openai":
-        url = first_str(*(os.environ.get(name) for name in _OPENAI_BASE_ENV)) or _OPENAI_API
+        url = first_str(*(os.environ.get(name) for name in _OPENAI_BASE_ENV))
     return None if url is None else host_and_port(url)
 
 
