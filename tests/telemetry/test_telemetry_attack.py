@@ -12,12 +12,14 @@ import _thread
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypedDict
 
 import pytest
@@ -866,3 +868,126 @@ def test_a_default_chatopenai_is_keyed_as_openais_own_api(
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     model = ChatOpenAI(model="gpt-4o-mini", api_key="unused")  # type: ignore[arg-type]
     assert server(model._serialized, {"ls_provider": "openai"}) is None
+
+
+# -- what holds: odd streams from a server of the test's own -------------------------------------
+
+
+USAGE_ONLY = {
+    "id": "c-1",
+    "object": "chat.completion.chunk",
+    "created": 1,
+    "model": "m-1",
+    "choices": [],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5},
+}
+
+
+def sse_chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return {**USAGE_ONLY, "choices": [choice], "usage": None}
+
+
+@contextlib.contextmanager
+def scripted_stream(script: list[tuple[float, Any]]) -> Iterator[str]:
+    """A server on 127.0.0.1 answering every POST with ``script``'s server-sent events, each
+    after its delay in seconds; yields the base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for delay_s, event in script:
+                time.sleep(delay_s)
+                data = event if isinstance(event, str) else json.dumps(event)
+                self.wfile.write(f"data: {data}\n\n".encode())
+                self.wfile.flush()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def stream_from(base_url: str, handler: LatencyCallbackHandler) -> list[Any]:
+    model = ChatOpenAI(
+        base_url=base_url,
+        api_key="unused",  # type: ignore[arg-type]
+        model="m-1",
+        max_retries=0,
+        stream_usage=True,
+    )
+    return list(model.stream("hi", config={"callbacks": [handler]}))
+
+
+def test_a_role_only_first_delta_is_no_first_token(
+    handler: LatencyCallbackHandler, records: list[LatencyRecord]
+) -> None:
+    script = [
+        (0, sse_chunk({"role": "assistant", "content": ""})),
+        (0.2, sse_chunk({"content": "Hello"})),
+        (0, sse_chunk(finish="stop")),
+        (0, "[DONE]"),
+    ]
+    with scripted_stream(script) as base_url:
+        stream_from(base_url, handler)
+    (record,) = records
+    assert record.ttft_ms is not None and record.ttft_ms >= 200
+    assert (record.chunks, record.outcome) == (1, "ok")
+
+
+def test_a_tool_call_only_stream_has_its_first_token_at_the_first_fragment(
+    handler: LatencyCallbackHandler, records: list[LatencyRecord]
+) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f"}}
+    script = [
+        (0, sse_chunk({"role": "assistant", "content": None})),
+        (0.15, sse_chunk({"tool_calls": [{**call, "function": {"name": "f", "arguments": ""}}]})),
+        (0.15, sse_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]})),
+        (0, sse_chunk(finish="tool_calls")),
+        (0, "[DONE]"),
+    ]
+    with scripted_stream(script) as base_url:
+        chunks = stream_from(base_url, handler)
+    assert any(chunk.tool_call_chunks for chunk in chunks)
+    (record,) = records
+    # At the name's fragment, not at the arguments' 150 ms later.
+    assert record.ttft_ms is not None and 150 <= record.ttft_ms <= record.total_ms - 100
+    assert (record.chunks, record.outcome) == (2, "ok")
+
+
+def test_an_empty_stream_fails_the_call_with_langchains_own_error(
+    handler: LatencyCallbackHandler,
+    records: list[LatencyRecord],
+    span_exporter: InMemorySpanExporter,
+) -> None:
+    with scripted_stream([(0, "[DONE]")]) as base_url, pytest.raises(ValueError, match="No gen"):
+        stream_from(base_url, handler)
+    (record,) = records
+    assert (record.ttft_ms, record.chunks, record.outcome) == (None, 0, "error")
+    (span,) = span_exporter.get_finished_spans()
+    assert status_of([span])[span.name] == ("error", "ValueError", StatusCode.ERROR)
+
+
+def test_a_stream_of_usage_only_is_an_empty_answer_timed_to_its_end(
+    handler: LatencyCallbackHandler, records: list[LatencyRecord]
+) -> None:
+    with scripted_stream([(0.1, USAGE_ONLY), (0, "[DONE]")]) as base_url:
+        stream_from(base_url, handler)
+    (record,) = records
+    assert (record.chunks, record.outcome, record.output_tokens) == (0, "ok", 0)
+    assert record.ttft_ms == record.total_ms  # no first token: the answer's end, as documented
