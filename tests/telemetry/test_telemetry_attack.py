@@ -241,6 +241,27 @@ def test_a_chain_stream_read_to_its_end_stays_ok(
     assert handler.open_runs == 0
 
 
+async def test_a_chain_that_reads_a_stream_of_its_own_and_returns_stays_ok(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # It leaves its astream_events (read in a task of its own) after the first words and
+    # returns them: the inner runs are abandoned, the chain itself did its work.
+    inner = ChatPromptTemplate.from_messages([("human", "{question}")]) | chat_openai(sim)
+
+    async def first_words(question: str) -> str:
+        async for event in inner.astream_events({"question": question}, version="v2"):
+            if event["event"] == "on_chat_model_stream":
+                return str(event["data"]["chunk"].content)
+        return ""
+
+    assert await RunnableLambda(first_words).ainvoke("hi", config={"callbacks": [handler]})
+    await until_no_open_runs(handler)
+
+    outcomes = {span.name: outcome_of(span) for span in span_exporter.get_finished_spans()}
+    assert outcomes["chain first_words"] == "ok"
+    assert outcomes[f"chat {sim.config.models[0]}"] == "abandoned"
+
+
 # -- a model called inside a tool with a config of its own ---------------------------------------
 
 

@@ -42,7 +42,7 @@ from agent_latency.telemetry._record import (
     latency_record,
     log_record,
 )
-from agent_latency.telemetry._run_state import ModelRunState, RunState
+from agent_latency.telemetry._run_state import ModelRunState, RunState, running_in
 from agent_latency.telemetry._run_tree import end_run_span, error_type, is_failure, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
 from agent_latency.telemetry._timing import call_timing
@@ -161,8 +161,9 @@ class ModelCallTracer:
         now_ns = _now_ns()
         if not isinstance(state, ModelRunState):
             return
-        if state.by_events is None:
+        if state.by_events is None:  # its first delivery
             state.by_events = by_event
+            state.read_in = running_in()
         elif state.by_events is not by_event:
             return  # the same chunk, reported the other way too
         if delivered is not None:

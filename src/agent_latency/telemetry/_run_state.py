@@ -81,6 +81,8 @@ class ModelRunState(RunState):
             (``on_stream_event``) rather than token callbacks, once the first of either came: a
             model whose ``_stream`` reports its tokens, driven by the protocol's bridge, reports
             each chunk both ways.
+        read_in: Where its first chunk was delivered: the thread and asyncio task (see
+            :func:`running_in`).
     """
 
     model: str | None = None
@@ -99,6 +101,7 @@ class ModelRunState(RunState):
     server: tuple[str, int] | None = None
     last_delivery: object = None
     by_events: bool | None = None
+    read_in: tuple[int, asyncio.Task[Any] | None] | None = None
 
     def add_chunk(self, now_ns: int) -> int:
         """Records a content chunk arriving at ``now_ns``; returns the wait before it when that
@@ -134,6 +137,15 @@ class ModelRunState(RunState):
             self.stalls += 1
             return gap
         return 0
+
+
+def running_in() -> tuple[int, asyncio.Task[Any] | None]:
+    """The thread and the asyncio task (``None`` outside one) the calling code runs in."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread
+        task = None
+    return threading.get_ident(), task
 
 
 class RunRegistry:

@@ -28,7 +28,7 @@ from agent_latency._trace_link import PendingTrim
 from agent_latency.telemetry._content import to_json
 from agent_latency.telemetry._langchain import closed_event_stream, context_run, is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
-from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
+from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState, running_in
 
 _INVOKE_AGENT: Final = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
 _EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
@@ -305,15 +305,16 @@ class RunTree:
         self._finish(state, error, response)
 
     def _left_streaming(self, state: RunState) -> bool:
-        """Whether a run reported ended left a model call under it streaming: its consumer
-        stopped reading a sync ``stream``, which LangChain reports to the chains as a normal end
-        (``astream`` reports it as ``GeneratorExit``); a run that finishes ends its model calls
-        first."""
-        pending = [state]
+        """Whether a run reported ended left a model call under it streaming, read where the
+        run ends (the same thread and task): its consumer stopped reading a sync ``stream``,
+        which LangChain reports to the chains as a normal end (``astream`` reports it as
+        ``GeneratorExit``); a run that finishes ends its model calls first. A stream read
+        elsewhere (an ``astream_events`` of its own, which a chain may leave) is no sign."""
+        pending, here = [state], running_in()
         while pending:
             for child_id in pending.pop().children:
                 child = self._runs.get(child_id)
-                if isinstance(child, ModelRunState) and child.streamed:
+                if isinstance(child, ModelRunState) and child.streamed and child.read_in == here:
                     return True
                 if child is not None:
                     pending.append(child)
