@@ -262,6 +262,36 @@ async def test_a_chain_that_reads_a_stream_of_its_own_and_returns_stays_ok(
     assert outcomes[f"chat {sim.config.models[0]}"] == "abandoned"
 
 
+async def test_an_astream_events_left_inside_a_longer_run_is_abandoned_not_cancelled(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # Only the stream of a whole run was recognised: inside a run that goes on, leaving an
+    # astream_events of its own made its runs 'cancelled', status ERROR.
+    inner = ChatPromptTemplate.from_messages([("human", "{question}")]) | chat_openai(sim)
+    went_on = asyncio.Event()
+
+    async def first_words_then_more(question: str) -> str:
+        words = ""
+        async for event in inner.astream_events({"question": question}, version="v2"):
+            if event["event"] == "on_chat_model_stream":
+                words = str(event["data"]["chunk"].content)
+                break
+        while handler.open_runs > 1:  # the inner runs end as their task is cancelled
+            await asyncio.sleep(0.001)
+        went_on.set()
+        return words
+
+    outer = RunnableLambda(first_words_then_more)
+    assert await outer.ainvoke("hi", config={"callbacks": [handler]})
+    assert went_on.is_set()
+
+    statuses = status_of(span_exporter.get_finished_spans())
+    assert statuses[f"chat {sim.config.models[0]}"] == ("abandoned", None, StatusCode.UNSET)
+    assert statuses["chain RunnableSequence"] == ("abandoned", None, StatusCode.UNSET)
+    assert statuses["chain first_words_then_more"] == ("ok", None, StatusCode.UNSET)
+    assert handler.open_runs == 0
+
+
 # -- a model called inside a tool with a config of its own ---------------------------------------
 
 

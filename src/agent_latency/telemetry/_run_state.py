@@ -34,8 +34,8 @@ class RunState:
         children: Ids of the runs started under this one (some may have ended already).
         pending_trim: A trim reported in this run or handed on by a child run that ended, not
             yet attached to a model call.
-        task: For a root run in asyncio: the task it started in (not always the one that
-            carries it on: ``abatch`` starts runs in a short-lived ``gather`` task).
+        task: For a run in asyncio: the task it started in (not always the one that carries
+            it on: ``abatch`` starts runs in a short-lived ``gather`` task).
         task_watch: For a root run whose cancellation LangChain does not report: the
             done-callback on ``task`` that ends the run if the task finishes first.
         reader: For such a run: the task that read its first chunk, when not ``task``; the
@@ -139,13 +139,17 @@ class ModelRunState(RunState):
         return 0
 
 
+def current_task() -> asyncio.Task[Any] | None:
+    """The asyncio task the calling code runs in; ``None`` outside one."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread
+        return None
+
+
 def running_in() -> tuple[int, asyncio.Task[Any] | None]:
     """The thread and the asyncio task (``None`` outside one) the calling code runs in."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no event loop in this thread
-        task = None
-    return threading.get_ident(), task
+    return threading.get_ident(), current_task()
 
 
 class RunRegistry:

@@ -28,7 +28,13 @@ from agent_latency._trace_link import PendingTrim
 from agent_latency.telemetry._content import to_json
 from agent_latency.telemetry._langchain import closed_event_stream, context_run, is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
-from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState, running_in
+from agent_latency.telemetry._run_state import (
+    ModelRunState,
+    RunRegistry,
+    RunState,
+    current_task,
+    running_in,
+)
 
 _INVOKE_AGENT: Final = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
 _EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
@@ -222,15 +228,9 @@ class RunTree:
                 LangChain does not report. Chains, tools and completion models report every end
                 and may start in a short-lived ``gather`` task.
         """
-        if self._runs.add(state) is not None:
-            return  # ended by its parent at the latest
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no event loop in this thread
-            return
-        if task is None:
-            return
-        state.task = task
+        task = state.task = current_task()
+        if self._runs.add(state) is not None or task is None:
+            return  # ended by its parent at the latest, or no task to end with
         if ends_with_task:
             watch = functools.partial(self._on_task_done, state.run_id)
             task.add_done_callback(watch)
@@ -252,9 +252,8 @@ class RunTree:
         watch = state.task_watch
         if watch is None or state.task is None:
             return
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no event loop in this thread
+        task = current_task()
+        if task is None:
             return
         if task is state.task:
             state.task_watch = None
@@ -321,11 +320,14 @@ class RunTree:
         return False
 
     def _stream_closed(self, state: RunState) -> bool:
-        """Whether a run's tree runs in an ``astream_events`` task its consumer walked away from."""
-        root = state
-        while (parent := self._runs.get(root.parent_run_id)) is not None:
-            root = parent
-        return root.task is not None and closed_event_stream(root.task)
+        """Whether a run, or one it runs in, started in an ``astream_events`` task its consumer
+        walked away from (the stream of a whole run, or one a run reads inside another)."""
+        run: RunState | None = state
+        while run is not None:
+            if run.task is not None and closed_event_stream(run.task):
+                return True
+            run = self._runs.get(run.parent_run_id)
+        return False
 
     def _on_task_done(self, run_id: UUID, task: asyncio.Task[object]) -> None:
         try:
