@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from support.otlp_receiver import OTLPReceiver
+from support.ports import refused_port
 
 from agent_latency import LatencyCallbackHandler, LatencyRecord, configure_telemetry, semconv
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
@@ -1042,3 +1043,63 @@ def test_a_stream_of_usage_only_is_an_empty_answer_timed_to_its_end(
     (record,) = records
     assert (record.chunks, record.outcome, record.output_tokens) == (0, "ok", 0)
     assert record.ttft_ms == record.total_ms  # no first token: the answer's end, as documented
+
+
+# -- a first token that never comes -------------------------------------------------------------
+
+
+def test_a_call_given_up_on_before_its_first_token_is_a_ttft_breach(
+    tracer_provider: TracerProvider,
+    meter_provider: Any,
+    span_exporter: InMemorySpanExporter,
+    metric_points: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A server that hangs before the first token, and a client that times out: no TTFT, so no
+    # ttft_level, no breach and no log line. Alerts on breaches kept quiet when it was worst.
+    records: list[LatencyRecord] = []
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        ttft_warn_ms=50,
+        ttft_error_ms=150,
+        on_record=records.append,
+    )
+    hanging = SimulatorConfig(overhead_ms=3000, prefill_ms_per_token=0)
+    with running_simulator(hanging) as slow_sim, caplog.at_level(logging.WARNING):
+        model = chat_openai(slow_sim, streaming=True, timeout=0.3)
+        with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+            model.invoke("hi", config={"callbacks": [handler]})
+
+    (record,) = records
+    assert (record.outcome, record.ttft_ms, record.ttft_level) == ("error", None, "error")
+    (span,) = span_exporter.get_finished_spans()
+    attributes = span.attributes or {}
+    assert attributes[semconv.TTFT_LEVEL] == "error"
+    assert semconv.TTFT_MS not in attributes  # none was measured
+    (breach,) = metric_points(semconv.TTFT_BREACHES_METRIC)
+    assert breach.value == 1 and breach.attributes[semconv.TTFT_LEVEL] == "error"
+    (line,) = [r for r in caplog.records if r.name == "agent_latency.telemetry"]
+    assert line.levelno == logging.ERROR
+    assert line.getMessage().startswith(f"no first token: {slow_sim.config.models[0]} ended error")
+
+
+def test_a_call_that_fails_fast_before_its_first_token_breaches_nothing(
+    tracer_provider: TracerProvider, meter_provider: Any, metric_points: Any
+) -> None:
+    records: list[LatencyRecord] = []
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, on_record=records.append
+    )
+    refused = ChatOpenAI(
+        base_url=f"http://127.0.0.1:{refused_port()}/v1",
+        api_key="unused",  # type: ignore[arg-type]
+        model="m-1",
+        max_retries=0,
+        streaming=True,
+    )
+    with pytest.raises(Exception, match=r"(?i)connection"):
+        refused.invoke("hi", config={"callbacks": [handler]})
+    (record,) = records
+    assert (record.outcome, record.ttft_level) == ("error", None)
+    assert metric_points(semconv.TTFT_BREACHES_METRIC) == []

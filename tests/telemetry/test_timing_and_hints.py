@@ -95,8 +95,11 @@ def test_timing_of_a_call_without_chunks_is_the_whole_answer() -> None:
     result = timing(first_chunk_ns=None, chunks=0)
     assert (result.ttft_ms, result.first_chunk_s, result.mean_chunk_gap_s) == (1215, None, None)
     assert result.ttft_level == "warn"
+    # A call that ended without content has no TTFT; its wait, above a threshold, is its level.
     failed = timing(first_chunk_ns=None, chunks=0, failed=True)
-    assert (failed.ttft_ms, failed.ttft_level) == (None, None)
+    assert (failed.ttft_ms, failed.ttft_level) == (None, "warn")
+    failed_fast = timing(first_chunk_ns=None, chunks=0, failed=True, end_ns=900 * MS)
+    assert (failed_fast.ttft_ms, failed_fast.ttft_level) == (None, None)
 
 
 def test_timing_without_ttft_keeps_the_durations() -> None:

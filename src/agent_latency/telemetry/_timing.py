@@ -20,7 +20,9 @@ class CallTiming:
         first_chunk_s: Seconds to the first content chunk, for the semantic-convention attribute
             and metric (streamed content only); ``None`` otherwise.
         mean_chunk_gap_s: The mean wait between content chunks after the first (2+ chunks).
-        ttft_level: ``ttft_ms`` against the thresholds; ``None`` without a TTFT.
+        ttft_level: ``ttft_ms`` against the thresholds; for a call that ended without any
+            content (failed, cancelled, abandoned), its whole wait when that crossed one (its
+            first token would have come later still); else ``None`` without a TTFT.
     """
 
     total_ms: float
@@ -68,10 +70,14 @@ def call_timing(
         ttft_ms = first_chunk_s * 1e3
     elif record_ttft and not failed:
         ttft_ms = total_ms
+    level = ttft_level(ttft_ms, warn_ms, error_ms)
+    if record_ttft and ttft_ms is None and failed:
+        waited = ttft_level(total_ms, warn_ms, error_ms)
+        level = None if waited == "ok" else waited
     return CallTiming(
         total_ms=total_ms,
         ttft_ms=ttft_ms,
         first_chunk_s=first_chunk_s,
         mean_chunk_gap_s=mean_gap_s,
-        ttft_level=ttft_level(ttft_ms, warn_ms, error_ms),
+        ttft_level=level,
     )
