@@ -116,8 +116,8 @@ class ModelRunState(RunState):
 
     def close_stream(self, end_ns: int) -> int:
         """Accounts for the wait from the last chunk to the call's end (a server that stalls,
-        then fails, sends no chunk to end the gap; not for a stream its consumer left, whose
-        chunks were there to read); returns it when it was a stall, else 0."""
+        then fails, sends no chunk to end the gap); returns it when it was a stall, else 0. Not
+        for a stream its consumer left: its chunks were there to read."""
         if self.first_chunk_ns is None:
             return 0
         return self._account_gap(end_ns - self.last_chunk_ns)
