@@ -1123,3 +1123,42 @@ def test_a_call_that_fails_fast_before_its_first_token_breaches_nothing(
     (record,) = records
     assert (record.outcome, record.ttft_level) == ("error", None)
     assert metric_points(semconv.TTFT_BREACHES_METRIC) == []
+
+
+def test_a_stream_left_before_its_first_token_is_no_ttft_breach(
+    sim: RunningSimulator,
+    tracer_provider: TracerProvider,
+    meter_provider: Any,
+    metric_points: Any,
+) -> None:
+    # Its consumer took the role-only first delta, kept the stream and never read on: the wait
+    # until it was pushed out is the consumer's, not a first token that never came.
+    records: list[LatencyRecord] = []
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        ttft_warn_ms=50,
+        ttft_error_ms=150,
+        max_open_runs=1,
+        on_record=records.append,
+    )
+    script = [
+        (0, sse_chunk({"role": "assistant", "content": ""})),
+        (1, sse_chunk({"content": "x"})),
+    ]
+    with scripted_stream(script) as base_url:
+        model = ChatOpenAI(
+            base_url=base_url,
+            api_key="unused",  # type: ignore[arg-type]
+            model="m-1",
+            max_retries=0,
+        )
+        held = model.stream("hi", config={"callbacks": [handler]})
+        next(held)  # the role-only delta
+        time.sleep(0.2)
+        chat_openai(sim).invoke("next question", config={"callbacks": [handler]})  # pushes it out
+        held.close()
+
+    left = next(record for record in records if record.model == "m-1")
+    assert (left.outcome, left.ttft_ms, left.ttft_level) == ("abandoned", None, None)
+    assert metric_points(semconv.TTFT_BREACHES_METRIC) == []

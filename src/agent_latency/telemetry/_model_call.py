@@ -219,6 +219,7 @@ class ModelCallTracer:
         response: LLMResult | None,
     ) -> CallOutcome:
         options = self.options
+        status = outcome(error)
         timing = call_timing(
             started_ns=state.started_ns,
             end_ns=end_ns,
@@ -226,6 +227,7 @@ class ModelCallTracer:
             last_chunk_ns=state.last_chunk_ns,
             chunks=state.chunks,
             failed=error is not None,
+            gave_up=is_failure(status),
             record_ttft=options.record_ttft,
             warn_ms=options.ttft_warn_ms,
             error_ms=options.ttft_error_ms,
@@ -241,7 +243,6 @@ class ModelCallTracer:
         )
         decode_ms = usage.decode_ms if state.streamed else None
         held_ms = held_back_ms(split, state.chunk_spread_ms, decode_ms)
-        status = outcome(error)
         return CallOutcome(
             timing=timing,
             response=details,

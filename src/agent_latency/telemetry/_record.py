@@ -78,9 +78,9 @@ class LatencyRecord:
             when a trim prepared the call, else the messages and the tools sent with them counted
             locally; if it could be.
         output_tokens: Completion tokens the server reported, if it did.
-        ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; for a call that ended without any
-            content, the level its whole wait reached, when above ``"ok"``; else ``None``
-            without a TTFT.
+        ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; for a call that failed or was
+            cancelled before any content, the level its whole wait reached, when above
+            ``"ok"``; else ``None`` without a TTFT.
         error_type: The exception type when the call failed or was cancelled.
         outcome: ``"ok"``, ``"error"``, ``"cancelled"``, ``"interrupted"`` (a LangGraph
             ``interrupt()``) or ``"abandoned"`` (the consumer stopped reading the stream).
@@ -257,7 +257,7 @@ def log_record(
     record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome, *, every_request: bool
 ) -> None:
     """Logs a call: a WARNING or ERROR when its TTFT crossed ``outcome.threshold_ms`` (or it
-    waited that long and ended without any content), INFO if ``every_request``. The hint of a
+    waited that long and failed without any content), INFO if ``every_request``. The hint of a
     slow streamed call follows what held it up: a buffered stream, output the server generated
     before the first content chunk, the client, network or queue, or the prefill (the trim, or
     the part no trim removes, when that alone is over the budget)."""
