@@ -26,8 +26,10 @@ from typing import Any, TypedDict
 import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableGenerator, RunnableLambda
 from langchain_core.tools import tool
@@ -1162,3 +1164,43 @@ def test_a_stream_left_before_its_first_token_is_no_ttft_breach(
     left = next(record for record in records if record.model == "m-1")
     assert (left.outcome, left.ttft_ms, left.ttft_level) == ("abandoned", None, None)
     assert metric_points(semconv.TTFT_BREACHES_METRIC) == []
+
+
+# -- a reasoning model's thinking in LangChain's v1 content blocks --------------------------------
+
+
+class Thinker(BaseChatModel):
+    """Streams reasoning blocks, then text, as a reasoning model's v1 message content does."""
+
+    thinking_chunks: int = 4
+    pause_s: float = 0.05
+
+    @property
+    def _llm_type(self) -> str:
+        return "thinker"
+
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Iterator[ChatGenerationChunk]:
+        for _ in range(self.thinking_chunks):
+            time.sleep(self.pause_s)
+            block = {"type": "reasoning", "reasoning": "hmm "}
+            yield ChatGenerationChunk(message=AIMessageChunk(content=[block]))
+        for word in ("The", " answer"):
+            block = {"type": "text", "text": word}
+            yield ChatGenerationChunk(message=AIMessageChunk(content=[block]))
+
+    def _generate(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
+        raise NotImplementedError
+
+
+def test_reasoning_blocks_are_no_first_token_as_reasoning_content_is_not(
+    handler: LatencyCallbackHandler, records: list[LatencyRecord]
+) -> None:
+    # With output_version="v1" a reasoning model's thinking arrives as content blocks of type
+    # "reasoning": each counted as content, so TTFT was the first thinking token's time, where
+    # the v0 message (thinking in additional_kwargs) gave the first text's.
+    list(Thinker(output_version="v1").stream("hi", config={"callbacks": [handler]}))
+    (record,) = records
+    assert record.chunks == 2
+    assert record.ttft_ms is not None and record.ttft_ms >= 4 * 50

@@ -23,6 +23,7 @@ from agent_latency import semconv
 from agent_latency._trace_link import TRIM_EVENT
 from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency.telemetry._content import messages_json, prompts_json
+from agent_latency.telemetry._langchain import blocks_carry_content
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._model_call import CallOptions, ModelCallTracer, ModelStart
 from agent_latency.telemetry._record import LatencyRecord
@@ -270,10 +271,12 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         run_id: UUID,
         **kwargs: Any,
     ) -> None:
-        """Times a streamed chunk; the empty end-of-stream chunk does not count."""
+        """Times a streamed chunk; the empty end-of-stream chunk and a reasoning model's thinking
+        (``reasoning`` content blocks of a v1 message) do not count as content."""
         try:  # Inline rather than @guarded: this runs once per chunk.
             content = bool(
-                token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
+                (token if isinstance(token, str) else blocks_carry_content(token))
+                or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
             )
             state = self._tree.get(run_id)
             if state is not None and state.task_watch is not None and state.reader is None:

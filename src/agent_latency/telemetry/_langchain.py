@@ -49,6 +49,21 @@ def first_int(*values: object) -> int | None:
     return next((value for value in values if is_integer(value)), None)
 
 
+def blocks_carry_content(blocks: object) -> bool:
+    """Whether a chunk's list of content blocks (a v1 message's) carries output: a non-empty
+    text, a tool-call fragment or any other block, but not a reasoning model's thinking
+    (``reasoning`` blocks), which the v0 message keeps out of its content too."""
+    for block in blocks if isinstance(blocks, list) else ():
+        if isinstance(block, str):
+            if block:
+                return True
+        elif isinstance(block, Mapping):
+            kind = block.get("type")
+            if (kind == "text" and block.get("text")) or kind not in ("text", "reasoning"):
+                return True
+    return False
+
+
 def requested_model(metadata: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
     """The model a call asks for, from LangChain's metadata or invocation parameters."""
     return first_str(
