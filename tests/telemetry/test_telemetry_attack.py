@@ -1194,13 +1194,20 @@ class Thinker(BaseChatModel):
         raise NotImplementedError
 
 
+@pytest.mark.filterwarnings("ignore::langchain_core._api.beta_decorator.LangChainBetaWarning")
+@pytest.mark.parametrize("way", ["stream", "stream_events v3"])
 def test_reasoning_blocks_are_no_first_token_as_reasoning_content_is_not(
-    handler: LatencyCallbackHandler, records: list[LatencyRecord]
+    way: str, handler: LatencyCallbackHandler, records: list[LatencyRecord]
 ) -> None:
     # With output_version="v1" a reasoning model's thinking arrives as content blocks of type
-    # "reasoning": each counted as content, so TTFT was the first thinking token's time, where
-    # the v0 message (thinking in additional_kwargs) gave the first text's.
-    list(Thinker(output_version="v1").stream("hi", config={"callbacks": [handler]}))
+    # "reasoning" (in the streaming protocol, reasoning deltas): each counted as content, so TTFT
+    # was the first thinking token's time, where the v0 message (thinking in additional_kwargs)
+    # gave the first text's.
+    model, config = Thinker(output_version="v1"), {"callbacks": [handler]}
+    if way == "stream":
+        list(model.stream("hi", config=config))  # type: ignore[arg-type]
+    else:
+        list(model.stream_events("hi", config=config, version="v3"))  # type: ignore[arg-type]
     (record,) = records
     assert record.chunks == 2
     assert record.ttft_ms is not None and record.ttft_ms >= 4 * 50

@@ -8,7 +8,7 @@ the calls.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, cast
 from uuid import UUID
 
@@ -23,7 +23,7 @@ from agent_latency import semconv
 from agent_latency._trace_link import TRIM_EVENT
 from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency.telemetry._content import messages_json, prompts_json
-from agent_latency.telemetry._langchain import blocks_carry_content
+from agent_latency.telemetry._langchain import blocks_carry_content, event_carries_content
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._model_call import CallOptions, ModelCallTracer, ModelStart
 from agent_latency.telemetry._record import LatencyRecord
@@ -287,9 +287,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
     def on_stream_event(self, event: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Times a chunk of LangChain's v2 streaming protocol (instead of new-token, or besides it
-        for a model whose own ``_stream`` reports tokens: then the chunks are counted once)."""
+        for a model whose own ``_stream`` reports tokens: then the chunks are counted once); a
+        reasoning delta is no content."""
         try:
-            content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
+            content = event_carries_content(event)
             state = self._tree.get(run_id)
             if state is not None and state.task_watch is not None and state.reader is None:
                 self._tree.reading_in(state)

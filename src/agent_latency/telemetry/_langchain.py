@@ -64,6 +64,15 @@ def blocks_carry_content(blocks: object) -> bool:
     return False
 
 
+def event_carries_content(event: object) -> bool:
+    """Whether an event of LangChain's streaming protocol carries output: a content-block
+    delta, but not a reasoning one (a reasoning model's thinking)."""
+    if not isinstance(event, Mapping) or event.get("event") != "content-block-delta":
+        return False
+    delta = event.get("delta")
+    return not (isinstance(delta, Mapping) and delta.get("type") == "reasoning-delta")
+
+
 def requested_model(metadata: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
     """The model a call asks for, from LangChain's metadata or invocation parameters."""
     return first_str(
