@@ -95,8 +95,14 @@ def test_timing_of_a_call_without_chunks_is_the_whole_answer() -> None:
     result = timing(first_chunk_ns=None, chunks=0)
     assert (result.ttft_ms, result.first_chunk_s, result.mean_chunk_gap_s) == (1215, None, None)
     assert result.ttft_level == "warn"
-    failed = timing(first_chunk_ns=None, chunks=0, failed=True)
-    assert (failed.ttft_ms, failed.ttft_level) == (None, None)
+    # A call that failed before any content has no TTFT; its wait, above a threshold, is its
+    # level. One its consumer left has neither: the wait was the consumer's.
+    failed = timing(first_chunk_ns=None, chunks=0, failed=True, gave_up=True)
+    assert (failed.ttft_ms, failed.ttft_level) == (None, "warn")
+    failed_fast = timing(first_chunk_ns=None, chunks=0, failed=True, gave_up=True, end_ns=900 * MS)
+    assert (failed_fast.ttft_ms, failed_fast.ttft_level) == (None, None)
+    left = timing(first_chunk_ns=None, chunks=0, failed=True)
+    assert (left.ttft_ms, left.ttft_level) == (None, None)
 
 
 def test_timing_without_ttft_keeps_the_durations() -> None:

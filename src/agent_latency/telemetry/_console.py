@@ -1,5 +1,7 @@
 """The ``console`` exporter: each trace printed as a tree, one short line per span (a model
-call's two more: TTFT and tokens), once its root span ends (or at shutdown)."""
+call's two more: TTFT and tokens), once its root span ends (or at shutdown). Its root is the
+span that started under no span of the provider: the first of a trace, or a child of the
+application's own span from another provider (a traced web request)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TextIO
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes
@@ -20,12 +23,51 @@ _MAX_HELD_TRACES: Final = 1000
 """Traces waiting for their root at most; past it the oldest is printed as it is."""
 
 
+class LocalRoots(SpanProcessor):
+    """Notes the spans that start under no open span of their provider: the roots of the trees
+    :class:`TreeSpanExporter` prints, whether their parent is another provider's or none.
+
+    Add it to the provider before the exporter's processor. It keeps the ids of the open spans
+    and of at most ``_MAX_HELD_TRACES`` roots not yet exported (one dropped by a full export
+    queue is forgotten in time).
+    """
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+        self._roots: dict[int, None] = {}
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        span_id = span.get_span_context().span_id
+        parent = span.parent
+        with self._lock:
+            if parent is None or parent.is_remote or parent.span_id not in self._open:
+                self._roots[span_id] = None
+                if len(self._roots) > _MAX_HELD_TRACES:
+                    del self._roots[next(iter(self._roots))]
+            self._open.add(span_id)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None:
+            with self._lock:
+                self._open.discard(span.context.span_id)
+
+    def take(self, span: ReadableSpan) -> bool:
+        """Whether ``span`` is a root (asked once per span, as it is exported)."""
+        if span.context is None:
+            return False
+        with self._lock:
+            return self._roots.pop(span.context.span_id, 0) is None
+
+
 class TreeSpanExporter(SpanExporter):
     """Prints each finished trace to ``out`` (``sys.stdout`` as the caller found it) as an
-    indented tree of one-line spans."""
+    indented tree of one-line spans, once its root ends: a span without a parent or with a
+    remote one, or one ``roots`` noted (their processor on the same provider)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, roots: LocalRoots | None = None) -> None:
         self._out = out
+        self._roots = roots
         self._held: dict[int, list[ReadableSpan]] = {}
         self._lock = threading.Lock()
 
@@ -35,7 +77,8 @@ class TreeSpanExporter(SpanExporter):
             for span in spans:
                 trace_id = span.context.trace_id if span.context else 0
                 self._held.setdefault(trace_id, []).append(span)
-                if _is_root(span):
+                noted = self._roots is not None and self._roots.take(span)
+                if noted or _is_root(span):
                     ready.append(self._held.pop(trace_id))
             while len(self._held) > _MAX_HELD_TRACES:
                 ready.append(self._held.pop(next(iter(self._held))))

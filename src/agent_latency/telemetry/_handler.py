@@ -8,7 +8,7 @@ the calls.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, cast
 from uuid import UUID
 
@@ -23,6 +23,7 @@ from agent_latency import semconv
 from agent_latency._trace_link import TRIM_EVENT
 from agent_latency._validation import checked_bool, checked_int, checked_number
 from agent_latency.telemetry._content import messages_json, prompts_json
+from agent_latency.telemetry._langchain import blocks_carry_content, event_carries_content
 from agent_latency.telemetry._log import FailureLog
 from agent_latency.telemetry._model_call import CallOptions, ModelCallTracer, ModelStart
 from agent_latency.telemetry._record import LatencyRecord
@@ -270,20 +271,30 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         run_id: UUID,
         **kwargs: Any,
     ) -> None:
-        """Times a streamed chunk; the empty end-of-stream chunk does not count."""
+        """Times a streamed chunk; the empty end-of-stream chunk and a reasoning model's thinking
+        (``reasoning`` content blocks of a v1 message) do not count as content."""
         try:  # Inline rather than @guarded: this runs once per chunk.
             content = bool(
-                token or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
+                (token if isinstance(token, str) else blocks_carry_content(token))
+                or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
             )
-            self._calls.chunk(self._tree.get(run_id), content=content, delivered=chunk)
+            state = self._tree.get(run_id)
+            if state is not None and state.task_watch is not None and state.reader is None:
+                self._tree.reading_in(state)
+            self._calls.chunk(state, content=content, delivered=chunk)
         except Exception as exc:
             self.failures.report("on_llm_new_token", exc)
 
     def on_stream_event(self, event: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Times a chunk of LangChain's v2 streaming protocol (used instead of new-token)."""
+        """Times a chunk of LangChain's v2 streaming protocol (instead of new-token, or besides it
+        for a model whose own ``_stream`` reports tokens: then the chunks are counted once); a
+        reasoning delta is no content."""
         try:
-            content = isinstance(event, Mapping) and event.get("event") == "content-block-delta"
-            self._calls.chunk(self._tree.get(run_id), content=content, delivered=event)
+            content = event_carries_content(event)
+            state = self._tree.get(run_id)
+            if state is not None and state.task_watch is not None and state.reader is None:
+                self._tree.reading_in(state)
+            self._calls.chunk(state, content=content, delivered=event, by_event=True)
         except Exception as exc:
             self.failures.report("on_stream_event", exc)
 
@@ -309,6 +320,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if not self._tree.is_repeated_start(run_id, parent_run_id):
             self._tree.start_chain(serialized, run_id, parent_run_id, tags, metadata, kwargs)
 
@@ -331,6 +343,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if not self._tree.is_repeated_start(run_id, parent_run_id):
             self._tree.start_tool(serialized, input_str, run_id, parent_run_id, inputs, kwargs)
 
@@ -354,6 +367,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         # Not traced, but registered so that runs under a retriever still find their parent.
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if not self._tree.is_repeated_start(run_id, parent_run_id):
             self._tree.start_untraced(run_id, parent_run_id, ends_with_task=True)
 
@@ -384,6 +398,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         content: str | None,
         messages: list[BaseMessage] | None,
     ) -> None:
+        parent_run_id = self._tree.enclosing_run(parent_run_id)
         if self._tree.is_repeated_start(run_id, parent_run_id):
             return
         call = ModelStart(

@@ -4,11 +4,14 @@ names, answer. Every reader accepts anything and returns ``None`` for what it do
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from uuid import UUID
 
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers import event_stream
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
@@ -28,6 +31,7 @@ _PROVIDERS: Final = {
 }
 # Constructor fields under which LangChain integrations serialise their endpoint.
 _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api_base", "endpoint")
+_OPENAI_BASE_ENV: Final = ("OPENAI_API_BASE", "OPENAI_BASE_URL")
 _CREATE_AGENT: Final = "langchain_create_agent"
 _NOTHING_REPORTED: Final = ServerUsage()
 
@@ -43,6 +47,30 @@ def first_str(*values: object) -> str | None:
 def first_int(*values: object) -> int | None:
     """The first of ``values`` that is an integer (not a bool)."""
     return next((value for value in values if is_integer(value)), None)
+
+
+def blocks_carry_content(blocks: object) -> bool:
+    """Whether a chunk's list of content blocks (a v1 message's) carries output: a non-empty
+    text, a tool-call fragment or any other block, but not a reasoning model's thinking
+    (``reasoning`` blocks), which the v0 message keeps out of its content too."""
+    for block in blocks if isinstance(blocks, list) else ():
+        if isinstance(block, str):
+            if block:
+                return True
+        elif isinstance(block, Mapping):
+            kind = block.get("type")
+            if (kind == "text" and block.get("text")) or kind not in ("text", "reasoning"):
+                return True
+    return False
+
+
+def event_carries_content(event: object) -> bool:
+    """Whether an event of LangChain's streaming protocol carries output: a content-block
+    delta, but not a reasoning one (a reasoning model's thinking)."""
+    if not isinstance(event, Mapping) or event.get("event") != "content-block-delta":
+        return False
+    delta = event.get("delta")
+    return not (isinstance(delta, Mapping) and delta.get("type") == "reasoning-delta")
 
 
 def requested_model(metadata: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
@@ -96,12 +124,30 @@ def closed_event_stream(task: asyncio.Task[Any]) -> bool:
     )
 
 
-def server(serialized: Mapping[str, Any] | None) -> tuple[str, int] | None:
-    """The endpoint's host and port, from the model's serialised constructor arguments."""
+def context_run() -> UUID | None:
+    """The run the calling code runs in, by LangChain's context (the config a runnable hands its
+    children: a tool's body, a lambda's), whether or not the new run was given that config."""
+    config = var_child_runnable_config.get()
+    callbacks = config.get("callbacks") if config else None
+    run_id = getattr(callbacks, "parent_run_id", None)
+    return run_id if isinstance(run_id, UUID) else None
+
+
+def server(
+    serialized: Mapping[str, Any] | None, metadata: Mapping[str, Any]
+) -> tuple[str, int] | None:
+    """The endpoint's host and port, from the model's serialised constructor arguments; for an
+    OpenAI model given none, from where its client takes it: ``OPENAI_API_BASE`` (LangChain's),
+    else ``OPENAI_BASE_URL`` (the openai SDK's). ``None`` for OpenAI's own API, as the latency
+    models key it (``LatencyModels.model_for_base_url``)."""
     fields = (serialized or {}).get("kwargs")
-    if not isinstance(fields, Mapping):
-        return None
-    url = first_str(*(fields.get(name) for name in _ENDPOINT_FIELDS))
+    url = (
+        first_str(*(fields.get(name) for name in _ENDPOINT_FIELDS))
+        if isinstance(fields, Mapping)
+        else None
+    )
+    if url is None and metadata.get("ls_provider") == "openai":
+        url = first_str(*(os.environ.get(name) for name in _OPENAI_BASE_ENV))
     return None if url is None else host_and_port(url)
 
 

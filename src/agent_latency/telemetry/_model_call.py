@@ -42,8 +42,8 @@ from agent_latency.telemetry._record import (
     latency_record,
     log_record,
 )
-from agent_latency.telemetry._run_state import ModelRunState, RunState
-from agent_latency.telemetry._run_tree import end_run_span, error_type, outcome
+from agent_latency.telemetry._run_state import ModelRunState, RunState, running_in
+from agent_latency.telemetry._run_tree import end_run_span, error_type, is_failure, outcome
 from agent_latency.telemetry._split import held_back_ms, is_buffered, slow_cause, split_ttft
 from agent_latency.telemetry._timing import call_timing
 from agent_latency.tokens import TokenCounter
@@ -114,7 +114,7 @@ class ModelCallTracer:
         prepared it, and returns its state for the run tree to register."""
         started_ns = _now_ns()
         model = requested_model(call.metadata, call.params)
-        endpoint = server(call.serialized)
+        endpoint = server(call.serialized, call.metadata)
         metric_attributes = _metric_attributes(call, model, endpoint)
         span = self._tracer.start_span(
             f"{call.operation} {model}" if model else call.operation,
@@ -140,7 +140,14 @@ class ModelCallTracer:
             server=endpoint,
         )
 
-    def chunk(self, state: RunState | None, *, content: bool, delivered: object = None) -> None:
+    def chunk(
+        self,
+        state: RunState | None,
+        *,
+        content: bool,
+        delivered: object = None,
+        by_event: bool = False,
+    ) -> None:
         """Times a streamed chunk of the open run ``state`` (ignored unless a model call's).
 
         Args:
@@ -148,10 +155,17 @@ class ModelCallTracer:
                 end-of-stream chunk and a role-only first delta mark the call streamed only.
             delivered: The chunk object LangChain passed, if any: the same one again is the
                 handler listed twice, and not a second chunk.
+            by_event: Whether a streaming-protocol event reports the chunk, rather than a token
+                callback: a call counts the chunks of whichever reported first.
         """
         now_ns = _now_ns()
         if not isinstance(state, ModelRunState):
             return
+        if state.by_events is None:  # its first delivery
+            state.by_events = by_event
+            state.read_in = running_in()
+        elif state.by_events is not by_event:
+            return  # the same chunk, reported the other way too
         if delivered is not None:
             if delivered is state.last_delivery:
                 return
@@ -179,8 +193,9 @@ class ModelCallTracer:
         # Ends the span even when measuring fails: the run is already out of the tree, so
         # nothing else would.
         try:
-            trailing_stall = state.close_stream(end_ns)
-            if trailing_stall:
+            # The wait after the last chunk of a stream nobody reads any more is the consumer's
+            # (or the eviction's), not the server's: only a call that ended otherwise counts it.
+            if outcome(error) != "abandoned" and (trailing_stall := state.close_stream(end_ns)):
                 _add_stall_event(span, trailing_stall, state.chunks)
             result = self._outcome(state, end_ns, error, response)
             span.set_attributes(end_attributes(state, result, latest_names=self._latest_names))
@@ -204,6 +219,7 @@ class ModelCallTracer:
         response: LLMResult | None,
     ) -> CallOutcome:
         options = self.options
+        status = outcome(error)
         timing = call_timing(
             started_ns=state.started_ns,
             end_ns=end_ns,
@@ -211,6 +227,7 @@ class ModelCallTracer:
             last_chunk_ns=state.last_chunk_ns,
             chunks=state.chunks,
             failed=error is not None,
+            gave_up=is_failure(status),
             record_ttft=options.record_ttft,
             warn_ms=options.ttft_warn_ms,
             error_ms=options.ttft_error_ms,
@@ -226,7 +243,6 @@ class ModelCallTracer:
         )
         decode_ms = usage.decode_ms if state.streamed else None
         held_ms = held_back_ms(split, state.chunk_spread_ms, decode_ms)
-        status = outcome(error)
         return CallOutcome(
             timing=timing,
             response=details,
@@ -238,7 +254,7 @@ class ModelCallTracer:
                 else self._estimate_tokens(state.messages, state.tools)
             ),
             status=status,
-            error_type=error_type(error) if error is not None and status != "abandoned" else None,
+            error_type=error_type(error) if error is not None and is_failure(status) else None,
             # A blocking call's first text waits for the whole answer: no time to first token.
             first_token_ms=timing.ttft_ms if state.streamed else None,
             cause=slow_cause(

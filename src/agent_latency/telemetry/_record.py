@@ -31,8 +31,9 @@ class CallOutcome:
         split: Where its time to first token went, when the server said enough.
         estimated_tokens: Our count of the request: the trim's count of the whole request when
             a trim prepared the call, else the messages and tools counted locally; if it could be.
-        status: ``"ok"``, ``"error"``, ``"cancelled"`` or ``"abandoned"``.
-        error_type: The exception type of a failed or cancelled call (not of an abandoned one).
+        status: ``"ok"``, ``"error"``, ``"cancelled"``, ``"abandoned"`` or ``"interrupted"``.
+        error_type: The exception type of a failed or cancelled call (not of an abandoned or
+            interrupted one).
         first_token_ms: The time to first token the latency model learns from: ``None`` for a
             blocking call (its first text waits for the whole answer) and when none was measured.
         cause: What held the first token up.
@@ -77,10 +78,12 @@ class LatencyRecord:
             when a trim prepared the call, else the messages and the tools sent with them counted
             locally; if it could be.
         output_tokens: Completion tokens the server reported, if it did.
-        ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; ``None`` without a TTFT.
+        ttft_level: ``"ok"``, ``"warn"`` or ``"error"``; for a call that failed or was
+            cancelled before any content, the level its whole wait reached, when above
+            ``"ok"``; else ``None`` without a TTFT.
         error_type: The exception type when the call failed or was cancelled.
-        outcome: ``"ok"``, ``"error"``, ``"cancelled"`` or ``"abandoned"`` (the consumer stopped
-            reading the stream).
+        outcome: ``"ok"``, ``"error"``, ``"cancelled"``, ``"interrupted"`` (a LangGraph
+            ``interrupt()``) or ``"abandoned"`` (the consumer stopped reading the stream).
         cache_read_tokens: Prompt tokens the server reported reading from its prefix cache;
             ``None`` when it said nothing about caching.
         prefilled_tokens: Prompt tokens the server reported prefilling (llama.cpp's
@@ -190,6 +193,10 @@ def latency_record(state: ModelRunState, outcome: CallOutcome) -> LatencyRecord:
 _SLOW_STREAMED = (
     "slow first token: %s took %.0f ms (threshold %.0f ms) with %s input tokens, %s. Hint: %s"
 )
+_NO_FIRST_TOKEN = (
+    "no first token: %s ended %s after %.0f ms (threshold %.0f ms) without any content, with "
+    "%s input tokens, %s; its first token would have come later still"
+)
 _SLOW_BLOCKING = (
     "slow answer: %s took %.0f ms (threshold %.0f ms) for a blocking call with %s input "
     "tokens, %s; its first text arrives with the whole answer. Hint: stream the call "
@@ -249,22 +256,25 @@ def _hint(record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome)
 def log_record(
     record: LatencyRecord, trim: PendingTrim | None, outcome: CallOutcome, *, every_request: bool
 ) -> None:
-    """Logs a call: a WARNING or ERROR when its TTFT crossed ``outcome.threshold_ms``, INFO if
-    ``every_request``. The hint of a slow streamed call follows what held it up: a buffered
-    stream, output the server generated before the first content chunk, the client, network or
-    queue, or the prefill (the trim, or the part no trim removes, when that alone is over the
-    budget)."""
+    """Logs a call: a WARNING or ERROR when its TTFT crossed ``outcome.threshold_ms`` (or it
+    waited that long and failed without any content), INFO if ``every_request``. The hint of a
+    slow streamed call follows what held it up: a buffered stream, output the server generated
+    before the first content chunk, the client, network or queue, or the prefill (the trim, or
+    the part no trim removes, when that alone is over the budget)."""
     tokens = (
         record.input_tokens if record.input_tokens is not None else record.estimated_input_tokens
     )
     shown_tokens = "unknown" if tokens is None else str(tokens)
     if record.cache_read_tokens is not None and record.input_tokens is not None:
         shown_tokens += f" ({record.cache_read_tokens} cached)"
-    if record.ttft_level in ("warn", "error") and record.ttft_ms is not None:
+    if record.ttft_level in ("warn", "error"):
         budget = f"trim budget {trim.budget}" if trim is not None else "no trim before it"
         level = logging.ERROR if record.ttft_level == "error" else logging.WARNING
         common = (record.model, record.ttft_ms, outcome.threshold_ms, shown_tokens, budget)
-        if record.streaming:
+        if record.ttft_ms is None:
+            waited = (record.model, record.outcome, record.total_ms, outcome.threshold_ms)
+            logger.log(level, _NO_FIRST_TOKEN, *waited, shown_tokens, budget)
+        elif record.streaming:
             logger.log(level, _SLOW_STREAMED, *common, _hint(record, trim, outcome))
         else:
             logger.log(level, _SLOW_BLOCKING, *common)

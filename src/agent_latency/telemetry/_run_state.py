@@ -34,10 +34,12 @@ class RunState:
         children: Ids of the runs started under this one (some may have ended already).
         pending_trim: A trim reported in this run or handed on by a child run that ended, not
             yet attached to a model call.
-        task: For a root run in asyncio: the task it started in (not always the one that
-            carries it on: ``abatch`` starts runs in a short-lived ``gather`` task).
+        task: For a run in asyncio: the task it started in (not always the one that carries
+            it on: ``abatch`` starts runs in a short-lived ``gather`` task).
         task_watch: For a root run whose cancellation LangChain does not report: the
             done-callback on ``task`` that ends the run if the task finishes first.
+        reader: For such a run: the task that read its first chunk, when not ``task``; the
+            run ends with it at the latest if ``task`` ends first without being cancelled.
     """
 
     run_id: UUID
@@ -48,6 +50,7 @@ class RunState:
     pending_trim: PendingTrim | None = None
     task: asyncio.Task[object] | None = None
     task_watch: Callable[[asyncio.Task[object]], None] | None = None
+    reader: asyncio.Task[object] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -74,6 +77,12 @@ class ModelRunState(RunState):
         server: The endpoint's host and port, when the integration says.
         last_delivery: The latest chunk (or stream event) delivered, so the same one delivered
             again, to a handler listed twice, is not counted twice.
+        by_events: Whether the call's chunks are timed from the streaming protocol's events
+            (``on_stream_event``) rather than token callbacks, once the first of either came: a
+            model whose ``_stream`` reports its tokens, driven by the protocol's bridge, reports
+            each chunk both ways.
+        read_in: Where its first chunk was delivered: the thread and asyncio task (see
+            :func:`running_in`).
     """
 
     model: str | None = None
@@ -91,6 +100,8 @@ class ModelRunState(RunState):
     trim: PendingTrim | None = None
     server: tuple[str, int] | None = None
     last_delivery: object = None
+    by_events: bool | None = None
+    read_in: tuple[int, asyncio.Task[Any] | None] | None = None
 
     def add_chunk(self, now_ns: int) -> int:
         """Records a content chunk arriving at ``now_ns``; returns the wait before it when that
@@ -105,7 +116,8 @@ class ModelRunState(RunState):
 
     def close_stream(self, end_ns: int) -> int:
         """Accounts for the wait from the last chunk to the call's end (a server that stalls,
-        then fails, sends no chunk to end the gap); returns it when it was a stall, else 0."""
+        then fails, sends no chunk to end the gap); returns it when it was a stall, else 0. Not
+        for a stream its consumer left: its chunks were there to read."""
         if self.first_chunk_ns is None:
             return 0
         return self._account_gap(end_ns - self.last_chunk_ns)
@@ -125,6 +137,19 @@ class ModelRunState(RunState):
             self.stalls += 1
             return gap
         return 0
+
+
+def current_task() -> asyncio.Task[Any] | None:
+    """The asyncio task the calling code runs in; ``None`` outside one."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread
+        return None
+
+
+def running_in() -> tuple[int, asyncio.Task[Any] | None]:
+    """The thread and the asyncio task (``None`` outside one) the calling code runs in."""
+    return threading.get_ident(), current_task()
 
 
 class RunRegistry:
@@ -147,6 +172,9 @@ class RunRegistry:
 
     def __len__(self) -> int:
         return len(self._runs)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._runs
 
     def get(self, run_id: UUID | None) -> RunState | None:
         """Returns the open run ``run_id``, or ``None``."""

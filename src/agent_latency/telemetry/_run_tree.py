@@ -26,13 +26,20 @@ from agent_latency import semconv
 from agent_latency._chat_format import escape_surrogates
 from agent_latency._trace_link import PendingTrim
 from agent_latency.telemetry._content import to_json
-from agent_latency.telemetry._langchain import closed_event_stream, is_agent, run_name
+from agent_latency.telemetry._langchain import closed_event_stream, context_run, is_agent, run_name
 from agent_latency.telemetry._log import FailureLog
-from agent_latency.telemetry._run_state import ModelRunState, RunRegistry, RunState
+from agent_latency.telemetry._run_state import (
+    ModelRunState,
+    RunRegistry,
+    RunState,
+    current_task,
+    running_in,
+)
 
 _INVOKE_AGENT: Final = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
 _EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
 _HIDDEN_TAG: Final = "langsmith:hidden"
+_LANGGRAPH: Final = "langgraph.errors"
 
 EndModelCall = Callable[[ModelRunState, BaseException | None, LLMResult | None], None]
 """Ends a model call's span and records the call: its state, its error, its result."""
@@ -45,23 +52,44 @@ def error_type(error: BaseException) -> str:
     return cls.__qualname__ if module in (None, "builtins") else f"{module}.{cls.__qualname__}"
 
 
+def _langgraph_signal(error: BaseException) -> str | None:
+    """The name of the LangGraph control-flow signal ``error`` is (a ``GraphBubbleUp``: an
+    ``interrupt()``, a ``Command(graph=Command.PARENT)`` hand-off), else ``None``; by name, as
+    LangGraph is an optional extra."""
+    classes = type(error).__mro__
+    if not any(c.__name__ == "GraphBubbleUp" and c.__module__ == _LANGGRAPH for c in classes):
+        return None
+    return next(c.__name__ for c in classes if c.__module__ == _LANGGRAPH)
+
+
 def outcome(error: BaseException | None) -> str:
     """How a run ended: ``ok``, ``abandoned`` (GeneratorExit: the consumer stopped reading),
-    ``cancelled`` or ``error``."""
+    ``cancelled`` (asyncio's cancellation, or Ctrl-C in sync code, which asyncio turns into
+    one), ``interrupted`` (a LangGraph ``interrupt()``, waiting for a human to resume it) or
+    ``error``. A LangGraph hand-off to the parent graph (``ParentCommand``) is ``ok``: control
+    flow, as an interrupt is, not a failure."""
     if error is None:
         return "ok"
     if isinstance(error, GeneratorExit):
         return "abandoned"
-    if isinstance(error, asyncio.CancelledError):
+    if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
         return "cancelled"
+    signal = _langgraph_signal(error)
+    if signal is not None:
+        return "ok" if signal == "ParentCommand" else "interrupted"
     return "error"
+
+
+def is_failure(result: str) -> bool:
+    """Whether an :func:`outcome` is a failure: one with ``error.type`` and status ERROR."""
+    return result in ("error", "cancelled")
 
 
 def end_run_span(span: Span, error: BaseException | None) -> None:
     """Sets a span's outcome (and error type and status on failure) and ends it."""
     result = outcome(error)
     span.set_attribute(semconv.OUTCOME, result)
-    if error is not None and result != "abandoned":
+    if error is not None and is_failure(result):
         kind = error_type(error)
         span.set_attribute(error_attributes.ERROR_TYPE, kind)
         # The type only: exception messages may quote prompts or credentials.
@@ -101,6 +129,16 @@ class RunTree:
     def get(self, run_id: UUID | None) -> RunState | None:
         """The open run ``run_id``, or ``None``."""
         return self._runs.get(run_id)
+
+    def enclosing_run(self, parent_run_id: UUID | None) -> UUID | None:
+        """The open run a starting run belongs under: ``parent_run_id`` when it is open, else the
+        run LangChain's context says the caller runs in, when it is open (LangChain reports no
+        parent for a run given a config of its own, such as a model called in a tool with
+        ``config={"callbacks": [handler]}``), else ``parent_run_id``."""
+        if parent_run_id is not None and parent_run_id in self._runs:
+            return parent_run_id
+        enclosing = context_run()
+        return enclosing if enclosing is not None and enclosing in self._runs else parent_run_id
 
     def is_repeated_start(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
         """Whether a run's start is delivered again (to a handler listed twice): it is open
@@ -190,21 +228,38 @@ class RunTree:
                 LangChain does not report. Chains, tools and completion models report every end
                 and may start in a short-lived ``gather`` task.
         """
-        if self._runs.add(state) is not None:
-            return  # ended by its parent at the latest
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no event loop in this thread
-            return
-        if task is None:
-            return
-        state.task = task
+        task = state.task = current_task()
+        if self._runs.add(state) is not None or task is None:
+            return  # ended by its parent at the latest, or no task to end with
         if ends_with_task:
             watch = functools.partial(self._on_task_done, state.run_id)
             task.add_done_callback(watch)
             state.task_watch = watch
 
     # -- while runs are open -------------------------------------------------------------------
+
+    def reading_in(self, state: RunState) -> None:
+        """Called with a watched root run (a model call) as a chunk of it arrives, until the
+        task that reads its chunks is known.
+
+        When the task the run started in reads the chunk itself, it iterates a stream, whose
+        every end LangChain reports (cancellation and walking away included), so that task's end
+        no longer ends the run: later chunks may be read by other tasks (a per-chunk
+        ``asyncio.wait_for``, ``asyncio.create_task(anext(stream))``). Chunks read by another
+        task (an ``ainvoke``'s ``gather`` task, the producer of a ``version="v3"`` stream) name
+        the task the run lives on in when the one it started in ends first.
+        """
+        watch = state.task_watch
+        if watch is None or state.task is None:
+            return
+        task = current_task()
+        if task is None:
+            return
+        if task is state.task:
+            state.task_watch = None
+            task.remove_done_callback(watch)
+        else:
+            state.reader = task
 
     def record_tool_result(self, run_id: UUID, output: Any) -> None:
         """Puts a tool's result on its span, when content is captured."""
@@ -239,19 +294,57 @@ class RunTree:
         state = self._runs.pop(run_id)
         if state is None:
             return
-        if isinstance(error, asyncio.CancelledError) and self._stream_closed(state):
+        walked_away = (
+            self._stream_closed(state)
+            if isinstance(error, asyncio.CancelledError)
+            else error is None and bool(state.children) and self._left_streaming(state)
+        )
+        if walked_away:
             error = GeneratorExit()  # recorded like walking away from ``astream``
         self._finish(state, error, response)
 
+    def _left_streaming(self, state: RunState) -> bool:
+        """Whether a run reported ended left a model call under it streaming, read where the
+        run ends (the same thread and task): its consumer stopped reading a sync ``stream``,
+        which LangChain reports to the chains as a normal end (``astream`` reports it as
+        ``GeneratorExit``); a run that finishes ends its model calls first. A stream read
+        elsewhere (an ``astream_events`` of its own, which a chain may leave) is no sign."""
+        pending, here = [state], running_in()
+        while pending:
+            for child_id in pending.pop().children:
+                child = self._runs.get(child_id)
+                if isinstance(child, ModelRunState) and child.streamed and child.read_in == here:
+                    return True
+                if child is not None:
+                    pending.append(child)
+        return False
+
     def _stream_closed(self, state: RunState) -> bool:
-        """Whether a run's tree runs in an ``astream_events`` task its consumer walked away from."""
-        root = state
-        while (parent := self._runs.get(root.parent_run_id)) is not None:
-            root = parent
-        return root.task is not None and closed_event_stream(root.task)
+        """Whether a run, or one it runs in, started in an ``astream_events`` task its consumer
+        walked away from (the stream of a whole run, or one a run reads inside another)."""
+        run: RunState | None = state
+        while run is not None:
+            if run.task is not None and closed_event_stream(run.task):
+                return True
+            run = self._runs.get(run.parent_run_id)
+        return False
 
     def _on_task_done(self, run_id: UUID, task: asyncio.Task[object]) -> None:
         try:
+            state = self._runs.get(run_id)
+            reader = None if state is None else state.reader
+            if (
+                state is not None
+                and state.task_watch is not None
+                and task is state.task
+                and not task.cancelled()
+                and reader is not None
+                and not reader.done()
+            ):
+                # Its chunks are read on in another task: the run ends with that one at the
+                # latest (a stream iterated a chunk per task, whose producer outlives each).
+                reader.add_done_callback(state.task_watch)
+                return
             error = asyncio.CancelledError() if task.cancelled() else GeneratorExit()
             self.end(run_id, error)
         except Exception as exc:
@@ -270,16 +363,20 @@ class RunTree:
         for child_id in tuple(state.children):
             child = self._runs.pop(child_id)
             if child is not None:
-                # Outlived its parent: cancelled with it, or left behind by a finished parent.
+                # Outlived its parent: cancelled with it, else left behind (a parent that failed
+                # for another reason, a filter reading its stream, is no failure of the child).
+                left = error if outcome(error) == "cancelled" else GeneratorExit()
                 try:
-                    self._finish(child, error if error is not None else GeneratorExit(), None)
+                    self._finish(child, left, None)
                 except Exception as exc:  # one child's failure must not leave the parent open
                     self._failures.report("ending a child run", exc)
         if error is None:
             # A run that failed hands nothing on: its trimmed messages reached no model.
             self._runs.hand_on_trim(state)
-        if state.task is not None and state.task_watch is not None:
-            state.task.remove_done_callback(state.task_watch)
+        if state.task_watch is not None:
+            for task in (state.task, state.reader):
+                if task is not None:
+                    task.remove_done_callback(state.task_watch)
         if isinstance(state, ModelRunState):
             self._end_model_call(state, error, response)
         elif state.span is not None:

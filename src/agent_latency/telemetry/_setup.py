@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import (
 
 from agent_latency._redaction import display_url, host_and_port
 from agent_latency.config import Settings, is_http_url
-from agent_latency.telemetry._console import TreeSpanExporter
+from agent_latency.telemetry._console import LocalRoots, TreeSpanExporter
 from agent_latency.telemetry._export import (
     PROBE_TIMEOUT_S,
     ExporterLogFilter,
@@ -293,7 +293,11 @@ def configure_telemetry(
 
     if kind == "console":
         # sys.stdout as it is now (the exporters' default is the one at import time).
-        tracer_provider.add_span_processor(BatchSpanProcessor(TreeSpanExporter(out=sys.stdout)))
+        roots = LocalRoots()  # a run under the application's own span is a tree of its own
+        tracer_provider.add_span_processor(roots)
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(TreeSpanExporter(out=sys.stdout, roots=roots))
+        )
     elif kind == "console-json":
         tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
         readers.append(

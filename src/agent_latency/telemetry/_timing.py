@@ -20,7 +20,9 @@ class CallTiming:
         first_chunk_s: Seconds to the first content chunk, for the semantic-convention attribute
             and metric (streamed content only); ``None`` otherwise.
         mean_chunk_gap_s: The mean wait between content chunks after the first (2+ chunks).
-        ttft_level: ``ttft_ms`` against the thresholds; ``None`` without a TTFT.
+        ttft_level: ``ttft_ms`` against the thresholds; for a call that failed or was
+            cancelled before any content, its whole wait when that crossed one (its first token
+            would have come later still); else ``None`` without a TTFT.
     """
 
     total_ms: float
@@ -49,12 +51,15 @@ def call_timing(
     last_chunk_ns: int,
     chunks: int,
     failed: bool,
+    gave_up: bool = False,
     record_ttft: bool,
     warn_ms: float,
     error_ms: float,
 ) -> CallTiming:
     """Works out a call's timing from its clock readings (nanoseconds of one monotonic clock);
-    ``failed`` is a call that ended without an answer (failed, cancelled, abandoned)."""
+    ``failed`` is a call that ended without an answer (failed, cancelled, abandoned),
+    ``gave_up`` one that failed or was cancelled (not left by its consumer, whose waits are its
+    own): its whole wait bounds a first token that never came."""
     total_ms = (end_ns - started_ns) / 1e6
     mean_gap_s = (
         (last_chunk_ns - first_chunk_ns) / (chunks - 1) / 1e9
@@ -68,10 +73,14 @@ def call_timing(
         ttft_ms = first_chunk_s * 1e3
     elif record_ttft and not failed:
         ttft_ms = total_ms
+    level = ttft_level(ttft_ms, warn_ms, error_ms)
+    if record_ttft and ttft_ms is None and gave_up:
+        waited = ttft_level(total_ms, warn_ms, error_ms)
+        level = None if waited == "ok" else waited
     return CallTiming(
         total_ms=total_ms,
         ttft_ms=ttft_ms,
         first_chunk_s=first_chunk_s,
         mean_chunk_gap_s=mean_gap_s,
-        ttft_level=ttft_level(ttft_ms, warn_ms, error_ms),
+        ttft_level=level,
     )
