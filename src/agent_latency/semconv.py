@@ -57,7 +57,8 @@ ESTIMATED_INPUT_TOKENS: Final = "agent_latency.estimated_input_tokens"
 call, else the messages and the tools sent with them counted locally (cl100k); beside the
 server's ``gen_ai.usage``."""
 OUTCOME: Final = "agent_latency.outcome"
-"""How a run ended: ``ok``, ``error``, ``cancelled`` or ``abandoned``."""
+"""How a run ended: ``ok``, ``error``, ``cancelled``, ``abandoned`` or ``interrupted`` (a
+LangGraph ``interrupt()``, waiting for a human to resume it)."""
 
 # The trim span (made by the trimmer), whose figures the chat-model span it prepared repeats.
 TRIM_SPAN_NAME: Final = "agent_latency.trim"
