@@ -11,10 +11,12 @@ before either trim (untimed), so neither pays for tokenizing the new turn and th
 cached. The chat is replayed ``--repeat`` times (a new trimmer each time), and each call counts
 at its quickest replay, for each trimmer: what the call costs when nothing else on the machine
 got in its way. It prints, per band of 100 messages, the median of those CPU times and their
-ratio (CPU time of this process: the machine is shared).
+ratio (CPU time of this process: the machine is shared). ``--middleware`` times ours as
+``create_agent`` calls it, through ``TrimmingMiddleware`` with recall on (see
+:func:`as_middleware`).
 
 Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700] [--data FILE]
-[--repeat 5]`` (about a minute).
+[--repeat 5] [--middleware]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, trim_messages
 
@@ -47,12 +51,42 @@ def real_chat(messages: int, data: Path = _DATA) -> list[BaseMessage]:
     return turns[:messages]
 
 
+def as_middleware(trimmer: PriorityTrimmer) -> Callable[[list[BaseMessage]], object]:
+    """What a ``create_agent`` model call with ``TrimmingMiddleware(trimmer)`` does before the
+    model: the trim, the elision marker and the runs of left-out messages the recall tool
+    reads (the model is not called: the next handler answers at once)."""
+    from langchain.agents.middleware.types import ModelRequest, ModelResponse
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from agent_latency.trimming import TrimmingMiddleware
+
+    middleware, model = TrimmingMiddleware(trimmer), GenericFakeChatModel(messages=iter(()))
+    answer = ModelResponse(result=[AIMessage("ok")])
+
+    def call(messages: list[BaseMessage]) -> object:
+        system, *rest = messages
+        assert isinstance(system, SystemMessage)
+        history: Any = rest  # an agent's state holds these very messages
+        request = ModelRequest(
+            model=model, messages=history, system_message=system, state={"messages": history}
+        )
+        return middleware.wrap_model_call(request, lambda _: answer)
+
+    return call
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=int, default=4000)
     parser.add_argument("--messages", type=int, default=700)
     parser.add_argument("--data", type=Path, default=_DATA, help="LongMemEval or LoCoMo file")
     parser.add_argument("--repeat", type=int, default=5, help="replays; each call's quickest")
+    parser.add_argument(
+        "--middleware",
+        action="store_true",
+        help="time ours as create_agent calls it: TrimmingMiddleware, recall on",
+    )
     args = parser.parse_args(argv)
     counter = TokenCounter.for_model("qwen")
     try:
@@ -73,11 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     theirs = [math.inf] * len(calls)
     for _ in range(args.repeat):  # each call's quickest replay: what the machine let it take
         trimmer = PriorityTrimmer(args.budget, token_counter=counter)  # a new conversation
+        trim = as_middleware(trimmer) if args.middleware else trimmer.trim
         for call, end in enumerate(calls):
             messages = [system, *chat[:end]]
             counter.count_messages(messages)
             started = time.process_time()
-            trimmer.trim(messages)
+            trim(messages)
             middle = time.process_time()
             trim_messages(
                 messages,
@@ -95,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         bands.setdefault(end // _BAND * _BAND, []).append(call)
     print(
         f"budget {args.budget:,}; median CPU ms per call, {len(chat)} messages of real chat "
-        f"({args.data.name})"
+        f"({args.data.name}){'; ours: TrimmingMiddleware' if args.middleware else ''}"
     )
     print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
     for band, members in bands.items():

@@ -8,14 +8,17 @@ import pytest
 from support.scripts import benchmark_script
 
 
+@pytest.mark.parametrize("path", [[], ["--middleware"]], ids=["trim", "middleware"])
 def test_prints_each_band_with_both_costs_and_their_ratio(
-    capsys: pytest.CaptureFixture[str],
+    path: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with benchmark_script("growing_trim_cost") as script:
-        assert script.main(["--messages", "150", "--repeat", "2", "--budget", "2000"]) == 0
+        argv = ["--messages", "150", "--repeat", "2", "--budget", "2000", *path]
+        assert script.main(argv) == 0
 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("budget 2,000; median CPU ms per call, 150 messages")
+    assert lines[0].endswith("ours: TrimmingMiddleware") == bool(path)
     bands = [line.split() for line in lines[2:]]
     # A call per user turn: about half the messages, in bands of 100 by the chat's length.
     assert [band[0] for band in bands] == ["0-99", "100-199"]
