@@ -6,8 +6,9 @@ for an OpenAI-compatible endpoint: an ``AIMessage`` with tool calls together wit
 message. Its calls include ``invalid_tool_calls`` (arguments that are not JSON): ChatOpenAI
 sends those too. A ``ToolMessage`` joins the unit of the latest preceding ``AIMessage`` that
 issued its ``tool_call_id``, even when other messages sit in between (a *late* result, which is
-sent right after its call: :attr:`MessageFacts.late`); one that answers no preceding call is an
-``"orphan"`` unit of its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
+sent right after its call: :attr:`MessageFacts.late`); one that answers no preceding call, or
+a call already answered (OpenAI refuses a second result of a call), is an ``"orphan"`` unit of
+its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
 call in ``additional_kwargs["tool_call_id"]``. A *round* is a user message and everything up to
 the next user message; messages before the first user message form round 0. Messages are
 classified by the OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user
@@ -251,9 +252,11 @@ class _Grouping:
         owner = self.unit_of_call.get(call_id) if call_id is not None else None
         if owner is None:
             return False
+        call = self.units[owner].indices[0]
+        if call_id not in self.unanswered.get(call, ()):  # a second result of its call
+            return False
         counts.append(count(message))
         self._join(owner, index, counts[index])
-        call = self.units[owner].indices[0]
         rest = tuple(id_ for id_ in self.unanswered.get(call, ()) if id_ != call_id)
         if rest:
             self.unanswered[call] = rest
