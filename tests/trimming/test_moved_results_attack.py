@@ -12,12 +12,15 @@ second result of an answered call was sent right after the first (OpenAI: "Dupli
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -25,11 +28,15 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from support.fakes import Recorder
 from trimming.test_unanswered_attack import COUNTER, call, checked_trim, raw, wire_problems
 
 from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
-from agent_latency.trimming._recall import RecallingTrimmer, in_runs, left_out_runs
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._recall import MARKER_TEXT, RecallingTrimmer, in_runs, left_out_runs
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 
@@ -48,7 +55,7 @@ def sim() -> Iterator[RunningSimulator]:
         yield running
 
 
-def model_of(sim: RunningSimulator) -> object:
+def model_of(sim: RunningSimulator) -> Any:
     return build_chat_model(
         Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
     )
@@ -89,7 +96,7 @@ def test_results_swapped_in_place_are_cut_with_their_new_calls(sim: RunningSimul
     chat[5].tool_call_id, chat[6].tool_call_id = "b", "a"
     swapped = checked_trim(trimmer, chat, 700)
     assert swapped.cut_for_budget
-    model_of(sim).invoke(swapped.messages)  # type: ignore[attr-defined]
+    model_of(sim).invoke(swapped.messages)
 
 
 # --- a second result of an answered call ------------------------------------------------------
@@ -114,7 +121,7 @@ def test_a_second_result_of_an_answered_call_is_dropped(sim: RunningSimulator, l
     assert trimmed.decisions[second].rule == "orphan_tool_result"
     assert trimmed.messages == [m for i, m in enumerate(chat) if i != second]
     assert not trimmed.cut_for_budget and trimmed.left_out_indices == (second,)
-    model_of(sim).invoke(trimmed.messages)  # type: ignore[attr-defined]
+    model_of(sim).invoke(trimmed.messages)
 
 
 # --- what held: seeded growth with late results, renames and inserts --------------------------
@@ -211,3 +218,70 @@ def test_seeded_growth_with_late_results_trims_like_fresh_and_recalls_what_was_l
             runs = left_out_runs(chat, marked) if marked.changed else []
             assert in_runs(chat, runs) == [chat[i] for i in decided if marked.changed]
     assert {"late_tool_result", "recalled", "dropped_at_cut", "orphan_tool_result"} <= seen
+
+
+def late_chats(seed: int) -> list[list[BaseMessage]]:
+    """The prefixes of a seeded conversation with late results (no edits in place)."""
+    rng = random.Random(seed)
+    chat: list[BaseMessage] = [SystemMessage("sys")]
+    pending: list[str] = []
+    issued = 0
+    prefixes = []
+    while len(prefixes) < 20:
+        size = len(chat)
+        issued = grow(rng, chat, pending, issued) if rng.random() < 0.65 else issued
+        if len(chat) > size:
+            prefixes.append(list(chat))
+    return prefixes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_and_abatch_over_chats_with_late_results_trim_like_fresh_trimmers(
+    seed: int,
+) -> None:
+    prefixes = late_chats(seed)
+    fresh = [PriorityTrimmer(300, token_counter=COUNTER).trim(p) for p in prefixes]
+    trimmer = PriorityTrimmer(300, token_counter=COUNTER)
+    assert trimmer.batch(prefixes) == [r.messages for r in fresh]
+    assert asyncio.run(trimmer.abatch(prefixes)) == [r.messages for r in fresh]
+    assert all(wire_problems(r.messages) == [] for r in fresh)
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up in the inventory."""
+    return f"value of {key}: " + "record " * 60
+
+
+def test_agent_with_user_messages_while_its_tools_run_sends_valid_marked_prompts(
+    sim: RunningSimulator,
+) -> None:
+    """``create_agent`` with the middleware (recall on) over the simulator, a user message put
+    in its state before every other tool step (a late result each time), under a budget that
+    cuts: every prompt is valid, the marker comes only with a cut for the budget and the
+    left-out indices are the decisions'."""
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    graph = create_agent(
+        build_chat_model(settings),
+        tools=[lookup],
+        system_prompt="You are the inventory assistant.",
+        middleware=[TrimmingMiddleware(PriorityTrimmer.from_settings(settings, budget=700))],
+        checkpointer=InMemorySaver(),
+        interrupt_before=["tools"],
+    )
+    recorder = Recorder()
+    config: Any = {"configurable": {"thread_id": "t"}, "callbacks": [recorder]}
+    for i in range(5):
+        graph.invoke({"messages": [HumanMessage(f'Use lookup for "k{i}". ' + "why " * 20)]}, config)
+        if i % 2 == 0:
+            graph.update_state(config, {"messages": [HumanMessage(f"Still there {i}?")]})
+        while graph.get_state(config).next:
+            graph.invoke(None, config)
+    assert len(recorder.prompts) == len(recorder.trims) > 5
+    assert sum(t.moved_messages for t in recorder.trims) > 0
+    assert any(t.cut_for_budget for t in recorder.trims)
+    for prompt, trim in zip(recorder.prompts, recorder.trims, strict=True):
+        assert wire_problems(prompt) == []
+        marked = any(m.content == MARKER_TEXT for m in prompt)
+        assert not marked or trim.cut_for_budget
+        assert trim.left_out_indices == tuple(d.index for d in trim.decisions if d.action != "kept")
