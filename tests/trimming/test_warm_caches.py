@@ -190,4 +190,7 @@ def test_conversation_cache_matches_a_fresh_analysis_on_random_agent_loops() -> 
 
         assert facts.counts == [TokenCounter().count_message(m) for m in messages]
         assert facts.texts == [m.text for m in messages]
-        assert facts == analysis(TokenCounter(), messages)  # units and what they give
+        # units and what they give (a fresh analysis is a grouping of another generation)
+        assert facts._replace(generation=0) == analysis(TokenCounter(), messages)._replace(
+            generation=0
+        )

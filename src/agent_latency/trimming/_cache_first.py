@@ -38,7 +38,7 @@ import math
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice, takewhile
+from itertools import compress, islice, takewhile
 from typing import Final, NamedTuple
 
 from agent_latency._chat_format import role_of
@@ -325,15 +325,16 @@ def _left_out(history: _History, cut: int, target: int, options: TrimOptions) ->
     every call until the next cut asks the same of the same rounds (an edit of a text before the
     cut re-indexes the conversation, a new ``postings`` object, and one of a size, such as a
     tool call's arguments, changes the rounds' sizes: either asks anew). The runs are positions:
-    the key holds every round's, which a tool result renamed in place can move to another round
-    (a late result) with no size changed."""
+    the key holds the analysis' generation, new after any edit, which can move a tool result to
+    another round (a late result renamed in place) with no size changed."""
     postings = history.occurrences.postings
     key = (
         "left_out",
         id(postings),
         cut,
-        tuple(map(len, history.indices[:cut])),
-        positions := tuple(chain.from_iterable(history.indices[:cut])),
+        history.plan.facts.generation,  # rounds keep their messages while it is the same
+        history.indices[0][0],
+        history.indices[cut - 1][-1],
         tuple(history.sizes[:cut]),
         target,
         options.history_keep_head,
@@ -345,8 +346,7 @@ def _left_out(history: _History, cut: int, target: int, options: TrimOptions) ->
         return remembered[1]
     keep = _stable_part(history, cut, target, options)
     left_out = _runs(i for r in range(cut) if r not in keep for i in history.indices[r])
-    size = 48 * len(left_out) + 16 * cut + 8 * len(positions) + 64  # the key's positions too
-    history.terms.scores.put(key, (postings, left_out), size)
+    history.terms.scores.put(key, (postings, left_out), 48 * len(left_out) + 8 * cut + 64)
     return left_out
 
 

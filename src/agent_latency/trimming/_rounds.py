@@ -65,6 +65,9 @@ _PARTINGS = _CONVERSATIONS
 are told apart up to as many as are remembered."""
 _WARNED = 1024
 """How many gaps in tool calls (call ids) a memo remembers having warned of."""
+_GENERATIONS = count(1)
+"""Numbers each grouping worked out from units (see ``_Grouping.generation``), process-wide: no
+two conversations' groupings share one (``next`` of it is atomic)."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -106,6 +109,10 @@ class _Grouping:
     unanswered: dict[int, tuple[str, ...]] = field(default_factory=dict)
     late: dict[int, int] = field(default_factory=dict)
     calls_shared: bool = False  # unit_of_call is another grouping's too: copy it to change it
+    # Which grouping this is: new for each one worked out from units (a first call, or after an
+    # edit), kept by copies extended with new messages (which change no earlier round's
+    # messages but by adding late results, which change its size).
+    generation: int = field(default_factory=lambda: next(_GENERATIONS))
 
     @classmethod
     def of(cls, units: list[Unit], counts: list[int]) -> _Grouping:
@@ -133,6 +140,7 @@ class _Grouping:
             self.unanswered.copy(),
             self.late.copy(),
             calls_shared=True,
+            generation=self.generation,
         )
 
     def facts(self, counts: list[int], texts: list[str]) -> MessageFacts:
@@ -148,6 +156,7 @@ class _Grouping:
             self.round_tokens,
             self.unanswered,
             self.late,
+            self.generation,
         )
 
     def extend(
@@ -330,6 +339,8 @@ class MessageFacts(NamedTuple):
         late: Per tool result that came apart from its call (another message between it and
             the message of its unit before it, such as a user message sent while the tool
             ran), by position, the position of its call.
+        generation: Which grouping of the messages these are: the same while a conversation only
+            grows, another after an edit (what was derived from the rounds before may be stale).
     """
 
     counts: list[int]
@@ -343,6 +354,7 @@ class MessageFacts(NamedTuple):
     round_tokens: list[int]
     unanswered: dict[int, tuple[str, ...]]
     late: dict[int, int]
+    generation: int
 
 
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
@@ -619,7 +631,8 @@ class AnalysisMemo:
         for getter_held, group in added.items():
             compared[getter_held] = compared.get(getter_held, _NO_GROUP).plus(*group)
         counts = memo.facts.counts.copy()
-        grouping = memo.grouping.copy()
+        # A conversation's first grouping is a new one (a generation of its own), not _EMPTY's.
+        grouping = memo.grouping.copy() if memo.refs else _Grouping()
         grouping.extend(messages, counts, self._counter.count_message)
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
