@@ -103,7 +103,9 @@ def test_results_swapped_in_place_are_cut_with_their_new_calls(sim: RunningSimul
 
 
 @pytest.mark.parametrize("late", [True, False])
-def test_a_second_result_of_an_answered_call_is_dropped(sim: RunningSimulator, late: bool) -> None:
+def test_a_second_result_of_an_answered_call_is_dropped(
+    sim: RunningSimulator, late: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """A tool result appended twice (a retried tool step): the second answers no pending call.
     Late, it used to be moved right after the first (OpenAI: 400 "Duplicate value for
     'tool_call_id'"); right after the first, it was sent as given."""
@@ -116,8 +118,10 @@ def test_a_second_result_of_an_answered_call_is_dropped(sim: RunningSimulator, l
         ToolMessage("result a, again", tool_call_id="a"),
         HumanMessage("so?"),
     ]
-    trimmed = checked_trim(PriorityTrimmer(2000, token_counter=COUNTER), chat)
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        trimmed = checked_trim(PriorityTrimmer(2000, token_counter=COUNTER), chat)
     second = 5 if late else 4
+    assert f"or a call already answered, at message index(es) [{second}]" in caplog.text
     assert trimmed.decisions[second].rule == "orphan_tool_result"
     assert trimmed.messages == [m for i, m in enumerate(chat) if i != second]
     assert not trimmed.cut_for_budget and trimmed.left_out_indices == (second,)

@@ -566,9 +566,9 @@ class AnalysisMemo:
         ]
         if orphans:
             logger.warning(
-                "Dropped %d tool result(s) answering no preceding tool call, at message "
-                "index(es) %s; check the tool_call_id of the ToolMessages you pass. Said once "
-                "per call id.",
+                "Dropped %d tool result(s) answering no preceding tool call, or a call already "
+                "answered, at message index(es) %s; check the tool_call_id of the ToolMessages "
+                "you pass. Said once per call id.",
                 len(orphans),
                 orphans,
             )
