@@ -278,9 +278,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
                 (token if isinstance(token, str) else blocks_carry_content(token))
                 or getattr(getattr(chunk, "message", None), "tool_call_chunks", None)
             )
-            state = self._tree.get(run_id)
-            if state is not None and state.task_watch is not None and state.reader is None:
-                self._tree.reading_in(state)
+            state = self._tree.chunk_arrived(run_id)
             self._calls.chunk(state, content=content, delivered=chunk)
         except Exception as exc:
             self.failures.report("on_llm_new_token", exc)
@@ -291,9 +289,7 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         reasoning delta is no content."""
         try:
             content = event_carries_content(event)
-            state = self._tree.get(run_id)
-            if state is not None and state.task_watch is not None and state.reader is None:
-                self._tree.reading_in(state)
+            state = self._tree.chunk_arrived(run_id)
             self._calls.chunk(state, content=content, delivered=event, by_event=True)
         except Exception as exc:
             self.failures.report("on_stream_event", exc)

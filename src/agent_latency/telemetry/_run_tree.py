@@ -238,9 +238,9 @@ class RunTree:
 
     # -- while runs are open -------------------------------------------------------------------
 
-    def reading_in(self, state: RunState) -> None:
-        """Called with a watched root run (a model call) as a chunk of it arrives, until the
-        task that reads its chunks is known.
+    def chunk_arrived(self, run_id: UUID) -> RunState | None:
+        """The open run ``run_id`` a chunk arrived for (``None`` when none is open), noting the
+        task that reads it while a watched root run (a model call) does not know it yet.
 
         When the task the run started in reads the chunk itself, it iterates a stream, whose
         every end LangChain reports (cancellation and walking away included), so that task's end
@@ -249,17 +249,19 @@ class RunTree:
         task (an ``ainvoke``'s ``gather`` task, the producer of a ``version="v3"`` stream) name
         the task the run lives on in when the one it started in ends first.
         """
+        state = self._runs.get(run_id)
+        if state is None or state.reader is not None:
+            return state
         watch = state.task_watch
         if watch is None or state.task is None:
-            return
+            return state
         task = current_task()
-        if task is None:
-            return
         if task is state.task:
             state.task_watch = None
             task.remove_done_callback(watch)
-        else:
+        elif task is not None:
             state.reader = task
+        return state
 
     def record_tool_result(self, run_id: UUID, output: Any) -> None:
         """Puts a tool's result on its span, when content is captured."""
