@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import operator
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -218,7 +217,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if result.dropped_tools:  # a tool budget left some tools out
             sent = {id(tool) for tool in result.tools or ()}
             request = request.override(tools=[t for t in request.tools if id(t) in sent])
-        if _as_given(result.messages, messages):
+        if not result.changed:
             return request, result, runs
         # The kept messages are the request's own (or same-typed shortened copies of them),
         # and the recall marker.
@@ -320,12 +319,6 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
         for m in response.result
     ]
     return dataclasses.replace(response, result=answers)
-
-
-def _as_given(sent: Sequence[BaseMessage], messages: Sequence[BaseMessage]) -> bool:
-    """Whether ``sent`` are ``messages`` themselves, in their order (nothing dropped, shortened
-    or moved: a late tool result moved next to its call changes only the order)."""
-    return len(sent) == len(messages) and all(map(operator.is_, sent, messages))
 
 
 def _current_run() -> tuple[Context | None, Tracer | None]:

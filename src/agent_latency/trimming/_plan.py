@@ -26,7 +26,7 @@ from agent_latency.trimming._compaction import Compactor
 from agent_latency.trimming._decisions import GAP_RULES, Action, MessageDecision, Rule
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import Occurrences, TermCache, bm25_scores, text_of
-from agent_latency.trimming._rounds import MessageFacts, Unit
+from agent_latency.trimming._rounds import MessageFacts, Unit, first_index
 from agent_latency.trimming._shortening import MIN_SHORTENED_TOKENS, MessageShortener
 
 _MUST_KEEP_RULES: frozenset[Rule] = frozenset({"must_keep", "latest_tool_call"})
@@ -288,7 +288,7 @@ class Plan:
         units = self.facts.units
         calls: dict[int, int] = {}
         for call in set(late.values()):
-            unit = units[bisect.bisect_left(units, call, key=_first)]
+            unit = units[bisect.bisect_left(units, call, key=first_index)]
             calls.update(dict.fromkeys(unit.indices, call))
         return lambda index: (calls.get(index, index), index)
 
@@ -482,10 +482,6 @@ def _any_true(flags: list[bool], run: range) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _first(unit: Unit) -> int:
-    return unit.indices[0]
 
 
 def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:

@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress, count
+from itertools import compress, count, islice
 from typing import Final, NamedTuple
 
 from langchain_core.messages import BaseMessage
@@ -297,8 +297,8 @@ class Occurrences(NamedTuple):
         """The positions of the messages (of the first ``length``) holding ``term``: a copy,
         since a trim of a longer prefix of the conversation may extend the list meanwhile (in
         another thread)."""
-        found = self.postings.get(term)
-        return found[: bisect.bisect_left(found, self.length)] if found else []
+        postings, held = self.held(term)
+        return list(islice(postings, held))
 
     def held(self, term: str) -> tuple[Sequence[int], int]:
         """The positions of the messages holding ``term`` and how many of the first are of the

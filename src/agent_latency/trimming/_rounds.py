@@ -740,7 +740,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     if length == len(memo.refs):
         return memo
     units = memo.facts.units
-    units_before = bisect.bisect_left(units, length, key=_first)
+    units_before = bisect.bisect_left(units, length, key=first_index)
     # A tool call's unit keeps only the results before the cut.
     kept = [
         unit if unit.indices[-1] < length else _unit(unit.kind, _before(unit, length), unit.round)
@@ -794,7 +794,8 @@ def _alive_part(memo: _Memo) -> _Memo | None:
     return None if dead < _KEY_MESSAGES else _truncated(memo, dead)
 
 
-def _first(unit: Unit) -> int:
+def first_index(unit: Unit) -> int:
+    """The position of a unit's first message (what orders the units)."""
     return unit.indices[0]
 
 
