@@ -81,6 +81,18 @@ def wire_problems(messages: list[BaseMessage]) -> list[str]:
     return problems
 
 
+def asked_and_answered(asked: AIMessage, answer: AIMessage | None = None) -> list[BaseMessage]:
+    """A chat where ``asked`` calls "a", its result follows, then ``answer`` and a new turn."""
+    return [
+        SystemMessage("s"),
+        HumanMessage("look a up"),
+        asked,
+        ToolMessage("result a", tool_call_id="a"),
+        answer or AIMessage("Found it."),
+        HumanMessage("next"),
+    ]
+
+
 def checked_trim(
     trimmer: PriorityTrimmer, messages: list[BaseMessage], budget: int = 2000
 ) -> TrimResult:
@@ -158,14 +170,7 @@ def test_a_tool_call_edited_in_place_between_calls_is_seen(
 ) -> None:
     trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
     asked = AIMessage("Checking.", tool_calls=[call("a")])
-    chat: list[BaseMessage] = [
-        SystemMessage("s"),
-        HumanMessage("look a up"),
-        asked,
-        ToolMessage("result a", tool_call_id="a"),
-        AIMessage("Found it."),
-        HumanMessage("next"),
-    ]
+    chat = asked_and_answered(asked)
     checked_trim(trimmer, chat)
     edit(asked)
     checked_trim(trimmer, chat)
@@ -347,14 +352,7 @@ def test_random_growth_with_edits_trims_like_a_fresh_trimmer() -> None:
 def test_calls_emptied_in_place_are_not_sent_from_additional_kwargs() -> None:
     trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
     asked = AIMessage("", additional_kwargs={"tool_calls": [raw("a")]})  # as ChatOpenAI builds it
-    chat: list[BaseMessage] = [
-        SystemMessage("s"),
-        HumanMessage("look a up"),
-        asked,
-        ToolMessage("result a", tool_call_id="a"),
-        AIMessage("Found it."),
-        HumanMessage("next"),
-    ]
+    chat = asked_and_answered(asked)
     checked_trim(trimmer, chat)
     asked.tool_calls = []  # the user strips the calls; its result is then an orphan, dropped
     assert wire_problems(trimmer.trim(chat).messages) == []
@@ -382,14 +380,7 @@ def test_raw_calls_edited_in_place_between_calls_are_seen() -> None:
     trimmer does (checked_trim), and never sends a raw call unanswered."""
     trimmer = PriorityTrimmer(2000, token_counter=COUNTER)
     asked = AIMessage("", additional_kwargs={"tool_calls": [raw("a")]})
-    chat: list[BaseMessage] = [
-        SystemMessage("s"),
-        HumanMessage("look a up"),
-        asked,
-        ToolMessage("result a", tool_call_id="a"),
-        AIMessage("Found it.", additional_kwargs={"refusal": None}),
-        HumanMessage("next"),
-    ]
+    chat = asked_and_answered(asked, AIMessage("Found it.", additional_kwargs={"refusal": None}))
     checked_trim(trimmer, chat)
     asked.tool_calls = []
     checked_trim(trimmer, chat)
