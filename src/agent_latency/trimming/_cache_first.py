@@ -422,10 +422,17 @@ class _Filling:
     def offer(self, hits: list[int], *, cheap: float) -> None:
         """Takes ``hits`` in their order, each with its neighbours of at most ``cheap`` tokens,
         then their other neighbours, while they fit."""
-        for index in _offered(hits, self.sizes, cheap=cheap):
-            if self.full():
-                return
-            self.take(index)
+        # take() and full() over the room left, in locals: a question offers every round
+        # that scores, most of which no longer fit.
+        sizes, allowed, taken, smallest = self.sizes, self.allowed, self.taken, self.smallest
+        left = self.room - self.used
+        for index in _offered(hits, sizes, cheap=cheap):
+            if left < smallest:
+                break
+            if index in allowed and index not in taken and sizes[index] <= left:
+                taken.add(index)
+                left -= sizes[index]
+        self.used = self.room - left
 
     def best_first(self, scores: list[float]) -> None:
         """Takes the allowed rounds that score, best first, with their neighbours (those of at
