@@ -1121,6 +1121,74 @@ def test_a_call_given_up_on_before_its_first_token_is_a_ttft_breach(
     assert line.getMessage().startswith(f"no first token: {slow_sim.config.models[0]} ended error")
 
 
+def _stream_sync(model: ChatOpenAI) -> None:
+    for _ in model.stream("hi"):
+        pass
+
+
+def _astream(model: ChatOpenAI) -> None:
+    async def read() -> None:
+        async for _ in model.astream("hi"):
+            pass
+
+    asyncio.run(read())
+
+
+def _agent_in_messages_mode(model: ChatOpenAI) -> None:
+    # LangGraph's "messages" mode makes the model's invoke stream (_should_stream): the
+    # start callback still says stream=False.
+    for _ in create_agent(model, tools=[]).stream(
+        {"messages": [("user", "hi")]}, stream_mode="messages"
+    ):
+        pass
+
+
+def _invoke(model: ChatOpenAI) -> None:
+    model.invoke("hi")
+
+
+@pytest.mark.parametrize(
+    ("call", "streams"),
+    [(_stream_sync, True), (_astream, True), (_agent_in_messages_mode, True), (_invoke, False)],
+)
+def test_a_stream_of_a_non_streaming_model_given_up_on_is_a_ttft_breach(
+    call: Any,
+    streams: bool,
+    tracer_provider: TracerProvider,
+    meter_provider: Any,
+    span_exporter: InMemorySpanExporter,
+    metric_points: Any,
+) -> None:
+    # ChatOpenAI() streams in .stream(), .astream() and under LangGraph's messages mode, but
+    # LangChain starts the run with its invocation parameters, stream=False: a hang before the
+    # first token was no breach, as for a blocking call (whose first text is its whole answer).
+    records: list[LatencyRecord] = []
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        ttft_warn_ms=50,
+        ttft_error_ms=150,
+        on_record=records.append,
+    )
+    hanging = SimulatorConfig(overhead_ms=3000, prefill_ms_per_token=0)
+    with running_simulator(hanging) as slow_sim:
+        model = chat_openai(slow_sim, timeout=0.3, callbacks=[handler])
+        with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+            call(model)
+
+    (record,) = records
+    assert record.outcome == "error"
+    (span,) = spans_named(span_exporter, "chat")
+    attributes = span.attributes or {}
+    assert attributes["gen_ai.request.stream"] is streams
+    breaches = metric_points(semconv.TTFT_BREACHES_METRIC)
+    if streams:
+        assert record.ttft_level == "error"
+        assert [point.value for point in breaches] == [1]
+    else:
+        assert breaches == []
+
+
 def test_a_call_that_fails_fast_before_its_first_token_breaches_nothing(
     tracer_provider: TracerProvider, meter_provider: Any, metric_points: Any
 ) -> None:

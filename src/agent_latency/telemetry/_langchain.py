@@ -34,6 +34,8 @@ _ENDPOINT_FIELDS: Final = ("openai_api_base", "base_url", "azure_endpoint", "api
 _OPENAI_BASE_ENV: Final = ("OPENAI_API_BASE", "OPENAI_BASE_URL")
 _CREATE_AGENT: Final = "langchain_create_agent"
 _NOTHING_REPORTED: Final = ServerUsage()
+# The methods of a LangChain chat model that stream its answer.
+_STREAMING_METHODS: Final = frozenset({"_stream", "_astream"})
 
 
 def first_str(*values: object) -> str | None:
@@ -122,6 +124,18 @@ def closed_event_stream(task: asyncio.Task[Any]) -> bool:
         and code.co_filename == event_stream.__file__
         and task.cancelling() == 1
     )
+
+
+def raised_while_streaming(error: BaseException) -> bool:
+    """Whether ``error`` came through a chat model's ``_stream`` or ``_astream``: the call
+    streamed, though LangChain started it with the model's own ``stream`` parameter
+    (``ChatOpenAI().stream(...)`` and LangGraph's messages mode start with ``stream=False``)."""
+    trace = error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_name in _STREAMING_METHODS:
+            return True
+        trace = trace.tb_next
+    return False
 
 
 def context_run() -> UUID | None:

@@ -30,6 +30,7 @@ from agent_latency.telemetry._instruments import Instruments, latest_genai_names
 from agent_latency.telemetry._langchain import (
     first_int,
     provider_name,
+    raised_while_streaming,
     requested_model,
     response_details,
     server,
@@ -193,6 +194,8 @@ class ModelCallTracer:
         # Ends the span even when measuring fails: the run is already out of the tree, so
         # nothing else would.
         try:
+            if error is not None and not state.streamed:
+                state.streamed = raised_while_streaming(error)
             # The wait after the last chunk of a stream nobody reads any more is the consumer's
             # (or the eviction's), not the server's: only a call that ended otherwise counts it.
             if outcome(error) != "abandoned" and (trailing_stall := state.close_stream(end_ns)):

@@ -67,7 +67,8 @@ class ModelRunState(RunState):
         messages: The prompt, kept by reference for the token estimate at the end.
         tools: The tool definitions sent with it, for the same estimate.
         metric_attributes: The low-cardinality attributes of the call's metrics.
-        streamed: Whether the request asked to stream or any token callback arrived.
+        streamed: Whether the request asked to stream, any token callback arrived or it failed
+            inside the model's streaming method.
         first_chunk_ns: When the first content chunk arrived.
         last_chunk_ns: When the latest content chunk arrived.
         chunks: Content chunks so far.
