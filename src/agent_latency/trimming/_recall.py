@@ -200,12 +200,16 @@ class RecallingTrimmer(TrimRunnable):
         return self._within_limit(chosen)
 
     def _within_limit(self, chosen: list[BaseMessage]) -> str:
-        """``chosen`` as text within a quarter of the budget, the note on the rest included."""
+        """``chosen`` as text within a quarter of the budget, the note on the rest included.
+
+        The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
+        each): the rest reads messages back.
+        """
         counter = self.trimmer.token_counter
-        # The note on the rest names fewer ids than one on all the chosen would.
-        limit = max(self.trimmer.options.budget // READ_SHARE, 1) - counter.count_text(
-            _more(chosen)
-        )
+        room = max(self.trimmer.options.budget // READ_SHARE, 1)
+        # The note on the rest lists at most what this one on all the chosen takes.
+        reserved = counter.count_text(_more(chosen, room // 2, counter))
+        limit = room - reserved
         parts: list[str] = []
         used = 0
         for message in chosen:
@@ -218,7 +222,7 @@ class RecallingTrimmer(TrimRunnable):
             parts.append(part)
             used += tokens
         rest = chosen[len(parts) :]
-        return "\n".join([*parts, _more(rest)] if rest else parts)
+        return "\n".join([*parts, _more(rest, reserved, counter)] if rest else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
         """The trim to the budget less the marker's tokens, with no span or warning of its own;
@@ -360,15 +364,24 @@ def _text(message: BaseMessage) -> str:
     return text
 
 
-def _more(rest: Sequence[BaseMessage]) -> str:
-    """The note on the matches not shown, with the ids to ask for them by (the first
-    :data:`_LISTED`)."""
-    ids = [m.id for m in rest if m.id is not None]
+def _more(rest: Sequence[BaseMessage], within: int, counter: TokenCounting) -> str:
+    """The note on the matches not shown, with the ids to ask for them by: the first
+    :data:`_LISTED`, as many as keep the note within ``within`` tokens (if any)."""
     note = f"({len(rest)} more matched: ask with more precise words or by id.)"
-    if not ids:
-        return note
-    listed = ", ".join(ids[:_LISTED])
-    return f"{note} Their ids: {listed}{', …' if len(ids) > _LISTED else ''}"
+    ids = [m.id for m in rest if m.id is not None]
+
+    def listing(listed: int) -> str:
+        more = ", …" if len(ids) > listed else ""
+        return f"{note} Their ids: {', '.join(ids[:listed])}{more}" if listed else note
+
+    low, high = 0, min(len(ids), _LISTED)  # the most ids that fit: at least low, at most high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if counter.count_text(listing(middle)) <= within:
+            low = middle
+        else:
+            high = middle - 1
+    return listing(low)
 
 
 def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -1,0 +1,65 @@
+"""Attack 7 on the default trimmer from a real user's side: inputs the other tests never tried.
+
+Each test reproduces a defect found here (it failed before its fix) with the public API: the
+real ``ChatOpenAI`` over HTTP against the simulator where the wire matters, a real
+``create_agent`` where an agent is involved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency.sim import SimulatorConfig, running_simulator
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming._middleware import TrimmingMiddleware
+from agent_latency.trimming._recall import TOOL_NAME
+from agent_latency.trimming._trimmer import PriorityTrimmer
+
+COUNTER = TokenCounter()
+SYSTEM = "You are the operations assistant of a bookshop; answer from the conversation."
+FAST = SimulatorConfig(
+    overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=20_000, answer_tokens=8
+)
+
+
+def trimmer(budget: int, **options: Any) -> PriorityTrimmer:
+    return PriorityTrimmer(budget, token_counter=COUNTER, **options)
+
+
+# --- the recall tool's answer with the ids a real agent gives its messages --------------------
+
+
+def test_recall_reads_back_messages_when_many_match_and_ids_are_uuids() -> None:
+    """An agent's state gives every message a UUID (LangGraph's ``add_messages``); a recall
+    that matches many left-out messages listed 50 of those ids (about 1,250 tokens) and, where
+    that took the whole quarter of the budget, read back nothing but ``[cut]`` (budget 2,000:
+    an answer of 1,256 tokens, a quarter being 500)."""
+    budget = 2000
+    history: list[BaseMessage] = []
+    for r in range(80):  # no ids: the agent's state gives them
+        history += [
+            HumanMessage(f"Note {r}: aisle {r} shelves were restocked with novels and atlases."),
+            AIMessage(f"Noted, aisle {r}."),
+        ]
+    question = HumanMessage('Please recall "shelves" and say which aisle was restocked last.')
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=SYSTEM,
+            middleware=[TrimmingMiddleware(trimmer(budget))],
+        )
+        state = agent.invoke({"messages": [*history, question]})
+    call, answer = state["messages"][-3:-1]
+    assert isinstance(call, AIMessage) and call.tool_calls[0]["name"] == TOOL_NAME
+    assert isinstance(answer, ToolMessage)
+    assert COUNTER.count_text(answer.text) <= budget // 4
+    # It reads back messages, the newest matches first, and names more to ask for by id.
+    lines = answer.text.splitlines()
+    assert lines[0].startswith("[id ") and "shelves were restocked" in lines[0]
+    assert "more matched" in lines[-1] and "Their ids:" in lines[-1]
