@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -63,3 +64,38 @@ def test_recall_reads_back_messages_when_many_match_and_ids_are_uuids() -> None:
     lines = answer.text.splitlines()
     assert lines[0].startswith("[id ") and "shelves were restocked" in lines[0]
     assert "more matched" in lines[-1] and "Their ids:" in lines[-1]
+
+
+# --- questions asked with the question marks chat users type ----------------------------------
+
+PORT = "The database port is 5432 on the server db-7."
+PORT_AR = "منفذ قاعدة البيانات هو 5432 على الخادم db-7"
+PORT_ZH = "数据库的端口是5432，在服务器db-7上。"
+ASKED = "and the database port, which one was it"
+
+
+@pytest.mark.parametrize(
+    ("fact", "question"),
+    [
+        pytest.param(PORT, ASKED + "❓", id="emoji"),
+        pytest.param(PORT, ASKED + " ❔", id="white-emoji"),
+        pytest.param(PORT, ASKED + "‽", id="interrobang"),
+        pytest.param(PORT, ASKED + "⁉️", id="emoji-exclamation"),
+        pytest.param(PORT, ASKED + "⁇", id="double"),
+        pytest.param(PORT_AR, "ما هو منفذ قاعدة البيانات⸮", id="reversed"),
+        pytest.param(PORT_ZH, "那数据库的端口是多少呢﹖", id="small"),
+    ],
+)
+def test_a_question_ending_in_another_question_mark_recalls_the_cut_fact(
+    fact: str, question: str
+) -> None:
+    """A turn without ``?``, ``？`` or ``؟`` was a statement, so the fact its words name was
+    recalled only if it matched 80% of the turn: it stayed cut."""
+    messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
+    for r in range(40):
+        note = f"Note {r}: the shelves were arranged " + "and cleaned " * 12
+        messages += [HumanMessage(fact if r == 5 else note, id=f"u{r}"), AIMessage(f"OK {r}.")]
+    messages.append(HumanMessage(question, id="q"))
+    sent = trimmer(1500).trim(messages).messages
+    assert "u5" in [m.id for m in sent]
+    assert sent[-1].id == "q"

@@ -57,9 +57,12 @@ STATEMENT_MATCH: Final = 0.8
 match: most such turns go on with the conversation rather than ask about its past."""
 RECALL_OF_BEST: Final = 0.25
 """How well, against the best, a left-out round must match to come back with it."""
-_QUESTION_MARKS: Final = ("?", "\uff1f", "\u061f")
-"""What makes a turn a question: the ASCII mark, the full-width one of Chinese and Japanese, and
-the Arabic one (Arabic, Persian, Urdu)."""
+_QUESTION_MARKS: Final = frozenset(
+    "?\uff1f\ufe56\u061f\u2e2e\u037e\u055e\u1367\u203d\u2047\u2048\u2049\u2753\u2754"
+)
+"""What makes a turn a question: the ASCII mark, the full-width and small ones (Chinese,
+Japanese), the Arabic one (Arabic, Persian, Urdu) and its reversed form, the Greek, Armenian and
+Ethiopic ones, and those chat users type: the interrobang, ``⁇ ⁈ ⁉`` and the emoji ``❓ ❔``."""
 REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
@@ -492,7 +495,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
         return
     query = plan.texts[question]
     weighed = history.weigh(query, history.occurrences.length)
-    asks = any(mark in query for mark in _QUESTION_MARKS)
+    asks = not _QUESTION_MARKS.isdisjoint(query)
     if not history.may_reach(weighed, RECALL_MATCH if asks else STATEMENT_MATCH):
         return  # no round could pass the gate below: nothing to score
     count = len(history.indices)
