@@ -99,3 +99,52 @@ def test_a_question_ending_in_another_question_mark_recalls_the_cut_fact(
     sent = trimmer(1500).trim(messages).messages
     assert "u5" in [m.id for m in sent]
     assert sent[-1].id == "q"
+
+
+# --- a user message of text parts around an image ---------------------------------------------
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0K" * 5000}}
+
+
+def with_photo(text: str, after: str, id: str) -> HumanMessage:
+    """A user message as chat UIs send a photo: text, the image, more text."""
+    parts = [{"type": "text", "text": text}, IMAGE, {"type": "text", "text": after}]
+    return HumanMessage(parts, id=id)
+
+
+def support_chat(fact: BaseMessage) -> list[BaseMessage]:
+    messages: list[BaseMessage] = []
+    for r in range(40):
+        note = f"Note {r}: the shelves were arranged " + "and cleaned " * 12
+        messages += [fact if r == 5 else HumanMessage(note, id=f"u{r}"), AIMessage(f"OK {r}.")]
+    return messages
+
+
+def test_a_number_stated_before_a_photo_is_recalled_by_the_question_naming_it() -> None:
+    """LangChain's ``message.text`` glues text parts together ("88123" + "It arrived" is the
+    word "88123it"): a question naming the order number never found the message stating it."""
+    fact = with_photo("My order number is 88123", "It arrived with a cracked screen", "u5")
+    messages = [SystemMessage(SYSTEM), *support_chat(fact), HumanMessage("Has 88123 shipped?")]
+    sent = trimmer(1500).trim(messages).messages
+    assert fact in sent and sent[-1] is messages[-1]
+
+
+def test_recall_reads_a_photo_message_back_by_its_words_without_the_image() -> None:
+    """In a real agent: the recall tool found nothing for the order number (its message's text
+    parts glued), and reads back the text of a message with an image, never the image's data."""
+    fact = with_photo("My order number is 88123", "It arrived with a cracked screen", "u5")
+    question = HumanMessage('Please recall "88123" and tell me what happened to that order.')
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=SYSTEM,
+            middleware=[TrimmingMiddleware(trimmer(1200))],
+        )
+        state = agent.invoke({"messages": [*support_chat(fact), question]})
+    answer = state["messages"][-2]
+    assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
+    assert answer.text == (
+        "[id u5] human: My order number is 88123\nIt arrived with a cracked screen"
+    )

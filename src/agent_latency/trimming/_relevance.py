@@ -25,6 +25,7 @@ from typing import Final, NamedTuple
 from langchain_core.messages import BaseMessage
 
 from agent_latency._caches import LRUCache
+from agent_latency.trimming._shortening import split_content
 
 BM25_K1: Final = 1.2
 BM25_B: Final = 0.75
@@ -118,14 +119,17 @@ def text_bytes(texts: Iterable[str]) -> int:
 
 
 def text_of(message: BaseMessage) -> str:
-    """The text of a message: its content when that is a string (no copy), else its text parts.
+    """The text of a message: its content when that is a string (no copy), else its text parts
+    (an Anthropic-style ``tool_result`` block's nested text included), one per line: LangChain's
+    ``message.text`` joins them with nothing between, gluing the last word of one to the first
+    of the next.
 
     Null content (accepted, as ChatOpenAI sends it) has no text.
     """
     content = message.content
     if isinstance(content, str):
         return content
-    return "" if content is None else message.text
+    return "\n".join(split_content(content)[0])
 
 
 def terms(text: str) -> list[str]:
