@@ -16,6 +16,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
+from agent_latency.trimming._cache_key import conversation_cache_key
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import TOOL_NAME
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -148,3 +149,53 @@ def test_recall_reads_a_photo_message_back_by_its_words_without_the_image() -> N
     assert answer.text == (
         "[id u5] human: My order number is 88123\nIt arrived with a cracked screen"
     )
+
+
+# --- the session key of conversations opening with a photo, or with half an emoji -------------
+
+
+def photo(seed: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{seed * 2000}"}}
+
+
+def session_values(*conversations: list[str | list[Any]]) -> list[list[str | None]]:
+    """The ``x-session-id`` each call of each conversation carried to the simulator (one
+    ``create_agent`` per conversation: a replica of its own)."""
+    values: list[list[str | None]] = []
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        for turns in conversations:
+            middleware = TrimmingMiddleware(trimmer(2000), session_header="x-session-id")
+            agent = create_agent(
+                build_chat_model(settings), [], system_prompt=SYSTEM, middleware=[middleware]
+            )
+            messages: list[Any] = []
+            before = len(sim.request_headers)
+            for turn in turns:
+                state = agent.invoke({"messages": [*messages, HumanMessage(turn)]})
+                messages = state["messages"]
+            values.append([h.get("x-session-id") for h in sim.request_headers[before:]])
+    return values
+
+
+def test_conversations_opening_with_the_same_words_on_other_photos_get_other_session_keys() -> None:
+    """The key hashed the first user message's text only: every conversation opening with
+    "What is on this photo?" (or with a photo alone) went to one replica, sharing no prefix
+    past the words."""
+    asked = "What is on this photo?"
+    first = [{"type": "text", "text": asked}, photo("AAAA")]
+    other = [{"type": "text", "text": asked}, photo("BBBB")]
+    alone, alone_too = [photo("CCCC")], [photo("DDDD")]
+    a, replica, b, c, d = session_values(
+        [first, "And its colour?"], [first], [other], [alone], [alone_too]
+    )
+    assert a[0] is not None and set(a) == set(replica) == {a[0]} and len(a) > len(replica)
+    assert len({a[0], b[0], c[0], d[0]}) == 4
+
+
+def test_a_first_message_with_half_an_emoji_has_a_key() -> None:
+    """A lone surrogate (``json.loads`` of a page cut inside an emoji) made the key's
+    ``str.encode`` raise. (The OpenAI SDK refuses to send such a body too, so over
+    ``ChatOpenAI`` the call fails all the same; the key no longer fails first.)"""
+    key = conversation_cache_key([SystemMessage(SYSTEM), HumanMessage("caf\ud83d")])
+    assert key is not None and key != conversation_cache_key([HumanMessage("caf\ud83e")])

@@ -28,6 +28,7 @@ provider by itself (openrouter.ai/docs, prompt caching, "Provider Sticky Routing
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -37,6 +38,7 @@ from langchain_core.messages import BaseMessage
 
 from agent_latency._chat_format import role_of
 from agent_latency.trimming._relevance import text_of
+from agent_latency.trimming._shortening import split_content
 
 CACHE_KEY_SETTING: Final = "prompt_cache_key"
 """The request field (and ``ChatOpenAI`` keyword) that carries the key."""
@@ -54,7 +56,8 @@ _CLIENT_HEADERS: Final = frozenset(
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
     """The key of the conversation ``messages`` belong to; ``None`` before its first user message.
 
-    Conversations that begin alike share a key, as they share a prefix.
+    Conversations that begin alike (the first system message's text, the first user message's
+    text, images and files, and name) share a key, as they share a prefix.
     """
     roles = [role_of(message) for message in messages]
     first_user = next((m for m, role in zip(messages, roles, strict=True) if role == "user"), None)
@@ -68,7 +71,16 @@ def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
         ),
         "",
     )
-    digest = hashlib.sha256(f"{system}\0{text_of(first_user)}".encode()).hexdigest()
+    said = f"{system}\0{text_of(first_user)}"
+    # Its images and files: conversations opening with the same words on other photos share
+    # no prefix past the words. And the speaker's name, which is sent too.
+    others = split_content(first_user.content)[1]
+    if others:
+        said += "\0parts:" + json.dumps(others, sort_keys=True, default=str)
+    if first_user.name:
+        said += f"\0name:{first_user.name}"
+    # A lone surrogate (half an emoji of a page cut short) is no UTF-8: kept as it is.
+    digest = hashlib.sha256(said.encode(errors="surrogatepass")).hexdigest()
     return f"agent-latency-{digest[:32]}"
 
 
