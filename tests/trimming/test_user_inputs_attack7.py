@@ -7,11 +7,14 @@ real ``ChatOpenAI`` over HTTP against the simulator where the wire matters, a re
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_openai import ChatOpenAI
 
 from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -199,3 +202,49 @@ def test_a_first_message_with_half_an_emoji_has_a_key() -> None:
     ``ChatOpenAI`` the call fails all the same; the key no longer fails first.)"""
     key = conversation_cache_key([SystemMessage(SYSTEM), HumanMessage("caf\ud83d")])
     assert key is not None and key != conversation_cache_key([HumanMessage("caf\ud83e")])
+
+
+# --- prompt_cache_key only where the client really sends to OpenAI -----------------------------
+
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai/"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "sent"),
+    [
+        pytest.param("http://127.0.0.1:8000/v1", False, id="local-server"),
+        pytest.param(
+            "https://generativelanguage.googleapis.com/v1beta/openai/", False, id="gemini"
+        ),
+        pytest.param("https://api.openai.com/v1", True, id="openai"),
+    ],
+)
+def test_the_cache_key_goes_where_openai_base_url_sends_only_if_that_is_openai(
+    monkeypatch: pytest.MonkeyPatch, base_url: str, sent: bool
+) -> None:
+    """A ``ChatOpenAI`` without a base URL sends where the SDK's ``OPENAI_BASE_URL`` says (how
+    many point it at vLLM, Ollama or Gemini): it was taken for OpenAI's API and got
+    ``prompt_cache_key``, which strict servers refuse (Gemini, Groq, NVIDIA NIM: HTTP 400
+    "Unknown name \"prompt_cache_key\"", Cerebras 422; zed-industries/zed#36215)."""
+    monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+    bodies: list[tuple[str, dict[str, Any]]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append((request.url.host, json.loads(request.content)))
+        message = {"role": "assistant", "content": "ok"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
+        return httpx.Response(200, json={**created, "choices": [choice]})
+
+    model = ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key="sk-test",  # type: ignore[arg-type]
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+    middleware = TrimmingMiddleware(trimmer(2000), recall=False)
+    agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
+    ((host, body),) = bodies
+    assert host == httpx.URL(base_url).host
+    assert ("prompt_cache_key" in body) is sent

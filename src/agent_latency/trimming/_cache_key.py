@@ -85,16 +85,18 @@ def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
 
 
 def takes_cache_key(model: object) -> bool:
-    """Whether ``model`` sends to a server known to take ``prompt_cache_key`` (OpenAI's own API:
-    a ``ChatOpenAI`` with no base URL, or one on api.openai.com)."""
+    """Whether ``model`` sends to a server known to take ``prompt_cache_key``: OpenAI's own API
+    (a ``ChatOpenAI`` whose client sends to api.openai.com: with no base URL given, the OpenAI
+    SDK's ``OPENAI_BASE_URL`` environment variable may name another server)."""
     try:
         from langchain_openai import ChatOpenAI
     except ImportError:  # pragma: no cover - langchain-openai is a core dependency
         return False
     if not isinstance(model, ChatOpenAI):
         return False
-    base = model.openai_api_base
-    return base is None or urlsplit(base).hostname == _OPENAI_HOST
+    client = getattr(model, "root_client", None)
+    base = model.openai_api_base or str(getattr(client, "base_url", "") or "")
+    return not base or urlsplit(base).hostname == _OPENAI_HOST
 
 
 def checked_session_header(owner: str, name: object) -> str | None:
