@@ -248,3 +248,56 @@ def test_the_cache_key_goes_where_openai_base_url_sends_only_if_that_is_openai(
     ((host, body),) = bodies
     assert host == httpx.URL(base_url).host
     assert ("prompt_cache_key" in body) is sent
+
+
+# --- Hindi, Bengali, Tamil: words with vowel signs --------------------------------------------
+
+INDIC = {
+    "hindi": (
+        "डेटाबेस का पोर्ट 5432 है, सर्वर db-7 पर।",
+        "नोट {r}: अलमारियाँ व्यवस्थित की गईं और साफ़ की गईं।",
+        "डेटाबेस का पोर्ट क्या है?",
+    ),
+    "bengali": (
+        "ডাটাবেসের পোর্ট 5432, সার্ভার db-7 এ।",
+        "নোট {r}: তাকগুলো সাজানো ও পরিষ্কার করা হয়েছে।",
+        "ডাটাবেসের পোর্ট কত?",
+    ),
+}
+
+
+def indic_chat(language: str) -> list[BaseMessage]:
+    fact, note, _ = INDIC[language]
+    messages: list[BaseMessage] = []
+    for r in range(80):
+        said = fact if r == 20 else note.format(r=r)
+        messages += [HumanMessage(said, id=f"u{r}"), AIMessage(f"ठीक {r}.", id=f"a{r}")]
+    return messages
+
+
+@pytest.mark.parametrize("language", sorted(INDIC))
+def test_a_question_in_an_indic_script_recalls_the_cut_fact_it_names(language: str) -> None:
+    """Python's ``\\w`` matches no combining mark, and the vowel signs of Devanagari and Bengali
+    are: "डेटाबेस का पोर्ट क्या है?" had no term at all, so nothing was recalled."""
+    question = HumanMessage(INDIC[language][2], id="q")
+    messages = [SystemMessage(SYSTEM, id="sys"), *indic_chat(language), question]
+    sent = trimmer(1500).trim(messages).messages
+    assert "u20" in [m.id for m in sent] and sent[-1] is question
+
+
+def test_recall_finds_a_hindi_message_by_its_words() -> None:
+    """The recall tool of a real agent answered that no left-out message matched."""
+    question = HumanMessage('कृपया "डेटाबेस पोर्ट" recall करें और बताएँ कौन सा पोर्ट खोलना है।')
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=SYSTEM,
+            middleware=[TrimmingMiddleware(trimmer(1200))],
+        )
+        state = agent.invoke({"messages": [*indic_chat("hindi"), question]})
+    call, answer = state["messages"][-3:-1]
+    assert call.tool_calls[0]["args"] == {"query": "डेटाबेस पोर्ट"}
+    assert isinstance(answer, ToolMessage)
+    assert answer.text.startswith("[id u20] human: " + INDIC["hindi"][0])

@@ -1,6 +1,7 @@
 """Lexical relevance of history rounds to the latest user message, with no model and no network.
 
-Terms are lower-cased words of letters and digits, and for Chinese, Japanese and Korean text,
+Terms are lower-cased words of letters and digits (with their combining marks: accents, the
+vowel signs of Hindi or Bengali; in NFC), and for Chinese, Japanese and Korean text,
 whose words are not separated by spaces, overlapping character pairs (a one-character run is its
 own term). Rounds are ranked by Okapi BM25 against the terms of the latest user message, so a
 round that mentions the rare words of the question ranks above one that only shares common
@@ -16,6 +17,7 @@ import operator
 import re
 import sys
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +38,28 @@ _CACHE_BYTES: Final = 16 * 1024 * 1024
 _SCORE_ENTRIES: Final = 16
 _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# The blocks of scripts written with spaces between words whose words hold combining marks
+# (Latin and Cyrillic diacritics, Hebrew and Arabic vowel points, the vowel signs and viramas
+# of Devanagari, Bengali, Tamil and the other Indic scripts to Sinhala): ``\w`` matches no
+# mark, so "डेटाबेस" was split into single letters and Hindi had almost no terms. Thai, Lao,
+# Tibetan, Myanmar and Khmer, written without spaces, keep the pieces their marks cut.
+_MARK_BLOCKS: Final = (
+    (0x0300, 0x036F),
+    (0x0483, 0x0489),
+    (0x0590, 0x08FF),
+    (0x0900, 0x0DFF),
+    (0x1AB0, 0x1AFF),
+    (0x1DC0, 0x1DFF),
+    (0x20D0, 0x20FF),
+    (0xFE20, 0xFE2F),
+)
+_MARKS: Final = "".join(
+    chr(code)
+    for first, last in _MARK_BLOCKS
+    for code in range(first, last + 1)
+    if unicodedata.category(chr(code)).startswith("M")
+)
+_WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])+", re.UNICODE)
 _VOWELLESS = re.compile(r"[^aeiouy]+")
 _SUFFIXES: Final = {suffix[-1]: suffix for suffix in ("ing", "ed", "ment", "ness")}
 _STEMS: Final = 65_536
@@ -140,7 +163,7 @@ def terms(text: str) -> list[str]:
 def _word_terms(text: str) -> Iterator[str]:
     """Per word of ``text``, in order, its term, or ``""`` when it is none (see
     :class:`_WordTerms`); a CJK run's words are its character pairs."""
-    lowered = text if text.isascii() else text.lower()
+    lowered = text if text.isascii() else _composed(text.lower())
     # In C: ASCII letters lower-cased, other ASCII but digits made spaces (UTF-8 keeps every
     # other character's bytes above 127), split at spaces.
     parts = (
@@ -164,6 +187,12 @@ def _word_terms(text: str) -> Iterator[str]:
                 words.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
             words.extend(_CJK.sub(" ", word).split())
     return map(_TERMS.__getitem__, words)
+
+
+def _composed(text: str) -> str:
+    """``text`` in NFC: a letter and its accent typed apart (macOS, text copied from a PDF)
+    meet the same letter typed whole."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
 class _WordTerms(dict[str, str]):
