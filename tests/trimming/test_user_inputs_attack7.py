@@ -301,3 +301,38 @@ def test_recall_finds_a_hindi_message_by_its_words() -> None:
     assert call.tool_calls[0]["args"] == {"query": "डेटाबेस पोर्ट"}
     assert isinstance(answer, ToolMessage)
     assert answer.text.startswith("[id u20] human: " + INDIC["hindi"][0])
+
+
+# --- recall of what the middle of a long tool result held --------------------------------------
+
+
+def test_recall_reads_back_the_part_of_a_long_tool_result_that_matches() -> None:
+    """A tool result longer than a quarter of the budget is sent shortened (its start and end),
+    and the recall tool read it back from its start, cut to a quarter of the budget: the start
+    that was sent again, and never the middle, where the error asked for was."""
+    lines = [
+        f"2025-05-01 12:{i // 60 % 60:02d}:{i % 60:02d} job {i} finished ok" for i in range(3000)
+    ]
+    lines[1700] = "2025-05-01 12:28:20 job 1700 FAILED: ERR-4417 disk quota exceeded on /var/data"
+    call = {"name": "read_log", "args": {"day": "2025-05-01"}, "id": "c1"}
+    history: list[BaseMessage] = [
+        HumanMessage("Check the nightly jobs.", id="h0"),
+        AIMessage("", tool_calls=[call], id="a0"),
+        ToolMessage("\n".join(lines), tool_call_id="c1", id="t0"),
+        AIMessage("The nightly jobs ran.", id="a1"),
+    ]
+    question = HumanMessage('Please recall "ERR-4417" and tell me which job failed.', id="q")
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=SYSTEM,
+            middleware=[TrimmingMiddleware(trimmer(2000))],
+        )
+        state = agent.invoke({"messages": [*history, question]})
+    answer = state["messages"][-2]
+    assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
+    assert answer.text.startswith("[id t0] tool: … ") and answer.text.endswith(" [cut]")
+    assert lines[1700] in answer.text
+    assert COUNTER.count_text(answer.text) <= 2000 // 4

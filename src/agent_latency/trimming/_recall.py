@@ -175,7 +175,8 @@ class RecallingTrimmer(TrimRunnable):
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
-            (the last one cut short if need be), and how many more matched, with their ids. The
+            (the best one, if it alone is longer, from the stretch of it that matches best),
+            and how many more matched, with their ids. The
             tool's own earlier calls and answers are not read.
         """
         # Its own earlier calls and answers hold the words of earlier queries, and what came
@@ -197,9 +198,9 @@ class RecallingTrimmer(TrimRunnable):
                 f"No left-out message matches {query!r}; {len(left_out)} messages were left out: "
                 "ask with other words."
             )
-        return self._within_limit(chosen)
+        return self._within_limit(chosen, query)
 
-    def _within_limit(self, chosen: list[BaseMessage]) -> str:
+    def _within_limit(self, chosen: list[BaseMessage], query: str) -> str:
         """``chosen`` as text within a quarter of the budget, the note on the rest included.
 
         The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
@@ -216,8 +217,9 @@ class RecallingTrimmer(TrimRunnable):
             part = f"[id {message.id}] {message.type}: {_text(message)}"
             tokens = counter.count_text(part) + 1  # the line break
             if used + tokens > limit:
-                if not parts:  # the best match alone is too long: send its start
-                    parts.append(_cut_to(part, limit - 8, counter) + " [cut]")
+                if not parts:  # the best match alone is too long: send what matches of it
+                    cut = _passage(message, query, (limit - 8, tokens), counter)
+                    parts.append(cut + " [cut]")
                 break
             parts.append(part)
             used += tokens
@@ -405,6 +407,32 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
             and all(call["name"] == TOOL_NAME for call in m.tool_calls)
         )
     ]
+
+
+def _passage(
+    message: BaseMessage, query: str, tokens: tuple[int, int], counter: TokenCounting
+) -> str:
+    """``message`` as the recall tool writes it, within ``tokens[0]`` tokens (it takes
+    ``tokens[1]`` whole): from the stretch of its text that best matches ``query`` (BM25 over
+    overlapping windows of about that size; the start when no stretch matches better). A
+    shortened tool result's start was sent: what a recall asks for of it is in the middle that
+    was cut."""
+    head = f"[id {message.id}] {message.type}: "
+    text = _text(message)
+    room = tokens[0] - counter.count_text(head)
+    # Characters per window: about ``room`` tokens, by the text's own characters per token.
+    width = max(len(text) * max(room, 1) // max(tokens[1], 1), 1)
+    starts = range(0, max(len(text) - width, 0) + 1, max(width // 2, 1))
+    windows = [[text[start : start + width]] for start in starts]
+    scores = bm25_scores(query, windows, TermCache())  # not kept: the windows are this call's
+    best = max(range(len(scores)), key=lambda w: (scores[w], -w))
+    start = starts[best] if scores[best] > 0 else 0
+    # From the first line (or word) that starts in the window.
+    if start:
+        breaks = [text.find(mark, start, start + width // 4) for mark in ("\n", " ")]
+        start = next((at + 1 for at in breaks if at >= 0), start)
+    lead = "… " if start else ""
+    return head + lead + _cut_to(text[start : start + 2 * width], room - 1, counter)
 
 
 def _cut_to(text: str, tokens: int, counter: TokenCounting) -> str:
