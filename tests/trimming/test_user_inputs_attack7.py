@@ -336,3 +336,29 @@ def test_recall_reads_back_the_part_of_a_long_tool_result_that_matches() -> None
     assert answer.text.startswith("[id t0] tool: … ") and answer.text.endswith(" [cut]")
     assert lines[1700] in answer.text
     assert COUNTER.count_text(answer.text) <= 2000 // 4
+
+
+def test_a_cache_key_the_model_is_given_is_kept() -> None:
+    """A tenant's key set on the model (``ChatOpenAI(model_kwargs={"prompt_cache_key": ...})``,
+    which the request's settings override) was replaced by the conversation's."""
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "ok"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
+        return httpx.Response(200, json={**created, "choices": [choice]})
+
+    model = ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key="sk-test",  # type: ignore[arg-type]
+        base_url="https://api.openai.com/v1",
+        model_kwargs={"prompt_cache_key": "tenant:acme"},
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+    middleware = TrimmingMiddleware(trimmer(2000), recall=False)
+    agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
+    assert [body["prompt_cache_key"] for body in bodies] == ["tenant:acme"]

@@ -84,6 +84,19 @@ def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
     return f"agent-latency-{digest[:32]}"
 
 
+def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
+    """Whether the caller already sends a ``prompt_cache_key`` (a tenant's, say): in the
+    request's model ``settings``, or on the model, in its ``model_kwargs`` (which the request
+    would otherwise override) or either ``extra_body``."""
+    model_kwargs = getattr(model, "model_kwargs", None) or {}
+    bodies = (settings.get("extra_body"), getattr(model, "extra_body", None))
+    return (
+        CACHE_KEY_SETTING in settings
+        or CACHE_KEY_SETTING in model_kwargs
+        or any(isinstance(body, Mapping) and CACHE_KEY_SETTING in body for body in bodies)
+    )
+
+
 def takes_cache_key(model: object) -> bool:
     """Whether ``model`` sends to a server known to take ``prompt_cache_key``: OpenAI's own API
     (a ``ChatOpenAI`` whose client sends to api.openai.com: with no base URL given, the OpenAI
