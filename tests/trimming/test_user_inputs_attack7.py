@@ -217,6 +217,7 @@ GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai/"
             "https://generativelanguage.googleapis.com/v1beta/openai/", False, id="gemini"
         ),
         pytest.param("https://api.openai.com/v1", True, id="openai"),
+        pytest.param("https://eu.api.openai.com/v1", True, id="openai-eu"),
     ],
 )
 def test_the_cache_key_goes_where_openai_base_url_sends_only_if_that_is_openai(

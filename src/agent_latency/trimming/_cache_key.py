@@ -45,6 +45,7 @@ CACHE_KEY_SETTING: Final = "prompt_cache_key"
 HEADERS_SETTING: Final = "extra_headers"
 """The ``ChatOpenAI`` keyword (the OpenAI SDK's request option) that adds request headers."""
 _OPENAI_HOST: Final = "api.openai.com"
+"""OpenAI's API, and under it its data-residency hosts (``eu.api.openai.com``)."""
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """An HTTP field name (RFC 9110, section 5.1)."""
 _CLIENT_HEADERS: Final = frozenset(
@@ -99,8 +100,9 @@ def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
 
 def takes_cache_key(model: object) -> bool:
     """Whether ``model`` sends to a server known to take ``prompt_cache_key``: OpenAI's own API
-    (a ``ChatOpenAI`` whose client sends to api.openai.com: with no base URL given, the OpenAI
-    SDK's ``OPENAI_BASE_URL`` environment variable may name another server)."""
+    (a ``ChatOpenAI`` whose client sends to api.openai.com or a regional host of it such as
+    eu.api.openai.com; with no base URL given, the OpenAI SDK's ``OPENAI_BASE_URL`` environment
+    variable may name another server)."""
     try:
         from langchain_openai import ChatOpenAI
     except ImportError:  # pragma: no cover - langchain-openai is a core dependency
@@ -109,7 +111,8 @@ def takes_cache_key(model: object) -> bool:
         return False
     client = getattr(model, "root_client", None)
     base = model.openai_api_base or str(getattr(client, "base_url", "") or "")
-    return not base or urlsplit(base).hostname == _OPENAI_HOST
+    host = urlsplit(base).hostname or ""
+    return not base or host == _OPENAI_HOST or host.endswith("." + _OPENAI_HOST)
 
 
 def checked_session_header(owner: str, name: object) -> str | None:
