@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_openai import ChatOpenAI
 
 from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency._chat_format import wire_role
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._cache_key import conversation_cache_key
@@ -363,3 +364,36 @@ def test_a_cache_key_the_model_is_given_is_kept() -> None:
     agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
     agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
     assert [body["prompt_cache_key"] for body in bodies] == ["tenant:acme"]
+
+
+# --- left alone: the elision marker on chat templates that take one system message -------------
+
+
+def gemma_template_accepts(roles: list[str]) -> bool:
+    """The rule of Gemma's chat template (Gemma 2 and 3 on Hugging Face, as vLLM and llama.cpp's
+    ``--jinja`` apply it; Mistral's and Llama 2's are alike): an optional first system message,
+    then user and assistant turns alternating from a user one, else ``raise_exception``."""
+    turns = roles[1:] if roles[:1] == ["system"] else roles
+    return all(role == ("user" if i % 2 == 0 else "assistant") for i, role in enumerate(turns))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="The elision marker is a second system message right after the system prompt "
+    "(docs/trimming.md): templates that take one system message (Gemma, Mistral, Llama 2) "
+    "refuse the request. Folding it into the prompt changes where every marked request puts "
+    "it, and a pre-model hook cannot (LangGraph adds the prompt after it): left for a decision.",
+)
+def test_a_marked_request_to_a_gemma_model_passes_its_chat_template() -> None:
+    counter = TokenCounter.for_model("gemma-3-12b-it")
+    prompt = SystemMessage(SYSTEM)
+    hook = PriorityTrimmer(600, token_counter=counter).as_pre_model_hook(prompt=prompt)
+    history: list[BaseMessage] = []
+    for r in range(30):
+        history += [HumanMessage(f"Note {r}: the shelves were restocked."), AIMessage(f"OK {r}.")]
+    sent = hook({"messages": [*history, HumanMessage("What was restocked?")]})
+    messages = [prompt, *sent["llm_input_messages"]]  # as LangGraph sends them
+    assert len(messages) < len(history) + 2  # cut, so marked
+    roles = [wire_role(message) for message in messages]
+    assert roles[:2] == ["system", "system"]  # the prompt, then the marker
+    assert gemma_template_accepts(roles)
