@@ -76,6 +76,7 @@ def test_recall_reads_back_messages_when_many_match_and_ids_are_uuids() -> None:
 PORT = "The database port is 5432 on the server db-7."
 PORT_AR = "منفذ قاعدة البيانات هو 5432 على الخادم db-7"
 PORT_ZH = "数据库的端口是5432，在服务器db-7上。"
+PORT_ES = "El puerto de la base de datos es 5432 en el servidor db-7."
 ASKED = "and the database port, which one was it"
 
 
@@ -89,9 +90,10 @@ ASKED = "and the database port, which one was it"
         pytest.param(PORT, ASKED + "⁇", id="double"),
         pytest.param(PORT_AR, "ما هو منفذ قاعدة البيانات⸮", id="reversed"),
         pytest.param(PORT_ZH, "那数据库的端口是多少呢﹖", id="small"),
+        pytest.param(PORT_ES, "¿y el puerto de la base de datos, cuál era", id="spanish-open"),
     ],
 )
-def test_a_question_ending_in_another_question_mark_recalls_the_cut_fact(
+def test_a_question_asked_with_another_question_mark_recalls_the_cut_fact(
     fact: str, question: str
 ) -> None:
     """A turn without ``?``, ``？`` or ``؟`` was a statement, so the fact its words name was

@@ -58,11 +58,12 @@ match: most such turns go on with the conversation rather than ask about its pas
 RECALL_OF_BEST: Final = 0.25
 """How well, against the best, a left-out round must match to come back with it."""
 _QUESTION_MARKS: Final = frozenset(
-    "?\uff1f\ufe56\u061f\u2e2e\u037e\u055e\u1367\u203d\u2047\u2048\u2049\u2753\u2754"
+    "?\uff1f\ufe56\u061f\u2e2e\u037e\u055e\u1367\u00bf\u203d\u2047\u2048\u2049\u2753\u2754"
 )
 """What makes a turn a question: the ASCII mark, the full-width and small ones (Chinese,
 Japanese), the Arabic one (Arabic, Persian, Urdu) and its reversed form, the Greek, Armenian and
-Ethiopic ones, and those chat users type: the interrobang, ``⁇ ⁈ ⁉`` and the emoji ``❓ ❔``."""
+Ethiopic ones, the Spanish opening one (often typed without the closing one), and those chat
+users type: the interrobang, ``⁇ ⁈ ⁉`` and the emoji ``❓ ❔``."""
 REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
