@@ -399,3 +399,51 @@ def test_a_marked_request_to_a_gemma_model_passes_its_chat_template() -> None:
     roles = [wire_role(message) for message in messages]
     assert roles[:2] == ["system", "system"]  # the prompt, then the marker
     assert gemma_template_accepts(roles)
+
+
+# --- a correction read back before what it corrects --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("said", "corrected", "asked"),
+    [
+        pytest.param(
+            "The database port is 5432.",
+            "Update: we moved the database during last week's migration, its port is now 6543.",
+            "database port",
+            id="english",
+        ),
+        pytest.param(
+            "数据库端口是5432。",
+            "更正：迁移以后，数据库端口现在改成6543了。",
+            "数据库端口",
+            id="chinese",
+        ),
+    ],
+)
+def test_recall_reads_a_correction_back_before_what_it_corrects(
+    said: str, corrected: str, asked: str
+) -> None:
+    """The recall tool ranked by BM25 alone: the shorter, older statement came first and a
+    correction saying more words after it, where the cache-first cut ranks the newer of two
+    rounds holding the same words of the question first."""
+    history: list[BaseMessage] = []
+    for r in range(60):
+        note = {10: said, 40: corrected}.get(r, f"Note {r}: the shelves were restocked.")
+        history += [HumanMessage(note, id=f"u{r}"), AIMessage(f"OK {r}.", id=f"a{r}")]
+    question = HumanMessage(f'Please recall "{asked}" and say which port to open.', id="q")
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=SYSTEM,
+            middleware=[TrimmingMiddleware(trimmer(1000))],
+        )
+        state = agent.invoke({"messages": [*history, question]})
+    answer = state["messages"][-2]
+    assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
+    assert answer.text.splitlines()[:2] == [
+        f"[id u40] human: {corrected}",
+        f"[id u10] human: {said}",
+    ]

@@ -10,7 +10,7 @@ per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
-newer first on a tie), within a quarter of the budget. The agents' ``recall`` tool
+newer first on a tie, a correction before what it corrects), within a quarter of the budget. The agents' ``recall`` tool
 (:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the pre-model hook register it.
 """
 
@@ -171,7 +171,8 @@ class RecallingTrimmer(TrimRunnable):
             left_out: The messages a trim left out, in conversation order.
             query: Words of what is needed, or message ids (also as ``[id <id>]``): the
                 messages whose ids it names come first, in conversation order, then the best
-                BM25 matches of its words, the newer first on a tie.
+                BM25 matches of its words, the newer first on a tie (and a message holding the
+                same words of it as an older one ranks at least as high: a correction first).
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
@@ -187,7 +188,7 @@ class RecallingTrimmer(TrimRunnable):
         wanted = set(_ID_WORDS.findall(query))  # "h1", "h1, h2", or "[id h1]" as it answers
         chosen = [m for m in left_out if m.id is not None and m.id in wanted]
         texts = [_text(m) for m in left_out]
-        scores = bm25_scores(query, [[t] for t in texts], self.trimmer.term_cache)
+        scores = _newer_first(query, texts, self.trimmer.term_cache)
         ranked = sorted(
             (i for i, score in enumerate(scores) if score > 0),
             key=lambda i: (-scores[i], -i),
@@ -364,6 +365,21 @@ def _text(message: BaseMessage) -> str:
         )
         return f"{text} ({calls})" if text else calls
     return text
+
+
+def _newer_first(query: str, texts: Sequence[str], terms: TermCache) -> list[float]:
+    """The BM25 score of each text against ``query``, a text holding the same words of the
+    query as an older one scoring at least as well: with the newer first on a tie, of two
+    statements of a thing the later one (a correction) comes first, whichever is the shorter,
+    as the cache-first cut ranks rounds."""
+    scores = bm25_scores(query, [[text] for text in texts], terms)
+    asked = terms.counts(query).keys()
+    best: dict[frozenset[str], float] = {}
+    for i, text in enumerate(texts):
+        if scores[i] > 0:
+            said = frozenset(asked & terms.counts(text).keys())
+            scores[i] = best[said] = max(scores[i], best.get(said, 0.0))
+    return scores
 
 
 def _more(rest: Sequence[BaseMessage], within: int, counter: TokenCounting) -> str:
