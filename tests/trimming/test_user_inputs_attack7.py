@@ -7,7 +7,9 @@ real ``ChatOpenAI`` over HTTP against the simulator where the wire matters, a re
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 from typing import Any
 
 import httpx
@@ -15,6 +17,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
+from support.wire import sent_request
 
 from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency._chat_format import wire_role
@@ -22,7 +25,7 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._cache_key import conversation_cache_key
 from agent_latency.trimming._middleware import TrimmingMiddleware
-from agent_latency.trimming._recall import TOOL_NAME
+from agent_latency.trimming._recall import TOOL_NAME, RecallingTrimmer
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 COUNTER = TokenCounter()
@@ -447,3 +450,64 @@ def test_recall_reads_a_correction_back_before_what_it_corrects(
         f"[id u40] human: {corrected}",
         f"[id u10] human: {said}",
     ]
+
+
+# --- held: growing chats of the shapes above, call after call ---------------------------------
+
+V1_IMAGE = {"type": "image", "base64": "iVBORw0K" * 4000, "mime_type": "image/png"}
+V1_FILE = {
+    "type": "file",
+    "base64": "JVBERi0x" * 4000,
+    "mime_type": "application/pdf",
+    "filename": "invoice.pdf",
+}
+
+
+def shaped(kind: str, n: int) -> BaseMessage:
+    """A user turn of one of the shapes this module attacks with."""
+    made: dict[str, Any] = {
+        "v1_image": [{"type": "text", "text": f"Photo {n} of shelf code-{n}x."}, V1_IMAGE],
+        "v1_file": [{"type": "text", "text": f"Invoice {n}, order {n}0{n}."}, V1_FILE],
+        "parts": [
+            {"type": "text", "text": f"My order number is {n}0{n}"},
+            IMAGE,
+            {"type": "text", "text": "It arrived damaged"},
+        ],
+        "hindi": f"नोट {n}: डेटाबेस का पोर्ट {n}0{n} है।",
+        "hindi_ask": f"ऑर्डर {n // 2}0{n // 2} का क्या हुआ?",
+        "emoji_ask": f"and order {n // 3}0{n // 3}❓",
+        "spanish_ask": f"¿y el pedido {n // 2}0{n // 2}",
+        "huge": f"Log {n}: " + "all jobs finished ok\n" * 2000,
+    }
+    if kind == "named":
+        return HumanMessage(f"Order {n}0{n} is mine.", name="alice" if n % 2 else "bob")
+    return HumanMessage(made[kind])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_growing_chats_of_these_shapes_trim_alike_on_replicas_and_stay_valid(seed: int) -> None:
+    rng = random.Random(seed)
+    budget = rng.choice([300, 800, 2000])
+    kinds = ["v1_image", "v1_file", "parts", "hindi", "hindi_ask", "emoji_ask"]
+    kinds += ["spanish_ask", "huge", "named"]
+    reused = RecallingTrimmer(trimmer(budget))
+    messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
+    for n in range(rng.randint(8, 24)):
+        if rng.random() < 0.15:
+            messages.append(SystemMessage(f"Policy {n}: be terse.", id=f"p{n}"))
+        messages.append(shaped(rng.choice(kinds), n).model_copy(update={"id": f"u{n}"}))
+        before = copy.deepcopy(messages)
+        result = reused.trim(messages)
+        fresh = RecallingTrimmer(trimmer(budget)).trim(messages)
+        assert messages == before  # never modified
+        assert [(m.id, m.content) for m in result.messages] == [
+            (m.id, m.content) for m in fresh.messages
+        ]
+        assert result.tokens_after <= budget or result.over_budget
+        sent = result.messages
+        assert sent[0].id == "sys" and sent[-1].id == f"u{n}"  # the question, maybe shortened
+        messages.append(AIMessage(f"Noted {n}.", id=f"a{n}"))
+    # The real ChatOpenAI sends it: a message each, the question last.
+    body = sent_request(list(result.messages), [])
+    assert len(body["messages"]) == len(result.messages)
+    assert body["messages"][-1]["role"] == "user"
