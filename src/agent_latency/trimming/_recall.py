@@ -10,8 +10,9 @@ per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
-newer first on a tie, a correction before what it corrects), within a quarter of the budget. The agents' ``recall`` tool
-(:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the pre-model hook register it.
+newer first on a tie, a correction before what it corrects), within a quarter of the budget.
+The agents' ``recall`` tool (:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the
+pre-model hook register it.
 """
 
 from __future__ import annotations
@@ -219,8 +220,7 @@ class RecallingTrimmer(TrimRunnable):
             tokens = counter.count_text(part) + 1  # the line break
             if used + tokens > limit:
                 if not parts:  # the best match alone is too long: send what matches of it
-                    cut = _passage(message, query, (limit - 8, tokens), counter)
-                    parts.append(cut + " [cut]")
+                    parts.append(_passage(message, query, limit - 8, counter) + " [cut]")
                 break
             parts.append(part)
             used += tokens
@@ -425,35 +425,22 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     ]
 
 
-def _passage(
-    message: BaseMessage, query: str, tokens: tuple[int, int], counter: TokenCounting
-) -> str:
-    """``message`` as the recall tool writes it, within ``tokens[0]`` tokens (it takes
-    ``tokens[1]`` whole): from the stretch of its text that best matches ``query`` (BM25 over
-    overlapping windows of about that size; the start when no stretch matches better). A
-    shortened tool result's start was sent: what a recall asks for of it is in the middle that
-    was cut."""
+def _passage(message: BaseMessage, query: str, tokens: int, counter: TokenCounting) -> str:
+    """``message`` as the recall tool writes it, within about ``tokens`` tokens: from the
+    stretch of its text that best matches ``query`` (BM25 over overlapping windows of half
+    that, what is sent beginning a quarter of it before the best; the start when no stretch
+    matches). A shortened tool result's start was sent: what a recall asks for of it is in
+    the middle that was cut."""
     head = f"[id {message.id}] {message.type}: "
-    text = _text(message)
-    room = tokens[0] - counter.count_text(head)
-    # Characters per window: about ``room`` tokens, by the text's own characters per token.
-    width = max(len(text) * max(room, 1) // max(tokens[1], 1), 1)
-    starts = range(0, max(len(text) - width, 0) + 1, max(width // 2, 1))
-    windows = [[text[start : start + width]] for start in starts]
+    ids = counter.encode(_text(message))
+    room = max(tokens - counter.count_text(head) - 2, 1)  # the lead, and a cut's retokenising
+    width = max(room // 2, 1)
+    last = max(len(ids) - width, 0)
+    starts = [*range(0, last, max(width // 2, 1)), last]  # the last window ends with the text
+    windows = [[counter.decode(ids[start : start + width])] for start in starts]
     scores = bm25_scores(query, windows, TermCache())  # not kept: the windows are this call's
     best = max(range(len(scores)), key=lambda w: (scores[w], -w))
-    start = starts[best] if scores[best] > 0 else 0
-    # From the first line (or word) that starts in the window.
-    if start:
-        breaks = [text.find(mark, start, start + width // 4) for mark in ("\n", " ")]
-        start = next((at + 1 for at in breaks if at >= 0), start)
-    lead = "… " if start else ""
-    return head + lead + _cut_to(text[start : start + 2 * width], room - 1, counter)
-
-
-def _cut_to(text: str, tokens: int, counter: TokenCounting) -> str:
-    """The start of ``text`` within ``tokens`` tokens."""
-    end = min(len(text), max(tokens, 1) * 4)
-    while end > 0 and counter.count_text(text[:end]) > tokens:
-        end = end * 4 // 5
-    return text[:end]
+    start = max(starts[best] - room // 4, 0) if scores[best] > 0 else 0
+    # A cut inside a character decodes to U+FFFD: its part is left out.
+    text = counter.decode(ids[start : start + room]).strip("\ufffd")
+    return head + ("… " if start else "") + text
