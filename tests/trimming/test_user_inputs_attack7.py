@@ -511,3 +511,26 @@ def test_growing_chats_of_these_shapes_trim_alike_on_replicas_and_stay_valid(see
     body = sent_request(list(result.messages), [])
     assert len(body["messages"]) == len(result.messages)
     assert body["messages"][-1]["role"] == "user"
+
+
+@pytest.mark.parametrize("kind", ["log", "chinese", "mixed"])
+@pytest.mark.parametrize("at", [0, 1, 1506, 3011, 3012])
+def test_recall_reads_back_a_match_anywhere_in_a_long_text_within_its_room(
+    kind: str, at: int
+) -> None:
+    """Wherever the words asked for sit in a long left-out text, of whatever density, the
+    answer holds them within a quarter of the budget (the last stretch of a text was no
+    window; a match near a window's end, or past denser text, was cut off)."""
+    rng = random.Random(at)
+    lines = [
+        {
+            "log": f"2025-05-01 job {i} finished ok",
+            "chinese": f"第{i}行：书架已经整理好了，灰尘也擦干净了。",
+            "mixed": rng.choice([f"job {i} ok", "🚀" * rng.randint(1, 20), "x" * 300]),
+        }[kind]
+        for i in range(3013)
+    ]
+    lines[at] = "ERR-4417 disk quota exceeded"
+    left_out = [ToolMessage("\n".join(lines), tool_call_id="c1", id="t0")]
+    answer = RecallingTrimmer(trimmer(1000)).read(left_out, "ERR-4417")
+    assert lines[at] in answer and COUNTER.count_text(answer) <= 1000 // 4
