@@ -79,6 +79,7 @@ def test_recall_reads_back_messages_when_many_match_and_ids_are_uuids() -> None:
 PORT = "The database port is 5432 on the server db-7."
 PORT_AR = "منفذ قاعدة البيانات هو 5432 على الخادم db-7"
 PORT_ZH = "数据库的端口是5432，在服务器db-7上。"
+PORT_JA = "データベースのポート番号は5432で、サーバーはdb-7です。"
 PORT_ES = "El puerto de la base de datos es 5432 en el servidor db-7."
 ASKED = "and the database port, which one was it"
 
@@ -94,13 +95,17 @@ ASKED = "and the database port, which one was it"
         pytest.param(PORT_AR, "ما هو منفذ قاعدة البيانات⸮", id="reversed"),
         pytest.param(PORT_ZH, "那数据库的端口是多少呢﹖", id="small"),
         pytest.param(PORT_ES, "¿y el puerto de la base de datos, cuál era", id="spanish-open"),
+        pytest.param(PORT_JA, "ところで、データベースのポートは何番でしたか。", id="japanese-ka"),
+        pytest.param(PORT_JA, "データベースのポートって何番だっけ", id="japanese-kke"),
+        pytest.param(PORT_ZH, "数据库的端口你还记得吗", id="chinese-ma"),
     ],
 )
-def test_a_question_asked_with_another_question_mark_recalls_the_cut_fact(
+def test_a_question_asked_without_the_ascii_mark_recalls_the_cut_fact(
     fact: str, question: str
 ) -> None:
-    """A turn without ``?``, ``？`` or ``؟`` was a statement, so the fact its words name was
-    recalled only if it matched 80% of the turn: it stayed cut."""
+    """A turn without ``?``, ``？`` or ``؟`` was a statement (also a Japanese one asked as
+    written Japanese asks, with ``か。``), so the fact its words name was recalled only if it
+    matched 80% of the turn: it stayed cut."""
     messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
     for r in range(40):
         note = f"Note {r}: the shelves were arranged " + "and cleaned " * 12

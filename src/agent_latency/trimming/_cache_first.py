@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, takewhile
@@ -64,6 +65,9 @@ _QUESTION_MARKS: Final = frozenset(
 Japanese), the Arabic one (Arabic, Persian, Urdu) and its reversed form, the Greek, Armenian and
 Ethiopic ones, the Spanish opening one (often typed without the closing one), and those chat
 users type: the interrobang, ``⁇ ⁈ ⁉`` and the emoji ``❓ ❔``."""
+_QUESTION_ENDINGS: Final = re.compile(r"(?:か|かな|っけ|吗|嗎|么|麼)(?=[\s。．.！!…]|$)")
+"""What makes a turn a question without a mark: a sentence ending in a Japanese question
+particle (``何番でしたか。``, as written Japanese asks; ``だっけ``) or a Chinese one (``吗``)."""
 REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
@@ -496,7 +500,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
         return
     query = plan.texts[question]
     weighed = history.weigh(query, history.occurrences.length)
-    asks = not _QUESTION_MARKS.isdisjoint(query)
+    asks = not _QUESTION_MARKS.isdisjoint(query) or _QUESTION_ENDINGS.search(query) is not None
     if not history.may_reach(weighed, RECALL_MATCH if asks else STATEMENT_MATCH):
         return  # no round could pass the gate below: nothing to score
     count = len(history.indices)
