@@ -539,3 +539,15 @@ def test_recall_reads_back_a_match_anywhere_in_a_long_text_within_its_room(
     left_out = [ToolMessage("\n".join(lines), tool_call_id="c1", id="t0")]
     answer = RecallingTrimmer(trimmer(1000)).read(left_out, "ERR-4417")
     assert lines[at] in answer and COUNTER.count_text(answer) <= 1000 // 4
+
+
+def test_a_question_with_arabic_vowel_points_recalls_the_fact_written_without() -> None:
+    """A shadda or a vowel point is a combining mark: "الشّحنة" split at it (or, kept whole, was
+    another word than "الشحنة"), so the shipment asked about was never recalled."""
+    messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
+    for r in range(60):
+        said = "وصلت الشحنة إلى المستودع في دبي" if r == 20 else f"ملاحظة {r}: تم ترتيب الرفوف"
+        messages += [HumanMessage(said, id=f"u{r}"), AIMessage(f"تم {r}.", id=f"a{r}")]
+    messages.append(HumanMessage("أين الشّحنة؟", id="q"))
+    sent = trimmer(800).trim(messages).messages
+    assert "u20" in [m.id for m in sent]

@@ -1,12 +1,13 @@
 """Lexical relevance of history rounds to the latest user message, with no model and no network.
 
 Terms are lower-cased words of letters and digits (with their combining marks: accents, the
-vowel signs of Hindi or Bengali; in NFC), and for Chinese, Japanese and Korean text,
-whose words are not separated by spaces, overlapping character pairs (a one-character run is its
-own term). Rounds are ranked by Okapi BM25 against the terms of the latest user message, so a
-round that mentions the rare words of the question ranks above one that only shares common
-words. Term counts are cached by text, so a growing conversation analyses each message once;
-every cache is bounded by bytes as well as entries (see :class:`TermCache`).
+vowel signs of Hindi or Bengali; in NFC; Hebrew and Arabic vowel points left out), and for
+Chinese, Japanese and Korean text, whose words are not separated by spaces, overlapping
+character pairs (a one-character run is its own term). Rounds are ranked by Okapi BM25 against
+the terms of the latest user message, so a round that mentions the rare words of the question
+ranks above one that only shares common words. Term counts are cached by text, so a growing
+conversation analyses each message once; every cache is bounded by bytes as well as entries
+(see :class:`TermCache`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,18 @@ _MARKS: Final = "".join(
     for first, last in _MARK_BLOCKS
     for code in range(first, last + 1)
     if unicodedata.category(chr(code)).startswith("M")
+)
+# Hebrew and Arabic vowel points, cantillation and the Arabic tatweel: most text is written
+# without them, so "الشّحن" (with a shadda) and "الشحن" are one word.
+_POINTS: Final = re.compile(
+    "["
+    + "".join(
+        chr(code)
+        for first, last in ((0x0591, 0x05C7), (0x0610, 0x061A), (0x064B, 0x065F), (0x06D6, 0x06ED))
+        for code in range(first, last + 1)
+        if unicodedata.category(chr(code)) == "Mn"
+    )
+    + "\u0670\u0640]+"
 )
 # Runs of letters, digits and marks (one alternation, at the start: a third quicker).
 _WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])[^\W_]*(?:[{_MARKS}]+[^\W_]*)*", re.UNICODE)
@@ -200,14 +213,16 @@ class _WordTerms(dict[str, str]):
     """The term of each word met, ``""`` for none, worked out once; safe to share between threads.
 
     A piece of a CJK run is a term as it is; another word is one unless it is a stop word or a
-    single letter, stemmed. Holds at most ``_STEMS`` words of at most ``_HELD_WORD`` characters
-    (a longer one, such as a hash or an encoded blob, is worked out each time): when full, it
-    forgets them all.
+    single letter, stemmed, and without Hebrew and Arabic vowel points (:data:`_POINTS`). Holds
+    at most ``_STEMS`` words of at most ``_HELD_WORD`` characters (a longer one, such as a hash
+    or an encoded blob, is worked out each time): when full, it forgets them all.
     """
 
     def __missing__(self, word: str) -> str:
         if not word.isascii() and _CJK.match(word):
             term = word
+        elif not word.isascii() and (bare := _POINTS.sub("", word)) != word:
+            term = self[bare] if bare else ""
         elif (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS:
             term = _stem(word)
         else:
