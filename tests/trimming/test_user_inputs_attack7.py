@@ -551,3 +551,17 @@ def test_a_question_with_arabic_vowel_points_recalls_the_fact_written_without() 
     messages.append(HumanMessage("أين الشّحنة؟", id="q"))
     sent = trimmer(800).trim(messages).messages
     assert "u20" in [m.id for m in sent]
+
+
+def test_a_system_message_added_later_keeps_the_conversations_session_key() -> None:
+    """The key hashed the first system message anywhere: an agent without a system prompt
+    whose app adds a reminder later changed key, and replica, mid-conversation."""
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        middleware = TrimmingMiddleware(trimmer(2000), session_header="x-session-id")
+        agent = create_agent(build_chat_model(settings), [], middleware=[middleware])
+        state = agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
+        reminder = SystemMessage("Reminder: the user prefers trains.")
+        agent.invoke({"messages": [*state["messages"], reminder, HumanMessage("And the hotel?")]})
+        values = [headers.get("x-session-id") for headers in sim.request_headers]
+    assert len(values) >= 2 and values[0] is not None and set(values) == {values[0]}

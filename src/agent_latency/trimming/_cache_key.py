@@ -57,22 +57,21 @@ _CLIENT_HEADERS: Final = frozenset(
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
     """The key of the conversation ``messages`` belong to; ``None`` before its first user message.
 
-    Conversations that begin alike (the first system message's text, the first user message's
-    text, images and files, and name) share a key, as they share a prefix.
+    Conversations that begin alike (the text of the first system message before the first user
+    message, and that user message's text, images and files, and name) share a key, as they
+    share a prefix. A system message further on (a reminder added later) does not change it.
     """
-    roles = [role_of(message) for message in messages]
-    first_user = next((m for m, role in zip(messages, roles, strict=True) if role == "user"), None)
-    if first_user is None:
+    system: str | None = None
+    for message in messages:
+        role = role_of(message)
+        if role == "user":
+            first_user = message
+            break
+        if role == "system" and system is None:
+            system = text_of(message)
+    else:
         return None
-    system = next(
-        (
-            text_of(m)
-            for m, role in zip(messages, roles, strict=True)
-            if role in ("system", "developer")
-        ),
-        "",
-    )
-    said = f"{system}\0{text_of(first_user)}"
+    said = f"{system or ''}\0{text_of(first_user)}"
     # Its images and files: conversations opening with the same words on other photos share
     # no prefix past the words. And the speaker's name, which is sent too.
     others = split_content(first_user.content)[1]
