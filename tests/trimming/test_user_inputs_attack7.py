@@ -1,8 +1,11 @@
-"""Attack 7 on the default trimmer from a real user's side: inputs the other tests never tried.
+"""Attack 7 on the default trimmer from a real user's side: inputs the other tests never tried
+(photos and files, Hindi, Arabic, Japanese, question marks of other scripts, an agent's UUID
+ids, long tool results, the conversation's cache key on the wire).
 
 Each test reproduces a defect found here (it failed before its fix) with the public API: the
 real ``ChatOpenAI`` over HTTP against the simulator where the wire matters, a real
-``create_agent`` where an agent is involved.
+``create_agent`` where an agent is involved; but for the ones marked *held* (what stood up to
+the attack, kept so that it stays so) and a strict xfail (a defect left for a decision).
 """
 
 from __future__ import annotations
@@ -39,6 +42,41 @@ def trimmer(budget: int, **options: Any) -> PriorityTrimmer:
     return PriorityTrimmer(budget, token_counter=COUNTER, **options)
 
 
+def recalled_by_agent(messages: list[BaseMessage], budget: int) -> dict[str, Any]:
+    """The state after ``create_agent`` with the middleware (recall on), the real ``ChatOpenAI``
+    and the simulator answered ``messages``: the simulator calls ``recall`` with the phrase
+    the question puts in double quotes."""
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[],
+            system_prompt=SYSTEM,
+            middleware=[TrimmingMiddleware(trimmer(budget))],
+        )
+        state: dict[str, Any] = agent.invoke({"messages": messages})
+    return state
+
+
+def openai_model(sent: list[httpx.Request], **options: Any) -> ChatOpenAI:
+    """A real ``ChatOpenAI`` whose requests are kept in ``sent`` (each answered ``ok``)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        message = {"role": "assistant", "content": "ok"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
+        return httpx.Response(200, json={**created, "choices": [choice]})
+
+    return ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key="sk-test",  # type: ignore[arg-type]
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+        **options,
+    )
+
+
 # --- the recall tool's answer with the ids a real agent gives its messages --------------------
 
 
@@ -55,15 +93,7 @@ def test_recall_reads_back_messages_when_many_match_and_ids_are_uuids() -> None:
             AIMessage(f"Noted, aisle {r}."),
         ]
     question = HumanMessage('Please recall "shelves" and say which aisle was restocked last.')
-    with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        agent = create_agent(
-            build_chat_model(settings),
-            tools=[],
-            system_prompt=SYSTEM,
-            middleware=[TrimmingMiddleware(trimmer(budget))],
-        )
-        state = agent.invoke({"messages": [*history, question]})
+    state = recalled_by_agent([*history, question], budget)
     call, answer = state["messages"][-3:-1]
     assert isinstance(call, AIMessage) and call.tool_calls[0]["name"] == TOOL_NAME
     assert isinstance(answer, ToolMessage)
@@ -149,15 +179,7 @@ def test_recall_reads_a_photo_message_back_by_its_words_without_the_image() -> N
     parts glued), and reads back the text of a message with an image, never the image's data."""
     fact = with_photo("My order number is 88123", "It arrived with a cracked screen", "u5")
     question = HumanMessage('Please recall "88123" and tell me what happened to that order.')
-    with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        agent = create_agent(
-            build_chat_model(settings),
-            tools=[],
-            system_prompt=SYSTEM,
-            middleware=[TrimmingMiddleware(trimmer(1200))],
-        )
-        state = agent.invoke({"messages": [*support_chat(fact), question]})
+    state = recalled_by_agent([*support_chat(fact), question], 1200)
     answer = state["messages"][-2]
     assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
     assert answer.text == (
@@ -221,7 +243,7 @@ GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai/"
 
 
 @pytest.mark.parametrize(
-    ("base_url", "sent"),
+    ("base_url", "takes"),
     [
         pytest.param("http://127.0.0.1:8000/v1", False, id="local-server"),
         pytest.param(
@@ -232,37 +254,36 @@ GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai/"
     ],
 )
 def test_the_cache_key_goes_where_openai_base_url_sends_only_if_that_is_openai(
-    monkeypatch: pytest.MonkeyPatch, base_url: str, sent: bool
+    monkeypatch: pytest.MonkeyPatch, base_url: str, takes: bool
 ) -> None:
     """A ``ChatOpenAI`` without a base URL sends where the SDK's ``OPENAI_BASE_URL`` says (how
     many point it at vLLM, Ollama or Gemini): it was taken for OpenAI's API and got
     ``prompt_cache_key``, which strict servers refuse (Gemini, Groq, NVIDIA NIM: HTTP 400
     "Unknown name \"prompt_cache_key\"", Cerebras 422; zed-industries/zed#36215)."""
     monkeypatch.setenv("OPENAI_BASE_URL", base_url)
-    bodies: list[tuple[str, dict[str, Any]]] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append((request.url.host, json.loads(request.content)))
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
-        return httpx.Response(200, json={**created, "choices": [choice]})
-
-    model = ChatOpenAI(
-        model="gpt-4o-mini",
-        api_key="sk-test",  # type: ignore[arg-type]
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
+    sent: list[httpx.Request] = []
+    model = openai_model(sent)  # no base URL
     middleware = TrimmingMiddleware(trimmer(2000), recall=False)
     agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
     agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
-    ((host, body),) = bodies
-    assert host == httpx.URL(base_url).host
-    assert ("prompt_cache_key" in body) is sent
+    (request,) = sent
+    assert request.url.host == httpx.URL(base_url).host
+    assert ("prompt_cache_key" in json.loads(request.content)) is takes
 
 
-# --- Hindi, Bengali, Tamil: words with vowel signs --------------------------------------------
+def test_a_cache_key_the_model_is_given_is_kept() -> None:
+    """A tenant's key set on the model (``ChatOpenAI(model_kwargs={"prompt_cache_key": ...})``,
+    which the request's settings override) was replaced by the conversation's."""
+    sent: list[httpx.Request] = []
+    key = {"prompt_cache_key": "tenant:acme"}
+    model = openai_model(sent, base_url="https://api.openai.com/v1", model_kwargs=key)
+    middleware = TrimmingMiddleware(trimmer(2000), recall=False)
+    agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
+    assert [json.loads(r.content)["prompt_cache_key"] for r in sent] == ["tenant:acme"]
+
+
+# --- Hindi and Bengali: words with vowel signs --------------------------------------------------
 
 INDIC = {
     "hindi": (
@@ -300,15 +321,7 @@ def test_a_question_in_an_indic_script_recalls_the_cut_fact_it_names(language: s
 def test_recall_finds_a_hindi_message_by_its_words() -> None:
     """The recall tool of a real agent answered that no left-out message matched."""
     question = HumanMessage('कृपया "डेटाबेस पोर्ट" recall करें और बताएँ कौन सा पोर्ट खोलना है।')
-    with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        agent = create_agent(
-            build_chat_model(settings),
-            tools=[],
-            system_prompt=SYSTEM,
-            middleware=[TrimmingMiddleware(trimmer(1200))],
-        )
-        state = agent.invoke({"messages": [*indic_chat("hindi"), question]})
+    state = recalled_by_agent([*indic_chat("hindi"), question], 1200)
     call, answer = state["messages"][-3:-1]
     assert call.tool_calls[0]["args"] == {"query": "डेटाबेस पोर्ट"}
     assert isinstance(answer, ToolMessage)
@@ -334,79 +347,12 @@ def test_recall_reads_back_the_part_of_a_long_tool_result_that_matches() -> None
         AIMessage("The nightly jobs ran.", id="a1"),
     ]
     question = HumanMessage('Please recall "ERR-4417" and tell me which job failed.', id="q")
-    with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        agent = create_agent(
-            build_chat_model(settings),
-            tools=[],
-            system_prompt=SYSTEM,
-            middleware=[TrimmingMiddleware(trimmer(2000))],
-        )
-        state = agent.invoke({"messages": [*history, question]})
+    state = recalled_by_agent([*history, question], 2000)
     answer = state["messages"][-2]
     assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
     assert answer.text.startswith("[id t0] tool: … ") and answer.text.endswith(" [cut]")
     assert lines[1700] in answer.text
     assert COUNTER.count_text(answer.text) <= 2000 // 4
-
-
-def test_a_cache_key_the_model_is_given_is_kept() -> None:
-    """A tenant's key set on the model (``ChatOpenAI(model_kwargs={"prompt_cache_key": ...})``,
-    which the request's settings override) was replaced by the conversation's."""
-    bodies: list[dict[str, Any]] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
-        return httpx.Response(200, json={**created, "choices": [choice]})
-
-    model = ChatOpenAI(
-        model="gpt-4o-mini",
-        api_key="sk-test",  # type: ignore[arg-type]
-        base_url="https://api.openai.com/v1",
-        model_kwargs={"prompt_cache_key": "tenant:acme"},
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
-    middleware = TrimmingMiddleware(trimmer(2000), recall=False)
-    agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
-    agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
-    assert [body["prompt_cache_key"] for body in bodies] == ["tenant:acme"]
-
-
-# --- left alone: the elision marker on chat templates that take one system message -------------
-
-
-def gemma_template_accepts(roles: list[str]) -> bool:
-    """The rule of Gemma's chat template (Gemma 2 and 3 on Hugging Face, as vLLM and llama.cpp's
-    ``--jinja`` apply it; Mistral's and Llama 2's are alike): an optional first system message,
-    then user and assistant turns alternating from a user one, else ``raise_exception``."""
-    turns = roles[1:] if roles[:1] == ["system"] else roles
-    return all(role == ("user" if i % 2 == 0 else "assistant") for i, role in enumerate(turns))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="The elision marker is a second system message right after the system prompt "
-    "(docs/trimming.md): templates that take one system message (Gemma, Mistral, Llama 2) "
-    "refuse the request. Folding it into the prompt changes where every marked request puts "
-    "it, and a pre-model hook cannot (LangGraph adds the prompt after it): left for a decision.",
-)
-def test_a_marked_request_to_a_gemma_model_passes_its_chat_template() -> None:
-    counter = TokenCounter.for_model("gemma-3-12b-it")
-    prompt = SystemMessage(SYSTEM)
-    hook = PriorityTrimmer(600, token_counter=counter).as_pre_model_hook(prompt=prompt)
-    history: list[BaseMessage] = []
-    for r in range(30):
-        history += [HumanMessage(f"Note {r}: the shelves were restocked."), AIMessage(f"OK {r}.")]
-    sent = hook({"messages": [*history, HumanMessage("What was restocked?")]})
-    messages = [prompt, *sent["llm_input_messages"]]  # as LangGraph sends them
-    assert len(messages) < len(history) + 2  # cut, so marked
-    roles = [wire_role(message) for message in messages]
-    assert roles[:2] == ["system", "system"]  # the prompt, then the marker
-    assert gemma_template_accepts(roles)
 
 
 # --- a correction read back before what it corrects --------------------------------------------
@@ -440,21 +386,65 @@ def test_recall_reads_a_correction_back_before_what_it_corrects(
         note = {10: said, 40: corrected}.get(r, f"Note {r}: the shelves were restocked.")
         history += [HumanMessage(note, id=f"u{r}"), AIMessage(f"OK {r}.", id=f"a{r}")]
     question = HumanMessage(f'Please recall "{asked}" and say which port to open.', id="q")
-    with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        agent = create_agent(
-            build_chat_model(settings),
-            tools=[],
-            system_prompt=SYSTEM,
-            middleware=[TrimmingMiddleware(trimmer(1000))],
-        )
-        state = agent.invoke({"messages": [*history, question]})
+    state = recalled_by_agent([*history, question], 1000)
     answer = state["messages"][-2]
     assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
     assert answer.text.splitlines()[:2] == [
         f"[id u40] human: {corrected}",
         f"[id u10] human: {said}",
     ]
+
+
+# --- recall within its room wherever the match is; vowel points; a later system message --
+
+
+@pytest.mark.parametrize("kind", ["log", "chinese", "mixed"])
+@pytest.mark.parametrize("at", [0, 1, 1506, 3011, 3012])
+def test_recall_reads_back_a_match_anywhere_in_a_long_text_within_its_room(
+    kind: str, at: int
+) -> None:
+    """Wherever the words asked for sit in a long left-out text, of whatever density, the
+    answer holds them within a quarter of the budget (the last stretch of a text was no
+    window; a match near a window's end, or past denser text, was cut off)."""
+    rng = random.Random(at)
+    lines = [
+        {
+            "log": f"2025-05-01 job {i} finished ok",
+            "chinese": f"第{i}行：书架已经整理好了，灰尘也擦干净了。",
+            "mixed": rng.choice([f"job {i} ok", "🚀" * rng.randint(1, 20), "x" * 300]),
+        }[kind]
+        for i in range(3013)
+    ]
+    lines[at] = "ERR-4417 disk quota exceeded"
+    left_out = [ToolMessage("\n".join(lines), tool_call_id="c1", id="t0")]
+    answer = RecallingTrimmer(trimmer(1000)).read(left_out, "ERR-4417")
+    assert lines[at] in answer and COUNTER.count_text(answer) <= 1000 // 4
+
+
+def test_a_question_with_arabic_vowel_points_recalls_the_fact_written_without() -> None:
+    """A shadda or a vowel point is a combining mark: "الشّحنة" split at it (or, kept whole, was
+    another word than "الشحنة"), so the shipment asked about was never recalled."""
+    messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
+    for r in range(60):
+        said = "وصلت الشحنة إلى المستودع في دبي" if r == 20 else f"ملاحظة {r}: تم ترتيب الرفوف"
+        messages += [HumanMessage(said, id=f"u{r}"), AIMessage(f"تم {r}.", id=f"a{r}")]
+    messages.append(HumanMessage("أين الشّحنة؟", id="q"))
+    sent = trimmer(800).trim(messages).messages
+    assert "u20" in [m.id for m in sent]
+
+
+def test_a_system_message_added_later_keeps_the_conversations_session_key() -> None:
+    """The key hashed the first system message anywhere: an agent without a system prompt
+    whose app adds a reminder later changed key, and replica, mid-conversation."""
+    with running_simulator(FAST) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        middleware = TrimmingMiddleware(trimmer(2000), session_header="x-session-id")
+        agent = create_agent(build_chat_model(settings), [], middleware=[middleware])
+        state = agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
+        reminder = SystemMessage("Reminder: the user prefers trains.")
+        agent.invoke({"messages": [*state["messages"], reminder, HumanMessage("And the hotel?")]})
+        values = [headers.get("x-session-id") for headers in sim.request_headers]
+    assert len(values) >= 2 and values[0] is not None and set(values) == {values[0]}
 
 
 # --- held: growing chats of the shapes above, call after call ---------------------------------
@@ -518,50 +508,34 @@ def test_growing_chats_of_these_shapes_trim_alike_on_replicas_and_stay_valid(see
     assert body["messages"][-1]["role"] == "user"
 
 
-@pytest.mark.parametrize("kind", ["log", "chinese", "mixed"])
-@pytest.mark.parametrize("at", [0, 1, 1506, 3011, 3012])
-def test_recall_reads_back_a_match_anywhere_in_a_long_text_within_its_room(
-    kind: str, at: int
-) -> None:
-    """Wherever the words asked for sit in a long left-out text, of whatever density, the
-    answer holds them within a quarter of the budget (the last stretch of a text was no
-    window; a match near a window's end, or past denser text, was cut off)."""
-    rng = random.Random(at)
-    lines = [
-        {
-            "log": f"2025-05-01 job {i} finished ok",
-            "chinese": f"第{i}行：书架已经整理好了，灰尘也擦干净了。",
-            "mixed": rng.choice([f"job {i} ok", "🚀" * rng.randint(1, 20), "x" * 300]),
-        }[kind]
-        for i in range(3013)
-    ]
-    lines[at] = "ERR-4417 disk quota exceeded"
-    left_out = [ToolMessage("\n".join(lines), tool_call_id="c1", id="t0")]
-    answer = RecallingTrimmer(trimmer(1000)).read(left_out, "ERR-4417")
-    assert lines[at] in answer and COUNTER.count_text(answer) <= 1000 // 4
+# --- left alone: the elision marker on chat templates that take one system message -------------
 
 
-def test_a_question_with_arabic_vowel_points_recalls_the_fact_written_without() -> None:
-    """A shadda or a vowel point is a combining mark: "الشّحنة" split at it (or, kept whole, was
-    another word than "الشحنة"), so the shipment asked about was never recalled."""
-    messages: list[BaseMessage] = [SystemMessage(SYSTEM, id="sys")]
-    for r in range(60):
-        said = "وصلت الشحنة إلى المستودع في دبي" if r == 20 else f"ملاحظة {r}: تم ترتيب الرفوف"
-        messages += [HumanMessage(said, id=f"u{r}"), AIMessage(f"تم {r}.", id=f"a{r}")]
-    messages.append(HumanMessage("أين الشّحنة؟", id="q"))
-    sent = trimmer(800).trim(messages).messages
-    assert "u20" in [m.id for m in sent]
+def gemma_template_accepts(roles: list[str]) -> bool:
+    """The rule of Gemma's chat template (Gemma 2 and 3 on Hugging Face, as vLLM and llama.cpp's
+    ``--jinja`` apply it; Mistral's and Llama 2's are alike): an optional first system message,
+    then user and assistant turns alternating from a user one, else ``raise_exception``."""
+    turns = roles[1:] if roles[:1] == ["system"] else roles
+    return all(role == ("user" if i % 2 == 0 else "assistant") for i, role in enumerate(turns))
 
 
-def test_a_system_message_added_later_keeps_the_conversations_session_key() -> None:
-    """The key hashed the first system message anywhere: an agent without a system prompt
-    whose app adds a reminder later changed key, and replica, mid-conversation."""
-    with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-        middleware = TrimmingMiddleware(trimmer(2000), session_header="x-session-id")
-        agent = create_agent(build_chat_model(settings), [], middleware=[middleware])
-        state = agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
-        reminder = SystemMessage("Reminder: the user prefers trains.")
-        agent.invoke({"messages": [*state["messages"], reminder, HumanMessage("And the hotel?")]})
-        values = [headers.get("x-session-id") for headers in sim.request_headers]
-    assert len(values) >= 2 and values[0] is not None and set(values) == {values[0]}
+@pytest.mark.xfail(
+    strict=True,
+    reason="The elision marker is a second system message right after the system prompt "
+    "(docs/trimming.md): templates that take one system message (Gemma, Mistral, Llama 2) "
+    "refuse the request. Folding it into the prompt changes where every marked request puts "
+    "it, and a pre-model hook cannot (LangGraph adds the prompt after it): left for a decision.",
+)
+def test_a_marked_request_to_a_gemma_model_passes_its_chat_template() -> None:
+    counter = TokenCounter.for_model("gemma-3-12b-it")
+    prompt = SystemMessage(SYSTEM)
+    hook = PriorityTrimmer(600, token_counter=counter).as_pre_model_hook(prompt=prompt)
+    history: list[BaseMessage] = []
+    for r in range(30):
+        history += [HumanMessage(f"Note {r}: the shelves were restocked."), AIMessage(f"OK {r}.")]
+    sent = hook({"messages": [*history, HumanMessage("What was restocked?")]})
+    messages = [prompt, *sent["llm_input_messages"]]  # as LangGraph sends them
+    assert len(messages) < len(history) + 2  # cut, so marked
+    roles = [wire_role(message) for message in messages]
+    assert roles[:2] == ["system", "system"]  # the prompt, then the marker
+    assert gemma_template_accepts(roles)
