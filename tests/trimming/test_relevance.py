@@ -87,7 +87,9 @@ def test_terms_of_text_without_cjk_are_the_regex_words(text: str) -> None:
 # The terms of every message and question of the shipped LongMemEval subset and of the generated
 # needle cases (English and Chinese), as the term counting before it was made cheaper counted
 # them: sha256 over each text's counts in their key order, its number of terms and its terms.
-TERMS_DIGEST = "be814191e49eb4f1f0726e875104e9538266e7788fbc6e54a3c21f74f01b7862"
+# Since words keep their combining marks (attack 7), three texts with Hindi and Sanskrit words
+# ("नमस्ते", "आत्मन्", "मोक्ष": the vowel signs split them into letters) have whole words.
+TERMS_DIGEST = "e1c8b3ac29defd7f73f8e66577d425094ecfa0bb18c72c81ba9cfe650d9754ac"
 SHIPPED = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "longmemeval_s_20k.json.gz"
 
 

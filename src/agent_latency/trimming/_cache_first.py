@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, takewhile
@@ -57,9 +58,16 @@ STATEMENT_MATCH: Final = 0.8
 match: most such turns go on with the conversation rather than ask about its past."""
 RECALL_OF_BEST: Final = 0.25
 """How well, against the best, a left-out round must match to come back with it."""
-_QUESTION_MARKS: Final = ("?", "\uff1f", "\u061f")
-"""What makes a turn a question: the ASCII mark, the full-width one of Chinese and Japanese, and
-the Arabic one (Arabic, Persian, Urdu)."""
+_QUESTION_MARKS: Final = frozenset(
+    "?\uff1f\ufe56\u061f\u2e2e\u037e\u055e\u1367\u00bf\u203d\u2047\u2048\u2049\u2753\u2754"
+)
+"""What makes a turn a question: the ASCII mark, the full-width and small ones (Chinese,
+Japanese), the Arabic one (Arabic, Persian, Urdu) and its reversed form, the Greek, Armenian and
+Ethiopic ones, the Spanish opening one (often typed without the closing one), and those chat
+users type: the interrobang, ``⁇ ⁈ ⁉`` and the emoji ``❓ ❔``."""
+_QUESTION_ENDINGS: Final = re.compile(r"(?:か|かな|っけ|吗|嗎|么|麼)(?=[\s。．.！!…]|$)")
+"""What makes a turn a question without a mark: a sentence ending in a Japanese question
+particle (``何番でしたか。``, as written Japanese asks; ``だっけ``) or a Chinese one (``吗``)."""
 REFOCUS_MATCH: Final = 0.3
 """How much of the question the best left-out round must match for a call to be refocused
 when recall does not fit (of the question's own score)."""
@@ -492,7 +500,7 @@ def _recall(history: _History, room: int, cut: int) -> None:
         return
     query = plan.texts[question]
     weighed = history.weigh(query, history.occurrences.length)
-    asks = any(mark in query for mark in _QUESTION_MARKS)
+    asks = not _QUESTION_MARKS.isdisjoint(query) or _QUESTION_ENDINGS.search(query) is not None
     if not history.may_reach(weighed, RECALL_MATCH if asks else STATEMENT_MATCH):
         return  # no round could pass the gate below: nothing to score
     count = len(history.indices)

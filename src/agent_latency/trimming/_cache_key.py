@@ -28,6 +28,7 @@ provider by itself (openrouter.ai/docs, prompt caching, "Provider Sticky Routing
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -37,12 +38,14 @@ from langchain_core.messages import BaseMessage
 
 from agent_latency._chat_format import role_of
 from agent_latency.trimming._relevance import text_of
+from agent_latency.trimming._shortening import split_content
 
 CACHE_KEY_SETTING: Final = "prompt_cache_key"
 """The request field (and ``ChatOpenAI`` keyword) that carries the key."""
 HEADERS_SETTING: Final = "extra_headers"
 """The ``ChatOpenAI`` keyword (the OpenAI SDK's request option) that adds request headers."""
 _OPENAI_HOST: Final = "api.openai.com"
+"""OpenAI's API, and under it its data-residency hosts (``eu.api.openai.com``)."""
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """An HTTP field name (RFC 9110, section 5.1)."""
 _CLIENT_HEADERS: Final = frozenset(
@@ -54,35 +57,61 @@ _CLIENT_HEADERS: Final = frozenset(
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
     """The key of the conversation ``messages`` belong to; ``None`` before its first user message.
 
-    Conversations that begin alike share a key, as they share a prefix.
+    Conversations that begin alike (the text of the first system message before the first user
+    message, and that user message's text, images and files, and name) share a key, as they
+    share a prefix. A system message further on (a reminder added later) does not change it.
     """
-    roles = [role_of(message) for message in messages]
-    first_user = next((m for m, role in zip(messages, roles, strict=True) if role == "user"), None)
-    if first_user is None:
+    system: str | None = None
+    for message in messages:
+        role = role_of(message)
+        if role == "user":
+            first_user = message
+            break
+        if role == "system" and system is None:
+            system = text_of(message)
+    else:
         return None
-    system = next(
-        (
-            text_of(m)
-            for m, role in zip(messages, roles, strict=True)
-            if role in ("system", "developer")
-        ),
-        "",
-    )
-    digest = hashlib.sha256(f"{system}\0{text_of(first_user)}".encode()).hexdigest()
+    said = f"{system or ''}\0{text_of(first_user)}"
+    # Its images and files: conversations opening with the same words on other photos share
+    # no prefix past the words. And the speaker's name, which is sent too.
+    others = split_content(first_user.content)[1]
+    if others:
+        said += "\0parts:" + json.dumps(others, sort_keys=True, default=str)
+    if first_user.name:
+        said += f"\0name:{first_user.name}"
+    # A lone surrogate (half an emoji of a page cut short) is no UTF-8: kept as it is.
+    digest = hashlib.sha256(said.encode(errors="surrogatepass")).hexdigest()
     return f"agent-latency-{digest[:32]}"
 
 
+def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
+    """Whether the caller already sends a ``prompt_cache_key`` (a tenant's, say): in the
+    request's model ``settings``, or on the model, in its ``model_kwargs`` (which the request
+    would otherwise override) or either ``extra_body``."""
+    model_kwargs = getattr(model, "model_kwargs", None) or {}
+    bodies = (settings.get("extra_body"), getattr(model, "extra_body", None))
+    return (
+        CACHE_KEY_SETTING in settings
+        or CACHE_KEY_SETTING in model_kwargs
+        or any(isinstance(body, Mapping) and CACHE_KEY_SETTING in body for body in bodies)
+    )
+
+
 def takes_cache_key(model: object) -> bool:
-    """Whether ``model`` sends to a server known to take ``prompt_cache_key`` (OpenAI's own API:
-    a ``ChatOpenAI`` with no base URL, or one on api.openai.com)."""
+    """Whether ``model`` sends to a server known to take ``prompt_cache_key``: OpenAI's own API
+    (a ``ChatOpenAI`` whose client sends to api.openai.com or a regional host of it such as
+    eu.api.openai.com; with no base URL given, the OpenAI SDK's ``OPENAI_BASE_URL`` environment
+    variable may name another server)."""
     try:
         from langchain_openai import ChatOpenAI
     except ImportError:  # pragma: no cover - langchain-openai is a core dependency
         return False
     if not isinstance(model, ChatOpenAI):
         return False
-    base = model.openai_api_base
-    return base is None or urlsplit(base).hostname == _OPENAI_HOST
+    client = getattr(model, "root_client", None)
+    base = model.openai_api_base or str(getattr(client, "base_url", "") or "")
+    host = urlsplit(base).hostname or ""
+    return not base or host == _OPENAI_HOST or host.endswith("." + _OPENAI_HOST)
 
 
 def checked_session_header(owner: str, name: object) -> str | None:

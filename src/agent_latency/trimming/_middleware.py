@@ -32,6 +32,7 @@ from agent_latency.trimming._cache_key import (
     CACHE_KEY_SETTING,
     checked_session_header,
     conversation_cache_key,
+    gives_cache_key,
     takes_cache_key,
     with_session_header,
 )
@@ -94,11 +95,12 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
     conversation's first messages, where the server takes one (by default OpenAI's own API), so
-    that its calls reach the machines that hold their prefix; one the model settings already
-    give is kept. Routers that hash a request header instead (vLLM production-stack's session
-    router, SGLang's gateway, ...; sources in :mod:`agent_latency.trimming._cache_key`) get the
-    same key in the header ``session_header`` names, sent through ``ChatOpenAI``'s
-    ``extra_headers``: a SHA-256 digest of the conversation's first messages, no text of them.
+    that its calls reach the machines that hold their prefix; one the caller already gives (in
+    the model settings, or the model's ``model_kwargs`` or ``extra_body``) is kept. Routers
+    that hash a request header instead (vLLM production-stack's session router, SGLang's
+    gateway, ...; sources in :mod:`agent_latency.trimming._cache_key`) get the same key in the
+    header ``session_header`` names, sent through ``ChatOpenAI``'s ``extra_headers``: a SHA-256
+    digest of the conversation's first messages, no text of them.
 
     Args:
         trimmer: The trimmer to apply.
@@ -232,7 +234,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """The request with the conversation's key in ``prompt_cache_key`` and the session
         header, where they are sent."""
         settings: Mapping[str, Any] = request.model_settings
-        as_field = CACHE_KEY_SETTING not in settings and (
+        as_field = not gives_cache_key(settings, request.model) and (
             self.cache_key or (self.cache_key is None and takes_cache_key(request.model))
         )
         if not as_field and self.session_header is None:

@@ -10,8 +10,9 @@ per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
-newer first on a tie), within a quarter of the budget. The agents' ``recall`` tool
-(:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the pre-model hook register it.
+newer first on a tie, a correction before what it corrects), within a quarter of the budget.
+The agents' ``recall`` tool (:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the
+pre-model hook register it.
 """
 
 from __future__ import annotations
@@ -171,11 +172,13 @@ class RecallingTrimmer(TrimRunnable):
             left_out: The messages a trim left out, in conversation order.
             query: Words of what is needed, or message ids (also as ``[id <id>]``): the
                 messages whose ids it names come first, in conversation order, then the best
-                BM25 matches of its words, the newer first on a tie.
+                BM25 matches of its words, the newer first on a tie (and a message holding the
+                same words of it as an older one ranks at least as high: a correction first).
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
-            (the last one cut short if need be), and how many more matched, with their ids. The
+            (the best one, if it alone is longer, from the stretch of it that matches best),
+            and how many more matched, with their ids. The
             tool's own earlier calls and answers are not read.
         """
         # Its own earlier calls and answers hold the words of earlier queries, and what came
@@ -186,7 +189,7 @@ class RecallingTrimmer(TrimRunnable):
         wanted = set(_ID_WORDS.findall(query))  # "h1", "h1, h2", or "[id h1]" as it answers
         chosen = [m for m in left_out if m.id is not None and m.id in wanted]
         texts = [_text(m) for m in left_out]
-        scores = bm25_scores(query, [[t] for t in texts], self.trimmer.term_cache)
+        scores = _newer_first(query, texts, self.trimmer.term_cache)
         ranked = sorted(
             (i for i, score in enumerate(scores) if score > 0),
             key=lambda i: (-scores[i], -i),
@@ -197,28 +200,32 @@ class RecallingTrimmer(TrimRunnable):
                 f"No left-out message matches {query!r}; {len(left_out)} messages were left out: "
                 "ask with other words."
             )
-        return self._within_limit(chosen)
+        return self._within_limit(chosen, query)
 
-    def _within_limit(self, chosen: list[BaseMessage]) -> str:
-        """``chosen`` as text within a quarter of the budget, the note on the rest included."""
+    def _within_limit(self, chosen: list[BaseMessage], query: str) -> str:
+        """``chosen`` as text within a quarter of the budget, the note on the rest included.
+
+        The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
+        each): the rest reads messages back.
+        """
         counter = self.trimmer.token_counter
-        # The note on the rest names fewer ids than one on all the chosen would.
-        limit = max(self.trimmer.options.budget // READ_SHARE, 1) - counter.count_text(
-            _more(chosen)
-        )
+        room = max(self.trimmer.options.budget // READ_SHARE, 1)
+        # The note on the rest lists at most what this one on all the chosen takes.
+        reserved = counter.count_text(_more(chosen, room // 2, counter))
+        limit = room - reserved
         parts: list[str] = []
         used = 0
         for message in chosen:
             part = f"[id {message.id}] {message.type}: {_text(message)}"
             tokens = counter.count_text(part) + 1  # the line break
             if used + tokens > limit:
-                if not parts:  # the best match alone is too long: send its start
-                    parts.append(_cut_to(part, limit - 8, counter) + " [cut]")
+                if not parts:  # the best match alone is too long: send what matches of it
+                    parts.append(_passage(message, query, limit - 8, counter) + " [cut]")
                 break
             parts.append(part)
             used += tokens
         rest = chosen[len(parts) :]
-        return "\n".join([*parts, _more(rest)] if rest else parts)
+        return "\n".join([*parts, _more(rest, reserved, counter)] if rest else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
         """The trim to the budget less the marker's tokens, with no span or warning of its own;
@@ -360,15 +367,39 @@ def _text(message: BaseMessage) -> str:
     return text
 
 
-def _more(rest: Sequence[BaseMessage]) -> str:
-    """The note on the matches not shown, with the ids to ask for them by (the first
-    :data:`_LISTED`)."""
-    ids = [m.id for m in rest if m.id is not None]
+def _newer_first(query: str, texts: Sequence[str], terms: TermCache) -> list[float]:
+    """The BM25 score of each text against ``query``, a text holding the same words of the
+    query as an older one scoring at least as well: with the newer first on a tie, of two
+    statements of a thing the later one (a correction) comes first, whichever is the shorter,
+    as the cache-first cut ranks rounds."""
+    scores = bm25_scores(query, [[text] for text in texts], terms)
+    asked = terms.counts(query).keys()
+    best: dict[frozenset[str], float] = {}
+    for i, text in enumerate(texts):
+        if scores[i] > 0:
+            said = frozenset(asked & terms.counts(text).keys())
+            scores[i] = best[said] = max(scores[i], best.get(said, 0.0))
+    return scores
+
+
+def _more(rest: Sequence[BaseMessage], within: int, counter: TokenCounting) -> str:
+    """The note on the matches not shown, with the ids to ask for them by: the first
+    :data:`_LISTED`, as many as keep the note within ``within`` tokens (if any)."""
     note = f"({len(rest)} more matched: ask with more precise words or by id.)"
-    if not ids:
-        return note
-    listed = ", ".join(ids[:_LISTED])
-    return f"{note} Their ids: {listed}{', …' if len(ids) > _LISTED else ''}"
+    ids = [m.id for m in rest if m.id is not None]
+
+    def listing(listed: int) -> str:
+        more = ", …" if len(ids) > listed else ""
+        return f"{note} Their ids: {', '.join(ids[:listed])}{more}" if listed else note
+
+    low, high = 0, min(len(ids), _LISTED)  # the most ids that fit: at least low, at most high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if counter.count_text(listing(middle)) <= within:
+            low = middle
+        else:
+            high = middle - 1
+    return listing(low)
 
 
 def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -394,9 +425,22 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     ]
 
 
-def _cut_to(text: str, tokens: int, counter: TokenCounting) -> str:
-    """The start of ``text`` within ``tokens`` tokens."""
-    end = min(len(text), max(tokens, 1) * 4)
-    while end > 0 and counter.count_text(text[:end]) > tokens:
-        end = end * 4 // 5
-    return text[:end]
+def _passage(message: BaseMessage, query: str, tokens: int, counter: TokenCounting) -> str:
+    """``message`` as the recall tool writes it, within about ``tokens`` tokens: from the
+    stretch of its text that best matches ``query`` (BM25 over overlapping windows of half
+    that, what is sent beginning a quarter of it before the best; the start when no stretch
+    matches). A shortened tool result's start was sent: what a recall asks for of it is in
+    the middle that was cut."""
+    head = f"[id {message.id}] {message.type}: "
+    ids = counter.encode(_text(message))
+    room = max(tokens - counter.count_text(head) - 2, 1)  # the lead, and a cut's retokenising
+    width = max(room // 2, 1)
+    last = max(len(ids) - width, 0)
+    starts = [*range(0, last, max(width // 2, 1)), last]  # the last window ends with the text
+    windows = [[counter.decode(ids[start : start + width])] for start in starts]
+    scores = bm25_scores(query, windows, TermCache())  # not kept: the windows are this call's
+    best = max(range(len(scores)), key=lambda w: (scores[w], -w))
+    start = max(starts[best] - room // 4, 0) if scores[best] > 0 else 0
+    # A cut inside a character decodes to U+FFFD: its part is left out.
+    text = counter.decode(ids[start : start + room]).strip("\ufffd")
+    return head + ("… " if start else "") + text

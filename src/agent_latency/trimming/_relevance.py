@@ -1,11 +1,13 @@
 """Lexical relevance of history rounds to the latest user message, with no model and no network.
 
-Terms are lower-cased words of letters and digits, and for Chinese, Japanese and Korean text,
-whose words are not separated by spaces, overlapping character pairs (a one-character run is its
-own term). Rounds are ranked by Okapi BM25 against the terms of the latest user message, so a
-round that mentions the rare words of the question ranks above one that only shares common
-words. Term counts are cached by text, so a growing conversation analyses each message once;
-every cache is bounded by bytes as well as entries (see :class:`TermCache`).
+Terms are lower-cased words of letters and digits (with their combining marks: accents, the
+vowel signs of Hindi or Bengali; in NFC; Hebrew and Arabic vowel points left out), and for
+Chinese, Japanese and Korean text, whose words are not separated by spaces, overlapping
+character pairs (a one-character run is its own term). Rounds are ranked by Okapi BM25 against
+the terms of the latest user message, so a round that mentions the rare words of the question
+ranks above one that only shares common words. Term counts are cached by text, so a growing
+conversation analyses each message once; every cache is bounded by bytes as well as entries
+(see :class:`TermCache`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import operator
 import re
 import sys
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import Final, NamedTuple
 from langchain_core.messages import BaseMessage
 
 from agent_latency._caches import LRUCache
+from agent_latency.trimming._shortening import split_content
 
 BM25_K1: Final = 1.2
 BM25_B: Final = 0.75
@@ -35,7 +39,41 @@ _CACHE_BYTES: Final = 16 * 1024 * 1024
 _SCORE_ENTRIES: Final = 16
 _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# The blocks of scripts written with spaces between words whose words hold combining marks
+# (Latin and Cyrillic diacritics, Hebrew and Arabic vowel points, the vowel signs and viramas
+# of Devanagari, Bengali, Tamil and the other Indic scripts to Sinhala): ``\w`` matches no
+# mark, so "डेटाबेस" was split into single letters and Hindi had almost no terms. Thai, Lao,
+# Tibetan, Myanmar and Khmer, written without spaces, keep the pieces their marks cut.
+_MARK_BLOCKS: Final = (
+    (0x0300, 0x036F),
+    (0x0483, 0x0489),
+    (0x0590, 0x08FF),
+    (0x0900, 0x0DFF),
+    (0x1AB0, 0x1AFF),
+    (0x1DC0, 0x1DFF),
+    (0x20D0, 0x20FF),
+    (0xFE20, 0xFE2F),
+)
+_MARKS: Final = "".join(
+    chr(code)
+    for first, last in _MARK_BLOCKS
+    for code in range(first, last + 1)
+    if unicodedata.category(chr(code)).startswith("M")
+)
+# Hebrew and Arabic vowel points, cantillation and the Arabic tatweel: most text is written
+# without them, so "الشّحن" (with a shadda) and "الشحن" are one word.
+_POINTS: Final = re.compile(
+    "["
+    + "".join(
+        chr(code)
+        for first, last in ((0x0591, 0x05C7), (0x0610, 0x061A), (0x064B, 0x065F), (0x06D6, 0x06ED))
+        for code in range(first, last + 1)
+        if unicodedata.category(chr(code)) == "Mn"
+    )
+    + "\u0670\u0640]+"
+)
+# Runs of letters, digits and marks (one alternation, at the start: a third quicker).
+_WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])[^\W_]*(?:[{_MARKS}]+[^\W_]*)*", re.UNICODE)
 _VOWELLESS = re.compile(r"[^aeiouy]+")
 _SUFFIXES: Final = {suffix[-1]: suffix for suffix in ("ing", "ed", "ment", "ness")}
 _STEMS: Final = 65_536
@@ -118,14 +156,17 @@ def text_bytes(texts: Iterable[str]) -> int:
 
 
 def text_of(message: BaseMessage) -> str:
-    """The text of a message: its content when that is a string (no copy), else its text parts.
+    """The text of a message: its content when that is a string (no copy), else its text parts
+    (an Anthropic-style ``tool_result`` block's nested text included), one per line: LangChain's
+    ``message.text`` joins them with nothing between, gluing the last word of one to the first
+    of the next.
 
     Null content (accepted, as ChatOpenAI sends it) has no text.
     """
     content = message.content
     if isinstance(content, str):
         return content
-    return "" if content is None else message.text
+    return "\n".join(split_content(content)[0])
 
 
 def terms(text: str) -> list[str]:
@@ -136,7 +177,7 @@ def terms(text: str) -> list[str]:
 def _word_terms(text: str) -> Iterator[str]:
     """Per word of ``text``, in order, its term, or ``""`` when it is none (see
     :class:`_WordTerms`); a CJK run's words are its character pairs."""
-    lowered = text if text.isascii() else text.lower()
+    lowered = text if text.isascii() else _composed(text.lower())
     # In C: ASCII letters lower-cased, other ASCII but digits made spaces (UTF-8 keeps every
     # other character's bytes above 127), split at spaces.
     parts = (
@@ -162,18 +203,26 @@ def _word_terms(text: str) -> Iterator[str]:
     return map(_TERMS.__getitem__, words)
 
 
+def _composed(text: str) -> str:
+    """``text`` in NFC: a letter and its accent typed apart (macOS, text copied from a PDF)
+    meet the same letter typed whole."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 class _WordTerms(dict[str, str]):
     """The term of each word met, ``""`` for none, worked out once; safe to share between threads.
 
     A piece of a CJK run is a term as it is; another word is one unless it is a stop word or a
-    single letter, stemmed. Holds at most ``_STEMS`` words of at most ``_HELD_WORD`` characters
-    (a longer one, such as a hash or an encoded blob, is worked out each time): when full, it
-    forgets them all.
+    single letter, stemmed, and without Hebrew and Arabic vowel points (:data:`_POINTS`). Holds
+    at most ``_STEMS`` words of at most ``_HELD_WORD`` characters (a longer one, such as a hash
+    or an encoded blob, is worked out each time): when full, it forgets them all.
     """
 
     def __missing__(self, word: str) -> str:
         if not word.isascii() and _CJK.match(word):
             term = word
+        elif not word.isascii() and (bare := _POINTS.sub("", word)) != word:
+            term = self[bare] if bare else ""
         elif (len(word) > 1 or word.isdigit()) and word not in _STOPWORDS:
             term = _stem(word)
         else:

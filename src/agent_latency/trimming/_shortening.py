@@ -85,7 +85,7 @@ class MessageShortener:
         count = self._counter.count_message(message)
         if count <= target:
             return message, count
-        texts, others = _split_content(message.content)
+        texts, others = split_content(message.content)
         text = "\n".join(texts)
         framing = self._counter.count_message(message.model_copy(update={"content": others or ""}))
         text_tokens = count - framing
@@ -164,8 +164,10 @@ def _with_text(message: BaseMessage, text: str, others: list[Any]) -> BaseMessag
     return message.model_copy(update={"content": content})
 
 
-def _split_content(content: object) -> tuple[list[str], list[Any]]:
-    """Returns the texts of a message's content and its other parts (images), in order.
+def split_content(content: object) -> tuple[list[str], list[Any]]:
+    """Returns the texts of a message's content and its other parts (images), in order: what
+    is counted and sent as text (joined by line breaks, it is the text shortened, scored and
+    read back).
 
     An Anthropic-style ``tool_result`` block's nested content counts as the text it is (as
     the counter counts it): the copy sends its text as a text part.
@@ -178,7 +180,7 @@ def _split_content(content: object) -> tuple[list[str], list[Any]]:
         if isinstance(part, str):
             texts.append(part)
         elif part.get("type") == "tool_result" and isinstance(part.get("content"), str | list):
-            nested_texts, nested_others = _split_content(part["content"])
+            nested_texts, nested_others = split_content(part["content"])
             texts += nested_texts
             others += nested_others
         elif part.get("type") not in IMAGE_PART_TYPES and isinstance(part.get("text"), str):
