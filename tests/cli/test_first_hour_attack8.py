@@ -1,0 +1,166 @@
+"""A new user's first hour with the command line and the files they already keep.
+
+Each test runs the real command (``agent_latency.cli.main``, or the installed ``agent-latency``
+in a subprocess) on the mistakes of that first hour: the article's settings files and their
+near-misses, endpoints that are down or answer something else, odd terminals. Bad input gets one
+line on stderr naming the file, key or option and the fix, with exit status 2; no traceback; the
+API key appears nowhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_latency.cli import main
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
+
+KEY = "sk-attack8-secret-0123456789"
+CONVERSATION = '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]'
+ARTICLE_CONFIG = """\
+# config.toml —— 统一通道与推理参数
+[llm]
+base_url = "https://taotoken.net/api"
+api_key = "{key}"
+model = "qwen-7b-chat"
+timeout_seconds = 60
+
+[llm.streaming]
+enabled = true
+chunk_timeout_ms = 800
+first_token_warn_ms = 1200
+
+[llm.prompt]
+token_budget = 6000
+reserve_for_output = 2000
+keep_system = true
+keep_latest_user = true
+"""
+"""The article's config.toml (less ``trim_strategy``, which has its own test), with a key."""
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Runs the command line as the console script does: (status, stdout, stderr)."""
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Runs a command that must refuse its input: exit 2, one line, no traceback, no key."""
+    status, out, err = run(argv, capsys)
+    assert status == 2, (out, err)
+    (line,) = err.splitlines()
+    assert line.startswith("agent-latency: error: ")
+    assert KEY not in out + err
+    return line
+
+
+def article_config(path: Path, **changes: str) -> Path:
+    """Writes the article's config.toml with ``changes`` (TOML value text) to its [llm] keys."""
+    text = ARTICLE_CONFIG.format(key=KEY)
+    for key, value in changes.items():
+        old = next(line for line in text.splitlines() if line.startswith(f"{key} = "))
+        text = text.replace(old, f"{key} = {value}")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def conversation(clean_environment: Path) -> Path:
+    path = clean_environment / "conversation.json"
+    path.write_text(CONVERSATION, encoding="utf-8")
+    return path
+
+
+# --- the channel: base_url and api_key -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base_url", "named"),
+    [
+        pytest.param('"https://taotoken.net/api\\r"', "'\\r' (at an end)", id="CR of a CRLF file"),
+        pytest.param('"https://taotoken.net/api\\n"', "'\\n' (at an end)", id="final newline"),
+        pytest.param('" https://taotoken.net/api"', "' ' (at an end)", id="leading space"),
+        pytest.param('"https://taotoken.net/ api"', "' ' (inside)", id="inner space"),
+    ],
+)
+def test_a_base_url_with_whitespace_is_refused_naming_the_character(
+    base_url: str, named: str, clean_environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: accepted; httpx refused the newline deep in the first request (a traceback from
+    # bench and doctor), and a space sent every request to a wrong URL.
+    config = article_config(clean_environment / "config.toml", base_url=base_url)
+
+    line = refused(["doctor", "--config", str(config)], capsys)
+
+    assert "config.toml: llm.base_url: 'https://taotoken.net/" in line
+    assert named in line
+    assert "Fix: remove it" in line
+
+
+def test_a_base_url_from_a_crlf_env_file_fails_bench_in_one_line(
+    conversation: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: a traceback ending in httpx.InvalidURL, from deep inside ChatOpenAI.
+    monkeypatch.setenv("AGENT_LATENCY_BASE_URL", "http://127.0.0.1:9/v1\r")
+
+    line = refused(["bench", "--runs", "1", "--messages", str(conversation)], capsys)
+
+    assert "environment AGENT_LATENCY_BASE_URL: 'http://127.0.0.1:9/v1' holds '\\r'" in line
+
+
+@pytest.mark.parametrize("option", ["doctor", "bench"])
+def test_a_key_in_the_base_url_s_query_is_refused_without_showing_it(
+    option: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: accepted; the client appended each path after the query ("/v1?key=.../models"),
+    # so every request went to /v1 and doctor's fix said to set base_url to what it showed.
+    argv = [option, "--base-url", f"http://127.0.0.1:9/v1?api-key={KEY}#{KEY}"]
+    if option == "bench":
+        argv += ["--runs", "1", "--messages", str(conversation)]
+
+    line = refused(argv, capsys)
+
+    assert "--base-url: 'http://127.0.0.1:9/v1' goes on with a query string or fragment" in line
+    assert "set the key in llm.api_key or AGENT_LATENCY_API_KEY" in line
+
+
+def test_the_key_pasted_as_base_url_is_not_shown(
+    clean_environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "llm.base_url: 'sk-attack8-secret-...' is not an http(s) URL".
+    config = article_config(clean_environment / "config.toml", base_url=f'"{KEY}"')
+
+    line = refused(["doctor", "--config", str(config)], capsys)
+
+    assert "llm.base_url: the value (not shown: it may be a key) is not an http(s) URL" in line
+
+
+def test_base_url_and_api_key_swapped_are_called_swapped(
+    clean_environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = article_config(
+        clean_environment / "config.toml",
+        base_url=f'"{KEY}"',
+        api_key='"https://taotoken.net/api"',
+    )
+
+    line = refused(["doctor", "--config", str(config)], capsys)
+
+    assert "llm.api_key: holds a URL, not a key: llm.api_key and llm.base_url look swapped" in line
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "Basic"])
+def test_a_key_copied_with_its_auth_scheme_is_refused(
+    scheme: str, clean_environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: accepted; the server got "Bearer Bearer sk-..." and answered 401.
+    config = article_config(clean_environment / "config.toml", api_key=f'"{scheme} {KEY}"')
+
+    line = refused(["doctor", "--config", str(config)], capsys)
+
+    assert f"config.toml: llm.api_key: the API key starts with '{scheme} '" in line
+    assert f"Fix: write the key alone, without '{scheme} '." in line
