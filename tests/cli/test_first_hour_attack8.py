@@ -9,6 +9,8 @@ API key appears nowhere.
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,55 @@ def article_config(path: Path, **changes: str) -> Path:
         text = text.replace(old, f"{key} = {value}")
     path.write_text(text, encoding="utf-8")
     return path
+
+
+class Answering:
+    """A server on a free port of 127.0.0.1 answering every request with one status and body,
+    as a website, a proxy or a rate limiter in front of the API would; its body may quote the
+    request's Authorization header, as debugging proxies do. Stops when the block ends."""
+
+    def __init__(self, status: int, body: str, content_type: str, *, delay_s: float = 0) -> None:
+        answer = (status, body, content_type, delay_s)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: object) -> None:
+                """Quiet."""
+
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._answer()
+
+            def _answer(self) -> None:
+                code, text, kind, delay = answer
+                stopped.wait(delay)
+                data = text.replace("{authorization}", self.headers.get("Authorization", ""))
+                payload = data.encode()
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the client gave up waiting
+
+        stopped = threading.Event()
+        self._stopped = stopped
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> Answering:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopped.set()
+        self._server.shutdown()
+        self._server.server_close()
 
 
 @pytest.fixture
@@ -164,3 +215,60 @@ def test_a_key_copied_with_its_auth_scheme_is_refused(
 
     assert f"config.toml: llm.api_key: the API key starts with '{scheme} '" in line
     assert f"Fix: write the key alone, without '{scheme} '." in line
+
+
+# --- endpoints that answer something else -------------------------------------------------
+
+ECHOING_ERROR = '{"error": {"message": "slow down, {authorization}", "type": "rate_limit"}}'
+
+
+@pytest.mark.parametrize("status", [429, 500])
+@pytest.mark.parametrize("key", [KEY, "attack8plainkey0123456789"])
+def test_doctor_never_prints_a_key_the_server_echoes(
+    status: int, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "FAIL  api root: http://.../models answered 429: slow down, Bearer sk-..." (bench
+    # masked the same message; doctor quoted it whole).
+    with Answering(status, ECHOING_ERROR, "application/json") as server:
+        status_, out, err = run(["doctor", "--base-url", server.base_url, "--api-key", key], capsys)
+
+    assert status_ == 1
+    assert f"answered {status}: slow down" in out
+    assert key not in out + err
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("<html><body>Welcome to TaoToken</body></html>", "text/html"),
+        ("{}", "application/json"),
+    ],
+    ids=["website", "empty JSON"],
+)
+def test_bench_on_an_endpoint_that_answers_no_chat_completion_names_it_and_the_fix(
+    body: str, content_type: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "agent-latency: error: No generation chunks were returned", naming neither the
+    # endpoint nor a fix.
+    with Answering(200, body, content_type) as server:
+        argv = ["bench", "--runs", "1", "--messages", str(conversation)]
+        line = refused([*argv, "--base-url", server.base_url, "--api-key", KEY], capsys)
+
+    assert (
+        f"{server.base_url} (model 'qwen-7b-chat') answered something other than an OpenAI " in line
+    )
+    assert "Fix: base_url must be the API root" in line
+
+
+def test_bench_on_a_server_slower_than_the_timeout_says_so(
+    conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "could not be reached (OpenAITimeoutError) ... check that the server is running".
+    config = conversation.with_name("config.toml")
+    config.write_text("[llm]\ntimeout_seconds = 0.5\n", encoding="utf-8")
+    with Answering(200, "{}", "application/json", delay_s=30) as server:
+        argv = ["bench", "--runs", "1", "--messages", str(conversation)]
+        line = refused([*argv, "--base-url", server.base_url], capsys)
+
+    assert "did not answer within llm.timeout_seconds = 0.5 s" in line
+    assert "raise llm.timeout_seconds in config.toml" in line
