@@ -9,13 +9,19 @@ API key appears nowhere.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from agent_latency.cli import main
+from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -41,6 +47,35 @@ keep_system = true
 keep_latest_user = true
 """
 """The article's config.toml (less ``trim_strategy``, which has its own test), with a key."""
+
+
+FAST = SimulatorConfig(
+    overhead_ms=5, prefill_ms_per_token=0.01, decode_tokens_per_s=2000, answer_tokens=8
+)
+COMMAND = Path(sys.executable).with_name("agent-latency")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(FAST) as running:
+        yield running
+
+
+def run_installed(
+    argv: list[str], cwd: Path, **environment: str
+) -> subprocess.CompletedProcess[str]:
+    """Runs the installed ``agent-latency`` command in ``cwd`` with ``environment`` added."""
+    return subprocess.run(
+        [str(COMMAND), *argv],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, **environment},
+        check=False,
+    )
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -272,3 +307,36 @@ def test_bench_on_a_server_slower_than_the_timeout_says_so(
 
     assert "did not answer within llm.timeout_seconds = 0.5 s" in line
     assert "raise llm.timeout_seconds in config.toml" in line
+
+
+# --- terminals -----------------------------------------------------------------------------
+
+
+def test_bench_on_an_ascii_terminal_prints_its_table_and_writes_its_json(
+    sim: RunningSimulator, conversation: Path
+) -> None:
+    # Before: the title's '·' failed to encode once every call was made: exit 2 ("'ascii' codec
+    # can't encode character"), no table, and no --json file.
+    argv = ["bench", "--runs", "1", "--messages", str(conversation), "--json", "out.json"]
+    completed = run_installed(
+        [*argv, "--base-url", sim.base_url], conversation.parent, PYTHONIOENCODING="ascii"
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    assert "agent-latency bench ? http://127.0.0.1:" in completed.stdout
+    assert "trimmed + streaming" in completed.stdout
+    assert json.loads((conversation.parent / "out.json").read_text(encoding="utf-8"))["modes"]
+    assert "Traceback" not in completed.stderr
+
+
+def test_doctor_on_an_ascii_terminal_prints_every_check(
+    sim: RunningSimulator, clean_environment: Path
+) -> None:
+    # Before: the latency model's '≈' ended the run with exit 2 before its line and the summary.
+    completed = run_installed(
+        ["doctor", "--base-url", sim.base_url], clean_environment, PYTHONIOENCODING="ascii"
+    )
+
+    assert "latency model: TTFT ? " in completed.stdout
+    assert " passed, " in completed.stdout.splitlines()[-1]
+    assert completed.stderr == ""
