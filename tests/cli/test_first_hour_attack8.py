@@ -340,3 +340,26 @@ def test_doctor_on_an_ascii_terminal_prints_every_check(
     assert "latency model: TTFT ? " in completed.stdout
     assert " passed, " in completed.stdout.splitlines()[-1]
     assert completed.stderr == ""
+
+
+def test_bench_piped_into_a_reader_that_left_still_writes_its_json(
+    sim: RunningSimulator, conversation: Path
+) -> None:
+    # `agent-latency bench --json out.json | head -1`, the reader gone before the results come.
+    # Before: the results were printed first, the broken pipe ended the run, no out.json.
+    reader, writer = os.pipe()
+    os.close(reader)
+    argv = ["bench", "--runs", "1", "--messages", str(conversation), "--json", "out.json"]
+    try:
+        subprocess.run(
+            [str(COMMAND), *argv, "--base-url", sim.base_url],
+            cwd=conversation.parent,
+            stdout=writer,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+
+    assert json.loads((conversation.parent / "out.json").read_text(encoding="utf-8"))["modes"]

@@ -245,9 +245,11 @@ def bench(options: BenchFlags) -> None:
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
     results = _measure(options, settings, request, measured, workloads)
+    written = _write_outputs(results, options)  # first: a closed or failing stdout loses none
     console = Console()
     _print_results(console, results, settings)
-    _write_outputs(console, results, options)
+    for path in written:
+        console.print(f"Wrote {path}")
     if baseline_ms is not None:
         _gate(console, results.report, baseline_ms, options.max_regression)
 
@@ -346,17 +348,19 @@ def _print_turns(console: Console, report: BenchReport, settings: Settings) -> N
         console.print(Text(advice), soft_wrap=True)
 
 
-def _write_outputs(console: Console, results: BenchResults, options: BenchFlags) -> None:
-    """Writes ``--json`` and ``--plot``, each said on stdout."""
+def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
+    """Writes ``--json`` and ``--plot``; returns the files written."""
     mixed = results.workloads
+    written = []
     if options.json_file is not None:
         document = json.dumps(_document(results), indent=2) + "\n"
         options.json_file.write_text(document, encoding="utf-8")
-        console.print(f"Wrote {options.json_file}")
+        written.append(options.json_file)
     if options.plot is not None:
         frontier = [run for run in mixed if run.frontier]
         write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
-        console.print(f"Wrote {options.plot}")
+        written.append(options.plot)
+    return written
 
 
 def _document(results: BenchResults) -> dict[str, Any]:
