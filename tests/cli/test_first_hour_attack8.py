@@ -363,3 +363,35 @@ def test_bench_piped_into_a_reader_that_left_still_writes_its_json(
         os.close(writer)
 
     assert json.loads((conversation.parent / "out.json").read_text(encoding="utf-8"))["modes"]
+
+
+def test_a_40_column_terminal_gets_every_figure_of_the_bench_whole(
+    sim: RunningSimulator,
+    conversation: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: every figure column was cut to '…' (" untrimmed + stre…  28      …  12    -… ").
+    monkeypatch.setenv("COLUMNS", "40")
+    argv = ["bench", "--runs", "1", "--turns", "1", "--messages", str(conversation)]
+
+    status, out, _ = run([*argv, "--base-url", sim.base_url], capsys)
+
+    assert status == 0
+    assert "…" not in out
+    assert "TTFT  TTFT  total  total" in out
+    assert "prefilled" in out  # the replay table's last column
+
+
+def test_a_40_column_terminal_gets_every_reason_of_the_trim_whole(
+    conversation: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "│ 1 │ us… │   6 │   6 │ ke… │ la… │ a… │", the reason a word per line, cut.
+    monkeypatch.setenv("COLUMNS", "40")
+
+    status, out, _ = run(["trim", str(conversation)], capsys)
+
+    assert status == 0
+    assert "…" not in out
+    assert "│ latest_user │" in out
+    assert "all fits the budget" in out

@@ -50,6 +50,7 @@ from agent_latency.cli._tables import (
     frontier_table,
     modes_table,
     modes_title,
+    print_whole,
     quality_table,
     retention_by_kind_table,
     turns_table,
@@ -314,7 +315,7 @@ def _print_results(console: Console, results: BenchResults, settings: Settings) 
     report = results.report
     if report.modes:
         console.print(Text(modes_title(report)), soft_wrap=True)
-        console.print(modes_table(report))
+        print_whole(console, modes_table(report))
     breakdown = saving_breakdown(report)
     if breakdown is not None:
         console.print(breakdown.describe())
@@ -326,7 +327,7 @@ def _print_results(console: Console, results: BenchResults, settings: Settings) 
             f"Prefill: {fit.describe()}, fitted over {len(report.sweep)} budgets.", soft_wrap=True
         )
     if results.retention is not None:
-        console.print(quality_table(results.retention))
+        print_whole(console, quality_table(results.retention))
     for run in results.workloads:
         console.print(Text(workload_table(run)), soft_wrap=True)
         console.print(Text(retention_by_kind_table(run)), soft_wrap=True)
@@ -338,7 +339,7 @@ def _print_results(console: Console, results: BenchResults, settings: Settings) 
 
 def _print_turns(console: Console, report: BenchReport, settings: Settings) -> None:
     """Prints the replayed turns and, when sending everything was sooner, the advice."""
-    console.print(turns_table(report))
+    print_whole(console, turns_table(report))
     advice = warm_cut_advice(
         report,
         context_window=settings.llm.context_window,

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from agent_latency._chat_format import escape_surrogates, openai_message
 from agent_latency._user_input import load_request_file
+from agent_latency.cli._tables import print_whole
 from agent_latency.config import load_settings
 from agent_latency.trimming import RULE_EXPLANATIONS, TrimResult, trimmer_from_settings
 
@@ -115,7 +116,7 @@ def trim(
         options["budget"] = budget
     trimmer = trimmer_from_settings(loaded, **options)
     result = trimmer.trim(request.messages)
-    Console().print(render_trim_table(result, trimmer.token_counter.name))
+    print_whole(Console(), render_trim_table(result, trimmer.token_counter.name))
     if output is not None:
         trimmed: Any = [openai_message(message) for message in result.messages]
         if isinstance(request.document, dict):
