@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -395,3 +396,32 @@ def test_a_40_column_terminal_gets_every_reason_of_the_trim_whole(
     assert "…" not in out
     assert "│ latest_user │" in out
     assert "all fits the budget" in out
+
+
+# --- the simulator's address ---------------------------------------------------------------
+
+
+def test_sim_on_a_port_in_use_names_the_port_and_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: "agent-latency: error: [Errno 98] Address already in use", naming no option.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        line = refused(["sim", "--port", str(port)], capsys)
+
+    assert f"--host 127.0.0.1 --port {port}: cannot listen there (Address already in use)" in line
+    assert "Fix: give a free --port (0 picks one)" in line
+
+
+def test_sim_on_an_address_of_another_machine_names_the_host(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 192.0.2.1 is TEST-NET-1: no machine's own address, refused at once, without DNS.
+    line = refused(["sim", "--host", "192.0.2.1", "--port", "0"], capsys)
+
+    assert (
+        "--host 192.0.2.1 --port 0: cannot listen there (Cannot assign requested address)" in line
+    )
