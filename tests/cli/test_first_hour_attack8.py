@@ -425,3 +425,29 @@ def test_sim_on_an_address_of_another_machine_names_the_host(
     assert (
         "--host 192.0.2.1 --port 0: cannot listen there (Cannot assign requested address)" in line
     )
+
+
+# --- the files of the working directory ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["config.toml", "settings.json"])
+@pytest.mark.parametrize("kind", ["folder", "dangling link"])
+def test_a_default_file_that_is_no_file_is_named_not_skipped(
+    name: str,
+    kind: str,
+    conversation: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `docker run -v ./settings.json:/app/settings.json` with no such file on the host mounts a
+    # folder. Before: skipped in silence; the run used the defaults instead of the user's file.
+    place = conversation.parent / name
+    if kind == "folder":
+        place.mkdir()
+    else:
+        place.symlink_to(conversation.parent / "moved" / name)
+
+    line = refused(["trim", str(conversation), "--budget", "100"], capsys)
+
+    shown = "is a folder, not a file" if kind == "folder" else "a link to a file that does not"
+    assert f"{place}: {shown}" in line
+    assert f"it is read as the {name} of the working directory. Fix: put your {name} there" in line

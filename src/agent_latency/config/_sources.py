@@ -103,10 +103,19 @@ def resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | No
     ``MAX_FILE_BYTES``, or ``default_name`` if present."""
     if path is None:
         resolved = Path.cwd() / default_name
-        if not resolved.is_file():
+        if not os.path.lexists(resolved):
             return None
-    else:
-        resolved = Path(path)
+        problem = file_problem(resolved)
+        if problem is not None:
+            # A folder (a Docker bind mount of a missing file makes one) or a dangling link
+            # stands where the file is read from: the user's settings would silently not apply.
+            shown = "a link to a file that does not exist" if not resolved.exists() else problem
+            raise ConfigError(
+                f"{resolved}: {shown}; it is read as the {default_name} of the working "
+                f"directory. Fix: put your {default_name} there, or remove it to use the defaults."
+            )
+        return resolved
+    resolved = Path(path)
     problem = file_problem(resolved)
     if problem is not None:
         raise ConfigError(
