@@ -451,3 +451,20 @@ def test_a_default_file_that_is_no_file_is_named_not_skipped(
     shown = "is a folder, not a file" if kind == "folder" else "a link to a file that does not"
     assert f"{place}: {shown}" in line
     assert f"it is read as the {name} of the working directory. Fix: put your {name} there" in line
+
+
+# --- options -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["trim", "bench"])
+def test_a_budget_above_the_bound_names_the_option(
+    command: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "PriorityTrimmer: budget must be > 0 and at most 100,000,000; ...", a class the
+    # user never named, and (for bench) only once the simulator had started.
+    argv = [command, "--budget", "1000000000"]
+    argv += [str(conversation)] if command == "trim" else ["--messages", str(conversation)]
+
+    line = refused(argv, capsys)
+
+    assert "Invalid value for '--budget': Input should be less than or equal to 100000000" in line

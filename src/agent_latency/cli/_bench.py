@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._user_input import RequestFile
 from agent_latency.bench import (
     BenchOptions,
@@ -96,7 +97,11 @@ class BenchFlags:
     ] = None
     budget: Annotated[
         int | None,
-        typer.Option(min=1, help="Trimmer budget in prompt tokens; default: prompt.token_budget."),
+        typer.Option(
+            min=1,
+            max=MAX_REPORTED_TOKENS,
+            help="Trimmer budget in prompt tokens; default: prompt.token_budget.",
+        ),
     ] = None
     runs: Annotated[
         int,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_latency._chat_format import escape_surrogates, openai_message
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._user_input import load_request_file
 from agent_latency.cli._tables import print_whole
 from agent_latency.config import load_settings
@@ -89,7 +90,10 @@ def trim(
         ),
     ],
     budget: Annotated[
-        int | None, typer.Option(min=1, help="Token budget (default: from the settings).")
+        int | None,
+        typer.Option(
+            min=1, max=MAX_REPORTED_TOKENS, help="Token budget (default: from the settings)."
+        ),
     ] = None,
     settings: Annotated[
         Path | None, typer.Option(metavar="FILE", help="settings.json to read.")
