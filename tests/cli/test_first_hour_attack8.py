@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.ports import refused_port
 
 from agent_latency.cli import main
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
@@ -468,3 +469,30 @@ def test_a_budget_above_the_bound_names_the_option(
     line = refused(argv, capsys)
 
     assert "Invalid value for '--budget': Input should be less than or equal to 100000000" in line
+
+
+@pytest.mark.parametrize(
+    ("outputs", "named"),
+    [
+        (["--json", "conversation.json"], "--json conversation.json: is also the --messages file"),
+        (["--json", "out", "--plot", "out"], "--plot out: is also the --json file"),
+        (["--plot", "bench.txt"], "--plot bench.txt: .txt is not an image format"),
+        (["--plot", "bench"], "--plot bench: no extension names an image format"),
+    ],
+)
+def test_outputs_that_would_overwrite_an_input_or_fail_at_the_end_are_refused_first(
+    outputs: list[str],
+    named: str,
+    conversation: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: --json overwrote the conversation with the results; a .txt plot failed after the
+    # whole run (matplotlib: "Format 'txt' is not supported"), and one without an extension was
+    # written as bench.png while the bench said "Wrote bench". The port refuses connections: a
+    # check made after a call would report that instead.
+    argv = ["bench", "--runs", "1", "--messages", "conversation.json", *outputs]
+
+    line = refused([*argv, "--base-url", f"http://127.0.0.1:{refused_port()}/v1"], capsys)
+
+    assert named in line
+    assert conversation.read_text(encoding="utf-8") == CONVERSATION

@@ -276,12 +276,27 @@ def _check_flags(options: BenchFlags) -> None:
 
 
 def _check_outputs(options: BenchFlags) -> None:
-    """Checks the output files can be written and the plot drawn, before any call."""
+    """Checks the output files can be written and the plot drawn, before any call, and that
+    none is a file the bench reads or the other output."""
+    read = {
+        "--config": options.config,
+        "--settings": options.settings_file,
+        "--messages": options.messages,
+        "--baseline": options.baseline,
+    }
     for option, path in (("--json", options.json_file), ("--plot", options.plot)):
-        if path is not None:
-            check_output_file(option, path)
+        if path is None:
+            continue
+        check_output_file(option, path)
+        for other, used in read.items():
+            if used is not None and used.resolve() == path.resolve():
+                raise ValueError(
+                    f"{option} {path}: is also the {other} file, which the results would "
+                    "overwrite. Fix: give another file name."
+                )
+        read[option] = path
     if options.plot is not None:
-        require_matplotlib()
+        require_matplotlib(options.plot)
 
 
 def _measure(
