@@ -496,3 +496,22 @@ def test_outputs_that_would_overwrite_an_input_or_fail_at_the_end_are_refused_fi
 
     assert named in line
     assert conversation.read_text(encoding="utf-8") == CONVERSATION
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a full disk)")
+def test_a_json_file_that_fails_to_write_names_the_option_and_the_table_is_still_shown(
+    sim: RunningSimulator, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /dev/full passes every check made up front and fails the write as a full disk does.
+    # Before: "agent-latency: error: [Errno 28] No space left on device", naming no option.
+    argv = ["bench", "--runs", "1", "--messages", str(conversation), "--json", "/dev/full"]
+
+    status, out, err = run([*argv, "--base-url", sim.base_url], capsys)
+
+    assert status == 2
+    assert err.splitlines()[-1] == (
+        "agent-latency: error: --json /dev/full: cannot be written (No space left on device). "
+        "Fix: give a file path on a disk with room, that you may write to."
+    )
+    assert "trimmed + streaming" in out
+    assert "Traceback" not in err

@@ -251,9 +251,11 @@ def bench(options: BenchFlags) -> None:
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
     results = _measure(options, settings, request, measured, workloads)
-    written = _write_outputs(results, options)  # first: a closed or failing stdout loses none
     console = Console()
-    _print_results(console, results, settings)
+    try:
+        written = _write_outputs(results, options)  # first: a closed stdout loses none of them
+    finally:
+        _print_results(console, results, settings)  # and a file that failed, none of these
     for path in written:
         console.print(f"Wrote {path}")
     if baseline_ms is not None:
@@ -373,15 +375,29 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
     """Writes ``--json`` and ``--plot``; returns the files written."""
     mixed = results.workloads
     written = []
-    if options.json_file is not None:
-        document = json.dumps(_document(results), indent=2) + "\n"
-        options.json_file.write_text(document, encoding="utf-8")
-        written.append(options.json_file)
-    if options.plot is not None:
-        frontier = [run for run in mixed if run.frontier]
-        write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
-        written.append(options.plot)
+    with _naming_the_output("--json", options.json_file):
+        if options.json_file is not None:
+            document = json.dumps(_document(results), indent=2) + "\n"
+            options.json_file.write_text(document, encoding="utf-8")
+            written.append(options.json_file)
+    with _naming_the_output("--plot", options.plot):
+        if options.plot is not None:
+            frontier = [run for run in mixed if run.frontier]
+            write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
+            written.append(options.plot)
     return written
+
+
+@contextlib.contextmanager
+def _naming_the_output(option: str, path: Path | None) -> Iterator[None]:
+    """Turns a failed write (a full disk, a device) into one line naming the option."""
+    try:
+        yield
+    except OSError as exc:
+        raise ValueError(
+            f"{option} {path}: cannot be written ({exc.strerror or type(exc).__name__}). Fix: "
+            "give a file path on a disk with room, that you may write to."
+        ) from None
 
 
 def _document(results: BenchResults) -> dict[str, Any]:
