@@ -515,3 +515,32 @@ def test_a_json_file_that_fails_to_write_names_the_option_and_the_table_is_still
     )
     assert "trimmed + streaming" in out
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("where", "model"),
+    [("environment", "qwen-7b-chat\r"), ("--model", "qwen-7b-chat "), ("config.toml", "\tqwen")],
+)
+def test_a_model_name_with_a_line_end_or_spaces_is_refused(
+    where: str,
+    model: str,
+    conversation: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A .env file saved on Windows gives AGENT_LATENCY_MODEL a final '\r'. Before: accepted,
+    # sent as the model's name, and answered 404 (model not found) by every server.
+    argv = ["bench", "--runs", "1", "--messages", str(conversation)]
+    argv += ["--base-url", f"http://127.0.0.1:{refused_port()}/v1"]
+    if where == "environment":
+        monkeypatch.setenv("AGENT_LATENCY_MODEL", model)
+    elif where == "--model":
+        argv += ["--model", model]
+    else:
+        conversation.with_name("config.toml").write_text(
+            f"[llm]\nmodel = {json.dumps(model)}\n", encoding="utf-8"
+        )
+
+    line = refused(argv, capsys)
+
+    assert f"{model!r} is invalid. Fix: it must be the model name alone" in line

@@ -108,7 +108,11 @@ class LLMSettings:
         "qwen-7b-chat",
         "the model name; switching models is this one field",
         toml="llm.model",
-        rule=(lambda v: bool(v.strip()), "must not be empty; write the model name"),
+        rule=(
+            lambda v: bool(v.strip()) and v == v.strip() and v.isprintable(),
+            "must be the model name alone: not empty, no space at either end, no control "
+            "character (a '\\r' often comes from a .env file saved on Windows)",
+        ),
     )
     timeout_seconds: float = setting(
         60.0,
@@ -399,6 +403,9 @@ def with_channel_overrides(
     if model is not None:
         if not model.strip():
             raise ConfigError("--model: must not be empty. Fix: write the model name.")
+        problem = _BY_TARGET["llm.model"].problem(model)
+        if problem is not None:
+            raise ConfigError(f"--model: {model!r} is invalid. Fix: it {problem}.")
         llm = replace(llm, model=model)
     if api_key is not None:
         llm = replace(llm, api_key=SecretStr(checked_key(api_key, "--api-key")))
