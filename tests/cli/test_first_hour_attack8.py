@@ -544,3 +544,23 @@ def test_a_model_name_with_a_line_end_or_spaces_is_refused(
     line = refused(argv, capsys)
 
     assert f"{model!r} is invalid. Fix: it must be the model name alone" in line
+
+
+@pytest.mark.parametrize("option", ["FILE", "--settings"])
+def test_trim_does_not_overwrite_a_file_it_reads(
+    option: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: `trim conversation.json --output conversation.json` replaced the conversation by
+    # its trimmed copy, and the dropped messages were gone.
+    settings = conversation.with_name("settings.json")
+    settings.write_text('{"promptTrimmer": {"defaultBudget": 100}}', encoding="utf-8")
+    target = conversation if option == "FILE" else settings
+    kept = {path: path.read_text(encoding="utf-8") for path in (conversation, settings)}
+
+    line = refused(
+        ["trim", "conversation.json", "--settings", "settings.json", "--output", target.name],
+        capsys,
+    )
+
+    assert f"--output {target.name}: is also the {option} file" in line
+    assert {path: path.read_text(encoding="utf-8") for path in kept} == kept

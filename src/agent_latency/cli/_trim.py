@@ -112,7 +112,7 @@ def trim(
     the tools and response format of a request body count against the budget.
     """
     if output is not None:
-        _check_output(output)
+        _check_output(output, {"FILE": file, "--settings": settings, "--config": config})
     loaded = load_settings(config, settings)
     request = load_request_file(file)
     options: dict[str, Any] = {"tools": request.tools, "response_format": request.response_format}
@@ -136,8 +136,15 @@ def trim(
             ) from None
 
 
-def _check_output(output: Path) -> None:
-    """Refuses an output path that cannot become a file, before the trim is shown."""
+def _check_output(output: Path, read: dict[str, Path | None]) -> None:
+    """Refuses an output path that cannot become a file, or that is a file ``read`` names
+    (by its option), before the trim is shown."""
+    for option, path in read.items():
+        if path is not None and path.resolve() == output.resolve():
+            raise ValueError(
+                f"--output {output}: is also the {option} file, which the trimmed conversation "
+                "would overwrite (what was dropped would be lost). Fix: give another file name."
+            )
     if output.is_dir():
         raise ValueError(
             f"--output {output}: is a directory. Fix: give a file path, e.g. "
