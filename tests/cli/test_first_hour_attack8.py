@@ -564,3 +564,27 @@ def test_trim_does_not_overwrite_a_file_it_reads(
 
     assert f"--output {target.name}: is also the {option} file" in line
     assert {path: path.read_text(encoding="utf-8") for path in kept} == kept
+
+
+@pytest.mark.parametrize("text", ["", "\n", "\ufeff", "  \r\n"])
+def test_an_empty_settings_json_is_called_empty(
+    text: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `touch settings.json`, or an editor's empty buffer saved with a BOM. Before: "malformed
+    # JSON at line 1, column 1: Expecting value. Fix: correct the syntax there".
+    conversation.with_name("settings.json").write_text(text, encoding="utf-8")
+
+    line = refused(["trim", str(conversation)], capsys)
+
+    assert "settings.json: the file is empty, which is no JSON. Fix: write {} to keep" in line
+
+
+def test_an_empty_config_toml_is_a_valid_empty_one(
+    conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation.with_name("config.toml").write_text("\ufeff\r\n", encoding="utf-8")
+
+    status, out, err = run(["trim", str(conversation)], capsys)
+
+    assert (status, err) == (0, "")
+    assert "Trim to 6000 tokens" in out

@@ -177,6 +177,11 @@ def _parse(path: Path, loads: Callable[[str], Any], nested: str) -> Any:
         ("TOML", "JSON", json.loads) if loads is tomllib.loads else ("JSON", "TOML", tomllib.loads)
     )
     text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
+    if name == "JSON" and not text.strip():  # an empty TOML file is a valid, empty one
+        raise ConfigError(
+            f"{path}: the file is empty, which is no JSON. Fix: write {{}} to keep the "
+            "defaults, or your settings, or remove the file."
+        )
     try:
         return loads(text)
     except ConfigError:
