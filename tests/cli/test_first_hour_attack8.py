@@ -588,3 +588,38 @@ def test_an_empty_config_toml_is_a_valid_empty_one(
 
     assert (status, err) == (0, "")
     assert "Trim to 6000 tokens" in out
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "fix"),
+    [
+        # Before: "did you mean 'max_tokens_param'?", a different setting.
+        (
+            "config.toml",
+            "[llm]\nmax_tokens = 2048\n",
+            "'max_tokens' is a key of settings.json (streaming.maxTokens); move it there.",
+        ),
+        # Before: "remove it", the user's key.
+        ("config.toml", f'[llm]\nAPI_KEY = "{KEY}"\n', "did you mean 'api_key'?"),
+        (
+            "settings.json",
+            '{"streaming": {"chunkTimeoutMs": 800}}',
+            "'chunkTimeoutMs' is a key of config.toml (llm.streaming.chunk_timeout_ms); move it",
+        ),
+        (
+            "settings.json",
+            f'{{"apiKey": "{KEY}"}}',
+            "'apiKey' is a key of config.toml (llm.api_key); move it there.",
+        ),
+    ],
+    ids=["max_tokens in config.toml", "API_KEY", "chunkTimeoutMs in settings.json", "apiKey"],
+)
+def test_a_key_in_the_other_file_s_spelling_is_told_where_it_belongs(
+    file: str, text: str, fix: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation.with_name(file).write_text(text, encoding="utf-8")
+
+    line = refused(["trim", str(conversation)], capsys)
+
+    assert f"{file}: " in line
+    assert f"unknown key. Fix: {fix}" in line

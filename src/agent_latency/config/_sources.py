@@ -260,10 +260,10 @@ def _moved(key: str, prefix: tuple[str, ...], schema: FileSchema, other: FileSch
     """Where ``key`` belongs when it is a key of another section, or of the other file."""
     for dotted in schema.keys:
         section, _, name = dotted.rpartition(".")
-        if name == key and section != ".".join(prefix):
+        if _spelled_alike(name, key) and section != ".".join(prefix):
             return f"{key!r} belongs in {_section(section, schema.toml)}; move it there."
     for dotted, spec in other.keys.items():
-        if dotted.rpartition(".")[2] == key:
+        if _spelled_alike(dotted.rpartition(".")[2], key):
             ours = [mine for mine, mine_spec in schema.keys.items() if mine_spec == spec]
             instead = f"write {ours[0]} here instead" if ours else "move it there"
             return f"{key!r} is a key of {other.name} ({dotted}); {instead}."
@@ -276,9 +276,21 @@ def _section(section: str, toml: bool) -> str:
     return f"[{section}]" if toml else f"the {section!r} object"
 
 
+def _spelled_alike(name: str, key: str) -> bool:
+    """Whether ``key`` is ``name`` in another case or style (``maxTokens``, ``max_tokens``,
+    ``MAX-TOKENS``): each file spells its keys its own way, and users mix them up."""
+    return _squashed(name) == _squashed(key)
+
+
+def _squashed(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
 def _suggest(key: str, schema: Mapping[str, Any]) -> str:
     known = sorted(schema)
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+    close = [name for name in known if _spelled_alike(name, str(key))] or (
+        difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+    )
     if close:
         return f"did you mean {close[0]!r}? Known keys here: {', '.join(known)}."
     return f"remove it; known keys here: {', '.join(known)}."
