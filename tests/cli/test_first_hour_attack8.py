@@ -623,3 +623,16 @@ def test_a_key_in_the_other_file_s_spelling_is_told_where_it_belongs(
 
     assert f"{file}: " in line
     assert f"unknown key. Fix: {fix}" in line
+
+
+def test_workload_endpoint_without_an_endpoint_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: it ran on the simulator ("on the simulator at 0.5x its default latency") though
+    # the user asked for their endpoint.
+    argv = ["bench", "--runs", "0", "--workload", "mixed", "--workload-endpoint"]
+
+    line = refused([*argv, "--workload-calls", "1", "--workload-conversations", "1"], capsys)
+
+    assert "--workload-endpoint runs the workload on the bench's endpoint, but none is set" in line
+    assert "Fix: give --base-url, or set llm.base_url or AGENT_LATENCY_BASE_URL." in line

@@ -240,6 +240,12 @@ def bench(options: BenchFlags) -> None:
         model=options.model,
         api_key=options.api_key,
     )
+    if options.workload_endpoint and settings.llm.base_url is None:
+        raise ValueError(
+            "--workload-endpoint runs the workload on the bench's endpoint, but none is set, so "
+            "it would run on the simulator. Fix: give --base-url, or set llm.base_url or "
+            "AGENT_LATENCY_BASE_URL."
+        )
     request = load_scenario_request(options.messages)
     # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
     measured = BenchOptions(
