@@ -636,3 +636,35 @@ def test_workload_endpoint_without_an_endpoint_is_refused(
 
     assert "--workload-endpoint runs the workload on the bench's endpoint, but none is set" in line
     assert "Fix: give --base-url, or set llm.base_url or AGENT_LATENCY_BASE_URL." in line
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "named"),
+    [
+        # Before: "tokenizer '...': not a readable tokenizer.json (Exception)", no file or key.
+        ("models/qwen/tokenizer.json", "names no tokenizer.json to read (file not found)"),
+        # Before: "TokenCounter.for_model: unknown tokenizer 'qwen2'", a class the user never met.
+        ("qwen2", "is no known tokenizer. Fix: use one of cl100k"),
+    ],
+)
+def test_a_tokenizer_that_cannot_be_used_names_the_file_and_the_key(
+    tokenizer: str, named: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation.with_name("config.toml").write_text(
+        f'[llm]\ntokenizer = "{tokenizer}"\n', encoding="utf-8"
+    )
+
+    line = refused(["trim", str(conversation)], capsys)
+
+    assert f"config.toml: llm.tokenizer: '{tokenizer}' {named}" in line
+
+
+def test_a_known_tokenizer_in_another_case_still_loads(
+    conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation.with_name("config.toml").write_text('[llm]\ntokenizer = "O200K"\n', "utf-8")
+
+    status, out, err = run(["trim", str(conversation)], capsys)
+
+    assert (status, err) == (0, "")
+    assert "o200k" in out

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from agent_latency._redaction import display_url
 from agent_latency._server_usage import MAX_REPORTED_TOKENS
+from agent_latency._validation import file_problem
 from agent_latency.config._channel import (
     base_url_warnings,
     check_base_url,
@@ -35,6 +36,7 @@ from agent_latency.config._sources import (
     parse_toml,
     resolve,
 )
+from agent_latency.tokens import TOKENIZER_CHOICES, VOCABULARY_NAMES
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -505,3 +507,24 @@ def _validate(settings: Settings, found: Found) -> None:
         )
     if settings.llm.base_url is not None:
         check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))
+    tokenizer = settings.llm.tokenizer
+    problem = None if tokenizer is None else _tokenizer_problem(tokenizer)
+    if problem is not None:
+        raise ConfigError(f"{_place(found, 'llm.tokenizer')}: {tokenizer!r} {problem}")
+
+
+def _tokenizer_problem(tokenizer: str) -> str | None:
+    """What is wrong with an ``llm.tokenizer`` (a known name, ``server`` or a file), found
+    without reading it: the counter would say so only when first built, naming neither the
+    file nor the key."""
+    if tokenizer.strip().lower() in (*VOCABULARY_NAMES, "server"):
+        return None
+    problem = file_problem(tokenizer)
+    if problem is None:
+        return None
+    if tokenizer.endswith(".json") or "/" in tokenizer or os.sep in tokenizer:
+        return (
+            f"names no tokenizer.json to read ({problem}). Fix: give the path of the model's "
+            "tokenizer.json on this machine (nothing is downloaded), or a known name."
+        )
+    return f"is no known tokenizer. Fix: use one of {', '.join(TOKENIZER_CHOICES)}."
