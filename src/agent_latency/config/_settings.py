@@ -111,9 +111,9 @@ class LLMSettings:
         "the model name; switching models is this one field",
         toml="llm.model",
         rule=(
-            lambda v: bool(v.strip()) and v == v.strip() and v.isprintable(),
-            "must be the model name alone: not empty, no space at either end, no control "
-            "character (a '\\r' often comes from a .env file saved on Windows)",
+            lambda v: bool(v.strip()) and v == v.strip(),
+            "must be the model name alone: not empty, no space, tab or line end at either end "
+            "(a '\\r' often comes from a .env file saved on Windows)",
         ),
     )
     timeout_seconds: float = setting(
