@@ -668,3 +668,16 @@ def test_a_known_tokenizer_in_another_case_still_loads(
 
     assert (status, err) == (0, "")
     assert "o200k" in out
+
+
+def test_doctor_on_a_server_answering_plain_text_fails_the_api_root(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Another program on the port, answering text. Before: "PASS api root: ... answered 200
+    # with an API answer", then a streaming failure whose fix was nginx's buffering.
+    with Answering(200, "OK", "text/plain") as server:
+        status, out, _ = run(["doctor", "--base-url", server.base_url], capsys)
+
+    assert status == 1
+    assert "answered 200, but not in JSON: base_url points at a server that does not speak" in out
+    assert "streaming" not in out
