@@ -681,3 +681,20 @@ def test_doctor_on_a_server_answering_plain_text_fails_the_api_root(
     assert status == 1
     assert "answered 200, but not in JSON: base_url points at a server that does not speak" in out
     assert "streaming" not in out
+
+
+def test_the_workload_on_an_endpoint_that_answers_a_web_page_names_it_and_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: "agent-latency: error: No generation chunks were returned".
+    argv = ["bench", "--runs", "0", "--workload", "mixed", "--workload-endpoint"]
+    argv += ["--workload-calls", "1", "--workload-conversations", "1"]
+    argv += ["--workload-strategies", "none"]
+    with Answering(200, "<html><body>Welcome</body></html>", "text/html") as server:
+        status, _, err = run([*argv, "--base-url", server.base_url], capsys)
+
+    assert status == 2
+    assert err.splitlines()[-1].startswith(
+        f"agent-latency: error: {server.base_url} (model 'qwen-7b-chat') answered something "
+        "other than an OpenAI chat completion"
+    )
