@@ -698,3 +698,27 @@ def test_the_workload_on_an_endpoint_that_answers_a_web_page_names_it_and_the_fi
         f"agent-latency: error: {server.base_url} (model 'qwen-7b-chat') answered something "
         "other than an OpenAI chat completion"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "placeholder", "variable"),
+    [
+        # Before: "'${AGENT_LATENCY_BASE_URL}' is not an http(s) URL", no word of why.
+        ("base_url", "${AGENT_LATENCY_BASE_URL}", "AGENT_LATENCY_BASE_URL"),
+        # Before: accepted, and sent as the model's name: 404 from every server.
+        ("model", "${MODEL}", "AGENT_LATENCY_MODEL"),
+    ],
+)
+def test_a_placeholder_in_the_channel_names_the_variable_that_sets_it(
+    key: str,
+    placeholder: str,
+    variable: str,
+    clean_environment: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = article_config(clean_environment / "config.toml", **{key: f'"{placeholder}"'})
+
+    line = refused(["doctor", "--config", str(config)], capsys)
+
+    assert f"config.toml: llm.{key}: holds the placeholder '{placeholder}', which nothing" in line
+    assert f"Fix: write the value itself, or set {variable} in the environment" in line

@@ -10,7 +10,12 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from agent_latency._redaction import display_url, redact
-from agent_latency.config._sources import ENV_API_KEY, ENV_OPENAI_API_KEY, ConfigError
+from agent_latency.config._sources import (
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_OPENAI_API_KEY,
+    ConfigError,
+)
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -64,6 +69,24 @@ _AUTH_SCHEMES: Final = frozenset({"bearer", "basic"})
 """HTTP auth schemes a key copied from a header or a curl command may still start with."""
 
 
+def refuse_placeholder(value: str, place: str, variable: str) -> None:
+    """Refuses a value that is a shell-style ``${VARIABLE}``, naming the variable that sets it.
+
+    Args:
+        value: The value, as configured.
+        place: Where it was configured, e.g. ``"config.toml: llm.base_url"``.
+        variable: The environment variable that sets it, e.g. ``AGENT_LATENCY_BASE_URL``.
+    """
+    placeholder = _PLACEHOLDER.fullmatch(value.strip())
+    if placeholder is not None:
+        raise ConfigError(
+            f"{place}: holds the placeholder {value.strip()!r}, which nothing here expands "
+            "(TOML and JSON have no environment variables), so it would be used as written. "
+            f"Fix: write the value itself, or set {variable} in the environment (it wins over "
+            "the files)."
+        )
+
+
 def is_http_url(url: object) -> bool:
     """Whether ``url`` is an absolute http(s) URL with a host and a valid port, if any."""
     if not isinstance(url, str):
@@ -86,6 +109,7 @@ def check_base_url(base_url: str, place: str) -> None:
     Raises:
         ConfigError: Naming ``place`` and showing the URL without its credentials.
     """
+    refuse_placeholder(base_url, place, ENV_BASE_URL)
     _refuse_whitespace(base_url, place)
     try:
         parts = urlsplit(base_url)

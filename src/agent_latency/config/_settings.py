@@ -22,10 +22,11 @@ from agent_latency.config._channel import (
     check_base_url,
     checked_key,
     output_limit_field,
+    refuse_placeholder,
 )
 from agent_latency.config._declared import Setting, declarations, documented, setting
-from agent_latency.config._sources import ConfigError as ConfigError
 from agent_latency.config._sources import (
+    ENV_MODEL,
     FileSchema,
     Found,
     Key,
@@ -36,6 +37,7 @@ from agent_latency.config._sources import (
     parse_toml,
     resolve,
 )
+from agent_latency.config._sources import ConfigError as ConfigError
 from agent_latency.tokens import TOKENIZER_CHOICES, VOCABULARY_NAMES
 
 logger = logging.getLogger("agent_latency.config")
@@ -476,6 +478,7 @@ def removed_value(target: str, value: object, key: str) -> str | None:
 
 
 def _validate(settings: Settings, found: Found) -> None:
+    refuse_placeholder(settings.llm.model, _place(found, "llm.model"), ENV_MODEL)
     # A loaded file's choice is any string until checked: a removed one gets its own fix.
     for target in _REMOVED_VALUES:
         if target in found:
