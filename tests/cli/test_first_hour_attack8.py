@@ -722,3 +722,19 @@ def test_a_placeholder_in_the_channel_names_the_variable_that_sets_it(
 
     assert f"config.toml: llm.{key}: holds the placeholder '{placeholder}', which nothing" in line
     assert f"Fix: write the value itself, or set {variable} in the environment" in line
+
+
+@pytest.mark.parametrize("path", ["C:\\models\\qwen\\tokenizer.json", "C:\\Users\\me\\tok.json"])
+def test_a_windows_path_in_double_quotes_gets_the_single_quote_fix(
+    path: str, conversation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "malformed TOML: Invalid hex value (at line 2, column 18). Fix: correct the syntax
+    # there." ('\U' starts a unicode escape), no word of the backslashes.
+    conversation.with_name("config.toml").write_text(
+        f'[llm]\ntokenizer = "{path}"\n', encoding="utf-8"
+    )
+
+    line = refused(["trim", str(conversation)], capsys)
+
+    assert "config.toml: malformed TOML: " in line
+    assert "write a Windows path in single quotes, 'C:\\models\\tokenizer.json'" in line

@@ -196,6 +196,11 @@ def _parse(path: Path, loads: Callable[[str], Any], nested: str) -> Any:
         if isinstance(exc, json.JSONDecodeError):
             detail = f" at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             hint = " (JSON allows no comments or trailing commas)"
+        elif "\\" in text:
+            hint = (
+                " (in double quotes a backslash starts an escape: write a Windows path in "
+                "single quotes, 'C:\\models\\tokenizer.json', or with forward slashes)"
+            )
         raise ConfigError(
             f"{path}: malformed {name}{detail}. Fix: correct the syntax there{hint}."
         ) from None
