@@ -25,7 +25,8 @@ _PLACEHOLDER: Final = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<bare>[A
 
 def checked_key(key: str, place: str) -> str:
     """Returns the API key without surrounding whitespace (a key mounted from a file often ends
-    in a newline), refusing one no HTTP header can carry."""
+    in a newline), refusing one no HTTP header can carry, a placeholder, one that starts with its
+    auth scheme (``Bearer ``) and a URL (the channel's two fields swapped)."""
     stripped = key.strip()
     if not stripped:
         raise ConfigError(f"{place}: must not be empty. Fix: write the key, or leave it out.")
@@ -100,7 +101,8 @@ def is_http_url(url: object) -> bool:
 
 
 def check_base_url(base_url: str, place: str) -> None:
-    """Refuses a base_url that is not an http(s) URL or that carries a user name or password.
+    """Refuses a base_url that is not an http(s) URL, or that carries a user name or password,
+    a query or fragment, whitespace or a control character, or a ``${VARIABLE}`` placeholder.
 
     Args:
         base_url: The URL, as configured.
