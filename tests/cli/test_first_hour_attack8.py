@@ -738,3 +738,16 @@ def test_a_windows_path_in_double_quotes_gets_the_single_quote_fix(
 
     assert "config.toml: malformed TOML: " in line
     assert "write a Windows path in single quotes, 'C:\\models\\tokenizer.json'" in line
+
+
+def test_doctor_with_no_base_url_checks_where_the_chat_model_would_go(
+    sim: RunningSimulator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With OPENAI_BASE_URL exported (for the openai SDK) and no llm.base_url, build_chat_model
+    # sends every call there. Before: doctor probed https://api.openai.com/v1 instead.
+    monkeypatch.setenv("OPENAI_BASE_URL", sim.base_url)
+
+    _, out, _ = run(["doctor"], capsys)
+
+    assert out.splitlines()[0] == f"agent-latency doctor: {sim.base_url}, model qwen-7b-chat"
+    assert f"PASS  api root: GET {sim.base_url}/models answered 200" in out
