@@ -256,7 +256,16 @@ def bench(options: BenchFlags) -> None:
     )
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
-    results = _measure(options, settings, request, measured, workloads)
+    try:
+        results = _measure(options, settings, request, measured, workloads)
+    except KeyboardInterrupt:
+        files = ", no --json or --plot file" if options.json_file or options.plot else ""
+        print(
+            f"agent-latency bench: interrupted before the last call: no table{files} "
+            "(the results need every call).",
+            file=sys.stderr,
+        )
+        raise
     console = Console()
     try:
         written = _write_outputs(results, options)  # first: a closed stdout loses none of them
