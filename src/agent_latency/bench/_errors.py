@@ -58,7 +58,33 @@ def explain_api_error(error: openai.APIError, settings: Settings) -> EndpointErr
         if error.status_code in REFUSED_STATUSES:
             return RequestRefused(text, server_message=message)
         return EndpointError(text)
+    if isinstance(error, openai.APITimeoutError):
+        return EndpointError(
+            f"{where} did not answer within llm.timeout_seconds = "
+            f"{settings.llm.timeout_seconds:g} s. Fix: check that the server is not overloaded, "
+            "or raise llm.timeout_seconds in config.toml."
+        )
     return EndpointError(
         f"{where} could not be reached ({type(error).__name__}). Fix: check that the server "
         "is running and that base_url is its API root, e.g. http://127.0.0.1:8000/v1."
+    )
+
+
+_DETAIL_CHARS: Final = 160
+"""The most of the client's complaint shown: it may quote a whole web page."""
+
+
+def explain_unreadable_answer(error: ValueError, settings: Settings) -> EndpointError:
+    """Explains a call whose answer the client could not read as a chat completion (a web page,
+    an empty stream, a body of another API): the endpoint is not what base_url should name."""
+    key = settings.llm.api_key
+    detail = " ".join(str(error).split())
+    if len(detail) > _DETAIL_CHARS:
+        detail = detail[:_DETAIL_CHARS] + "..."
+    detail = redact(detail, key.get_secret_value() if key is not None else None)
+    where = f"{display_url(settings.llm.base_url or '')} (model {settings.llm.model!r})"
+    return EndpointError(
+        f"{where} answered something other than an OpenAI chat completion ({detail}). Fix: "
+        "base_url must be the API root of an OpenAI-compatible server (e.g. https://host/v1), "
+        "not a website; `agent-latency doctor` checks it."
     )

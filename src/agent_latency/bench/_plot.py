@@ -23,16 +23,32 @@ _INSTALL_HINT: Final = "pip install 'agent-latency[plot]'"
 _BAR_WIDTH: Final = 0.38
 
 
-def require_matplotlib() -> None:
-    """Checks that matplotlib can be imported.
+def require_matplotlib(path: str | Path | None = None) -> None:
+    """Checks that matplotlib can be imported, and can write the image format ``path`` names.
+
+    Args:
+        path: The ``--plot`` file; ``None``: only the import is checked.
 
     Raises:
-        ValueError: Naming the install command, when it cannot.
+        ValueError: Naming the install command, when it cannot be imported; naming ``path`` and
+            the formats, when its extension names none matplotlib writes (it would fail after
+            the run, or add ``.png`` to a name without one).
     """
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ValueError(f"--plot needs matplotlib; install it with {_INSTALL_HINT}.") from None
+    if path is None:
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        raise ValueError(
+            f"--plot {path}: {f'.{suffix} is not' if suffix else 'no extension names'} an image "
+            f"format. Fix: end the name in .png (or .{', .'.join(sorted(set(formats) - {'png'}))})."
+        )
 
 
 def write_plot(

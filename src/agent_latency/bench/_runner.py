@@ -36,7 +36,11 @@ from langchain_core.runnables import Runnable
 from agent_latency._redaction import display_url
 from agent_latency._validation import is_integer
 from agent_latency.bench._calls import CallMeter
-from agent_latency.bench._errors import RequestRefused, explain_api_error
+from agent_latency.bench._errors import (
+    RequestRefused,
+    explain_api_error,
+    explain_unreadable_answer,
+)
 from agent_latency.bench._measurements import (
     GATED_MODE,
     MODES,
@@ -349,6 +353,8 @@ class Bench:
             )
         except openai.APIError as exc:
             raise explain_api_error(exc, self.settings) from None
+        except ValueError as exc:  # LangChain's: no chunks, or a body of no chat completion
+            raise explain_unreadable_answer(exc, self.settings) from None
         # The trimmer's count (the handler's own estimate is cl100k: the bench's trims are not
         # linked to its calls).
         tokens = self._count(prepared.messages)

@@ -51,7 +51,11 @@ from agent_latency.bench._contenders import (
     Strategy,
     contenders,
 )
-from agent_latency.bench._errors import RequestRefused, explain_api_error
+from agent_latency.bench._errors import (
+    RequestRefused,
+    explain_api_error,
+    explain_unreadable_answer,
+)
 from agent_latency.bench._facts import PlantedConversation, answer_gives, fact_kept, plant_facts
 from agent_latency.bench._mixed import MixedWorkload, Turn, schedule
 from agent_latency.bench._scenario import (
@@ -217,6 +221,8 @@ def _warm_up(meter: CallMeter, model: Any, messages: list[BaseMessage], settings
         meter.stream(model, with_cache_salt(messages, "warm-up"))
     except openai.APIError as exc:
         _refusal(exc, settings)
+    except ValueError as exc:  # LangChain's: no chunks, or a body of no chat completion
+        raise explain_unreadable_answer(exc, settings) from None
 
 
 def _refusal(exc: openai.APIError, settings: Settings) -> RequestRefused:

@@ -9,6 +9,7 @@ help: ``--version``, ``--help`` and a mistyped command load none of them.
 from __future__ import annotations
 
 import importlib
+import io
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any, Final
@@ -120,6 +121,11 @@ def _one_line(error: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI and returns its exit status (2 for bad input, with one line on stderr)."""
     args = list(argv) if argv is not None else sys.argv[1:]
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal that cannot show '·', 'Δ' or '≈' (PYTHONIOENCODING=ascii, a cp1252 console)
+        # gets '?' for them, not an error after the run that loses its results.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
     try:
         result = app(
             args=args or [HELP_OPTIONS[-1]], prog_name=app.info.name, standalone_mode=False

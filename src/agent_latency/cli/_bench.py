@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._user_input import RequestFile
 from agent_latency.bench import (
     BenchOptions,
@@ -50,6 +51,7 @@ from agent_latency.cli._tables import (
     frontier_table,
     modes_table,
     modes_title,
+    print_whole,
     quality_table,
     retention_by_kind_table,
     turns_table,
@@ -95,7 +97,11 @@ class BenchFlags:
     ] = None
     budget: Annotated[
         int | None,
-        typer.Option(min=1, help="Trimmer budget in prompt tokens; default: prompt.token_budget."),
+        typer.Option(
+            min=1,
+            max=MAX_REPORTED_TOKENS,
+            help="Trimmer budget in prompt tokens; default: prompt.token_budget.",
+        ),
     ] = None
     runs: Annotated[
         int,
@@ -234,6 +240,12 @@ def bench(options: BenchFlags) -> None:
         model=options.model,
         api_key=options.api_key,
     )
+    if options.workload_endpoint and settings.llm.base_url is None:
+        raise ValueError(
+            "--workload-endpoint runs the workload on the bench's endpoint, but none is set, so "
+            "it would run on the simulator. Fix: give --base-url, or set llm.base_url or "
+            "AGENT_LATENCY_BASE_URL."
+        )
     request = load_scenario_request(options.messages)
     # The prefill sweep belongs to the single-turn bench: --runs 0 skips it too.
     measured = BenchOptions(
@@ -244,10 +256,23 @@ def bench(options: BenchFlags) -> None:
     )
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
-    results = _measure(options, settings, request, measured, workloads)
+    try:
+        results = _measure(options, settings, request, measured, workloads)
+    except KeyboardInterrupt:
+        files = ", no --json or --plot file" if options.json_file or options.plot else ""
+        print(
+            f"agent-latency bench: interrupted before the last call: no table{files} "
+            "(the results need every call).",
+            file=sys.stderr,
+        )
+        raise
     console = Console()
-    _print_results(console, results, settings)
-    _write_outputs(console, results, options)
+    try:
+        written = _write_outputs(results, options)  # first: a closed stdout loses none of them
+    finally:
+        _print_results(console, results, settings)  # and a file that failed, none of these
+    for path in written:
+        console.print(f"Wrote {path}")
     if baseline_ms is not None:
         _gate(console, results.report, baseline_ms, options.max_regression)
 
@@ -268,12 +293,27 @@ def _check_flags(options: BenchFlags) -> None:
 
 
 def _check_outputs(options: BenchFlags) -> None:
-    """Checks the output files can be written and the plot drawn, before any call."""
+    """Checks the output files can be written and the plot drawn, before any call, and that
+    none is a file the bench reads or the other output."""
+    read = {
+        "--config": options.config,
+        "--settings": options.settings_file,
+        "--messages": options.messages,
+        "--baseline": options.baseline,
+    }
     for option, path in (("--json", options.json_file), ("--plot", options.plot)):
-        if path is not None:
-            check_output_file(option, path)
+        if path is None:
+            continue
+        check_output_file(option, path)
+        for other, used in read.items():
+            if used is not None and used.resolve() == path.resolve():
+                raise ValueError(
+                    f"{option} {path}: is also the {other} file, which the results would "
+                    "overwrite. Fix: give another file name."
+                )
+        read[option] = path
     if options.plot is not None:
-        require_matplotlib()
+        require_matplotlib(options.plot)
 
 
 def _measure(
@@ -312,7 +352,7 @@ def _print_results(console: Console, results: BenchResults, settings: Settings) 
     report = results.report
     if report.modes:
         console.print(Text(modes_title(report)), soft_wrap=True)
-        console.print(modes_table(report))
+        print_whole(console, modes_table(report))
     breakdown = saving_breakdown(report)
     if breakdown is not None:
         console.print(breakdown.describe())
@@ -324,7 +364,7 @@ def _print_results(console: Console, results: BenchResults, settings: Settings) 
             f"Prefill: {fit.describe()}, fitted over {len(report.sweep)} budgets.", soft_wrap=True
         )
     if results.retention is not None:
-        console.print(quality_table(results.retention))
+        print_whole(console, quality_table(results.retention))
     for run in results.workloads:
         console.print(Text(workload_table(run)), soft_wrap=True)
         console.print(Text(retention_by_kind_table(run)), soft_wrap=True)
@@ -336,7 +376,7 @@ def _print_results(console: Console, results: BenchResults, settings: Settings) 
 
 def _print_turns(console: Console, report: BenchReport, settings: Settings) -> None:
     """Prints the replayed turns and, when sending everything was sooner, the advice."""
-    console.print(turns_table(report))
+    print_whole(console, turns_table(report))
     advice = warm_cut_advice(
         report,
         context_window=settings.llm.context_window,
@@ -346,17 +386,33 @@ def _print_turns(console: Console, report: BenchReport, settings: Settings) -> N
         console.print(Text(advice), soft_wrap=True)
 
 
-def _write_outputs(console: Console, results: BenchResults, options: BenchFlags) -> None:
-    """Writes ``--json`` and ``--plot``, each said on stdout."""
+def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
+    """Writes ``--json`` and ``--plot``; returns the files written."""
     mixed = results.workloads
-    if options.json_file is not None:
-        document = json.dumps(_document(results), indent=2) + "\n"
-        options.json_file.write_text(document, encoding="utf-8")
-        console.print(f"Wrote {options.json_file}")
-    if options.plot is not None:
-        frontier = [run for run in mixed if run.frontier]
-        write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
-        console.print(f"Wrote {options.plot}")
+    written = []
+    with _naming_the_output("--json", options.json_file):
+        if options.json_file is not None:
+            document = json.dumps(_document(results), indent=2) + "\n"
+            options.json_file.write_text(document, encoding="utf-8")
+            written.append(options.json_file)
+    with _naming_the_output("--plot", options.plot):
+        if options.plot is not None:
+            frontier = [run for run in mixed if run.frontier]
+            write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
+            written.append(options.plot)
+    return written
+
+
+@contextlib.contextmanager
+def _naming_the_output(option: str, path: Path | None) -> Iterator[None]:
+    """Turns a failed write (a full disk, a device) into one line naming the option."""
+    try:
+        yield
+    except OSError as exc:
+        raise ValueError(
+            f"{option} {path}: cannot be written ({exc.strerror or type(exc).__name__}). Fix: "
+            "give a file path on a disk with room, that you may write to."
+        ) from None
 
 
 def _document(results: BenchResults) -> dict[str, Any]:

@@ -112,14 +112,21 @@ def sim(options: SimFlags) -> None:
     config = options.simulator()
     # Said, because a name it does not know is taken for a model's and counted as cl100k.
     counted_as = TokenCounter.for_model(config.prompt_tokenizer).name
-    run_simulator(
-        config,
-        host=options.host,
-        port=options.port,
-        log_level=options.log_level,
-        on_listening=lambda url: typer.echo(
-            f"agent-latency simulator on {url}, prompt tokens counted as {counted_as} "
-            "(Ctrl-C to stop)",
-            err=True,
-        ),
-    )
+    try:
+        run_simulator(
+            config,
+            host=options.host,
+            port=options.port,
+            log_level=options.log_level,
+            on_listening=lambda url: typer.echo(
+                f"agent-latency simulator on {url}, prompt tokens counted as {counted_as} "
+                "(Ctrl-C to stop)",
+                err=True,
+            ),
+        )
+    except OSError as exc:  # the address cannot be bound: in use, not this machine's, unknown
+        raise ValueError(
+            f"--host {options.host} --port {options.port}: cannot listen there "
+            f"({exc.strerror or exc}). Fix: give a free --port (0 picks one), and a --host "
+            "address of this machine (the default, 127.0.0.1, serves only this machine)."
+        ) from None

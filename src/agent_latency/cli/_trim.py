@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_latency._chat_format import escape_surrogates, openai_message
+from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._user_input import load_request_file
+from agent_latency.cli._tables import print_whole
 from agent_latency.config import load_settings
 from agent_latency.trimming import RULE_EXPLANATIONS, TrimResult, trimmer_from_settings
 
@@ -88,7 +90,10 @@ def trim(
         ),
     ],
     budget: Annotated[
-        int | None, typer.Option(min=1, help="Token budget (default: from the settings).")
+        int | None,
+        typer.Option(
+            min=1, max=MAX_REPORTED_TOKENS, help="Token budget (default: from the settings)."
+        ),
     ] = None,
     settings: Annotated[
         Path | None, typer.Option(metavar="FILE", help="settings.json to read.")
@@ -107,7 +112,7 @@ def trim(
     the tools and response format of a request body count against the budget.
     """
     if output is not None:
-        _check_output(output)
+        _check_output(output, {"FILE": file, "--settings": settings, "--config": config})
     loaded = load_settings(config, settings)
     request = load_request_file(file)
     options: dict[str, Any] = {"tools": request.tools, "response_format": request.response_format}
@@ -115,7 +120,7 @@ def trim(
         options["budget"] = budget
     trimmer = trimmer_from_settings(loaded, **options)
     result = trimmer.trim(request.messages)
-    Console().print(render_trim_table(result, trimmer.token_counter.name))
+    print_whole(Console(), render_trim_table(result, trimmer.token_counter.name))
     if output is not None:
         trimmed: Any = [openai_message(message) for message in result.messages]
         if isinstance(request.document, dict):
@@ -131,8 +136,15 @@ def trim(
             ) from None
 
 
-def _check_output(output: Path) -> None:
-    """Refuses an output path that cannot become a file, before the trim is shown."""
+def _check_output(output: Path, read: dict[str, Path | None]) -> None:
+    """Refuses an output path that cannot become a file, or that is a file ``read`` names
+    (by its option), before the trim is shown."""
+    for option, path in read.items():
+        if path is not None and path.resolve() == output.resolve():
+            raise ValueError(
+                f"--output {output}: is also the {option} file, which the trimmed conversation "
+                "would overwrite (what was dropped would be lost). Fix: give another file name."
+            )
     if output.is_dir():
         raise ValueError(
             f"--output {output}: is a directory. Fix: give a file path, e.g. "

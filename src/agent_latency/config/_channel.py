@@ -9,8 +9,13 @@ import re
 from typing import Final
 from urllib.parse import urlsplit
 
-from agent_latency._redaction import display_url
-from agent_latency.config._sources import ENV_API_KEY, ENV_OPENAI_API_KEY, ConfigError
+from agent_latency._redaction import display_url, redact
+from agent_latency.config._sources import (
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_OPENAI_API_KEY,
+    ConfigError,
+)
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -20,7 +25,8 @@ _PLACEHOLDER: Final = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<bare>[A
 
 def checked_key(key: str, place: str) -> str:
     """Returns the API key without surrounding whitespace (a key mounted from a file often ends
-    in a newline), refusing one no HTTP header can carry."""
+    in a newline), refusing one no HTTP header can carry, a placeholder, one that starts with its
+    auth scheme (``Bearer ``) and a URL (the channel's two fields swapped)."""
     stripped = key.strip()
     if not stripped:
         raise ConfigError(f"{place}: must not be empty. Fix: write the key, or leave it out.")
@@ -45,7 +51,41 @@ def checked_key(key: str, place: str) -> str:
             f"{place}: the API key holds a character that is not printable ASCII, which an HTTP "
             "header cannot carry. Fix: copy the key again from the provider's console."
         )
+    scheme, space, _ = stripped.partition(" ")
+    if space and scheme.lower() in _AUTH_SCHEMES:
+        raise ConfigError(
+            f"{place}: the API key starts with {scheme + ' '!r}, which the client adds itself: "
+            f"the server would get {scheme + ' ' + scheme!r} and refuse it (401). Fix: write the "
+            f"key alone, without {scheme + ' '!r}."
+        )
+    if is_http_url(stripped):
+        raise ConfigError(
+            f"{place}: holds a URL, not a key: llm.api_key and llm.base_url look swapped. Fix: "
+            "put the API root in llm.base_url and the key in llm.api_key."
+        )
     return stripped
+
+
+_AUTH_SCHEMES: Final = frozenset({"bearer", "basic"})
+"""HTTP auth schemes a key copied from a header or a curl command may still start with."""
+
+
+def refuse_placeholder(value: str, place: str, variable: str) -> None:
+    """Refuses a value that is a shell-style ``${VARIABLE}``, naming the variable that sets it.
+
+    Args:
+        value: The value, as configured.
+        place: Where it was configured, e.g. ``"config.toml: llm.base_url"``.
+        variable: The environment variable that sets it, e.g. ``AGENT_LATENCY_BASE_URL``.
+    """
+    placeholder = _PLACEHOLDER.fullmatch(value.strip())
+    if placeholder is not None:
+        raise ConfigError(
+            f"{place}: holds the placeholder {value.strip()!r}, which nothing here expands "
+            "(TOML and JSON have no environment variables), so it would be used as written. "
+            f"Fix: write the value itself, or set {variable} in the environment (it wins over "
+            "the files)."
+        )
 
 
 def is_http_url(url: object) -> bool:
@@ -61,7 +101,8 @@ def is_http_url(url: object) -> bool:
 
 
 def check_base_url(base_url: str, place: str) -> None:
-    """Refuses a base_url that is not an http(s) URL or that carries a user name or password.
+    """Refuses a base_url that is not an http(s) URL, or that carries a user name or password,
+    a query or fragment, whitespace or a control character, or a ``${VARIABLE}`` placeholder.
 
     Args:
         base_url: The URL, as configured.
@@ -70,6 +111,8 @@ def check_base_url(base_url: str, place: str) -> None:
     Raises:
         ConfigError: Naming ``place`` and showing the URL without its credentials.
     """
+    refuse_placeholder(base_url, place, ENV_BASE_URL)
+    _refuse_whitespace(base_url, place)
     try:
         parts = urlsplit(base_url)
     except ValueError:  # an unclosed IPv6 bracket: not an http(s) URL, below
@@ -82,8 +125,14 @@ def check_base_url(base_url: str, place: str) -> None:
             "server listens on, e.g. http://127.0.0.1:8000/v1."
         ) from None
     if parts is None or not is_http_url(base_url):
+        # Without a dot or a colon it names no host: maybe the key, pasted in the wrong field.
+        shown = (
+            repr(redact(display_url(base_url)))
+            if "." in base_url or ":" in base_url
+            else "the value (not shown: it may be a key)"
+        )
         raise ConfigError(
-            f"{place}: {display_url(base_url)!r} is not an http(s) URL. "
+            f"{place}: {shown} is not an http(s) URL. "
             "Fix: write the API root, e.g. https://api.example.com/v1."
         )
     if parts.username is not None or parts.password is not None:
@@ -92,6 +141,27 @@ def check_base_url(base_url: str, place: str) -> None:
             "they would be sent as Basic auth instead of the API key, and shown wherever the "
             "URL is. Fix: remove 'user:password@' from the URL and set llm.api_key or "
             f"{ENV_API_KEY}."
+        )
+    if "?" in base_url or "#" in base_url:
+        raise ConfigError(
+            f"{place}: {display_url(base_url)!r} goes on with a query string or fragment ('?...' "
+            "or '#...'); the client appends each request's path after it, so every request would "
+            "go to a wrong URL, and a key in it would be shown wherever the URL is. Fix: end the "
+            "URL at the API root's path, and set the key in llm.api_key or "
+            f"{ENV_API_KEY}."
+        )
+
+
+def _refuse_whitespace(base_url: str, place: str) -> None:
+    """Refuses a URL holding a space or a control character: httpx refuses a control character
+    deep in the first request, and a space makes every request go to a wrong URL."""
+    odd = next((char for char in base_url if char.isspace() or not char.isprintable()), None)
+    if odd is not None:
+        where = "at an end" if base_url.strip() != base_url else "inside"
+        raise ConfigError(
+            f"{place}: {redact(display_url(base_url.strip()))!r} holds {odd!r} ({where}), which "
+            "no request URL may carry. Fix: remove it (a '\\r' or '\\n' at the end often comes "
+            "from a file saved on Windows or a copied line)."
         )
 
 

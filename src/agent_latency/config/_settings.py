@@ -16,15 +16,17 @@ from pydantic import SecretStr
 
 from agent_latency._redaction import display_url
 from agent_latency._server_usage import MAX_REPORTED_TOKENS
+from agent_latency._validation import file_problem
 from agent_latency.config._channel import (
     base_url_warnings,
     check_base_url,
     checked_key,
     output_limit_field,
+    refuse_placeholder,
 )
 from agent_latency.config._declared import Setting, declarations, documented, setting
-from agent_latency.config._sources import ConfigError as ConfigError
 from agent_latency.config._sources import (
+    ENV_MODEL,
     FileSchema,
     Found,
     Key,
@@ -35,6 +37,8 @@ from agent_latency.config._sources import (
     parse_toml,
     resolve,
 )
+from agent_latency.config._sources import ConfigError as ConfigError
+from agent_latency.tokens import TOKENIZER_CHOICES, VOCABULARY_NAMES
 
 logger = logging.getLogger("agent_latency.config")
 
@@ -108,7 +112,11 @@ class LLMSettings:
         "qwen-7b-chat",
         "the model name; switching models is this one field",
         toml="llm.model",
-        rule=(lambda v: bool(v.strip()), "must not be empty; write the model name"),
+        rule=(
+            lambda v: bool(v.strip()) and v == v.strip(),
+            "must be the model name alone: not empty, no space, tab or line end at either end "
+            "(a '\\r' often comes from a .env file saved on Windows)",
+        ),
     )
     timeout_seconds: float = setting(
         60.0,
@@ -399,6 +407,9 @@ def with_channel_overrides(
     if model is not None:
         if not model.strip():
             raise ConfigError("--model: must not be empty. Fix: write the model name.")
+        problem = _BY_TARGET["llm.model"].problem(model)
+        if problem is not None:
+            raise ConfigError(f"--model: {model!r} is invalid. Fix: it {problem}.")
         llm = replace(llm, model=model)
     if api_key is not None:
         llm = replace(llm, api_key=SecretStr(checked_key(api_key, "--api-key")))
@@ -467,6 +478,7 @@ def removed_value(target: str, value: object, key: str) -> str | None:
 
 
 def _validate(settings: Settings, found: Found) -> None:
+    refuse_placeholder(settings.llm.model, _place(found, "llm.model"), ENV_MODEL)
     # A loaded file's choice is any string until checked: a removed one gets its own fix.
     for target in _REMOVED_VALUES:
         if target in found:
@@ -498,3 +510,24 @@ def _validate(settings: Settings, found: Found) -> None:
         )
     if settings.llm.base_url is not None:
         check_base_url(settings.llm.base_url, _place(found, "llm.base_url"))
+    tokenizer = settings.llm.tokenizer
+    problem = None if tokenizer is None else _tokenizer_problem(tokenizer)
+    if problem is not None:
+        raise ConfigError(f"{_place(found, 'llm.tokenizer')}: {tokenizer!r} {problem}")
+
+
+def _tokenizer_problem(tokenizer: str) -> str | None:
+    """What is wrong with an ``llm.tokenizer`` (a known name, ``server`` or a file), found
+    without reading it: the counter would say so only when first built, naming neither the
+    file nor the key."""
+    if tokenizer.strip().lower() in (*VOCABULARY_NAMES, "server"):
+        return None
+    problem = file_problem(tokenizer)
+    if problem is None:
+        return None
+    if tokenizer.endswith(".json") or "/" in tokenizer or os.sep in tokenizer:
+        return (
+            f"names no tokenizer.json to read ({problem}). Fix: give the path of the model's "
+            "tokenizer.json on this machine (nothing is downloaded), or a known name."
+        )
+    return f"is no known tokenizer. Fix: use one of {', '.join(TOKENIZER_CHOICES)}."

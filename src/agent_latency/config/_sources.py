@@ -103,10 +103,19 @@ def resolve(path: str | os.PathLike[str] | None, default_name: str) -> Path | No
     ``MAX_FILE_BYTES``, or ``default_name`` if present."""
     if path is None:
         resolved = Path.cwd() / default_name
-        if not resolved.is_file():
+        if not os.path.lexists(resolved):
             return None
-    else:
-        resolved = Path(path)
+        problem = file_problem(resolved)
+        if problem is not None:
+            # A folder (a Docker bind mount of a missing file makes one) or a dangling link
+            # stands where the file is read from: the user's settings would silently not apply.
+            shown = "a link to a file that does not exist" if not resolved.exists() else problem
+            raise ConfigError(
+                f"{resolved}: {shown}; it is read as the {default_name} of the working "
+                f"directory. Fix: put your {default_name} there, or remove it to use the defaults."
+            )
+        return resolved
+    resolved = Path(path)
     problem = file_problem(resolved)
     if problem is not None:
         raise ConfigError(
@@ -168,6 +177,11 @@ def _parse(path: Path, loads: Callable[[str], Any], nested: str) -> Any:
         ("TOML", "JSON", json.loads) if loads is tomllib.loads else ("JSON", "TOML", tomllib.loads)
     )
     text = _read_text(path)  # outside the try: its ConfigError is a ValueError too
+    if name == "JSON" and not text.strip():  # an empty TOML file is a valid, empty one
+        raise ConfigError(
+            f"{path}: the file is empty, which is no JSON. Fix: write {{}} to keep the "
+            "defaults, or your settings, or remove the file."
+        )
     try:
         return loads(text)
     except ConfigError:
@@ -182,6 +196,11 @@ def _parse(path: Path, loads: Callable[[str], Any], nested: str) -> Any:
         if isinstance(exc, json.JSONDecodeError):
             detail = f" at line {exc.lineno}, column {exc.colno}: {exc.msg}"
             hint = " (JSON allows no comments or trailing commas)"
+        elif "\\" in text:
+            hint = (
+                " (in double quotes a backslash starts an escape: write a Windows path in "
+                "single quotes, 'C:\\models\\tokenizer.json', or with forward slashes)"
+            )
         raise ConfigError(
             f"{path}: malformed {name}{detail}. Fix: correct the syntax there{hint}."
         ) from None
@@ -246,10 +265,10 @@ def _moved(key: str, prefix: tuple[str, ...], schema: FileSchema, other: FileSch
     """Where ``key`` belongs when it is a key of another section, or of the other file."""
     for dotted in schema.keys:
         section, _, name = dotted.rpartition(".")
-        if name == key and section != ".".join(prefix):
+        if _spelled_alike(name, key) and section != ".".join(prefix):
             return f"{key!r} belongs in {_section(section, schema.toml)}; move it there."
     for dotted, spec in other.keys.items():
-        if dotted.rpartition(".")[2] == key:
+        if _spelled_alike(dotted.rpartition(".")[2], key):
             ours = [mine for mine, mine_spec in schema.keys.items() if mine_spec == spec]
             instead = f"write {ours[0]} here instead" if ours else "move it there"
             return f"{key!r} is a key of {other.name} ({dotted}); {instead}."
@@ -262,9 +281,21 @@ def _section(section: str, toml: bool) -> str:
     return f"[{section}]" if toml else f"the {section!r} object"
 
 
+def _spelled_alike(name: str, key: str) -> bool:
+    """Whether ``key`` is ``name`` in another case or style (``maxTokens``, ``max_tokens``,
+    ``MAX-TOKENS``): each file spells its keys its own way, and users mix them up."""
+    return _squashed(name) == _squashed(key)
+
+
+def _squashed(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
 def _suggest(key: str, schema: Mapping[str, Any]) -> str:
     known = sorted(schema)
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+    close = [name for name in known if _spelled_alike(name, str(key))] or (
+        difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+    )
     if close:
         return f"did you mean {close[0]!r}? Known keys here: {', '.join(known)}."
     return f"remove it; known keys here: {', '.join(known)}."

@@ -76,6 +76,15 @@ def check_api_root(models: HttpReply, *, api_root: str | None = None) -> CheckRe
             else "use the API root from the provider's docs, usually ending in /v1 "
             "(e.g. https://host/v1)",
         )
+    if models.ok and models.body is None:
+        return CheckResult(
+            "api root",
+            CheckStatus.FAIL,
+            f"GET {display_url(models.url)} answered {models.status}, but not in JSON: "
+            "base_url points at a server that does not speak the OpenAI API",
+            "use the API root from the provider's docs, usually ending in /v1 "
+            "(e.g. https://host/v1); `agent-latency sim` serves http://127.0.0.1:8000/v1",
+        )
     if models.ok or models.status in (401, 403):
         return CheckResult(
             "api root",

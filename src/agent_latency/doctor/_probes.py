@@ -9,6 +9,7 @@ prefill timings, impossible counts) is read by
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -218,8 +219,20 @@ class _RetriesStaleConnection(httpx.BaseTransport):
         self._transport.close()
 
 
+def _client_default_root() -> str:
+    """Where the chat model sends its calls when no base_url is configured: LangChain's
+    ``OPENAI_API_BASE``, else the openai SDK's ``OPENAI_BASE_URL``, else OpenAI's API."""
+    return next(
+        (url for url in map(os.environ.get, _CLIENT_ROOT_VARIABLES) if url), OPENAI_API_ROOT
+    )
+
+
+_CLIENT_ROOT_VARIABLES: Final = ("OPENAI_API_BASE", "OPENAI_BASE_URL")
+
+
 class Endpoint:
-    """Small real requests to the configured OpenAI-compatible endpoint.
+    """Small real requests to the configured OpenAI-compatible endpoint (with no base_url, to
+    where the chat model would send its calls, see :func:`_client_default_root`).
 
     Args:
         settings: The channel to probe (base_url, key, model, output-limit field).
@@ -237,7 +250,7 @@ class Endpoint:
         if timeout_s <= 0:
             raise ValueError(f"Endpoint: timeout_s must be > 0, got {timeout_s!r}.")
         self.settings = settings
-        self.base_url = (settings.llm.base_url or OPENAI_API_ROOT).rstrip("/")
+        self.base_url = (settings.llm.base_url or _client_default_root()).rstrip("/")
         self.limit_field = settings.llm.output_limit_field
         self.timeout_s = min(timeout_s, settings.llm.timeout_seconds)
         key = settings.llm.api_key

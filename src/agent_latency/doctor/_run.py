@@ -8,10 +8,12 @@ the output limit (each would block on a full-length answer).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import HumanMessage
 
+from agent_latency._redaction import redact
 from agent_latency._server_usage import ServerUsage
 from agent_latency.config import Settings
 from agent_latency.doctor._check_result import CheckResult, CheckStatus
@@ -56,8 +58,12 @@ def run_checks(settings: Settings, *, endpoint: Endpoint | None = None) -> Itera
     yield check_temperature(settings)
     owned = endpoint is None
     probes = endpoint or Endpoint(settings)
+    key = settings.llm.api_key
+    secret = key.get_secret_value() if key is not None else None
     try:
-        yield from _endpoint_checks(probes, settings)
+        for result in _endpoint_checks(probes, settings):
+            # A server's error message may echo the key, or the whole Authorization header.
+            yield replace(result, message=redact(result.message, secret))
     finally:
         if owned:
             probes.close()
