@@ -100,7 +100,10 @@ class LLMSettings:
         "the API root of the OpenAI-compatible endpoint, e.g. `https://api.example.com/v1`; "
         "unset: OpenAI's",
         toml="llm.base_url",
-        accepts="string, http(s) URL, port 0–65535, no `user:password@`",
+        accepts=(
+            "string, http(s) URL, port 0–65535, no `user:password@`, query, fragment, space or "
+            "control character"
+        ),
     )
     api_key: SecretStr | None = setting(
         None,
