@@ -1173,8 +1173,11 @@ def test_a_stream_of_a_non_streaming_model_given_up_on_is_a_ttft_breach(
     hanging = SimulatorConfig(overhead_ms=3000, prefill_ms_per_token=0)
     with running_simulator(hanging) as slow_sim:
         model = chat_openai(slow_sim, timeout=0.3, callbacks=[handler])
-        with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+        with pytest.raises(Exception) as raised:
             call(model)
+    # Timed out: an async stream's read raises the HTTP client's ReadTimeout, with no message
+    # in the lowest httpx we support.
+    assert "timeout" in type(raised.value).__name__.lower() or "timed out" in str(raised.value)
 
     (record,) = records
     assert record.outcome == "error"
