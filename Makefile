@@ -33,9 +33,13 @@ test: lint
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow"
 
-# The four-mode table on the embedded simulator; no endpoint or key needed (about 50 s).
+# The four-mode table on the embedded simulator; no endpoint or key needed (about 50 s). Run
+# from an empty folder without the variables naming an endpoint, model or key, so that a
+# config.toml here or an exported AGENT_LATENCY_BASE_URL does not send it to a real endpoint.
 demo: $(STAMP)
-	$(VENV)/bin/agent-latency bench --runs 3 --budget 2500
+	d=$$(mktemp -d) && cd "$$d" && env -u AGENT_LATENCY_BASE_URL -u AGENT_LATENCY_API_KEY \
+		-u AGENT_LATENCY_MODEL -u OPENAI_API_KEY "$(abspath $(VENV))/bin/agent-latency" bench \
+		--runs 3 --budget 2500; status=$$?; rmdir "$$d"; exit $$status
 
 # The bench against a real small model (SmolLM2-135M-Instruct) on llama.cpp's llama-server: builds the
 # server once (~10 min on 2 cores), then about an hour of bench, needles and mixed workload.
