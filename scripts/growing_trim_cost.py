@@ -13,10 +13,11 @@ at its quickest replay, for each trimmer: what the call costs when nothing else 
 got in its way. It prints, per band of 100 messages, the median of those CPU times and their
 ratio (CPU time of this process: the machine is shared). ``--middleware`` times ours as
 ``create_agent`` calls it, through ``TrimmingMiddleware`` with recall on (see
-:func:`as_middleware`).
+:func:`as_middleware`). ``--dicts`` gives both the chat as OpenAI-format dicts, the same
+dicts on every call (the raw OpenAI SDK's list grown by appending, as in the article's setup).
 
 Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700] [--data FILE]
-[--repeat 5] [--middleware]`` (about a minute).
+[--repeat 5] [--middleware | --dicts]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from agent_latency.trimming import PriorityTrimmer
 
 _DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "longmemeval_s_20k.json.gz"
 _BAND = 100
+_ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
 
 def real_chat(messages: int, data: Path = _DATA) -> list[BaseMessage]:
@@ -87,7 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time ours as create_agent calls it: TrimmingMiddleware, recall on",
     )
+    parser.add_argument(
+        "--dicts",
+        action="store_true",
+        help="give both the chat as OpenAI-format dicts, one list grown by appending (the raw "
+        "OpenAI SDK's way, the article's)",
+    )
     args = parser.parse_args(argv)
+    if args.dicts and args.middleware:
+        parser.error("--dicts and --middleware: an agent's state holds message objects")
     counter = TokenCounter.for_model("qwen")
     try:
         chat = real_chat(args.messages, args.data)
@@ -103,13 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     system = SystemMessage("You are a helpful assistant. Answer briefly.")
     calls = [end for end in range(1, len(chat) + 1) if chat[end - 1].type == "human"]
+    given: list[Any] = [system, *chat]
+    if args.dicts:  # made once: every call passes the same dicts, as a growing list does
+        given = [{"role": _ROLES[m.type], "content": m.content} for m in given]
     ours = [math.inf] * len(calls)
     theirs = [math.inf] * len(calls)
     for _ in range(args.repeat):  # each call's quickest replay: what the machine let it take
         trimmer = PriorityTrimmer(args.budget, token_counter=counter)  # a new conversation
         trim = as_middleware(trimmer) if args.middleware else trimmer.trim
         for call, end in enumerate(calls):
-            messages = [system, *chat[:end]]
+            messages = given[: end + 1]
             counter.count_messages(messages)
             started = time.process_time()
             trim(messages)
@@ -131,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"budget {args.budget:,}; median CPU ms per call, {len(chat)} messages of real chat "
         f"({args.data.name}){'; ours: TrimmingMiddleware' if args.middleware else ''}"
+        f"{'; as OpenAI-format dicts' if args.dicts else ''}"
     )
     print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
     for band, members in bands.items():

@@ -4,6 +4,7 @@ never quote message content."""
 
 from __future__ import annotations
 
+import copy
 import json
 import operator
 import sys
@@ -24,6 +25,7 @@ from langchain_core.messages import (
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.prompt_values import PromptValue
 
+from agent_latency._caches import LRUCache
 from agent_latency._validation import file_problem
 
 _KNOWN_ROLES = frozenset(
@@ -31,7 +33,9 @@ _KNOWN_ROLES = frozenset(
 )
 
 
-def coerce_messages(value: object, *, check_content: bool = True) -> list[BaseMessage]:
+def coerce_messages(
+    value: object, *, check_content: bool = True, converted: ConvertedDicts | None = None
+) -> list[BaseMessage]:
     """Returns the messages held by ``value`` without copying message objects.
 
     Args:
@@ -42,6 +46,8 @@ def coerce_messages(value: object, *, check_content: bool = True) -> list[BaseMe
             with :func:`check_message_content` before reading it: when all items are message
             objects, only their types are then checked here (one pass in C; a trimmer's
             analysis checks the messages it reads anew, not every message on every call).
+        converted: Where the messages made of dicts are remembered (see
+            :class:`ConvertedDicts`); ``None``: each dict is converted anew.
 
     Returns:
         A new list; message objects given as such are the same objects.
@@ -74,7 +80,50 @@ def coerce_messages(value: object, *, check_content: bool = True) -> list[BaseMe
         not check_content or all(map(isinstance, map(_CONTENT, messages), repeat(str)))
     ):
         return messages
+    if converted is not None:
+        return converted.messages(messages)
     return [_coerce_item(item, index) for index, item in enumerate(messages)]
+
+
+class ConvertedDicts:
+    """The messages made of OpenAI-format dicts, each remembered while its dict is unchanged.
+
+    The raw OpenAI SDK keeps a conversation as a list of dicts that grows by appending (the
+    article's setup): a trimmer given it on every call would convert, and so analyse, every
+    message anew (about 14 ms a call at 650 messages, against 0.4 ms for message objects). A
+    dict met again, equal to the deep copy taken when it was converted, gives the same message
+    object, which the trimmer's analysis then finds unchanged; a dict edited in place, however
+    deep, is converted anew. A dict given twice in one list is converted each time after the
+    first. Safe to share between threads.
+
+    Args:
+        max_dicts: How many dicts are remembered at most.
+        max_bytes: About how many bytes of their text they hold at most (the dicts' own
+            strings, shared with the copies and the messages).
+    """
+
+    def __init__(self, max_dicts: int = 16_384, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self._memo = LRUCache(max_dicts, max_bytes)
+
+    def messages(self, items: list[object]) -> list[BaseMessage]:
+        """``items`` as messages (see :func:`coerce_messages`), the dicts met before as then."""
+        messages = []
+        met: set[int] = set()
+        for index, item in enumerate(items):
+            if type(item) is not dict or id(item) in met:
+                messages.append(_coerce_item(item, index))
+                continue
+            met.add(id(item))
+            found: tuple[dict[str, Any], BaseMessage] | None = self._memo.get(id(item))
+            if found is not None and found[0] == item:
+                messages.append(found[1])
+                continue
+            message = _coerce_item(item, index)
+            content = item.get("content")
+            weight = sys.getsizeof(content) if isinstance(content, str) else 1024
+            self._memo.put(id(item), (copy.deepcopy(item), message), weight)
+            messages.append(message)
+        return messages
 
 
 _CONTENT = operator.attrgetter("content")

@@ -8,7 +8,9 @@ import pytest
 from support.scripts import benchmark_script
 
 
-@pytest.mark.parametrize("path", [[], ["--middleware"]], ids=["trim", "middleware"])
+@pytest.mark.parametrize(
+    "path", [[], ["--middleware"], ["--dicts"]], ids=["trim", "middleware", "dicts"]
+)
 def test_prints_each_band_with_both_costs_and_their_ratio(
     path: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -18,7 +20,8 @@ def test_prints_each_band_with_both_costs_and_their_ratio(
 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("budget 2,000; median CPU ms per call, 150 messages")
-    assert lines[0].endswith("ours: TrimmingMiddleware") == bool(path)
+    assert lines[0].endswith("ours: TrimmingMiddleware") == (path == ["--middleware"])
+    assert lines[0].endswith("as OpenAI-format dicts") == (path == ["--dicts"])
     bands = [line.split() for line in lines[2:]]
     # A call per user turn: about half the messages, in bands of 100 by the chat's length.
     assert [band[0] for band in bands] == ["0-99", "100-199"]
@@ -39,3 +42,10 @@ def test_a_file_it_cannot_read_is_a_one_line_error(
 
     (line,) = capsys.readouterr().err.splitlines()
     assert "missing.json" in line and "Fix:" in line
+
+
+def test_dicts_with_the_middleware_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with benchmark_script("growing_trim_cost") as script, pytest.raises(SystemExit) as exited:
+        script.main(["--dicts", "--middleware"])
+    assert exited.value.code == 2
+    assert "--dicts and --middleware" in capsys.readouterr().err

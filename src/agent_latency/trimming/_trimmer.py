@@ -27,7 +27,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from agent_latency import semconv
-from agent_latency._user_input import coerce_messages
+from agent_latency._user_input import ConvertedDicts, coerce_messages
 from agent_latency._validation import checked_bool
 from agent_latency.config import TRIM_MODES, Settings, removed_value
 from agent_latency.tokens import TokenCounter, TokenCounting, calibration_for
@@ -110,6 +110,7 @@ class PriorityTrimmer(TrimRunnable):
         self._term_index = TermIndex(self.term_cache)
         self._shortener = MessageShortener(counter)
         self._analyses = AnalysisMemo(counter)
+        self._converted = ConvertedDicts()
         self.compactor = Compactor(counter)
         self._extras_counter = ExtrasCounter(counter)
         self._extras = extras(options.tools, options.response_format)
@@ -310,7 +311,8 @@ class PriorityTrimmer(TrimRunnable):
 
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
-        messages = coerce_messages(value, check_content=False)  # the analysis checks content
+        # The analysis checks content; dicts met before are the messages made of them then.
+        messages = coerce_messages(value, check_content=False, converted=self._converted)
         facts, conversation = self._analyses.analyse(messages)
         counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
