@@ -115,15 +115,27 @@ class ConvertedDicts:
                 continue
             met.add(id(item))
             found: tuple[dict[str, Any], BaseMessage] | None = self._memo.get(id(item))
-            if found is not None and found[0] == item:
+            if found is not None and _equal(found[0], item):
                 messages.append(found[1])
                 continue
             message = _coerce_item(item, index)
+            messages.append(message)
+            try:
+                snapshot = copy.deepcopy(item)
+            except Exception:  # something in it cannot be copied: converted on every call
+                continue
             content = item.get("content")
             weight = sys.getsizeof(content) if isinstance(content, str) else 1024
-            self._memo.put(id(item), (copy.deepcopy(item), message), weight)
-            messages.append(message)
+            self._memo.put(id(item), (snapshot, message), weight)
         return messages
+
+
+def _equal(snapshot: dict[str, Any], item: dict[str, Any]) -> bool:
+    """Whether ``item`` is as ``snapshot`` (a value whose comparison fails: not the same)."""
+    try:
+        return bool(snapshot == item)
+    except Exception:
+        return False
 
 
 _CONTENT = operator.attrgetter("content")

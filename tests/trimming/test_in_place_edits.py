@@ -736,3 +736,23 @@ def test_dicts_met_again_are_the_messages_made_of_them_then() -> None:
     assert [m is n for m, n in zip(second, third, strict=False)] == [
         index != 1 for index in range(len(second))
     ]
+
+
+class _Incomparable:
+    """A value a user's dict may carry whose comparison raises."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("not comparable")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("extra", [threading.Lock(), _Incomparable()], ids=["lock", "raises"])
+def test_a_dict_that_cannot_be_copied_or_compared_is_converted_on_every_call(extra: object) -> None:
+    messages = dict_turns()
+    messages[1]["metadata"] = extra  # no deep copy of a lock; no comparison of the other
+    trimmer = PriorityTrimmer(100_000)
+    first = trimmer.trim(messages).messages
+    second = trimmer.trim(messages).messages
+    assert first[1] is not second[1] and first[1].content == second[1].content
+    assert first[2] is second[2]  # the others are remembered as ever
