@@ -1085,6 +1085,26 @@ def test_a_stream_of_usage_only_is_an_empty_answer_timed_to_its_end(
 # -- a first token that never comes -------------------------------------------------------------
 
 
+HANGING = SimulatorConfig(overhead_ms=3000, prefill_ms_per_token=0)
+"""A server that sends no first token before a client with a short timeout gives up."""
+
+
+def with_thresholds(
+    tracer_provider: TracerProvider, meter_provider: Any, **options: Any
+) -> tuple[LatencyCallbackHandler, list[LatencyRecord]]:
+    """A handler whose TTFT thresholds are 50 and 150 ms, and the records it hands on."""
+    records: list[LatencyRecord] = []
+    handler = LatencyCallbackHandler(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        ttft_warn_ms=50,
+        ttft_error_ms=150,
+        on_record=records.append,
+        **options,
+    )
+    return handler, records
+
+
 def test_a_call_given_up_on_before_its_first_token_is_a_ttft_breach(
     tracer_provider: TracerProvider,
     meter_provider: Any,
@@ -1094,16 +1114,8 @@ def test_a_call_given_up_on_before_its_first_token_is_a_ttft_breach(
 ) -> None:
     # A server that hangs before the first token, and a client that times out: no TTFT, so no
     # ttft_level, no breach and no log line. Alerts on breaches kept quiet when it was worst.
-    records: list[LatencyRecord] = []
-    handler = LatencyCallbackHandler(
-        tracer_provider=tracer_provider,
-        meter_provider=meter_provider,
-        ttft_warn_ms=50,
-        ttft_error_ms=150,
-        on_record=records.append,
-    )
-    hanging = SimulatorConfig(overhead_ms=3000, prefill_ms_per_token=0)
-    with running_simulator(hanging) as slow_sim, caplog.at_level(logging.WARNING):
+    handler, records = with_thresholds(tracer_provider, meter_provider)
+    with running_simulator(HANGING) as slow_sim, caplog.at_level(logging.WARNING):
         model = chat_openai(slow_sim, streaming=True, timeout=0.3)
         with pytest.raises(Exception, match=r"(?i)timed? ?out"):
             model.invoke("hi", config={"callbacks": [handler]})
@@ -1162,16 +1174,8 @@ def test_a_stream_of_a_non_streaming_model_given_up_on_is_a_ttft_breach(
     # ChatOpenAI() streams in .stream(), .astream() and under LangGraph's messages mode, but
     # LangChain starts the run with its invocation parameters, stream=False: a hang before the
     # first token was no breach, as for a blocking call (whose first text is its whole answer).
-    records: list[LatencyRecord] = []
-    handler = LatencyCallbackHandler(
-        tracer_provider=tracer_provider,
-        meter_provider=meter_provider,
-        ttft_warn_ms=50,
-        ttft_error_ms=150,
-        on_record=records.append,
-    )
-    hanging = SimulatorConfig(overhead_ms=3000, prefill_ms_per_token=0)
-    with running_simulator(hanging) as slow_sim:
+    handler, records = with_thresholds(tracer_provider, meter_provider)
+    with running_simulator(HANGING) as slow_sim:
         model = chat_openai(slow_sim, timeout=0.3, callbacks=[handler])
         with pytest.raises(Exception) as raised:
             call(model)
@@ -1221,15 +1225,7 @@ def test_a_stream_left_before_its_first_token_is_no_ttft_breach(
 ) -> None:
     # Its consumer took the role-only first delta, kept the stream and never read on: the wait
     # until it was pushed out is the consumer's, not a first token that never came.
-    records: list[LatencyRecord] = []
-    handler = LatencyCallbackHandler(
-        tracer_provider=tracer_provider,
-        meter_provider=meter_provider,
-        ttft_warn_ms=50,
-        ttft_error_ms=150,
-        max_open_runs=1,
-        on_record=records.append,
-    )
+    handler, records = with_thresholds(tracer_provider, meter_provider, max_open_runs=1)
     script = [
         (0, sse_chunk({"role": "assistant", "content": ""})),
         (1, sse_chunk({"content": "x"})),
