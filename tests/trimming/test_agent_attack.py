@@ -26,18 +26,16 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
+from support.simulators import QUICK
 
 from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.trimming import recall_tool
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import TOOL_NAME
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 SYSTEM = "You are the operations assistant; answer from the conversation. " * 3
-FAST = SimulatorConfig(
-    overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=50_000, answer_tokens=8
-)
 
 
 @tool
@@ -48,7 +46,7 @@ def lookup(key: str) -> str:
 
 @pytest.fixture
 def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(FAST) as running:
+    with running_simulator(QUICK) as running:
         yield running
 
 

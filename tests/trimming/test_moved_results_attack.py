@@ -31,10 +31,11 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
+from support.simulators import QUICK
 from trimming.test_unanswered_attack import COUNTER, call, checked_trim, raw, wire_problems
 
 from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT, RecallingTrimmer, in_runs, left_out_runs
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -48,10 +49,7 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 @pytest.fixture
 def sim() -> Iterator[RunningSimulator]:
-    config = SimulatorConfig(
-        overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=50_000, answer_tokens=8
-    )
-    with running_simulator(config) as running:
+    with running_simulator(QUICK) as running:
         yield running
 
 

@@ -37,9 +37,10 @@ from langchain_core.tools import tool
 from langchain_openai.chat_models.base import _convert_message_to_dict
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
+from support.simulators import QUICK
 
 from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT
@@ -514,10 +515,7 @@ def stock(key: str) -> str:
 
 @pytest.fixture
 def sim() -> Iterator[RunningSimulator]:
-    config = SimulatorConfig(
-        overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=50_000, answer_tokens=8
-    )
-    with running_simulator(config) as running:
+    with running_simulator(QUICK) as running:
         yield running
 
 
