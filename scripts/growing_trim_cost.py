@@ -31,7 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage, SystemMessage, trim_messages
+from langchain_core.messages import (
+    BaseMessage,
+    SystemMessage,
+    convert_to_openai_messages,
+    trim_messages,
+)
 
 from agent_latency.bench import load_public_set
 from agent_latency.tokens import TokenCounter
@@ -39,7 +44,6 @@ from agent_latency.trimming import PriorityTrimmer
 
 _DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "longmemeval_s_20k.json.gz"
 _BAND = 100
-_ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
 
 def real_chat(messages: int, data: Path = _DATA) -> list[BaseMessage]:
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = [end for end in range(1, len(chat) + 1) if chat[end - 1].type == "human"]
     given: list[Any] = [system, *chat]
     if args.dicts:  # made once: every call passes the same dicts, as a growing list does
-        given = [{"role": _ROLES[m.type], "content": m.content} for m in given]
+        given = convert_to_openai_messages(given)
     ours = [math.inf] * len(calls)
     theirs = [math.inf] * len(calls)
     for _ in range(args.repeat):  # each call's quickest replay: what the machine let it take
