@@ -15,15 +15,19 @@ ratio (CPU time of this process: the machine is shared). ``--middleware`` times 
 ``create_agent`` calls it, through ``TrimmingMiddleware`` with recall on (see
 :func:`as_middleware`). ``--dicts`` gives both the chat as OpenAI-format dicts, the same
 dicts on every call (the raw OpenAI SDK's list grown by appending, as in the article's setup).
+``--fresh`` gives both, on every call, new message objects equal to the last call's (copied
+untimed, the system message kept): what a ``create_agent`` with a checkpointer gets at each new
+turn, its history read back from the checkpoint.
 
 Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700] [--data FILE]
-[--repeat 5] [--middleware | --dicts]`` (about a minute).
+[--repeat 5] [--middleware] [--dicts | --fresh]`` (about a minute).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import pickle
 import statistics
 import sys
 import time
@@ -99,9 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         help="give both the chat as OpenAI-format dicts, one list grown by appending (the raw "
         "OpenAI SDK's way, the article's)",
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="give both new message objects equal to the last call's on every call (a "
+        "checkpointed agent's history, read back at each new turn)",
+    )
     args = parser.parse_args(argv)
-    if args.dicts and args.middleware:
-        parser.error("--dicts and --middleware: an agent's state holds message objects")
+    if args.dicts and (args.middleware or args.fresh):
+        parser.error("--dicts with --middleware or --fresh: an agent's state holds message objects")
     counter = TokenCounter.for_model("qwen")
     try:
         chat = real_chat(args.messages, args.data)
@@ -127,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         trim = as_middleware(trimmer) if args.middleware else trimmer.trim
         for call, end in enumerate(calls):
             messages = given[: end + 1]
+            if args.fresh:  # as a checkpoint reads them back: equal, new objects
+                messages = [system, *pickle.loads(pickle.dumps(messages[1:]))]
             counter.count_messages(messages)
             started = time.process_time()
             trim(messages)
@@ -149,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         f"budget {args.budget:,}; median CPU ms per call, {len(chat)} messages of real chat "
         f"({args.data.name}){'; ours: TrimmingMiddleware' if args.middleware else ''}"
         f"{'; as OpenAI-format dicts' if args.dicts else ''}"
+        f"{'; new objects on every call' if args.fresh else ''}"
     )
     print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
     for band, members in bands.items():

@@ -97,11 +97,16 @@ class LRUCache:
 
 
 def _let_go() -> None:
+    last = None
     while _GONE:
         try:
-            cache, key = _GONE.popleft()
+            noted = _GONE.popleft()
         except IndexError:  # another thread took the last one
             return
+        if noted is last:  # objects of one entry died together (a list let go): once is enough
+            continue
+        last = noted
+        cache, key = noted
         found = cache()
         if found is not None:
             found._expire(key)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from agent_latency.sim import SimulatorConfig
+from agent_latency.trimming import TrimResult
+from agent_latency.trimming._rounds import MessageFacts
 
 INSTANT = SimulatorConfig(
     overhead_ms=0,
@@ -75,3 +85,86 @@ def assert_openai_order(sent: Sequence[BaseMessage]) -> None:
         assert not open_calls, f"calls left unanswered before {message!r}: {open_calls}"
         open_calls = set(call_ids(message))
     assert not open_calls, f"calls left unanswered at the end: {open_calls}"
+
+
+WORDS = ["door", "code", "lyra", "billing", "batch", "harbour", "invoice", "lamp", "seven", "blue"]
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+class GrowingConversation:
+    """A conversation that grows by random turns, with tool results sometimes arriving late,
+    and is edited in place now and then."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.messages: list[BaseMessage] = [SystemMessage("You answer from the records.")]
+        self.pending: list[str] = []
+        self.calls = 0
+
+    def grow(self) -> None:
+        rng = self.rng
+        for _ in range(rng.randint(1, 3)):
+            roll = rng.random()
+            if self.pending and roll < 0.3:
+                call = self.pending.pop(rng.randrange(len(self.pending)))
+                self.messages.append(
+                    ToolMessage(_text(rng, rng.randint(5, 120)), tool_call_id=call)
+                )
+            elif roll < 0.5:
+                ids = [f"c{self.calls + i}" for i in range(rng.randint(1, 2))]
+                self.calls += len(ids)
+                tool_calls = [
+                    {"name": "search", "args": {"q": _text(rng, 2)}, "id": i} for i in ids
+                ]
+                self.messages.append(AIMessage("", tool_calls=tool_calls))
+                self.pending += ids
+            elif roll < 0.55:
+                self.messages.append(ToolMessage("stray", tool_call_id="nobody"))
+            elif roll < 0.6:
+                self.messages.append(SystemMessage(_text(rng, 4)))
+            elif roll < 0.65:
+                self.messages.append(ChatMessage(_text(rng, 6), role="user"))
+            elif roll < 0.8:
+                self.messages.append(AIMessage(_text(rng, rng.randint(3, 40))))
+            else:
+                content: Any = _text(rng, rng.randint(3, 20))
+                if rng.random() < 0.2:
+                    content = [{"type": "text", "text": content}]
+                self.messages.append(HumanMessage(content))
+
+    def edit(self) -> None:
+        """Edits an earlier message in place, or cuts the conversation short."""
+        rng, messages = self.rng, self.messages
+        message = messages[rng.randrange(len(messages))]
+        roll = rng.random()
+        if roll < 0.15 and len(messages) > 3:
+            del messages[rng.randrange(2, len(messages)) :]
+            self.pending = []
+        elif isinstance(message, AIMessage) and message.tool_calls and roll < 0.5:
+            message.tool_calls[0]["args"]["q"] = _text(rng, 30)
+        elif isinstance(message, ToolMessage) and roll < 0.5:
+            message.tool_call_id = rng.choice(["nobody", f"c{rng.randrange(self.calls + 1)}"])
+        elif isinstance(message.content, list):
+            message.content[0]["text"] = _text(rng, 50)  # type: ignore[index]
+        else:
+            message.content = _text(rng, rng.randint(1, 80))
+
+
+def same_facts(remembered: MessageFacts, fresh: MessageFacts) -> bool:
+    """Whether the memo's facts are a fresh analysis's: the same in all but which grouping
+    they are (a fresh analysis is always a grouping of its own)."""
+    return remembered._replace(generation=0) == fresh._replace(generation=0)
+
+
+def figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
+    """What a trim of ``inputs`` decided, its messages by their position in ``inputs``."""
+    position = {id(m): i for i, m in enumerate(inputs)}
+    return {
+        "messages": [position.get(id(m), m.content) for m in trim.messages],
+        "decisions": trim.decisions,
+        "tokens": (trim.tokens_before, trim.tokens_after),
+        "question_retention": trim.question_retention,
+    }

@@ -9,7 +9,6 @@ units (as ``_cache_first`` walked them).
 
 from __future__ import annotations
 
-import random
 from itertools import compress
 from typing import Any
 
@@ -17,98 +16,17 @@ import pytest
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    ChatMessage,
     HumanMessage,
-    SystemMessage,
     ToolMessage,
 )
+from support.conversations import GrowingConversation, figures, same_facts
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._plan import Plan, cap_tool_results, classify, mark_kept
-from agent_latency.trimming._rounds import AnalysisMemo, MessageFacts, analysis
+from agent_latency.trimming._rounds import AnalysisMemo, analysis
 from agent_latency.trimming._shortening import MessageShortener
-from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
-
-WORDS = ["door", "code", "lyra", "billing", "batch", "harbour", "invoice", "lamp", "seven", "blue"]
-
-
-def same_facts(remembered: MessageFacts, fresh: MessageFacts) -> bool:
-    """Whether the memo's facts are a fresh analysis's: the same in all but which grouping
-    they are (a fresh analysis is always a grouping of its own)."""
-    return remembered._replace(generation=0) == fresh._replace(generation=0)
-
-
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
-
-
-class Conversation:
-    """A conversation that grows by random turns, with tool results sometimes arriving late."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.messages: list[BaseMessage] = [SystemMessage("You answer from the records.")]
-        self.pending: list[str] = []
-        self.calls = 0
-
-    def grow(self) -> None:
-        rng = self.rng
-        for _ in range(rng.randint(1, 3)):
-            roll = rng.random()
-            if self.pending and roll < 0.3:
-                call = self.pending.pop(rng.randrange(len(self.pending)))
-                self.messages.append(
-                    ToolMessage(_text(rng, rng.randint(5, 120)), tool_call_id=call)
-                )
-            elif roll < 0.5:
-                ids = [f"c{self.calls + i}" for i in range(rng.randint(1, 2))]
-                self.calls += len(ids)
-                tool_calls = [
-                    {"name": "search", "args": {"q": _text(rng, 2)}, "id": i} for i in ids
-                ]
-                self.messages.append(AIMessage("", tool_calls=tool_calls))
-                self.pending += ids
-            elif roll < 0.55:
-                self.messages.append(ToolMessage("stray", tool_call_id="nobody"))
-            elif roll < 0.6:
-                self.messages.append(SystemMessage(_text(rng, 4)))
-            elif roll < 0.65:
-                self.messages.append(ChatMessage(_text(rng, 6), role="user"))
-            elif roll < 0.8:
-                self.messages.append(AIMessage(_text(rng, rng.randint(3, 40))))
-            else:
-                content: Any = _text(rng, rng.randint(3, 20))
-                if rng.random() < 0.2:
-                    content = [{"type": "text", "text": content}]
-                self.messages.append(HumanMessage(content))
-
-    def edit(self) -> None:
-        """Edits an earlier message in place, or cuts the conversation short."""
-        rng, messages = self.rng, self.messages
-        message = messages[rng.randrange(len(messages))]
-        roll = rng.random()
-        if roll < 0.15 and len(messages) > 3:
-            del messages[rng.randrange(2, len(messages)) :]
-            self.pending = []
-        elif isinstance(message, AIMessage) and message.tool_calls and roll < 0.5:
-            message.tool_calls[0]["args"]["q"] = _text(rng, 30)
-        elif isinstance(message, ToolMessage) and roll < 0.5:
-            message.tool_call_id = rng.choice(["nobody", f"c{rng.randrange(self.calls + 1)}"])
-        elif isinstance(message.content, list):
-            message.content[0]["text"] = _text(rng, 50)  # type: ignore[index]
-        else:
-            message.content = _text(rng, rng.randint(1, 80))
-
-
-def _figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
-    position = {id(m): i for i, m in enumerate(inputs)}
-    return {
-        "messages": [position.get(id(m), m.content) for m in trim.messages],
-        "decisions": trim.decisions,
-        "tokens": (trim.tokens_before, trim.tokens_after),
-        "question_retention": trim.question_retention,
-    }
+from agent_latency.trimming._trimmer import PriorityTrimmer
 
 
 @pytest.mark.parametrize(
@@ -124,7 +42,7 @@ def _figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
 def test_a_growing_conversation_edited_in_place_is_trimmed_as_a_fresh_trimmer_trims_it(
     seed: int, selection: dict[str, Any]
 ) -> None:
-    conversation = Conversation(seed)
+    conversation = GrowingConversation(seed)
     options: dict[str, Any] = {**selection, "compact_tool_results": seed % 2 == 1}
     warm = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
     for call in range(120):
@@ -134,9 +52,9 @@ def test_a_growing_conversation_edited_in_place_is_trimmed_as_a_fresh_trimmer_tr
         messages = list(conversation.messages)
         fresh = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
 
-        expected = _figures(fresh.trim(messages), messages)
+        expected = figures(fresh.trim(messages), messages)
 
-        assert _figures(warm.trim(messages), messages) == expected, call
+        assert figures(warm.trim(messages), messages) == expected, call
 
 
 def _plan(messages: list[BaseMessage], memo: AnalysisMemo, counter: TokenCounter) -> Plan:
@@ -157,7 +75,7 @@ def _plan(messages: list[BaseMessage], memo: AnalysisMemo, counter: TokenCounter
 
 @pytest.mark.parametrize("seed", range(6))
 def test_history_rounds_read_from_the_analysis_are_those_walked_from_the_units(seed: int) -> None:
-    conversation = Conversation(100 + seed)
+    conversation = GrowingConversation(100 + seed)
     counter = TokenCounter()
     memo = AnalysisMemo(counter)
     for call in range(150):
@@ -181,7 +99,7 @@ def test_history_rounds_read_from_the_analysis_are_those_walked_from_the_units(s
 
 
 def test_history_rounds_follow_drops_and_must_keeps_the_analysis_does_not_know() -> None:
-    conversation = Conversation(7)
+    conversation = GrowingConversation(7)
     for _ in range(40):
         conversation.grow()
     messages = conversation.messages
@@ -256,7 +174,7 @@ EDITS_AFTER_GROWTH = {
 
 @pytest.mark.parametrize("edit", EDITS_AFTER_GROWTH.values(), ids=EDITS_AFTER_GROWTH)
 def test_an_edit_of_a_message_analysed_calls_ago_is_found(edit: Any) -> None:
-    conversation = Conversation(11)
+    conversation = GrowingConversation(11)
     counter = TokenCounter()
     memo = AnalysisMemo(counter)
     for _ in range(40):  # the memo extended call after call, past every message edited
@@ -294,9 +212,9 @@ SPOILED = {
 }
 
 
-def grown_memo() -> tuple[Conversation, TokenCounter, AnalysisMemo]:
+def grown_memo() -> tuple[GrowingConversation, TokenCounter, AnalysisMemo]:
     """A conversation grown over 40 calls, each analysed by the memo returned."""
-    conversation = Conversation(11)
+    conversation = GrowingConversation(11)
     counter = TokenCounter()
     memo = AnalysisMemo(counter)
     for _ in range(40):

@@ -26,6 +26,15 @@ the same lists, still empty (:func:`~agent_latency._caches.stamp`, the rule ever
 cache follows; its one known limit is an edit to an equal value of another type, such as a
 tool-call argument ``1`` set to ``1.0``); and, of an ``AIMessage`` without calls, whether its
 ``additional_kwargs`` hold raw calls (ChatOpenAI sends those then: one more pass in C).
+
+A ``create_agent`` with a checkpointer reads its history back from the checkpoint at each new
+turn: new message objects, equal to those of the last call. A conversation is therefore also
+remembered by the values of its first messages (their types, ids and texts), past its messages'
+lives but holding nothing of them but strings and copies: messages no memo knows by identity
+are compared by value with the one remembered so (the same checks, the same types standing for
+the same objects: equal content, names and tool-call ids, the other fields equal to their
+copies, the lists that were empty still empty), and what is equal is taken over for the new
+objects rather than worked out again.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ import operator
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count, pairwise, repeat
+from itertools import chain, compress, count, pairwise, repeat
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import (
@@ -68,6 +77,9 @@ _WARNED = 1024
 _GENERATIONS = count(1)
 """Numbers each grouping worked out from units (see ``_Grouping.generation``), process-wide: no
 two conversations' groupings share one (``next`` of it is atomic)."""
+_CONVERSATIONS_SEEN = count(1)
+"""Numbers the conversations remembered (what else is remembered of one is keyed by its number),
+process-wide: trimmers made from one another share their term index."""
 
 UnitKind = Literal["system", "user", "tool_call", "message", "orphan"]
 """What a unit holds: a system message, a user message, a tool call with its results, any other
@@ -372,7 +384,8 @@ class _Memo(NamedTuple):
     # Each message's __dict__: the same object only while it is the same message (one that
     # died cannot hand its own on, as the memo holds it) and was not re-initialised.
     dicts: list[dict[str, Any]]
-    contents: list[object]  # each message's content object
+    # Each message's content: the string object, or a copy of list content (see ``listed``).
+    contents: list[object]
     names: list[object]  # each message's name object
     call_ids: _Group  # of the messages with a tool_call_id field: those objects
     # Of the AIMessages without calls: whether their additional_kwargs hold raw ones.
@@ -383,6 +396,11 @@ class _Memo(NamedTuple):
     compared: dict[tuple[Callable[[dict[str, Any]], Any], bool], _Group]
     facts: MessageFacts
     grouping: _Grouping  # not extended in place: copied first
+    types: list[type[BaseMessage]]  # each message's class: what stands for its identity by value
+    listed: dict[int, object]  # by position, copies of the list contents (the snapshots')
+    # Its number (see _CONVERSATIONS_SEEN), kept while it grows, also into new objects equal to
+    # its messages; 0 before its first message.
+    conversation: int
 
 
 class _Group(NamedTuple):
@@ -406,7 +424,7 @@ class _Group(NamedTuple):
         if end == len(self.indices):
             return self
         values = self.values[:end]
-        held = [each for value in values for each in _lists(value)] if self.held else []
+        held = _held_lists(values) if self.held else []
         return _Group.of(self.indices[:end], values, held)
 
     def plus(self, indices: list[int], values: list[Any], held: list[list[Any]]) -> _Group:
@@ -494,11 +512,15 @@ class AnalysisMemo:
         # Per opening (the first messages' ids) shared by several conversations: where each
         # parted from the one remembered before it, as (position, id of its message there).
         self._partings = LRUCache(_CONVERSATIONS)
+        # The latest memo of each conversation by the values of its opening (_opening_values),
+        # kept past its messages' lives: a checkpointed agent's next turn brings new objects.
+        self._by_values = LRUCache(_CONVERSATIONS)
         self._warned = LRUCache(_WARNED)  # the gaps warned of, by call id
 
     def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
         """Returns the facts of ``messages`` and the key their conversation is remembered under
-        (stable while it grows: what else is remembered of it can be kept under the same).
+        (stable while it grows, also into new objects equal to its messages: what else is
+        remembered of it can be kept under the same).
 
         Raises:
             ValueError: Naming the message, when its content or an ``AIMessage``'s tool calls
@@ -521,9 +543,11 @@ class AnalysisMemo:
         seen = _Seen.of(messages, len(memo.refs))
         unchanged = _unchanged(messages, seen, memo)
         if unchanged == len(memo.refs) == len(messages):
-            return memo.facts, key
+            return memo.facts, memo.conversation
         seen.complete()
-        if _parts(messages, memo, unchanged):
+        if unchanged < _KEY_MESSAGES <= len(messages):  # an opening not known by identity
+            memo, unchanged = self._by_value(messages, seen, key) or (memo, unchanged)
+        elif _parts(messages, memo, unchanged):
             # A fork, or another conversation with the same opening: remembered apart, so that
             # both go on from theirs (its own memo, when one is left, if that goes further).
             key = self._part(opening, unchanged, id(messages[unchanged]))
@@ -535,13 +559,45 @@ class AnalysisMemo:
                 memo = _truncated(memo, unchanged)
                 callback = self._memos.on_death(key)
                 refs = list(map(weakref.ref, messages[:unchanged], repeat(callback)))
-                memo = memo._replace(refs=refs)
+                memo = memo._replace(refs=refs, conversation=0)  # a conversation of its own
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, seen, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
             return analysis(self._counter, messages), key
         self._memos.put(key, memo)
-        return memo.facts, key
+        if len(messages) >= _KEY_MESSAGES:
+            remembered_as = _opening_values(memo.types, memo.dicts, memo.facts.texts)
+            self._by_values.put(remembered_as, _by_values_only(memo))
+        return memo.facts, memo.conversation
+
+    def _by_value(
+        self, messages: list[BaseMessage], seen: _Seen, key: Hashable
+    ) -> tuple[_Memo, int] | None:
+        """The memo remembered of a conversation whose opening ``messages`` equal by value,
+        taken over for them (at ``key``) as far as they are equal to it, and how far that is;
+        ``None`` when there is none, or it parts from them in their opening."""
+        opening = messages[:_KEY_MESSAGES]
+        remembered_as = _opening_values(
+            list(map(type, opening)), seen.dicts, list(map(text_of, opening))
+        )
+        then: _Memo | None = self._by_values.get(remembered_as)
+        if then is None:
+            return None
+        unchanged = _unchanged(messages, seen, then, by_value=True)
+        if unchanged < _KEY_MESSAGES:
+            return None
+        # New references first: a cut tool call's unit reads its results' messages.
+        callback = self._memos.on_death(key)
+        refs = list(map(weakref.ref, messages[:unchanged], repeat(callback)))
+        memo = _truncated(then._replace(refs=refs, dicts=seen.dicts), unchanged)
+        compared = dict(memo.compared)
+        for (getter, held), group in compared.items():
+            if held:  # the new messages' own lists (still empty), held from now on
+                values = list(map(getter, group.pick(seen.dicts)))
+                compared[getter, held] = _Group.of(group.indices, values, _held_lists(values))
+        # Another conversation where it parts from the one remembered (an edit of a copy, a fork).
+        conversation = then.conversation if unchanged == len(then.types) else 0
+        return memo._replace(compared=compared, conversation=conversation), unchanged
 
     def _warn(self, messages: list[BaseMessage], facts: MessageFacts) -> None:
         """Warns of the gaps of ``facts`` not warned of yet (by call id; by position where a
@@ -607,12 +663,17 @@ class AnalysisMemo:
         added: dict[tuple[Any, bool], tuple[list[int], list[Any], list[list[Any]]]] = {}
         calls: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         raw: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
+        listed: dict[int, object] = {}
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
             except Exception:
                 raise _Uncopyable from None
             fields = seen.dicts[index]
+            if type(seen.contents[index]) is list:
+                # A list content is the first field its snapshot copied (see edit_check): that
+                # copy stands for it, so the memo holds none of the message's own objects.
+                listed[index] = snapshot[0] if type(snapshot) is tuple else snapshot
             if getter is not None:
                 values = getter(fields)
                 lists = _lists(values)
@@ -637,18 +698,46 @@ class AnalysisMemo:
         facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
         call_ids, raw_calls = memo.call_ids.plus(*calls), memo.raw_calls.plus(*raw)
+        types = memo.types + list(map(type, new))
+        listed = {**memo.listed, **listed} if listed else memo.listed
+        contents = seen.contents
+        for index, copied in listed.items():
+            contents[index] = copied
         # The fields read by this call: those of the memo's messages (or equal), then the new.
         return _Memo(
             refs,
             seen.dicts,
-            seen.contents,
+            contents,
             seen.names,
             call_ids,
             raw_calls,
             compared,
             facts,
             grouping,
+            types,
+            listed,
+            memo.conversation or next(_CONVERSATIONS_SEEN),
         )
+
+
+def _by_values_only(memo: _Memo) -> _Memo:
+    """What is remembered of ``memo`` to find its conversation by value (see
+    :meth:`AnalysisMemo._by_value`): nothing of its messages' own objects (their references,
+    ``__dict__``, lists held: only that those were empty), so that it can outlive them."""
+    compared = {
+        getter_held: group._replace(values=[], held=[]) if getter_held[1] else group
+        for getter_held, group in memo.compared.items()
+    }
+    return memo._replace(refs=[], dicts=[], compared=compared)
+
+
+def _opening_values(
+    types: Sequence[type[BaseMessage]], dicts: Sequence[dict[str, Any]], texts: Sequence[str]
+) -> Hashable:
+    """What a conversation is remembered by besides identity: the types, ids and texts of its
+    first messages."""
+    ids = [fields.get("id") for fields in dicts[:_KEY_MESSAGES]]
+    return tuple(zip(types[:_KEY_MESSAGES], ids, texts[:_KEY_MESSAGES], strict=True))
 
 
 class _Uncopyable(Exception):
@@ -656,17 +745,24 @@ class _Uncopyable(Exception):
 
 
 _NO_GROUP = _Group.of([], [], [])
-_EMPTY = _Memo([], [], [], [], _NO_GROUP, _NO_GROUP, {}, _Grouping().facts([], []), _Grouping())
+_EMPTY = _Memo(
+    [], [], [], [], _NO_GROUP, _NO_GROUP, {}, _Grouping().facts([], []), _Grouping(), [], {}, 0
+)
 
 
-def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
-    """How many first messages are the memo's, each unchanged since it was seen.
+def _unchanged(
+    messages: list[BaseMessage], seen: _Seen, memo: _Memo, *, by_value: bool = False
+) -> int:
+    """How many first messages are the memo's, each unchanged since it was seen; ``by_value``:
+    how many are of the same types, each equal to the memo's as it was seen.
 
     The checks run in C over the whole conversation; only the deep comparisons concern just the
     messages with tool calls, list content or a role, and the tool-call ids just tool results.
     """
-    length = min(len(messages), len(memo.refs))
-    if not all(map(operator.is_, seen.dicts, memo.dicts)):  # the same messages (see _Memo)
+    length = min(len(messages), len(memo.types))
+    if by_value:
+        length = _same_before(list(map(type, messages[:length])), memo.types, length)
+    elif not all(map(operator.is_, seen.dicts, memo.dicts)):  # the same messages (see _Memo)
         length = next(compress(count(), map(operator.is_not, seen.dicts, memo.dicts)))
     length = _same_before(seen.contents, memo.contents, length)
     length = _same_before(seen.names, memo.names, length)
@@ -684,17 +780,52 @@ def _unchanged(messages: list[BaseMessage], seen: _Seen, memo: _Memo) -> int:
     for (getter, held), group in memo.compared.items():
         group = group.cut(length)
         values = list(map(getter, group.pick(seen.dicts)))
+        if held and by_value:  # lists that were empty (held no longer: _by_values_only)
+            if any(_held_lists(values)):
+                length = next(
+                    index
+                    for index, value in zip(group.indices, values, strict=True)
+                    if _filled(value)
+                )
+            continue
         if values != group.values or any(group.held):
             pairs = zip(group.indices, values, group.values, strict=True)
             length = next(
                 index for index, value, then in pairs if value != then or (held and _filled(then))
             )
+        elif by_value and not all(map(_same_json, values, group.values)):
+            # Equal, but not sent alike: 1, 1.0 and True are "1", "1.0" and "true". (An edit in
+            # place has this limit, docs/reliability.md; a new object is read as it is.)
+            pairs = zip(group.indices, values, group.values, strict=True)
+            length = next(index for index, value, then in pairs if not _same_json(value, then))
     return length
+
+
+def _same_json(value: object, copy: object) -> bool:
+    """Whether ``value`` equals ``copy`` with every item of the same type."""
+    kind = type(value)
+    if kind is not type(copy):
+        return False
+    if kind is dict:
+        assert isinstance(value, dict) and isinstance(copy, dict)
+        return value.keys() == copy.keys() and all(_same_json(v, copy[k]) for k, v in value.items())
+    if kind is list or kind is tuple:
+        assert isinstance(value, list | tuple) and isinstance(copy, list | tuple)
+        return len(value) == len(copy) and all(map(_same_json, value, copy))
+    return value == copy
 
 
 def _lists(values: Any) -> tuple[Any, ...]:
     """The values of a getter of fields (a tuple when it gets several), one by one."""
     return values if type(values) is tuple else (values,)
+
+
+def _held_lists(values: list[Any]) -> list[Any]:
+    """The lists a held group's values are (see _Memo.compared), one by one: a getter of
+    several fields gets a tuple of them per message."""
+    if values and type(values[0]) is tuple:
+        return list(chain.from_iterable(values))
+    return list(values)
 
 
 def _filled(held: Any) -> bool:
@@ -703,19 +834,16 @@ def _filled(held: Any) -> bool:
 
 
 def _same_before(now: list[Any], then: list[Any], length: int) -> int:
-    """How many of the first ``length`` items of ``now`` and ``then`` are the same.
-
-    Equal lists are compared in C (items that are the same object, quickly); a string field
-    equal to the one seen is as good as the same object. Past the first item that is not the
-    same object nothing is reused (a message's __eq__ would be slow).
-    """
+    """How many of the first ``length`` items of ``now`` and ``then`` are equal: field values
+    (a string equal to the one seen is as good as the same object; list content is compared
+    with its copy), compared in C, items that are the same object quickly."""
     if len(now) > length:
         now = now[:length]
     if len(then) > length:
         then = then[:length]
     if now == then:
         return length
-    return next(compress(count(), map(operator.is_not, now, then)))
+    return next(compress(count(), map(operator.ne, now, then)))
 
 
 def _parts(messages: list[BaseMessage], memo: _Memo, at: int) -> bool:
@@ -737,7 +865,7 @@ def _parts(messages: list[BaseMessage], memo: _Memo, at: int) -> bool:
 
 def _truncated(memo: _Memo, length: int) -> _Memo:
     """The memo of its first ``length`` messages."""
-    if length == len(memo.refs):
+    if length == len(memo.types):
         return memo
     units = memo.facts.units
     units_before = bisect.bisect_left(units, length, key=first_index)
@@ -767,6 +895,9 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         {getter: group.cut(length) for getter, group in memo.compared.items()},
         grouping.facts(counts, texts),
         grouping,
+        memo.types[:length],
+        {index: copied for index, copied in memo.listed.items() if index < length},
+        memo.conversation,
     )
 
 

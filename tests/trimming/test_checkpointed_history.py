@@ -1,0 +1,267 @@
+"""A checkpointed agent's history: new message objects at each turn, equal to the last call's.
+
+LangGraph reads a thread's messages back from its checkpointer at each new turn
+(``create_agent`` with ``InMemorySaver`` does too), so the trimmer gets new objects, equal to
+those it analysed the turn before. The analysis (``_rounds.AnalysisMemo``) takes over what it
+worked out for the equal ones and works out only the new and the changed messages: trimmed as a
+fresh trimmer trims them, with only the new messages counted.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from support.conversations import GrowingConversation, figures, same_facts
+from support.simulators import QUICK
+
+from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.tokens import TokenCounter
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
+from agent_latency.trimming._rounds import AnalysisMemo, analysis
+
+
+def read_back(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` as a checkpoint gives them back: new objects, equal to them."""
+    copies: list[BaseMessage] = pickle.loads(pickle.dumps(messages))
+    return copies
+
+
+class CountingCounter(TokenCounter):
+    """A token counter that notes how many messages it was asked to count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted = 0
+
+    def count_message(self, message: BaseMessage) -> int:
+        self.counted += 1
+        return super().count_message(message)
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        {"history_selection": "cache_first"},
+        {"prefix_stable": False},  # the history ranked by relevance on every call
+        {"history_selection": "age"},
+    ],
+    ids=["cache_first", "ranked", "age"],
+)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_history_read_back_at_every_call_is_trimmed_as_a_fresh_trimmer_trims_it(
+    seed: int, selection: dict[str, Any]
+) -> None:
+    # Edits in place of the conversation kept between calls reach the next copy: the copy
+    # differs by value from what was analysed, wherever the edit fell.
+    conversation = GrowingConversation(seed)
+    warm = PriorityTrimmer(500, token_counter=TokenCounter(), **selection)
+    for call in range(90):
+        conversation.grow()
+        if call % 5 == 4:
+            conversation.edit()
+        # Mostly a new copy; now and then the same objects again (a tool loop within a turn).
+        messages = read_back(conversation.messages) if call % 4 else list(conversation.messages)
+        fresh = PriorityTrimmer(500, token_counter=TokenCounter(), **selection)
+
+        expected = figures(fresh.trim(messages), messages)
+
+        assert figures(warm.trim(messages), messages) == expected, call
+
+
+def test_only_the_new_messages_of_a_history_read_back_are_counted() -> None:
+    conversation = GrowingConversation(5)
+    counter = CountingCounter()
+    memo = AnalysisMemo(counter)
+    for _ in range(30):
+        conversation.grow()
+        memo.analyse(read_back(conversation.messages))
+    before = len(conversation.messages)
+    conversation.grow()
+    messages = read_back(conversation.messages)
+    counter.counted = 0
+
+    facts, _ = memo.analyse(messages)
+
+    assert counter.counted == len(messages) - before  # before: every message, each turn
+    assert same_facts(facts, analysis(TokenCounter(), messages))
+
+
+def _first(messages: list[BaseMessage], kind: type[BaseMessage]) -> BaseMessage:
+    return next(m for m in messages[2:] if type(m) is kind and m.content)
+
+
+def _content_of_equal_length(messages: list[BaseMessage]) -> None:
+    message = _first(messages, AIMessage)
+    message.content = "x" * len(message.text)
+
+
+def _name_set(messages: list[BaseMessage]) -> None:
+    _first(messages, AIMessage).name = "alice"
+
+
+def _call_added(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages[2:] if isinstance(m, AIMessage) and not m.tool_calls)
+    message.tool_calls = [
+        {"name": "search", "args": {"q": "door"}, "id": "new", "type": "tool_call"}
+    ]
+
+
+def _raw_calls_added(messages: list[BaseMessage]) -> None:
+    # ChatOpenAI sends the raw calls an AIMessage without calls keeps in additional_kwargs.
+    message = next(m for m in messages[2:] if isinstance(m, AIMessage) and not m.tool_calls)
+    message.additional_kwargs = {"tool_calls": [{"id": "raw", "type": "function"}]}
+
+
+def _result_renamed(messages: list[BaseMessage]) -> None:
+    _first(messages, ToolMessage).tool_call_id = "nobody"  # type: ignore[attr-defined]
+
+
+def _type_changed(messages: list[BaseMessage]) -> None:
+    index = messages.index(_first(messages, AIMessage))
+    messages[index] = HumanMessage(messages[index].content, id=messages[index].id)
+
+
+def _role_changed(messages: list[BaseMessage]) -> None:
+    message = _first(messages, ChatMessage)
+    message.role = "assistant"  # type: ignore[attr-defined]
+
+
+def _part_changed(messages: list[BaseMessage]) -> None:
+    message = next(m for m in messages[2:] if isinstance(m.content, list))
+    message.content[0]["text"] = "edited"  # type: ignore[index]
+
+
+COPY_EDITS: dict[str, Callable[[list[BaseMessage]], None]] = {
+    "content of the same length": _content_of_equal_length,
+    "name set": _name_set,
+    "tool call added": _call_added,
+    "raw calls added": _raw_calls_added,
+    "tool_call_id of a result": _result_renamed,
+    "an AIMessage become a HumanMessage": _type_changed,
+    "role of a ChatMessage": _role_changed,
+    "text of a content part": _part_changed,
+}
+
+
+def grown(seed: int = 11) -> tuple[GrowingConversation, AnalysisMemo]:
+    """A conversation grown over 40 calls, each analysed (by the memo returned) as a copy."""
+    conversation = GrowingConversation(seed)
+    memo = AnalysisMemo(TokenCounter())
+    for _ in range(40):
+        conversation.grow()
+        memo.analyse(read_back(conversation.messages))
+    return conversation, memo
+
+
+@pytest.mark.parametrize("edit", COPY_EDITS.values(), ids=COPY_EDITS)
+def test_a_copy_that_differs_from_the_history_analysed_is_read_anew_where_it_differs(
+    edit: Callable[[list[BaseMessage]], None],
+) -> None:
+    conversation, memo = grown()
+    messages = read_back(conversation.messages)
+    before = memo.analyse(read_back(conversation.messages))[0]
+    edit(messages)
+
+    facts = memo.analyse(messages)[0]
+
+    assert same_facts(facts, analysis(TokenCounter(), messages))
+    assert facts != before  # the edit mattered
+
+
+def test_an_empty_list_filled_in_place_after_the_analysis_reaches_the_next_copy() -> None:
+    # The analysis held the original's empty tool-call list, then the original got a call.
+    conversation, memo = grown()
+    quiet = next(
+        m for m in conversation.messages[2:] if isinstance(m, AIMessage) and not m.tool_calls
+    )
+    quiet.tool_calls.append({"name": "search", "args": {}, "id": "late", "type": "tool_call"})
+    messages = read_back(conversation.messages)
+
+    facts = memo.analyse(messages)[0]
+
+    assert same_facts(facts, analysis(TokenCounter(), messages))
+
+
+def test_two_conversations_with_the_same_opening_each_trim_as_a_fresh_trimmer_does() -> None:
+    opening: list[BaseMessage] = [SystemMessage("Answer briefly."), HumanMessage("Hello")]
+    ours = [*opening, AIMessage("Hi! " + "door " * 60), HumanMessage("What is the code?")]
+    theirs = [*opening, AIMessage("Hey. " + "lamp " * 60), HumanMessage("Which lamp?")]
+    warm = PriorityTrimmer(60, token_counter=TokenCounter())
+    for messages in [ours, theirs, ours, theirs]:
+        copy = read_back(messages)
+        fresh = PriorityTrimmer(60, token_counter=TokenCounter())
+
+        assert figures(warm.trim(copy), copy) == figures(fresh.trim(copy), copy)
+
+
+# --- The real thing: create_agent with a checkpointer, over HTTP to the simulator ---------------
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(QUICK) as running:
+        yield running
+
+
+def test_a_checkpointed_agent_counts_only_each_turns_new_messages(sim: RunningSimulator) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    counter = CountingCounter()
+    trimmer = PriorityTrimmer(400, token_counter=counter)
+    agent = create_agent(
+        build_chat_model(settings),
+        tools=[],
+        system_prompt="You answer from the notes.",
+        middleware=[TrimmingMiddleware(trimmer, recall=False)],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    counted = []
+    for turn in range(12):
+        counter.counted = 0
+        note = f"Note {turn}: the shelves in aisle {turn} were restocked. " + "ok " * 20
+        agent.invoke({"messages": [HumanMessage(note)]}, config)
+        counted.append(counter.counted)
+
+    history = agent.get_state(config).values["messages"]
+    assert len(history) == 24
+    # Each turn's trim counts the new user turn; the answer is counted by the next one. Before,
+    # every turn counted its whole history read back: 1, 3, 5, ... 23 messages.
+    assert counted[3:] == [2] * 9, counted
+
+
+def test_a_copy_with_an_argument_equal_but_of_another_type_is_counted_exactly() -> None:
+    # 1 == 1.0, but ChatOpenAI sends "1.0": an edit in place has this limit
+    # (docs/reliability.md), a new object read back has not.
+    def conversation(limit: object) -> list[BaseMessage]:
+        call = {"name": "search", "args": {"limit": limit}, "id": "c1", "type": "tool_call"}
+        return [
+            SystemMessage("Answer briefly."),
+            HumanMessage("How many?"),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("3 found", tool_call_id="c1"),
+            HumanMessage("And now?"),
+        ]
+
+    warm = PriorityTrimmer(3000, token_counter=TokenCounter())
+    warm.trim(conversation(1))
+    messages = conversation(1.0)
+
+    trimmed = warm.trim(messages)
+
+    fresh = PriorityTrimmer(3000, token_counter=TokenCounter()).trim(messages)
+    assert trimmed.tokens_before == fresh.tokens_before
+    assert trimmed.message_tokens == fresh.message_tokens
