@@ -110,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         "checkpointed agent's history, read back at each new turn)",
     )
     args = parser.parse_args(argv)
-    if args.dicts and (args.middleware or args.fresh):
-        parser.error("--dicts with --middleware or --fresh: an agent's state holds message objects")
+    if args.dicts and args.middleware:
+        parser.error("--dicts and --middleware: an agent's state holds message objects")
+    if args.dicts and args.fresh:
+        parser.error("--dicts and --fresh: a list of dicts grown by appending keeps its dicts")
     counter = TokenCounter.for_model("qwen")
     try:
         chat = real_chat(args.messages, args.data)

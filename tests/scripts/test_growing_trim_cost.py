@@ -49,3 +49,10 @@ def test_dicts_with_the_middleware_is_refused(capsys: pytest.CaptureFixture[str]
         script.main(["--dicts", "--middleware"])
     assert exited.value.code == 2
     assert "--dicts and --middleware" in capsys.readouterr().err
+
+
+def test_dicts_read_back_fresh_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with benchmark_script("growing_trim_cost") as script, pytest.raises(SystemExit) as exited:
+        script.main(["--dicts", "--fresh"])
+    assert exited.value.code == 2
+    assert "--dicts and --fresh" in capsys.readouterr().err

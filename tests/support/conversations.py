@@ -17,7 +17,6 @@ from langchain_core.messages import (
 
 from agent_latency.sim import SimulatorConfig
 from agent_latency.trimming import TrimResult
-from agent_latency.trimming._rounds import MessageFacts
 
 INSTANT = SimulatorConfig(
     overhead_ms=0,
@@ -153,10 +152,11 @@ class GrowingConversation:
             message.content = _text(rng, rng.randint(1, 80))
 
 
-def same_facts(remembered: MessageFacts, fresh: MessageFacts) -> bool:
-    """Whether the memo's facts are a fresh analysis's: the same in all but which grouping
-    they are (a fresh analysis is always a grouping of its own)."""
-    return remembered._replace(generation=0) == fresh._replace(generation=0)
+def same_facts(remembered: Any, fresh: Any) -> bool:
+    """Whether the memo's facts are a fresh analysis's (``MessageFacts``, internal to the
+    trimming package): the same in all but which grouping they are (a fresh analysis is always
+    a grouping of its own)."""
+    return bool(remembered._replace(generation=0) == fresh._replace(generation=0))
 
 
 def figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
