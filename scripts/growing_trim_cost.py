@@ -17,10 +17,12 @@ ratio (CPU time of this process: the machine is shared). ``--middleware`` times 
 dicts on every call (the raw OpenAI SDK's list grown by appending, as in the article's setup).
 ``--fresh`` gives both, on every call, new message objects equal to the last call's (copied
 untimed, the system message kept): what a ``create_agent`` with a checkpointer gets at each new
-turn, its history read back from the checkpoint.
+turn, its history read back from the checkpoint. ``--tool-results`` replays an agent's history
+instead: every round a question, a tool call and its result far above the tool-result cap (a
+long assistant turn of the chat, twice), then an answer.
 
 Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700] [--data FILE]
-[--repeat 5] [--middleware] [--dicts | --fresh]`` (about a minute).
+[--repeat 5] [--middleware] [--dicts | --fresh] [--tool-results]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -59,6 +61,24 @@ def real_chat(messages: int, data: Path = _DATA) -> list[BaseMessage]:
         if len(turns) >= messages:
             break
     return turns[:messages]
+
+
+def with_tool_results(chat: list[BaseMessage], messages: int) -> list[BaseMessage]:
+    """An agent's history of about ``messages`` messages: every round a question, a lookup, its
+    result (a long assistant turn of ``chat``, twice) and a short answer."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    long_turns = [m.text for m in chat if m.type == "ai" and len(m.text) > 3000] or ["x " * 4000]
+    history: list[BaseMessage] = []
+    for r in range(messages // 4):
+        call = {"name": "lookup", "args": {"topic": r}, "id": f"call_{r}", "type": "tool_call"}
+        history += [
+            HumanMessage(f"Question {r}: look topic {r} up."),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage(long_turns[r % len(long_turns)] * 2, tool_call_id=f"call_{r}"),
+            AIMessage(f"Topic {r} is covered."),
+        ]
+    return history
 
 
 def as_middleware(trimmer: PriorityTrimmer) -> Callable[[list[BaseMessage]], object]:
@@ -109,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         help="give both new message objects equal to the last call's on every call (a "
         "checkpointed agent's history, read back at each new turn)",
     )
+    parser.add_argument(
+        "--tool-results",
+        action="store_true",
+        help="replay an agent's history of lookups whose results are far above the cap",
+    )
     args = parser.parse_args(argv)
     if args.dicts and args.middleware:
         parser.error("--dicts and --middleware: an agent's state holds message objects")
@@ -117,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     counter = TokenCounter.for_model("qwen")
     try:
         chat = real_chat(args.messages, args.data)
+        if args.tool_results:
+            chat = with_tool_results(chat, args.messages)
     except OSError as error:
         print(
             f"growing_trim_cost: cannot read --data: {error}. "
@@ -164,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.data.name}){'; ours: TrimmingMiddleware' if args.middleware else ''}"
         f"{'; as OpenAI-format dicts' if args.dicts else ''}"
         f"{'; new objects on every call' if args.fresh else ''}"
+        f"{'; an agent history of long tool results' if args.tool_results else ''}"
     )
     print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
     for band, members in bands.items():

@@ -7,25 +7,34 @@ from pathlib import Path
 import pytest
 from support.scripts import benchmark_script
 
+SUFFIXES = {
+    "trim": ([], "messages of real chat (longmemeval_s_20k.json.gz)"),
+    "middleware": (["--middleware"], "ours: TrimmingMiddleware"),
+    "dicts": (["--dicts"], "as OpenAI-format dicts"),
+    "fresh": (["--fresh"], "new objects on every call"),
+    "tool results": (["--tool-results"], "an agent history of long tool results"),
+}
 
-@pytest.mark.parametrize(
-    "path", [[], ["--middleware"], ["--dicts"]], ids=["trim", "middleware", "dicts"]
-)
+
+@pytest.mark.parametrize(("path", "suffix"), SUFFIXES.values(), ids=SUFFIXES)
 def test_prints_each_band_with_both_costs_and_their_ratio(
-    path: list[str], capsys: pytest.CaptureFixture[str]
+    path: list[str], suffix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with benchmark_script("growing_trim_cost") as script:
         argv = ["--messages", "150", "--repeat", "2", "--budget", "2000", *path]
         assert script.main(argv) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("budget 2,000; median CPU ms per call, 150 messages")
-    assert lines[0].endswith("ours: TrimmingMiddleware") == (path == ["--middleware"])
-    assert lines[0].endswith("as OpenAI-format dicts") == (path == ["--dicts"])
+    rounds = path == ["--tool-results"]  # whole rounds of four messages
+    assert lines[0].startswith(f"budget 2,000; median CPU ms per call, {148 if rounds else 150} ")
+    assert lines[0].endswith(suffix)
     bands = [line.split() for line in lines[2:]]
-    # A call per user turn: about half the messages, in bands of 100 by the chat's length.
     assert [band[0] for band in bands] == ["0-99", "100-199"]
-    assert 60 <= sum(int(band[1]) for band in bands) <= 90
+    calls = sum(int(band[1]) for band in bands)
+    if rounds:  # a call per round
+        assert calls == 150 // 4
+    else:  # a call per user turn: about half the messages
+        assert 60 <= calls <= 90
     for _, _, ours, theirs, ratio in bands:
         mine, peer = float(ours), float(theirs)
         assert mine > 0 and peer > 0

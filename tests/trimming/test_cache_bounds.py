@@ -26,7 +26,8 @@ MIB = 1024 * 1024
 # the counter's content cache 64 MiB; the term cache 16 MiB and its scores 4 MiB; tool-choice and
 # request caches 4 + 8 MiB. Plus room for what
 # is bounded by entries or held little here (the shortened copies, 16 MiB at most, ~1.5 MiB in
-# this test; 4,096 stubs; 16 conversation memos).
+# this test, and their texts by value, ~6 MiB; 4,096 stubs; 16 conversation memos, and 16 by
+# value).
 BOUND = (64 + 16 + 4 + 4 + 8 + 8) * MIB
 
 _RNG = random.Random(23)

@@ -265,3 +265,90 @@ def test_a_copy_with_an_argument_equal_but_of_another_type_is_counted_exactly() 
     fresh = PriorityTrimmer(3000, token_counter=TokenCounter()).trim(messages)
     assert trimmed.tokens_before == fresh.tokens_before
     assert trimmed.message_tokens == fresh.message_tokens
+
+
+# --- Tool results shortened to the cap: once, not again at every turn --------------------------
+
+
+class EncodingCounter(TokenCounter):
+    """A token counter that notes how many texts it tokenised to cut (a shortening's work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded = 0
+
+    def encode(self, text: str) -> list[int]:
+        self.encoded += 1
+        return super().encode(text)
+
+
+def looked_up(rounds: int) -> list[BaseMessage]:
+    """An agent's history: every round a lookup whose result is far above the tool-result cap."""
+    messages: list[BaseMessage] = [SystemMessage("You answer from the records.")]
+    for r in range(rounds):
+        call = {"name": "lookup", "args": {"n": r}, "id": f"c{r}", "type": "tool_call"}
+        record = f"record {r}: " + " ".join(f"shelf {r}-{i} holds {i * 7} boxes" for i in range(80))
+        messages += [
+            HumanMessage(f"What is in record {r}?"),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage(record, tool_call_id=f"c{r}"),
+            AIMessage(f"Record {r} lists 80 shelves."),
+        ]
+    return [*messages, HumanMessage("Which shelf holds the most?")]
+
+
+def test_tool_results_read_back_are_not_shortened_again() -> None:
+    counter = EncodingCounter()
+    trimmer = PriorityTrimmer(2000, token_counter=counter)
+    first = trimmer.trim(looked_up(12))
+    assert first.shortened_messages > 0 and counter.encoded > 0
+    counter.encoded = 0
+    messages = read_back(looked_up(12))
+
+    again = trimmer.trim(messages)
+
+    assert counter.encoded == 0  # before: every result above the cap cut anew, each turn
+    fresh = PriorityTrimmer(2000, token_counter=TokenCounter()).trim(messages)
+    assert figures(again, messages) == figures(fresh, messages)
+    assert [m.content for m in again.messages] == [m.content for m in fresh.messages]
+
+
+def _past_its_first_64_characters(messages: list[BaseMessage]) -> None:
+    # Within the head a shortened copy keeps, past what tells texts apart before comparing.
+    result = [m for m in messages if isinstance(m, ToolMessage)][-1]  # the latest: sent
+    text = str(result.content)
+    result.content = text[:100] + "X" + text[101:]
+
+
+def _answered_call_renamed(messages: list[BaseMessage]) -> None:
+    result = [m for m in messages if isinstance(m, ToolMessage)][-1]
+    call = [m for m in messages if isinstance(m, AIMessage) and m.tool_calls][-1]
+    call.tool_calls[0]["id"] = result.tool_call_id = "renamed"  # type: ignore[attr-defined]
+
+
+def _named(messages: list[BaseMessage]) -> None:
+    [m for m in messages if isinstance(m, ToolMessage)][-1].name = "lookup"
+
+
+RESULT_EDITS: dict[str, Callable[[list[BaseMessage]], None]] = {
+    "a character past the first 64 (same length and ends)": _past_its_first_64_characters,
+    "tool-call id": _answered_call_renamed,
+    "name": _named,
+}
+
+
+@pytest.mark.parametrize("edit", RESULT_EDITS.values(), ids=RESULT_EDITS)
+def test_a_tool_result_read_back_with_another_value_is_shortened_from_its_own_text(
+    edit: Callable[[list[BaseMessage]], None],
+) -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=TokenCounter())
+    trimmer.trim(looked_up(12))
+    messages = read_back(looked_up(12))
+    edit(messages)
+
+    again = trimmer.trim(messages)
+
+    fresh = PriorityTrimmer(2000, token_counter=TokenCounter()).trim(messages)
+    assert figures(again, messages) == figures(fresh, messages)
+    assert [m.content for m in again.messages] == [m.content for m in fresh.messages]
+    assert [m.__dict__ for m in again.messages] == [m.__dict__ for m in fresh.messages]

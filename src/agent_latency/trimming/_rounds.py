@@ -806,6 +806,8 @@ def _same_json(value: object, copy: object) -> bool:
     kind = type(value)
     if kind is not type(copy):
         return False
+    if kind is str:  # the most items: names, ids, texts
+        return value == copy
     if kind is dict:
         assert isinstance(value, dict) and isinstance(copy, dict)
         return value.keys() == copy.keys() and all(_same_json(v, copy[k]) for k, v in value.items())
