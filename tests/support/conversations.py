@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -168,3 +169,9 @@ def figures(trim: TrimResult, inputs: list[BaseMessage]) -> dict[str, Any]:
         "tokens": (trim.tokens_before, trim.tokens_after),
         "question_retention": trim.question_retention,
     }
+
+
+def read_back(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` as a checkpointer gives them back at a new turn: new objects, equal."""
+    copies: list[BaseMessage] = pickle.loads(pickle.dumps(messages))
+    return copies

@@ -9,7 +9,6 @@ fresh trimmer trims them, with only the new messages counted.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +23,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langgraph.checkpoint.memory import InMemorySaver
-from support.conversations import GrowingConversation, figures, same_facts
+from support.conversations import GrowingConversation, figures, read_back, same_facts
 from support.simulators import QUICK
 
 from agent_latency import LLMSettings, Settings, build_chat_model
@@ -34,61 +33,37 @@ from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 from agent_latency.trimming._rounds import AnalysisMemo, analysis
 
 
-def read_back(messages: list[BaseMessage]) -> list[BaseMessage]:
-    """``messages`` as a checkpoint gives them back: new objects, equal to them."""
-    copies: list[BaseMessage] = pickle.loads(pickle.dumps(messages))
-    return copies
-
-
-class CountingCounter(TokenCounter):
-    """A token counter that notes how many messages it was asked to count."""
+class NotingCounter(TokenCounter):
+    """A token counter that notes how many messages it counted and texts it tokenised to cut
+    (what shortening a message takes)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counted = 0
+        self.encoded = 0
 
     def count_message(self, message: BaseMessage) -> int:
         self.counted += 1
         return super().count_message(message)
 
+    def encode(self, text: str) -> list[int]:
+        self.encoded += 1
+        return super().encode(text)
 
-@pytest.mark.parametrize(
-    "selection",
-    [
-        {"history_selection": "cache_first"},
-        {"prefix_stable": False},  # the history ranked by relevance on every call
-        {"history_selection": "age"},
-    ],
-    ids=["cache_first", "ranked", "age"],
-)
-@pytest.mark.parametrize("seed", range(3))
-def test_a_history_read_back_at_every_call_is_trimmed_as_a_fresh_trimmer_trims_it(
-    seed: int, selection: dict[str, Any]
-) -> None:
-    # Edits in place of the conversation kept between calls reach the next copy: the copy
-    # differs by value from what was analysed, wherever the edit fell.
-    conversation = GrowingConversation(seed)
-    warm = PriorityTrimmer(500, token_counter=TokenCounter(), **selection)
-    for call in range(90):
+
+def grown(counter: TokenCounter | None = None) -> tuple[GrowingConversation, AnalysisMemo]:
+    """A conversation grown over 40 calls, each analysed (by the memo returned) as a copy."""
+    conversation = GrowingConversation(11)
+    memo = AnalysisMemo(counter or TokenCounter())
+    for _ in range(40):
         conversation.grow()
-        if call % 5 == 4:
-            conversation.edit()
-        # Mostly a new copy; now and then the same objects again (a tool loop within a turn).
-        messages = read_back(conversation.messages) if call % 4 else list(conversation.messages)
-        fresh = PriorityTrimmer(500, token_counter=TokenCounter(), **selection)
-
-        expected = figures(fresh.trim(messages), messages)
-
-        assert figures(warm.trim(messages), messages) == expected, call
+        memo.analyse(read_back(conversation.messages))
+    return conversation, memo
 
 
 def test_only_the_new_messages_of_a_history_read_back_are_counted() -> None:
-    conversation = GrowingConversation(5)
-    counter = CountingCounter()
-    memo = AnalysisMemo(counter)
-    for _ in range(30):
-        conversation.grow()
-        memo.analyse(read_back(conversation.messages))
+    counter = NotingCounter()
+    conversation, memo = grown(counter)
     before = len(conversation.messages)
     conversation.grow()
     messages = read_back(conversation.messages)
@@ -157,16 +132,6 @@ COPY_EDITS: dict[str, Callable[[list[BaseMessage]], None]] = {
 }
 
 
-def grown(seed: int = 11) -> tuple[GrowingConversation, AnalysisMemo]:
-    """A conversation grown over 40 calls, each analysed (by the memo returned) as a copy."""
-    conversation = GrowingConversation(seed)
-    memo = AnalysisMemo(TokenCounter())
-    for _ in range(40):
-        conversation.grow()
-        memo.analyse(read_back(conversation.messages))
-    return conversation, memo
-
-
 @pytest.mark.parametrize("edit", COPY_EDITS.values(), ids=COPY_EDITS)
 def test_a_copy_that_differs_from_the_history_analysed_is_read_anew_where_it_differs(
     edit: Callable[[list[BaseMessage]], None],
@@ -219,7 +184,7 @@ def sim() -> Iterator[RunningSimulator]:
 
 def test_a_checkpointed_agent_counts_only_each_turns_new_messages(sim: RunningSimulator) -> None:
     settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-    counter = CountingCounter()
+    counter = NotingCounter()
     trimmer = PriorityTrimmer(400, token_counter=counter)
     agent = create_agent(
         build_chat_model(settings),
@@ -270,18 +235,6 @@ def test_a_copy_with_an_argument_equal_but_of_another_type_is_counted_exactly() 
 # --- Tool results shortened to the cap: once, not again at every turn --------------------------
 
 
-class EncodingCounter(TokenCounter):
-    """A token counter that notes how many texts it tokenised to cut (a shortening's work)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoded = 0
-
-    def encode(self, text: str) -> list[int]:
-        self.encoded += 1
-        return super().encode(text)
-
-
 def looked_up(rounds: int) -> list[BaseMessage]:
     """An agent's history: every round a lookup whose result is far above the tool-result cap."""
     messages: list[BaseMessage] = [SystemMessage("You answer from the records.")]
@@ -298,7 +251,7 @@ def looked_up(rounds: int) -> list[BaseMessage]:
 
 
 def test_tool_results_read_back_are_not_shortened_again() -> None:
-    counter = EncodingCounter()
+    counter = NotingCounter()
     trimmer = PriorityTrimmer(2000, token_counter=counter)
     first = trimmer.trim(looked_up(12))
     assert first.shortened_messages > 0 and counter.encoded > 0

@@ -19,7 +19,7 @@ from langchain_core.messages import (
     HumanMessage,
     ToolMessage,
 )
-from support.conversations import GrowingConversation, figures, same_facts
+from support.conversations import GrowingConversation, figures, read_back, same_facts
 
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._options import TrimOptions
@@ -39,9 +39,13 @@ from agent_latency.trimming._trimmer import PriorityTrimmer
     ids=["cache_first", "ranked", "age"],
 )
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("read_back_mostly", [False, True], ids=["kept", "read back"])
 def test_a_growing_conversation_edited_in_place_is_trimmed_as_a_fresh_trimmer_trims_it(
-    seed: int, selection: dict[str, Any]
+    seed: int, selection: dict[str, Any], read_back_mostly: bool
 ) -> None:
+    # Read back: new objects equal to the conversation kept (a checkpointed agent's new turn),
+    # every fourth call the same objects again (a tool loop within a turn); an edit in place of
+    # the conversation kept makes the next copy differ by value from what was analysed.
     conversation = GrowingConversation(seed)
     options: dict[str, Any] = {**selection, "compact_tool_results": seed % 2 == 1}
     warm = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
@@ -50,6 +54,8 @@ def test_a_growing_conversation_edited_in_place_is_trimmed_as_a_fresh_trimmer_tr
         if call % 5 == 4:
             conversation.edit()
         messages = list(conversation.messages)
+        if read_back_mostly and call % 4:
+            messages = read_back(messages)
         fresh = PriorityTrimmer(500, token_counter=TokenCounter(), **options)
 
         expected = figures(fresh.trim(messages), messages)
