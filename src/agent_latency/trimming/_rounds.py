@@ -788,21 +788,24 @@ def _unchanged(
                     if _filled(value)
                 )
             continue
-        if values != group.values or any(group.held):
+        if by_value:
+            # Equal and sent alike: 1, 1.0 and True are "1", "1.0" and "true", keys go in their
+            # order. (An edit in place has this limit, docs/reliability.md; a new object is read
+            # as it is.)
+            same = list(map(_same_json, values, group.values))
+            if not all(same):
+                length = group.indices[same.index(False)]
+        elif values != group.values or any(group.held):
             pairs = zip(group.indices, values, group.values, strict=True)
             length = next(
                 index for index, value, then in pairs if value != then or (held and _filled(then))
             )
-        elif by_value and not all(map(_same_json, values, group.values)):
-            # Equal, but not sent alike: 1, 1.0 and True are "1", "1.0" and "true". (An edit in
-            # place has this limit, docs/reliability.md; a new object is read as it is.)
-            pairs = zip(group.indices, values, group.values, strict=True)
-            length = next(index for index, value, then in pairs if not _same_json(value, then))
     return length
 
 
 def _same_json(value: object, copy: object) -> bool:
-    """Whether ``value`` equals ``copy`` with every item of the same type."""
+    """Whether ``value`` equals ``copy`` and is sent alike: every item of the same type, keys in
+    the same order, and what JSON cannot hold written alike (``json.dumps(default=str)``)."""
     kind = type(value)
     if kind is not type(copy):
         return False
@@ -810,11 +813,14 @@ def _same_json(value: object, copy: object) -> bool:
         return value == copy
     if kind is dict:
         assert isinstance(value, dict) and isinstance(copy, dict)
-        return value.keys() == copy.keys() and all(_same_json(v, copy[k]) for k, v in value.items())
+        return list(value) == list(copy) and all(_same_json(v, copy[k]) for k, v in value.items())
     if kind is list or kind is tuple:
         assert isinstance(value, list | tuple) and isinstance(copy, list | tuple)
         return len(value) == len(copy) and all(map(_same_json, value, copy))
-    return value == copy
+    return value == copy and (kind in _JSON_ATOMS or str(value) == str(copy))
+
+
+_JSON_ATOMS = frozenset({int, float, bool, type(None)})
 
 
 def _lists(values: Any) -> tuple[Any, ...]:
