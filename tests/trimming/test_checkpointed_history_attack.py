@@ -8,21 +8,33 @@ failed on 7ed3e51; the others pin what held.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import warnings
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import figures, read_back
+from support.simulators import QUICK
 
+from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.tokens import TokenCounter
-from agent_latency.trimming import PriorityTrimmer
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware, TrimResult, recall_tool
+from agent_latency.trimming._request import RequestExtras
 
 
 def _two_lookups(first: dict[str, Any], second: dict[str, Any]) -> list[BaseMessage]:
@@ -72,3 +84,124 @@ def test_arguments_equal_but_sent_otherwise_are_counted_as_sent(
 ) -> None:
     seen_first, seen_second, first, second = args
     _trimmed_alike(_two_lookups(seen_first, seen_second), read_back(_two_lookups(first, second)))
+
+
+# --- The real thing: agents with a checkpointer, over HTTP to the simulator --------------------
+
+
+class FreshlyChecked(PriorityTrimmer):
+    """A trimmer that trims every request a fresh trimmer of its options trims too, and notes
+    where the two differ (an agent's middleware logs a failed trim and sends untrimmed)."""
+
+    differences: list[str]
+    changed: list[bool]  # per trim, whether it left anything out or shortened it
+
+    def _trim(self, value: object, request: RequestExtras) -> TrimResult:
+        result = super()._trim(value, request)
+        options = dataclasses.replace(self.options, token_counter=TokenCounter())
+        fresh = PriorityTrimmer._from_options(
+            options, cut_budget=None if self._warns else self._cut_budget
+        )
+        inputs = list(value) if isinstance(value, list) else []
+        ours, theirs = figures(result, inputs), figures(fresh._trim(value, request), inputs)
+        if ours != theirs:
+            FreshlyChecked.differences.append(f"{ours} != {theirs}")
+        FreshlyChecked.changed.append(result.changed)
+        return result
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(QUICK) as running:
+        yield running
+
+
+@pytest.fixture
+def checked() -> Iterator[type[FreshlyChecked]]:
+    FreshlyChecked.differences, FreshlyChecked.changed = [], []
+    yield FreshlyChecked
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up in the inventory."""
+    return f"value of {key}: " + " ".join(f"shelf {key}-{i} holds {i * 3} boxes" for i in range(40))
+
+
+def _turns(graph: Any, config: dict[str, Any], asks: list[str]) -> None:
+    for ask in asks:
+        graph.invoke({"messages": [HumanMessage(ask)]}, config)
+
+
+def _edited_between_turns(graph: Any, config: dict[str, Any]) -> None:
+    """A user's cleanup between turns: a tool result removed, a question rewritten (same id)."""
+    messages = graph.get_state(config).values["messages"]
+    result = [m for m in messages if isinstance(m, ToolMessage)][1]
+    asked = next(m for m in messages if isinstance(m, HumanMessage))  # the opening's
+    rewritten = HumanMessage(str(asked.content) + " Also give the aisle.", id=asked.id)
+    graph.update_state(config, {"messages": [RemoveMessage(id=str(result.id)), rewritten]})
+
+
+@pytest.mark.parametrize("recall", [False, True], ids=["recall off", "recall on"])
+def test_a_create_agent_with_a_checkpointer_trims_every_call_as_a_fresh_trimmer(
+    sim: RunningSimulator,
+    checked: type[FreshlyChecked],
+    recall: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    trimmer = checked(600, token_counter=TokenCounter())
+    graph = create_agent(
+        build_chat_model(settings),
+        tools=[lookup],
+        system_prompt="You answer from the inventory.",
+        middleware=[TrimmingMiddleware(trimmer, recall=recall)],
+        checkpointer=InMemorySaver(),
+    )
+    ours: Any = {"configurable": {"thread_id": "ours"}}
+    theirs: Any = {"configurable": {"thread_id": "theirs"}}
+    asks = [f'Use lookup for "k{i}" please.' for i in range(4)]
+    for config in (ours, theirs):  # two threads, the same questions, interleaved
+        _turns(graph, config, asks[:2])
+    _edited_between_turns(graph, ours)
+    for config in (ours, theirs, ours):
+        _turns(graph, config, asks[2:])
+
+    assert checked.differences == []
+    assert "Trimming failed" not in caplog.text
+    assert len(checked.changed) >= 20 and any(checked.changed), checked.changed
+
+
+def test_a_react_agent_hook_over_batched_and_streamed_threads_trims_as_a_fresh_trimmer(
+    sim: RunningSimulator, checked: type[FreshlyChecked], caplog: pytest.LogCaptureFixture
+) -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    hook = checked(600, token_counter=TokenCounter()).as_pre_model_hook(
+        prompt="You answer from the inventory.", tools=[lookup]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated for create_agent
+        graph = create_react_agent(
+            build_chat_model(settings),
+            [lookup, recall_tool(hook)],
+            prompt="You answer from the inventory.",
+            pre_model_hook=hook,
+            checkpointer=InMemorySaver(),
+        )
+    configs: list[Any] = [{"configurable": {"thread_id": f"t{n}"}} for n in range(3)]
+
+    async def turns() -> None:
+        for i in range(3):  # the same questions in every thread, turn by turn
+            ask = {"messages": [HumanMessage(f'Use lookup for "k{i}" please.')]}
+            await graph.abatch([ask] * len(configs), configs)
+        ask = {"messages": [HumanMessage("Which shelf holds the most?")]}
+        async for _ in graph.astream_events(ask, configs[0], version="v2"):
+            pass
+
+    asyncio.run(turns())
+
+    assert checked.differences == []
+    assert "Trimming failed" not in caplog.text
+    assert len(checked.changed) >= 18 and any(checked.changed), checked.changed
