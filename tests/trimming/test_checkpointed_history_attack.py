@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
@@ -27,7 +29,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from support.conversations import figures, read_back
+from support.conversations import GrowingConversation, figures, read_back
 from support.simulators import QUICK
 
 from agent_latency import LLMSettings, Settings, build_chat_model
@@ -205,3 +207,39 @@ def test_a_react_agent_hook_over_batched_and_streamed_threads_trims_as_a_fresh_t
     assert checked.differences == []
     assert "Trimming failed" not in caplog.text
     assert len(checked.changed) >= 18 and any(checked.changed), checked.changed
+
+
+# --- One trimmer, many threads ------------------------------------------------------------------
+
+
+def test_threads_trimming_copies_of_the_same_and_other_conversations_trim_as_fresh_trimmers() -> (
+    None
+):
+    warm = PriorityTrimmer(700, token_counter=TokenCounter())
+    differences: list[str] = []
+    changed: list[bool] = []
+
+    def trims(seed: int) -> None:
+        conversation = GrowingConversation(seed)
+        for step in range(30):
+            conversation.grow()
+            if step % 7 == 6:
+                conversation.edit()
+            messages = read_back(conversation.messages)
+            fresh = PriorityTrimmer(700, token_counter=TokenCounter()).trim(messages)
+            trimmed = warm.trim(messages)
+            changed.append(trimmed.changed)
+            if figures(trimmed, messages) != figures(fresh, messages):
+                differences.append(f"seed {seed}, step {step}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads switch often, inside the analysis too
+    try:
+        # Two threads grow the same conversation (one opening, by value), two others theirs.
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(trims, [5, 5, 6, 7]))
+    finally:
+        sys.setswitchinterval(interval)
+
+    assert differences == []
+    assert sum(changed) > 20
