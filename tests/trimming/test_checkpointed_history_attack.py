@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
@@ -21,7 +21,10 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
+    ChatMessage,
+    FunctionMessage,
     HumanMessage,
     RemoveMessage,
     SystemMessage,
@@ -54,14 +57,14 @@ def _two_lookups(first: dict[str, Any], second: dict[str, Any]) -> list[BaseMess
     return [*messages, HumanMessage("And the total?", id="q")]
 
 
-def _trimmed_alike(seen: list[BaseMessage], then: list[BaseMessage]) -> None:
+def _trimmed_alike(seen: list[BaseMessage], then: list[BaseMessage], budget: int = 3000) -> None:
     """A trimmer that trimmed ``seen`` trims ``then`` as a fresh trimmer does."""
-    warm = PriorityTrimmer(3000, token_counter=TokenCounter())
+    warm = PriorityTrimmer(budget, token_counter=TokenCounter())
     warm.trim(seen)
 
     trimmed = warm.trim(then)
 
-    fresh = PriorityTrimmer(3000, token_counter=TokenCounter()).trim(then)
+    fresh = PriorityTrimmer(budget, token_counter=TokenCounter()).trim(then)
     assert figures(trimmed, then) == figures(fresh, then)
     assert trimmed.message_tokens == fresh.message_tokens
 
@@ -86,6 +89,112 @@ def test_arguments_equal_but_sent_otherwise_are_counted_as_sent(
 ) -> None:
     seen_first, seen_second, first, second = args
     _trimmed_alike(_two_lookups(seen_first, seen_second), read_back(_two_lookups(first, second)))
+
+
+def _rich() -> list[BaseMessage]:
+    """A history of every message shape the trimmer takes, ids fixed (a thread's)."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUFB" * 200}}
+    block = {"type": "tool_result", "tool_use_id": "c0", "content": "the shelves " * 30}
+    return [
+        SystemMessage("Answer from the records.", id="s"),
+        HumanMessage([{"type": "text", "text": "What is on the photo?"}, image], id="h"),
+        AIMessage("", tool_calls=[{"name": "look", "args": {"n": 1}, "id": "c0"}], id="a0"),
+        ToolMessage("shelf " * 40, tool_call_id="c0", id="t0"),
+        HumanMessage([block], id="b"),
+        ChatMessage("a note " * 20, role="user", id="cm"),
+        FunctionMessage("42 boxes", name="count", id="f"),
+        AIMessage(
+            "",
+            invalid_tool_calls=[{"name": "look", "args": "{oops", "id": "c1", "error": None}],
+            id="a1",
+        ),
+        ToolMessage("not parsed", tool_call_id="c1", id="t1"),
+        AIMessageChunk("partial " * 10, id="k"),
+        Noted("a subclass " * 10, id="n"),
+        AIMessage("done " * 30, id="d"),
+        HumanMessage("And the total?", id="q"),
+    ]
+
+
+class Noted(HumanMessage):
+    """A user's own kind of user message."""
+
+
+def _role(messages: list[BaseMessage]) -> None:
+    messages[5] = ChatMessage(messages[5].content, role="assistant", id="cm")
+
+
+def _function_name(messages: list[BaseMessage]) -> None:
+    messages[6] = FunctionMessage(messages[6].content, name="total", id="f")
+
+
+def _chunk_for_message(messages: list[BaseMessage]) -> None:
+    messages[11] = AIMessageChunk(messages[11].content, id="d")
+
+
+def _message_for_chunk(messages: list[BaseMessage]) -> None:
+    messages[9] = AIMessage(messages[9].content, id="k")
+
+
+def _id(messages: list[BaseMessage]) -> None:
+    messages[3] = messages[3].model_copy(update={"id": "other"})
+
+
+def _image(messages: list[BaseMessage]) -> None:
+    messages[1].content[1]["image_url"]["url"] += "QUFB"  # type: ignore[index]
+
+
+def _block_text(messages: list[BaseMessage]) -> None:
+    messages[4].content[0]["content"] = "the boxes " * 30  # type: ignore[index]
+
+
+def _invalid_args(messages: list[BaseMessage]) -> None:
+    messages[7].invalid_tool_calls[0]["args"] = "{oops, again"  # type: ignore[attr-defined]
+
+
+def _raw_calls(messages: list[BaseMessage]) -> None:
+    raw = {"id": "r", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    messages[11].additional_kwargs["tool_calls"] = [raw]
+
+
+def _plain_for_subclass(messages: list[BaseMessage]) -> None:
+    messages[10] = HumanMessage(messages[10].content, id="n")
+
+
+def _part_keys(messages: list[BaseMessage]) -> None:
+    part = messages[1].content[0]  # type: ignore[index]
+    messages[1].content[0] = {"text": part["text"], "type": "text"}  # type: ignore[index]
+
+
+def _none_content(messages: list[BaseMessage]) -> None:
+    messages[11] = AIMessage.model_construct(**{**messages[11].__dict__, "content": None})
+
+
+READ_BACK_OTHERWISE: dict[str, Callable[[list[BaseMessage]], None]] = {
+    "as it was": lambda messages: None,
+    "a ChatMessage's role": _role,
+    "a FunctionMessage's name": _function_name,
+    "an AIMessageChunk for an AIMessage": _chunk_for_message,
+    "an AIMessage for an AIMessageChunk": _message_for_chunk,
+    "a message's id": _id,
+    "a base64 image": _image,
+    "an Anthropic tool_result block's text": _block_text,
+    "invalid tool call arguments": _invalid_args,
+    "raw tool calls in additional_kwargs": _raw_calls,
+    "a HumanMessage for a subclass of it": _plain_for_subclass,
+    "a content part's keys in another order": _part_keys,
+    "content None (model_construct)": _none_content,
+}
+
+
+@pytest.mark.parametrize("edit", READ_BACK_OTHERWISE.values(), ids=READ_BACK_OTHERWISE)
+def test_every_message_shape_read_back_otherwise_is_trimmed_as_a_fresh_trimmer_does(
+    edit: Callable[[list[BaseMessage]], None],
+) -> None:
+    for budget in (3000, 400):
+        messages = read_back(_rich())
+        edit(messages)
+        _trimmed_alike(_rich(), messages, budget)
 
 
 # --- The real thing: agents with a checkpointer, over HTTP to the simulator --------------------
