@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import sys
+import tracemalloc
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +42,7 @@ from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware, TrimResult, recall_tool
 from agent_latency.trimming._request import RequestExtras
+from agent_latency.trimming._rounds import BY_VALUE_BYTES
 
 
 def _two_lookups(first: dict[str, Any], second: dict[str, Any]) -> list[BaseMessage]:
@@ -352,3 +355,36 @@ def test_threads_trimming_copies_of_the_same_and_other_conversations_trim_as_fre
 
     assert differences == []
     assert sum(changed) > 20
+
+
+# --- Memory --------------------------------------------------------------------------------------
+
+
+def test_histories_read_back_hold_bounded_bytes_once_gone() -> None:
+    """Sixteen threads' histories of 6 MiB of photos each, read back and trimmed, then gone: the
+    analysis remembered by value holds at most its byte cap of them (on 7ed3e51, all 96 MiB:
+    its 16 conversations were bounded by count only)."""
+    trimmer = PriorityTrimmer(3000, token_counter=TokenCounter(cache_size=1))
+    mib = 1024 * 1024
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for thread in range(16):
+            messages: list[BaseMessage] = [SystemMessage("Describe."), HumanMessage(f"{thread}")]
+            for photo in range(6):
+                data = f"{thread:02}{photo}" * (mib // 3)
+                url = {"url": "data:image/png;base64," + data}
+                look = [
+                    {"type": "text", "text": "And this?"},
+                    {"type": "image_url", "image_url": url},
+                ]
+                messages += [HumanMessage(look), AIMessage(f"Photo {photo} of thread {thread}.")]
+            trimmer.trim(read_back(messages))
+            del messages, url, look
+        gc.collect()
+        trimmer.trim([SystemMessage("Another."), HumanMessage("Hi")])  # lets the dead go
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+    assert held < BY_VALUE_BYTES + 4 * mib, f"{held / mib:.0f} MiB"

@@ -72,6 +72,9 @@ _KEY_MESSAGES = 2  # a conversation is told apart by its first messages
 _PARTINGS = _CONVERSATIONS
 """How many partings are noted per opening: conversations opening with the same message objects
 are told apart up to as many as are remembered."""
+BY_VALUE_BYTES = 64 * 1024 * 1024
+"""The most that the conversations remembered by value hold, about (see ``_Memo.weight``): they
+outlive their messages."""
 _WARNED = 1024
 """How many gaps in tool calls (call ids) a memo remembers having warned of."""
 _GENERATIONS = count(1)
@@ -401,6 +404,7 @@ class _Memo(NamedTuple):
     # Its number (see _CONVERSATIONS_SEEN), kept while it grows, also into new objects equal to
     # its messages; 0 before its first message.
     conversation: int
+    weight: int  # about the bytes its texts and copies hold (see _weight)
 
 
 class _Group(NamedTuple):
@@ -514,7 +518,7 @@ class AnalysisMemo:
         self._partings = LRUCache(_CONVERSATIONS)
         # The latest memo of each conversation by the values of its opening (_opening_values),
         # kept past its messages' lives: a checkpointed agent's next turn brings new objects.
-        self._by_values = LRUCache(_CONVERSATIONS)
+        self._by_values = LRUCache(_CONVERSATIONS, BY_VALUE_BYTES)
         self._warned = LRUCache(_WARNED)  # the gaps warned of, by call id
 
     def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
@@ -567,7 +571,7 @@ class AnalysisMemo:
         self._memos.put(key, memo)
         if len(messages) >= _KEY_MESSAGES:
             remembered_as = _opening_values(memo.types, memo.dicts, memo.facts.texts)
-            self._by_values.put(remembered_as, _by_values_only(memo))
+            self._by_values.put(remembered_as, _by_values_only(memo), max(memo.weight, 1))
         return memo.facts, memo.conversation
 
     def _by_value(
@@ -664,11 +668,14 @@ class AnalysisMemo:
         calls: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         raw: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         listed: dict[int, object] = {}
+        new_texts = list(map(text_of, new))
+        weight = memo.weight + sum(map(len, new_texts))
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
             except Exception:
                 raise _Uncopyable from None
+            weight += _weight(snapshot)
             fields = seen.dicts[index]
             if type(seen.contents[index]) is list:
                 # A list content is the first field its snapshot copied (see edit_check): that
@@ -695,7 +702,7 @@ class AnalysisMemo:
         # A conversation's first grouping is a new one (a generation of its own), not _EMPTY's.
         grouping = memo.grouping.copy() if memo.refs else _Grouping()
         grouping.extend(messages, counts, self._counter.count_message)
-        facts = grouping.facts(counts, memo.facts.texts + list(map(text_of, new)))
+        facts = grouping.facts(counts, memo.facts.texts + new_texts)
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
         call_ids, raw_calls = memo.call_ids.plus(*calls), memo.raw_calls.plus(*raw)
         types = memo.types + list(map(type, new))
@@ -717,6 +724,7 @@ class AnalysisMemo:
             types,
             listed,
             memo.conversation or next(_CONVERSATIONS_SEEN),
+            weight,
         )
 
 
@@ -746,7 +754,7 @@ class _Uncopyable(Exception):
 
 _NO_GROUP = _Group.of([], [], [])
 _EMPTY = _Memo(
-    [], [], [], [], _NO_GROUP, _NO_GROUP, {}, _Grouping().facts([], []), _Grouping(), [], {}, 0
+    [], [], [], [], _NO_GROUP, _NO_GROUP, {}, _Grouping().facts([], []), _Grouping(), [], {}, 0, 0
 )
 
 
@@ -823,6 +831,22 @@ def _same_json(value: object, copy: object) -> bool:
 _JSON_ATOMS = frozenset({int, float, bool, type(None)})
 
 
+def _weight(snapshot: object) -> int:
+    """About the bytes a copy of fields (see edit_check) holds: the length of its strings (what
+    makes one large: list content's images, tool-call arguments), each container once."""
+    weight, seen = 0, set()
+    stack: list[Any] = [snapshot]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            weight += len(item)
+        elif (kind is dict or kind is list or kind is tuple) and id(item) not in seen:
+            seen.add(id(item))  # a copy of a cycle is a cycle
+            stack += item.values() if kind is dict else item
+    return weight
+
+
 def _lists(values: Any) -> tuple[Any, ...]:
     """The values of a getter of fields (a tuple when it gets several), one by one."""
     return values if type(values) is tuple else (values,)
@@ -893,6 +917,9 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         grouping.calls_shared = False
     grouping.round = kept[-1].round if kept else 0
     grouping.unanswered = _unanswered(memo, kept, length)
+    compared = {getter: group.cut(length) for getter, group in memo.compared.items()}
+    snapshots = (group.values for (_, held), group in compared.items() if not held)
+    weight = sum(map(len, texts)) + sum(map(_weight, chain.from_iterable(snapshots)))
     return _Memo(
         memo.refs[:length],
         memo.dicts[:length],
@@ -900,12 +927,13 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         memo.names[:length],
         memo.call_ids.cut(length),
         memo.raw_calls.cut(length),
-        {getter: group.cut(length) for getter, group in memo.compared.items()},
+        compared,
         grouping.facts(counts, texts),
         grouping,
         memo.types[:length],
         {index: copied for index, copied in memo.listed.items() if index < length},
         memo.conversation,
+        weight,
     )
 
 
