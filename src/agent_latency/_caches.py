@@ -97,19 +97,24 @@ class LRUCache:
 
 
 def _let_go() -> None:
-    last = None
     while _GONE:
-        try:
-            noted = _GONE.popleft()
-        except IndexError:  # another thread took the last one
-            return
-        if noted is last:  # objects of one entry died together (a list let go): once is enough
-            continue
-        last = noted
-        cache, key = noted
-        found = cache()
-        if found is not None:
-            found._expire(key)
+        # The deaths noted so far, each note once (objects of one entry die together, a list
+        # let go); then those noted meanwhile (objects that what was let go held alive).
+        batch = []
+        while _GONE:
+            try:
+                batch.append(_GONE.popleft())
+            except IndexError:  # another thread took the last one
+                break
+        handled = set()
+        for noted in batch:
+            if id(noted) in handled:
+                continue
+            handled.add(id(noted))
+            cache, key = noted
+            found = cache()
+            if found is not None:
+                found._expire(key)
 
 
 # What a message's count depends on: fields checked by identity while they are strings (or

@@ -14,6 +14,7 @@ import gc
 import sys
 import tracemalloc
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -324,9 +325,7 @@ def test_a_react_agent_hook_over_batched_and_streamed_threads_trims_as_a_fresh_t
 # --- One trimmer, many threads ------------------------------------------------------------------
 
 
-def test_threads_trimming_copies_of_the_same_and_other_conversations_trim_as_fresh_trimmers() -> (
-    None
-):
+def test_threads_trimming_copies_of_one_and_other_conversations_trim_as_fresh_trimmers() -> None:
     warm = PriorityTrimmer(700, token_counter=TokenCounter())
     differences: list[str] = []
     changed: list[bool] = []
@@ -388,3 +387,28 @@ def test_histories_read_back_hold_bounded_bytes_once_gone() -> None:
         tracemalloc.stop()
 
     assert held < BY_VALUE_BYTES + 4 * mib, f"{held / mib:.0f} MiB"
+
+
+class _Attachment:
+    """A user's object inside a content part (weakly referable, to tell it is gone)."""
+
+
+def test_a_message_that_dies_when_another_is_let_go_is_let_go_too() -> None:
+    """A message kept alive only by another's fields (``additional_kwargs``), which the analysis
+    holds until that other's death is noted: letting go of the one lets the other die, noted
+    during the let-go. On 7ed3e51 that note, the same as the one being handled, was skipped as
+    a duplicate: the dead message's fields (and its attachment) stayed held."""
+    trimmer = PriorityTrimmer(3000, token_counter=TokenCounter())
+    opening: list[BaseMessage] = [SystemMessage("Answer briefly."), HumanMessage("Hello")]
+    attachment = _Attachment()
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    shown = HumanMessage([{"type": "text", "text": "look"}, {**part, "meta": attachment}])
+    answer = AIMessage("Seen.", additional_kwargs={"about": shown})
+    trimmer.trim([*opening, shown, answer])
+    gone = weakref.ref(attachment)
+
+    del shown, answer, attachment  # the answer dies; the analysis holds its fields, so `shown`
+    for _ in range(2):
+        trimmer.trim([SystemMessage("Another conversation."), HumanMessage("Hi")])
+
+    assert gone() is None
