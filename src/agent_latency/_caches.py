@@ -31,7 +31,8 @@ class LRUCache:
 
     Args:
         max_entries: How many entries it holds at most.
-        max_weight: The most total weight (e.g. bytes) it holds; ``None``: no limit.
+        max_weight: The most total weight (e.g. bytes) it holds; ``None``: no limit. An entry
+            heavier alone is not kept (nor what was at its key), and lets no other go.
         on_death: What is left of an entry once an object it is about died (``None``: nothing);
             ``None``: the entry is removed.
     """
@@ -71,7 +72,10 @@ class LRUCache:
             _let_go()
         with self._lock:
             old = self._data.pop(key, None)
-            self._weight += weight - (old[1] if old else 0)
+            self._weight -= old[1] if old else 0
+            if self._max_weight is not None and weight > self._max_weight:
+                return  # never kept: the others are not let go for it
+            self._weight += weight
             self._data[key] = (value, weight)
             while len(self._data) > self._max_entries or (
                 self._max_weight is not None and self._weight > self._max_weight

@@ -412,3 +412,29 @@ def test_a_message_that_dies_when_another_is_let_go_is_let_go_too() -> None:
         trimmer.trim([SystemMessage("Another conversation."), HumanMessage("Hi")])
 
     assert gone() is None
+
+
+def test_a_conversation_above_the_byte_caps_lets_no_other_thread_go() -> None:
+    """A thread whose history outweighs the byte caps (a long video's frames) is not remembered
+    by value nor its count by content, and lets no other thread's memory go: the next turn of
+    another counts only its new messages, in a trim and in a count of the whole. On 7ed3e51
+    the one entry heavier than a cap emptied that cache: the counter's by content (every other
+    conversation's count by content tokenised again), and with the byte cap of the analysis by
+    value, that too (each other thread's next turn re-read its whole history)."""
+    trimmer = PriorityTrimmer(3000, token_counter=TokenCounter())
+    counter = trimmer.token_counter
+    ours = GrowingConversation(3)
+    for _ in range(20):
+        ours.grow()
+    trimmer.trim(read_back(ours.messages))
+    url = {"url": "data:image/png;base64," + "A" * BY_VALUE_BYTES}
+    frames = [{"type": "text", "text": "What happens?"}, {"type": "image_url", "image_url": url}]
+    trimmer.trim([SystemMessage("Describe the video."), HumanMessage(frames)])
+    before = len(ours.messages)
+    ours.grow()
+    tokenized = counter.tokenized_messages
+
+    trimmer.trim(read_back(ours.messages))
+    counter.count_messages(read_back(ours.messages))
+
+    assert counter.tokenized_messages - tokenized <= len(ours.messages) - before
