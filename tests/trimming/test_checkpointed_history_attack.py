@@ -438,3 +438,46 @@ def test_a_conversation_above_the_byte_caps_lets_no_other_thread_go() -> None:
     counter.count_messages(read_back(ours.messages))
 
     assert counter.tokenized_messages - tokenized <= len(ours.messages) - before
+
+
+# --- A constant opening before a history read back ---------------------------------------------
+
+
+class _Counting(TokenCounter):
+    """Counts how many messages it was asked to count (what reading a history anew takes)."""
+
+    asked = 0
+
+    def count_message(self, message: BaseMessage) -> int:
+        self.asked += 1
+        return super().count_message(message)
+
+
+def test_a_history_read_back_after_constant_examples_is_read_only_where_new() -> None:
+    """A system prompt and few-shot examples kept as constants, the history after them read back
+    from a checkpointer at each turn (the last turn's objects still alive, as a result kept):
+    it is read as little as when the examples are read back too, and the trims are a fresh
+    trimmer's. On 7ed3e51 the opening known by identity kept the history from being looked up
+    by value: every turn read it all again (65 messages at the last turn, against 4)."""
+    examples: list[BaseMessage] = [
+        SystemMessage("Answer from the records."),
+        HumanMessage("Where is the ledger?"),
+        AIMessage("On shelf 4."),
+    ]
+    counter, all_read_back = _Counting(), _Counting()
+    trimmer = PriorityTrimmer(700, token_counter=counter)
+    baseline = PriorityTrimmer(700, token_counter=all_read_back)
+    conversation = GrowingConversation(4)
+    asked = []
+    for _ in range(30):
+        conversation.grow()
+        messages = [*examples, *read_back(conversation.messages)]
+        counter.asked = all_read_back.asked = 0
+
+        trimmed = trimmer.trim(messages)
+
+        baseline.trim(read_back(messages))
+        asked.append((counter.asked, all_read_back.asked))
+        fresh = PriorityTrimmer(700, token_counter=TokenCounter()).trim(messages)
+        assert figures(trimmed, messages) == figures(fresh, messages)
+    assert all(ours <= theirs for ours, theirs in asked[1:]), asked

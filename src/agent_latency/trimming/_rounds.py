@@ -551,6 +551,11 @@ class AnalysisMemo:
         seen.complete()
         if unchanged < _KEY_MESSAGES <= len(messages):  # an opening not known by identity
             memo, unchanged = self._by_value(messages, seen, key) or (memo, unchanged)
+        elif found := self._by_value(messages, seen, key, known=memo, beyond=unchanged):
+            # Known by identity as far as ``unchanged``, then new objects equal to those this
+            # conversation went on with: after a constant opening (a system prompt and examples),
+            # its history read back from a checkpointer at a new turn.
+            memo, unchanged = found
         elif _parts(messages, memo, unchanged):
             # A fork, or another conversation with the same opening: remembered apart, so that
             # both go on from theirs (its own memo, when one is left, if that goes further).
@@ -575,20 +580,33 @@ class AnalysisMemo:
         return memo.facts, memo.conversation
 
     def _by_value(
-        self, messages: list[BaseMessage], seen: _Seen, key: Hashable
+        self,
+        messages: list[BaseMessage],
+        seen: _Seen,
+        key: Hashable,
+        *,
+        known: _Memo | None = None,
+        beyond: int = _KEY_MESSAGES - 1,
     ) -> tuple[_Memo, int] | None:
         """The memo remembered of a conversation whose opening ``messages`` equal by value,
         taken over for them (at ``key``) as far as they are equal to it, and how far that is;
-        ``None`` when there is none, or it parts from them in their opening."""
-        opening = messages[:_KEY_MESSAGES]
-        remembered_as = _opening_values(
-            list(map(type, opening)), seen.dicts, list(map(text_of, opening))
-        )
+        ``None`` when there is none, or it goes no further than ``beyond`` messages (by default:
+        it parts from them in their opening). ``known``: the memo of their opening known by
+        identity, whose conversation's it must be."""
+        if known is not None:
+            remembered_as = _opening_values(known.types, known.dicts, known.facts.texts)
+        else:
+            opening = messages[:_KEY_MESSAGES]
+            remembered_as = _opening_values(
+                list(map(type, opening)), seen.dicts, list(map(text_of, opening))
+            )
         then: _Memo | None = self._by_values.get(remembered_as)
-        if then is None:
+        if then is None or len(then.types) <= beyond:
+            return None
+        if known is not None and then.conversation != known.conversation:
             return None
         unchanged = _unchanged(messages, seen, then, by_value=True)
-        if unchanged < _KEY_MESSAGES:
+        if unchanged <= beyond:
             return None
         # New references first: a cut tool call's unit reads its results' messages.
         callback = self._memos.on_death(key)
