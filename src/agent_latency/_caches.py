@@ -16,6 +16,12 @@ from typing import Any, Final
 
 from langchain_core.messages import BaseMessage
 
+CONVERSATIONS_ACROSS_TURNS: Final = 256
+"""How many conversations a trimmer remembers from one turn to the next where it keeps them past
+their messages' lives (by value, their term index, their scores; each cache bounded by bytes
+too): a service's threads interleave between one thread's turns, and a thread missed there has
+its whole history read again."""
+
 # Entries whose object died, as (cache, key): appended by weakref callbacks, which the garbage
 # collector can run while a thread holds a cache's lock, so they only note it; let go at the next
 # get or put of any cache (a trimmer's every call uses one), outside every lock.

@@ -305,3 +305,28 @@ def test_a_tool_result_read_back_with_another_value_is_shortened_from_its_own_te
     assert figures(again, messages) == figures(fresh, messages)
     assert [m.content for m in again.messages] == [m.content for m in fresh.messages]
     assert [m.__dict__ for m in again.messages] == [m.__dict__ for m in fresh.messages]
+
+
+def test_forty_threads_interleaved_read_back_count_what_one_thread_alone_would() -> None:
+    # A service's threads take turns: between two turns of one, 39 others come in. Their
+    # messages have ids, as LangGraph's add_messages gives them (openings alike otherwise).
+    # One trimmer given every thread read back counts what a trimmer of each thread's own,
+    # given its objects as kept, counts.
+    shared = NotingCounter()
+    trimmer = PriorityTrimmer(300, token_counter=shared)
+    threads = [GrowingConversation(100 + t) for t in range(40)]
+    alone = [PriorityTrimmer(300, token_counter=NotingCounter()) for _ in threads]
+    for turn in range(4):
+        for t, conversation in enumerate(threads):
+            conversation.grow()
+            for i, message in enumerate(conversation.messages):
+                message.id = message.id or f"thread-{t}-{i}"
+            own = alone[t].token_counter
+            assert isinstance(own, NotingCounter)
+            own.counted = shared.counted = 0
+
+            alone[t].trim(list(conversation.messages))
+            trimmer.trim(read_back(conversation.messages))
+
+            # Before: a thread missed from the 17th on had its whole history counted anew.
+            assert shared.counted == own.counted, (turn, t)

@@ -27,7 +27,7 @@ from typing import Final, NamedTuple
 
 from langchain_core.messages import BaseMessage
 
-from agent_latency._caches import LRUCache
+from agent_latency._caches import CONVERSATIONS_ACROSS_TURNS, LRUCache
 from agent_latency.trimming._shortening import split_content
 
 BM25_K1: Final = 1.2
@@ -36,7 +36,7 @@ BM25_B: Final = 0.75
 of the trimmer."""
 _CACHE_ENTRIES: Final = 16_384
 _CACHE_BYTES: Final = 16 * 1024 * 1024
-_SCORE_ENTRIES: Final = 16
+_SCORE_ENTRIES: Final = CONVERSATIONS_ACROSS_TURNS
 _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
 # The blocks of scripts written with spaces between words whose words hold combining marks

@@ -57,7 +57,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from agent_latency._caches import LRUCache, edit_check
+from agent_latency._caches import CONVERSATIONS_ACROSS_TURNS, LRUCache, edit_check
 from agent_latency._chat_format import role_of
 from agent_latency._user_input import check_message_content, tool_calls_of
 from agent_latency.config import PriorityClass
@@ -518,7 +518,7 @@ class AnalysisMemo:
         self._partings = LRUCache(_CONVERSATIONS)
         # The latest memo of each conversation by the values of its opening (_opening_values),
         # kept past its messages' lives: a checkpointed agent's next turn brings new objects.
-        self._by_values = LRUCache(_CONVERSATIONS, BY_VALUE_BYTES)
+        self._by_values = LRUCache(CONVERSATIONS_ACROSS_TURNS, BY_VALUE_BYTES)
         self._warned = LRUCache(_WARNED)  # the gaps warned of, by call id
 
     def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
