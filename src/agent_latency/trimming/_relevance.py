@@ -36,7 +36,6 @@ BM25_B: Final = 0.75
 of the trimmer."""
 _CACHE_ENTRIES: Final = 16_384
 _CACHE_BYTES: Final = 16 * 1024 * 1024
-_SCORE_ENTRIES: Final = CONVERSATIONS_ACROSS_TURNS
 _SCORE_BYTES: Final = 4 * 1024 * 1024
 _INDEX_BYTES: Final = 32 * 1024 * 1024
 # The blocks of scripts written with spaces between words whose words hold combining marks
@@ -124,7 +123,7 @@ class TermCache:
         self._cache = LRUCache(max_entries, max_bytes)
         # Scores by (query, texts): an agent's tool steps ask the same question of the same
         # history, so only a new question or a changed history is scored again.
-        self.scores = LRUCache(_SCORE_ENTRIES, _SCORE_BYTES)
+        self.scores = LRUCache(CONVERSATIONS_ACROSS_TURNS, _SCORE_BYTES)
 
     def counts(self, text: str) -> Counter[str]:
         """Returns how often each term occurs in ``text`` (shared: do not modify it)."""
@@ -380,7 +379,7 @@ class TermIndex:
         conversations: How many conversations are remembered.
     """
 
-    def __init__(self, cache: TermCache, conversations: int = _SCORE_ENTRIES) -> None:
+    def __init__(self, cache: TermCache, conversations: int = CONVERSATIONS_ACROSS_TURNS) -> None:
         self._cache = cache
         self._indexed = LRUCache(conversations, _INDEX_BYTES)
         self._lock = threading.Lock()

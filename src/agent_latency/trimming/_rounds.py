@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import logging
 import operator
+import sys
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ from agent_latency._chat_format import role_of
 from agent_latency._user_input import check_message_content, tool_calls_of
 from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
-from agent_latency.trimming._relevance import text_of
+from agent_latency.trimming._relevance import text_bytes, text_of
 
 logger = logging.getLogger("agent_latency.trimming")
 
@@ -687,7 +688,7 @@ class AnalysisMemo:
         raw: tuple[list[int], list[Any], list[list[Any]]] = ([], [], [])
         listed: dict[int, object] = {}
         new_texts = list(map(text_of, new))
-        weight = memo.weight + sum(map(len, new_texts))
+        weight = memo.weight + text_bytes(new_texts)
         for index, message in enumerate(new, start):
             try:
                 getter, snapshot = edit_check(message)
@@ -850,15 +851,16 @@ _JSON_ATOMS = frozenset({int, float, bool, type(None)})
 
 
 def _weight(snapshot: object) -> int:
-    """About the bytes a copy of fields (see edit_check) holds: the length of its strings (what
-    makes one large: list content's images, tool-call arguments), each container once."""
+    """About the bytes a copy of fields (see edit_check) holds: its strings', as
+    :func:`~agent_latency.trimming._relevance.text_bytes` counts texts (what makes one large:
+    list content's images, tool-call arguments), each container once."""
     weight, seen = 0, set()
     stack: list[Any] = [snapshot]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is str:
-            weight += len(item)
+            weight += sys.getsizeof(item)
         elif (kind is dict or kind is list or kind is tuple) and id(item) not in seen:
             seen.add(id(item))  # a copy of a cycle is a cycle
             stack += item.values() if kind is dict else item
@@ -937,7 +939,7 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
     grouping.unanswered = _unanswered(memo, kept, length)
     compared = {getter: group.cut(length) for getter, group in memo.compared.items()}
     snapshots = (group.values for (_, held), group in compared.items() if not held)
-    weight = sum(map(len, texts)) + sum(map(_weight, chain.from_iterable(snapshots)))
+    weight = text_bytes(texts) + sum(map(_weight, chain.from_iterable(snapshots)))
     return _Memo(
         memo.refs[:length],
         memo.dicts[:length],
