@@ -19,10 +19,12 @@ dicts on every call (the raw OpenAI SDK's list grown by appending, as in the art
 untimed, the system message kept): what a ``create_agent`` with a checkpointer gets at each new
 turn, its history read back from the checkpoint. ``--tool-results`` replays an agent's history
 instead: every round a question, a tool call and its result far above the tool-result cap (a
-long assistant turn of the chat, twice), then an answer.
+long assistant turn of the chat, twice), then an answer. ``--compaction`` turns on ours
+``compact_tool_results`` (old tool results to one-line stubs).
 
 Run: ``python scripts/growing_trim_cost.py [--budget 4000] [--messages 700] [--data FILE]
-[--repeat 5] [--middleware] [--dicts | --fresh] [--tool-results]`` (about a minute).
+[--repeat 5] [--middleware] [--dicts | --fresh] [--tool-results] [--compaction]`` (about a
+minute).
 """
 
 from __future__ import annotations
@@ -134,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay an agent's history of lookups whose results are far above the cap",
     )
+    parser.add_argument(
+        "--compaction",
+        action="store_true",
+        help="ours with compact_tool_results on (old tool results to one-line stubs)",
+    )
     args = parser.parse_args(argv)
     if args.dicts and args.middleware:
         parser.error("--dicts and --middleware: an agent's state holds message objects")
@@ -162,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     ours = [math.inf] * len(calls)
     theirs = [math.inf] * len(calls)
     for _ in range(args.repeat):  # each call's quickest replay: what the machine let it take
-        trimmer = PriorityTrimmer(args.budget, token_counter=counter)  # a new conversation
+        # A new conversation.
+        trimmer = PriorityTrimmer(
+            args.budget, token_counter=counter, compact_tool_results=args.compaction
+        )
         trim = as_middleware(trimmer) if args.middleware else trimmer.trim
         for call, end in enumerate(calls):
             messages = given[: end + 1]
@@ -192,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'; as OpenAI-format dicts' if args.dicts else ''}"
         f"{'; new objects on every call' if args.fresh else ''}"
         f"{'; an agent history of long tool results' if args.tool_results else ''}"
+        f"{'; ours compacts old tool results' if args.compaction else ''}"
     )
     print(f"{'messages':>10} {'calls':>6} {'ours':>8} {'trim_messages':>14} {'ratio':>6}")
     for band, members in bands.items():

@@ -1,6 +1,7 @@
 """What is remembered while it stays true: :class:`LRUCache`, the one bounded map every cache is
 built on; :func:`stamp` and :func:`unchanged`, the one rule for telling a message was edited in
-place; and :class:`MessageCache`, a value per (message, key) while the message lives unchanged.
+place; :class:`MessageCache`, a value per (message, key) while the message lives unchanged; and
+:class:`CopiesByValue`, the text a message was made into, for an equal message read back later.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any, Final
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 CONVERSATIONS_ACROSS_TURNS: Final = 256
 """How many conversations a trimmer remembers from one turn to the next where it keeps them past
@@ -251,3 +252,61 @@ class MessageCache:
             return
         entry = (weakref.ref(message, self._cache.on_death(key)), seen, value)
         self._cache.put(key, entry, weight)
+
+
+class CopiesByValue:
+    """The text copies of messages were given (shortened, compacted), remembered past the
+    messages' lives by their values: a checkpointed agent's history comes back at each new turn
+    as new objects, equal to the last turn's, and each is given the same text again without
+    its being worked out anew. Safe to share between threads.
+
+    Only tool results and user messages of text content, told apart by their type, name and
+    tool-call id, what the copy is for (``purpose``), and of the text its length and ends
+    (hashing a long text read back anew costs more than a look-up saves: the whole is compared on
+    a hit); other messages are made anew each time.
+
+    Args:
+        max_entries: How many texts it remembers.
+        max_bytes: How many characters of texts and copies' texts it holds at most.
+    """
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        # Per key: the text, then the copy's text (None: the message as it is) and its tokens.
+        self._cache = LRUCache(max_entries, max_bytes)
+
+    def copy_of(
+        self,
+        message: BaseMessage,
+        purpose: Hashable,
+        make: Callable[[BaseMessage], tuple[BaseMessage, int]],
+    ) -> tuple[BaseMessage, int]:
+        """Returns ``make(message)`` (a copy of ``message`` that differs in its text only, or
+        ``message`` itself, and its tokens), or for a message equal to one made for the same
+        ``purpose`` before, a copy of it with the text that one was given."""
+        fields = message.__dict__
+        text = fields.get("content")
+        if type(message) not in _BY_VALUE or type(text) is not str:
+            return make(message)
+        assert isinstance(text, str)
+        key = (
+            type(message),
+            (len(text), text[:_ENDS], text[-_ENDS:]),
+            fields.get("name"),
+            fields.get("tool_call_id"),
+            purpose,
+        )
+        remembered: tuple[str, str | None, int] | None = self._cache.get(key)
+        if remembered is not None and remembered[0] == text:
+            _, made_text, count = remembered
+            if made_text is None:
+                return message, count
+            return message.model_copy(update={"content": made_text}), count
+        copy, count = make(message)
+        made_text = None if copy is message else str(copy.content)
+        self._cache.put(key, (text, made_text, count), len(text) + len(made_text or ""))
+        return copy, count
+
+
+_ENDS: Final = 64
+"""The characters of each end of a text that tell it apart (with its length)."""
+_BY_VALUE: Final = frozenset({ToolMessage, HumanMessage})

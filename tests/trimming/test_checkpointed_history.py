@@ -30,6 +30,7 @@ from agent_latency import LLMSettings, Settings, build_chat_model
 from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
+from agent_latency.trimming._compaction import STUB
 from agent_latency.trimming._rounds import AnalysisMemo, analysis
 
 
@@ -305,6 +306,57 @@ def test_a_tool_result_read_back_with_another_value_is_shortened_from_its_own_te
     assert figures(again, messages) == figures(fresh, messages)
     assert [m.content for m in again.messages] == [m.content for m in fresh.messages]
     assert [m.__dict__ for m in again.messages] == [m.__dict__ for m in fresh.messages]
+
+
+class StubCounter(TokenCounter):
+    """A token counter that notes how many compaction stubs it counted (one per stub made)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stubs = 0
+
+    def count_message(self, message: BaseMessage) -> int:
+        self.stubs += str(message.content).startswith(STUB.split("{")[0])
+        return super().count_message(message)
+
+
+def test_tool_results_read_back_are_not_compacted_again() -> None:
+    counter = StubCounter()
+    trimmer = PriorityTrimmer(2000, token_counter=counter, compact_tool_results=True)
+    first = trimmer.trim(looked_up(12))
+    assert first.shortened_messages > 0 and counter.stubs > 0
+    counter.stubs = 0
+    messages = read_back(looked_up(12))
+
+    again = trimmer.trim(messages)
+
+    assert counter.stubs == 0  # before: every old result's stub made and counted anew, each turn
+    fresh = PriorityTrimmer(2000, token_counter=TokenCounter(), compact_tool_results=True)
+    expected = fresh.trim(messages)
+    assert figures(again, messages) == figures(expected, messages)
+    assert [m.__dict__ for m in again.messages] == [m.__dict__ for m in expected.messages]
+
+
+@pytest.mark.parametrize("edit", RESULT_EDITS.values(), ids=RESULT_EDITS)
+def test_a_tool_result_read_back_with_another_value_is_compacted_from_its_own_text(
+    edit: Callable[[list[BaseMessage]], None],
+) -> None:
+    trimmer = PriorityTrimmer(2000, token_counter=TokenCounter(), compact_tool_results=True)
+    trimmer.trim(looked_up(12))
+    messages = read_back(looked_up(12))
+    edit(messages)
+    # The oldest result, compacted on every call: its stub keeps its first 120 characters.
+    oldest = next(m for m in messages if isinstance(m, ToolMessage))
+    text = str(oldest.content)
+    oldest.content = text[:100] + "X" + text[101:]
+
+    again = trimmer.trim(messages)
+
+    fresh = PriorityTrimmer(2000, token_counter=TokenCounter(), compact_tool_results=True)
+    expected = fresh.trim(messages)
+    assert any("X" in str(m.content) for m in expected.messages if isinstance(m, ToolMessage))
+    assert figures(again, messages) == figures(expected, messages)
+    assert [m.__dict__ for m in again.messages] == [m.__dict__ for m in expected.messages]
 
 
 def test_forty_threads_interleaved_read_back_count_what_one_thread_alone_would() -> None:

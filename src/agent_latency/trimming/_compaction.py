@@ -10,11 +10,11 @@ server's prefix cache keeps matching across it.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
-from agent_latency._caches import MessageCache
+from agent_latency._caches import CopiesByValue, MessageCache
 from agent_latency.tokens import TokenCounting
 
 STUB: Final = "[earlier tool result compacted; it began: {head}]"
@@ -49,7 +49,9 @@ class Compactor:
     """Makes and counts stubs, remembering them while the original message is alive and unchanged.
 
     Unchanged as :func:`~agent_latency._caches.stamp` tells it: an edit in place of the content,
-    name or tool-call id makes a new stub.
+    name or tool-call id makes a new stub. A checkpointed agent's history comes back at each new
+    turn as new objects: a result equal to one compacted before (its text, name and tool-call id)
+    gets its stub's text again (:class:`~agent_latency._caches.CopiesByValue`).
 
     Args:
         counter: Counts the stubs' tokens.
@@ -59,12 +61,21 @@ class Compactor:
     def __init__(self, counter: TokenCounting, *, cache_size: int = 4096) -> None:
         self._counter = counter
         self._cache = MessageCache(cache_size)
+        self._by_value = CopiesByValue(cache_size, _BY_VALUE_BYTES)
 
     def compact(self, message: ToolMessage) -> tuple[ToolMessage, int]:
         """Returns the stub of ``message`` and its tokens, framing included."""
         found: tuple[ToolMessage, int] | None = self._cache.get(message, id(message))
         if found is None:
-            stub = compacted(message)
-            found = (stub, self._counter.count_message(stub))
+            stub, count = self._by_value.copy_of(message, "stub", self._stub)
+            found = (cast(ToolMessage, stub), count)
             self._cache.put(message, id(message), found)
         return found
+
+    def _stub(self, message: BaseMessage) -> tuple[BaseMessage, int]:
+        stub = compacted(cast(ToolMessage, message))
+        return stub, self._counter.count_message(stub)
+
+
+_BY_VALUE_BYTES: Final = 16 * 1024 * 1024
+"""The most characters of results and their stubs' texts remembered by value."""

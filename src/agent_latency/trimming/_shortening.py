@@ -8,12 +8,11 @@ id, name, tool-call id and non-text parts (images), so it still answers the same
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 
-from agent_latency._caches import LRUCache, MessageCache
+from agent_latency._caches import CopiesByValue, MessageCache
 from agent_latency.tokens import IMAGE_PART_TYPES, TokenCounting
 
 MARKER = "\n[... {removed} tokens removed ...]\n"
@@ -50,9 +49,7 @@ class MessageShortener:
     ) -> None:
         self._counter = counter
         self._cache = MessageCache(cache_size, cache_bytes)  # thread-safe on its own
-        # Per _equal_key: the text, then the shortened text (None: kept as is) and count; held
-        # past the messages' lives, the strings only.
-        self._by_value = LRUCache(cache_size, cache_bytes)
+        self._by_value = CopiesByValue(cache_size, cache_bytes)
 
     def count(self, message: BaseMessage) -> int:
         """The tokens of ``message`` (a copy made elsewhere), counted as this shortener counts."""
@@ -79,30 +76,15 @@ class MessageShortener:
         key = (id(message), target)
         found: tuple[BaseMessage | None, int] | None = self._cache.get(message, key)
         if found is None:
-            copy, count = self._shorten_by_value(message, target)
+            copy, count = self._by_value.copy_of(
+                message, target, lambda m: self._shorten_uncached(m, target)
+            )
             # The message itself is remembered as None: the entry must not keep it alive.
             kept = None if copy is message else copy
             found = (kept, count)
             self._cache.put(message, key, found, _text_bytes(kept))
         shortened = found[0]
         return (message if shortened is None else shortened), found[1]
-
-    def _shorten_by_value(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
-        """:meth:`shorten`, from the text an equal message was shortened to when there was one."""
-        equal = _equal_key(message, target)
-        if equal is None:
-            return self._shorten_uncached(message, target)
-        content = str(message.content)
-        remembered: tuple[str, str | None, int] | None = self._by_value.get(equal)
-        if remembered is not None and remembered[0] == content:
-            _, text, count = remembered
-            if text is None:
-                return message, count
-            return message.model_copy(update={"content": text}), count
-        copy, count = self._shorten_uncached(message, target)
-        text = None if copy is message else str(copy.content)
-        self._by_value.put(equal, (content, text, count), len(content) + len(text or ""))
-        return copy, count
 
     def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         count = self._counter.count_message(message)
@@ -177,24 +159,6 @@ class MessageShortener:
                 break
             window *= 2
         return self._counter.decode(encoded[-tokens:]).lstrip("\ufffd")
-
-
-def _equal_key(message: BaseMessage, target: int) -> Hashable | None:
-    """What tells apart the tool results and user messages of text shortened: their type, name
-    and tool-call id, the target, and of the text its length and ends (hashing a long text read
-    back anew costs more than a look-up saves: the whole is compared on a hit); ``None`` for
-    other messages, read by identity only."""
-    fields = message.__dict__
-    text = fields.get("content")
-    if type(message) not in _BY_VALUE or type(text) is not str:
-        return None
-    ends = (len(text), text[:_ENDS], text[-_ENDS:])
-    return (type(message), ends, fields.get("name"), fields.get("tool_call_id"), target)
-
-
-_ENDS = 64
-"""The characters of each end of a text that tell it apart (with its length)."""
-_BY_VALUE = frozenset({ToolMessage, HumanMessage})
 
 
 def _with_text(message: BaseMessage, text: str, others: list[Any]) -> BaseMessage:
