@@ -1,4 +1,5 @@
-"""Framings render what the server's chat template renders: SmolLM2's plain ChatML."""
+"""Framings render what the server's chat template renders: SmolLM2's plain ChatML; and which
+template takes one system message."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency.tokens import TokenCounter
-from agent_latency.tokens._framing import framing_named, model_family
+from agent_latency.tokens._framing import FRAMINGS, framing_named, model_family
 
 # The request and what llama.cpp's llama-server (build 11434, --jinja) rendered for it with
 # SmolLM2-135M-Instruct's own template (POST /apply-template): the default system turn, the tool
@@ -85,3 +86,9 @@ def test_a_smollm2_model_name_counts_with_the_smollm2_framing() -> None:
     assert counter.count_request(messages, [TOOL]) == without
     # The tool call is not rendered: the empty assistant turn costs its framing only.
     assert counter.count_message(messages[2]) == counter.count_message(AIMessage(""))
+
+
+def test_only_gemmas_template_folds_the_system_message_into_the_first_user_turn() -> None:
+    """The recall marker goes into the first user message where the counter says so."""
+    assert [name for name in FRAMINGS if TokenCounter(framing=name).folds_system] == ["gemma"]
+    assert TokenCounter.for_model("gemma-3-4b-it").folds_system

@@ -5,7 +5,7 @@ ids, long tool results, the conversation's cache key on the wire).
 Each test reproduces a defect found here (it failed before its fix) with the public API: the
 real ``ChatOpenAI`` over HTTP against the simulator where the wire matters, a real
 ``create_agent`` where an agent is involved; but for the ones marked *held* (what stood up to
-the attack, kept so that it stays so) and a strict xfail (a defect left for a decision).
+the attack, kept so that it stays so).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
+from support.chat_templates import gemma_template_accepts, roles
 from support.wire import sent_request
 
 from agent_latency import LLMSettings, Settings, build_chat_model
@@ -27,7 +28,7 @@ from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._cache_key import conversation_cache_key
 from agent_latency.trimming._middleware import TrimmingMiddleware
-from agent_latency.trimming._recall import TOOL_NAME, RecallingTrimmer
+from agent_latency.trimming._recall import PLAIN_MARKER_TEXT, TOOL_NAME, RecallingTrimmer
 from agent_latency.trimming._trimmer import PriorityTrimmer
 
 COUNTER = TokenCounter()
@@ -507,37 +508,29 @@ def test_growing_chats_of_these_shapes_trim_alike_on_replicas_and_stay_valid(see
     assert body["messages"][-1]["role"] == "user"
 
 
-# --- left alone: the elision marker on chat templates that take one system message -------------
+# --- the elision marker on chat templates that take one system message -------------------------
 
 
-ROLES = {"system": "system", "human": "user", "ai": "assistant"}
-
-
-def gemma_template_accepts(roles: list[str]) -> bool:
-    """The rule of Gemma's chat template (Gemma 2 and 3 on Hugging Face, as vLLM and llama.cpp's
-    ``--jinja`` apply it; Mistral's and Llama 2's are alike): an optional first system message,
-    then user and assistant turns alternating from a user one, else ``raise_exception``."""
-    turns = roles[1:] if roles[:1] == ["system"] else roles
-    return all(role == ("user" if i % 2 == 0 else "assistant") for i, role in enumerate(turns))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="The elision marker is a second system message right after the system prompt "
-    "(docs/trimming.md): templates that take one system message (Gemma, Mistral, Llama 2) "
-    "refuse the request. Folding it into the prompt changes where every marked request puts "
-    "it, and a pre-model hook cannot (LangGraph adds the prompt after it): left for a decision.",
-)
 def test_a_marked_request_to_a_gemma_model_passes_its_chat_template() -> None:
+    """The marker was a second system message right after the system prompt: templates that take
+    one system message (Gemma, Mistral, Llama 2) refused the request. Now it heads the first
+    user message (a copy), which LangGraph sends right after the prompt the hook cannot move."""
     counter = TokenCounter.for_model("gemma-3-12b-it")
     prompt = SystemMessage(SYSTEM)
     hook = PriorityTrimmer(600, token_counter=counter).as_pre_model_hook(prompt=prompt)
     history: list[BaseMessage] = []
     for r in range(30):
-        history += [HumanMessage(f"Note {r}: the shelves were restocked."), AIMessage(f"OK {r}.")]
-    sent = hook({"messages": [*history, HumanMessage("What was restocked?")]})
+        note = f"Note {r}: the shelves were restocked."
+        history += [HumanMessage(note, id=f"u{r}"), AIMessage(f"OK {r}.", id=f"a{r}")]
+    state = [*history, HumanMessage("What was restocked?", id="q")]
+    before = copy.deepcopy(state)
+    sent = hook({"messages": state})
     messages = [prompt, *sent["llm_input_messages"]]  # as LangGraph sends them
-    assert len(messages) < len(history) + 2  # cut, so marked
-    roles = [ROLES[message.type] for message in messages]
-    assert roles[:2] == ["system", "system"]  # the prompt, then the marker
-    assert gemma_template_accepts(roles)
+    assert len(messages) < len(state) + 1  # cut, so marked
+    assert gemma_template_accepts(roles(messages))
+    assert sum(m.text.count(PLAIN_MARKER_TEXT) for m in messages) == 1
+    first = messages[1]
+    given = next(m for m in state if m.id == first.id)
+    assert first.type == "human" and first is not given
+    assert first.content == PLAIN_MARKER_TEXT + "\n\n" + given.text
+    assert state == before  # never modified

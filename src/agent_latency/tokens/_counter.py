@@ -53,6 +53,10 @@ class TokenCounting(Protocol):
     Attributes:
         name: The tokenizer, for diagnostics (e.g. ``"qwen + qwen framing"``).
         exact: Whether the vocabulary is the model's own (``False``: a cl100k estimate).
+
+    A counter may also say, as ``TokenCounter.folds_system`` does, that its chat template takes
+    one system message (the recall marker then goes into the first user message); one without
+    that attribute is taken not to.
     """
 
     name: str
@@ -194,6 +198,13 @@ class TokenCounter:
         return (
             f"TokenCounter(name={self.name!r}, exact={self.exact}, cached={len(self._by_content)})"
         )
+
+    @property
+    def folds_system(self) -> bool:
+        """Whether the chat template folds the system message into the first user turn (Gemma):
+        it takes one system message, then user and assistant turns alternating from a user one.
+        """
+        return self._framing.folds_system
 
     def encode(self, text: str) -> list[int]:
         """Returns the token ids of ``text``."""

@@ -88,9 +88,13 @@ class Framing:
 
     Attributes:
         name: The family name, as accepted by ``TokenCounter(framing=...)``.
+        folds_system: Whether the template folds the system message into the first user turn:
+            it then takes one system message, then user and assistant turns alternating from a
+            user one, and refuses any other order.
     """
 
     name = "openai"
+    folds_system = False
     _START, _SEP, _END, _NAME = (Special(f"<|{n}|>") for n in ("start", "sep", "end", "name"))
 
     def message(self, message: Mapping[str, Any]) -> list[Piece]:
@@ -259,6 +263,7 @@ class GemmaFraming(Framing):
     """Gemma's turn template; its system message is folded into the first user turn."""
 
     name = "gemma"
+    folds_system = True
 
     def message(self, message: Mapping[str, Any]) -> list[Piece]:
         role = str(message["role"])

@@ -89,9 +89,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     With recall (the default), what a trim leaves out stays readable: the messages are trimmed to
     the budget less the elision marker's tokens, the marker is sent after the system message(s)
-    when messages were dropped for the budget, and the ``recall`` tool (in :attr:`tools` from
-    the first call on, so the tool block never changes; its definition counts against the
-    budget) reads the left-out messages back from the state.
+    when messages were dropped for the budget (at the head of the first user message where the
+    counter's chat template takes one system message: Gemma's), and the ``recall`` tool (in
+    :attr:`tools` from the first call on, so the tool block never changes; its definition
+    counts against the budget) reads the left-out messages back from the state.
 
     Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
     conversation's first messages, where the server takes one (by default OpenAI's own API), so
@@ -221,8 +222,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             request = request.override(tools=[t for t in request.tools if id(t) in sent])
         if not result.changed:
             return request, result, runs
-        # The kept messages are the request's own (or same-typed shortened copies of them),
-        # and the recall marker.
+        # The kept messages are the request's own (or same-typed shortened or marked copies of
+        # them), and the recall marker.
         kept = cast("list[AnyMessage]", result.messages)
         if system is not None and kept and kept[0] is system:
             return request.override(messages=kept[1:]), result, runs

@@ -3,8 +3,11 @@
 :class:`RecallingTrimmer` trims like the trimmer it wraps, to the budget less the tokens of the
 elision marker (:data:`MARKER_TEXT`), and, when the trim dropped messages for the budget (not
 only orphan results and unanswered calls), sends the marker right after the leading system
-messages. The marker's text is a constant and its place does not move, so from the first cut on
-it is part of the stable prompt prefix a server caches: it never moves the prefix by itself.
+messages: as a system message of its own, or, where the counter's chat template takes one
+system message (``folds_system``: Gemma's, which refuses a second), at the head of the first
+message after them, a copy of that user message (else as a user turn of its own before it).
+The marker's text is a constant and its place does not move, so from the first cut on it is
+part of the stable prompt prefix a server caches: it never moves the prefix by itself.
 Reserving its tokens up front (rather than trimming again when it does not fit) keeps one trim
 per call and the same cut decisions on every call of a conversation.
 
@@ -25,7 +28,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
@@ -80,6 +89,8 @@ TOOL_DEFINITION: Final = {
 }
 """The recall tool as the server gets it (what a pre-model hook counts; the same as
 ``TrimmingMiddleware``'s tool converts to)."""
+_MARKER_GAP: Final = "\n\n"
+"""What separates the marker from the user's text where it heads the first user message."""
 READ_SHARE: Final = 4
 """What the tool returns takes at most a ``READ_SHARE``-th of the budget's tokens."""
 _LISTED: Final = 50
@@ -108,20 +119,36 @@ class RecallingTrimmer(TrimRunnable):
 
     A LangChain ``Runnable`` (the pre-model hook invokes it) whose :meth:`trim` takes the
     arguments of ``PriorityTrimmer.trim``; its result describes the request sent, the marker
-    included, against the whole budget.
+    included, against the whole budget (where the marker heads a user message, that message
+    is sent as a copy, the input left as it is).
 
     Args:
         trimmer: The ``PriorityTrimmer`` to trim with.
         offers_tool: Whether the model has the ``recall`` tool: the marker then invites it to
             call it (:data:`MARKER_TEXT`), else it only says that messages were left out
             (:data:`PLAIN_MARKER_TEXT`).
+
+    Attributes:
+        folds: Whether the counter's chat template folds the system message into the first
+            user turn (``folds_system``): the marker then heads the first user message sent.
+        marker: The marker as a message of its own: a system message, or where ``folds`` a
+            user one (sent where the first message after the system ones is not the user's).
+        marker_tokens: The tokens reserved for the marker: what it adds where it is sent (its
+            text and the blank line after it, where it heads a user message).
     """
 
     def __init__(self, trimmer: Trimming, *, offers_tool: bool = True) -> None:
         self.trimmer = trimmer
         self.offers_tool = offers_tool
-        self.marker = SystemMessage(MARKER_TEXT if offers_tool else PLAIN_MARKER_TEXT)
-        self.marker_tokens = trimmer.token_counter.count_message(self.marker)
+        text = MARKER_TEXT if offers_tool else PLAIN_MARKER_TEXT
+        counter = trimmer.token_counter
+        # A template that takes one system message refuses the marker as a second one.
+        self.folds = bool(getattr(counter, "folds_system", False))
+        self.marker: BaseMessage = HumanMessage(text) if self.folds else SystemMessage(text)
+        self._marker_size = counter.count_message(self.marker)
+        self.marker_tokens = (
+            counter.count_text(text + _MARKER_GAP) if self.folds else self._marker_size
+        )
         self._reserved: tuple[int, Trimming] | None = None
         self._unreserved: Trimming | None = None
         self._tracer = trace.get_tracer(
@@ -278,18 +305,10 @@ class RecallingTrimmer(TrimRunnable):
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after
         sizes = result.sent_message_tokens
-        if (
-            result.dropped_messages
-            and tokens + self.marker_tokens <= effective
-            and result.cut_for_budget
-        ):
-            lead = next(
-                (i for i, m in enumerate(messages) if role_of(m) != "system"),
-                len(messages),
-            )
-            messages = [*messages[:lead], self.marker, *messages[lead:]]
-            sizes = (*sizes[:lead], self.marker_tokens, *sizes[lead:])
-            tokens += self.marker_tokens
+        if result.dropped_messages and result.cut_for_budget:
+            marked, marked_sizes, added = self._with_marker(messages, sizes)
+            if tokens + added <= effective:
+                messages, sizes, tokens = marked, marked_sizes, tokens + added
         return dataclasses.replace(
             result,
             _decide=functools.partial(getattr, result, "decisions"),  # worked out once
@@ -300,6 +319,44 @@ class RecallingTrimmer(TrimRunnable):
             effective_budget=effective,
             over_budget=tokens > effective,
         )
+
+    def _with_marker(
+        self, messages: list[BaseMessage], sizes: tuple[int, ...]
+    ) -> tuple[list[BaseMessage], tuple[int, ...], int]:
+        """``messages`` and their ``sizes`` with the marker after the leading system messages,
+        and the tokens it adds. Where the template folds the system message into the first
+        user turn (and refuses a second system message or a first turn not the user's), the
+        marker heads a copy of the first message after them when that is a user message, and
+        is a user turn of its own before it otherwise."""
+        lead = next((i for i, m in enumerate(messages) if role_of(m) != "system"), len(messages))
+        if self.folds and lead < len(messages) and role_of(messages[lead]) == "user":
+            headed = _headed(messages[lead], str(self.marker.content))
+            size = self.trimmer.token_counter.count_message(headed)  # what is really sent
+            after = lead + 1
+            return (
+                [*messages[:lead], headed, *messages[after:]],
+                (*sizes[:lead], size, *sizes[after:]),
+                size - sizes[lead],
+            )
+        return (
+            [*messages[:lead], self.marker, *messages[lead:]],
+            (*sizes[:lead], self._marker_size, *sizes[lead:]),
+            self._marker_size,
+        )
+
+
+def _headed(message: BaseMessage, marker: str) -> BaseMessage:
+    """A copy of ``message`` whose content opens with ``marker`` and a blank line (list content:
+    a text part of them first)."""
+    content = message.content
+    if isinstance(content, list):
+        headed: str | list[str | dict[Any, Any]] = [
+            {"type": "text", "text": marker + _MARKER_GAP},
+            *content,
+        ]
+    else:
+        headed = marker + _MARKER_GAP + (content or "")
+    return message.model_copy(update={"content": headed})
 
 
 def left_out_of(messages: object, result: TrimResult) -> list[BaseMessage]:
