@@ -68,6 +68,10 @@ def wire_message(message: BaseMessage) -> dict[str, Any]:
 def wire_tools(tools: Sequence[Any], *, strict: bool | None = None) -> list[Mapping[str, Any]]:
     """Returns tool definitions as ChatOpenAI sends them: OpenAI wire dicts.
 
+    A provider's built-in tool that ``convert_to_openai_tool`` does not know (a dict whose
+    ``type`` is not ``function``: ``{"type": "local_shell"}``, sent with ``.bind(tools=...)``)
+    is returned as given, as it is sent; see :func:`builtin_tool_type`.
+
     Args:
         tools: Wire dicts (``{"type": "function", ...}``), or anything ``convert_to_openai_tool``
             accepts (LangChain tools, functions, JSON or Pydantic schemas), as ``bind_tools``
@@ -87,12 +91,27 @@ def wire_tools(tools: Sequence[Any], *, strict: bool | None = None) -> list[Mapp
         try:
             converted.append(convert_to_openai_tool(tool, strict=strict))
         except Exception as exc:  # LangChain raises ValueError, TypeError or pydantic's errors
+            if builtin_tool_type(tool) is not None:
+                converted.append(tool)
+                continue
             raise ValueError(
                 f"tool {index} ({type(tool).__name__}) cannot be converted to an OpenAI tool "
                 f"definition ({type(exc).__name__}); pass a BaseTool, a function with a "
                 "docstring, a pydantic model or an OpenAI tool dict."
             ) from None
     return converted
+
+
+def builtin_tool_type(tool: object) -> str | None:
+    """The ``type`` of a provider's built-in tool (``"web_search_preview"``, ``"local_shell"``):
+    a dict whose ``type`` is a string other than ``function``; ``None`` for any other tool.
+
+    Such a tool has no name, description or parameters of ours to weigh: the provider runs it.
+    """
+    if not isinstance(tool, Mapping):
+        return None
+    kind = tool.get("type")
+    return kind if isinstance(kind, str) and kind != "function" else None
 
 
 def openai_message(message: BaseMessage) -> dict[str, Any]:

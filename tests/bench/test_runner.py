@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from support.conversations import INSTANT, agent_conversation
 
 from agent_latency.bench import (
+    BenchInterrupted,
     BenchOptions,
     BenchReport,
     check_regression,
@@ -314,6 +315,43 @@ def test_multi_turn_prefix_stable_trimming_prefills_less(instant_sim: RunningSim
     turns = report.to_json()["turns"]
     assert turns["calls"] == 16
     assert [s["strategy"] for s in turns["strategies"]] == [s.key for s in STRATEGIES]
+
+
+def test_ctrl_c_keeps_the_modes_replays_and_calls_that_finished(
+    instant_sim: RunningSimulator, tmp_path: Path
+) -> None:
+    # Before: the KeyboardInterrupt carried nothing, and every call made was lost.
+    def ctrl_c_after(step: str) -> None:
+        if step == "hard limit only: call 1/2":  # as SIGINT would, once that call is recorded
+            raise KeyboardInterrupt
+
+    messages = convert_to_messages(agent_conversation())
+    options = BenchOptions(runs=2, turns=2, budget=300, sweep=True)
+    with pytest.raises(BenchInterrupted) as stopped:
+        run_bench(settings_for(instant_sim), messages, options, on_call=ctrl_c_after)
+
+    assert isinstance(stopped.value, KeyboardInterrupt)  # a caller that ignores it still stops
+    report = stopped.value.report
+    assert report.interrupted
+    assert [len(result.samples) for result in report.modes] == [2, 2, 2, 2]
+    # Only the replay that finished: a replay cut short would compare its first calls only.
+    assert [(r.strategy.key, len(r.samples)) for r in report.turns] == [("untrimmed", 2)]
+    assert report.sweep == ()
+    assert len(report.calls) == 1 + 8 + 3  # the warm-up, the modes, and 3 replayed calls
+    assert report.missing == (
+        "the replay of hard limit only",
+        "the replay of trimming, moving cut",
+        "the replay of prefix-stable trimming",
+        "the prefill sweep",
+    )
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["interrupted"] is True and document["missing"] == list(report.missing)
+    assert [mode["runs"] for mode in document["modes"]] == [2, 2, 2, 2]
+    # A partial run is no baseline: its figures are of fewer runs than asked.
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"partial\.json: baseline is a partial run"):
+        load_baseline(path)
 
 
 def test_every_call_lists_our_count_next_to_the_servers() -> None:

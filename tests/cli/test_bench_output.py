@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -114,6 +115,21 @@ def test_the_tokens_column_is_the_servers_count_starred_where_ours_differs() -> 
     assert untrimmed.split()[3] == "18,281*"  # the server's count
     caption = " ".join(text.split())
     assert "* it counted differently from us (ours: untrimmed 18,274, trimmed 2,000)." in caption
+
+
+def test_an_interrupted_table_gives_each_modes_runs_and_shows_a_mode_without_any_not_run() -> None:
+    whole = report_with(server_tokens=None)
+    # Ctrl-C in the second round of 3, before the trimmed modes had run in the first.
+    cut = [*whole.modes[:2], *(replace(result, samples=()) for result in whole.modes[2:])]
+    report = replace(whole, runs=3, modes=tuple(cut), interrupted=True)
+    text = printed(modes_table(report))
+
+    assert max(map(len, text.splitlines())) <= 80
+    rows = {" ".join(line.split()[:3]): " ".join(line.split()[3:]) for line in text.splitlines()}
+    assert rows["trimmed + blocking"] == "— not run — — — — —"  # not "failed": nothing failed
+    assert rows["untrimmed + streaming"].startswith("18,274 13,500 ")
+    caption = " ".join(text.split())
+    assert "of the runs each mode finished before Ctrl-C (1, 1, 0, 0 of 3, top to" in caption
 
 
 def test_the_title_is_one_line_however_narrow_the_output() -> None:

@@ -10,24 +10,29 @@ from langchain_core.messages import BaseMessage
 from langchain_openai import ChatOpenAI
 
 
+def chat_completion(text: str) -> httpx.Response:
+    """A chat completion of one assistant message, as an OpenAI server answers."""
+    message = {"role": "assistant", "content": text}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return httpx.Response(
+        200,
+        json={
+            "id": "1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [choice],
+        },
+    )
+
+
 def sent_request(messages: list[BaseMessage], tools: list[Any]) -> dict[str, Any]:
     """Returns the request body the real ChatOpenAI sends for ``messages`` and ``tools``."""
     bodies: list[dict[str, Any]] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         bodies.append(json.loads(request.content))
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        return httpx.Response(
-            200,
-            json={
-                "id": "1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "m",
-                "choices": [choice],
-            },
-        )
+        return chat_completion("ok")
 
     model = ChatOpenAI(
         model="m",

@@ -5,7 +5,8 @@ streaming), optionally replays a growing conversation turn by turn (``--turns``)
 prompt sizes to fit the endpoint's prefill cost, all measured with the project's own callback
 handler; it returns a :class:`BenchReport` (``to_json()`` is the file ``--json`` writes). A
 request the endpoint refuses, or one too long for ``llm.context_window``, fails only its mode
-(the report says why). :func:`check_regression` turns a report and a baseline into the
+(the report says why); Ctrl-C raises :class:`BenchInterrupted`, a ``KeyboardInterrupt`` holding
+the report of what finished. :func:`check_regression` turns a report and a baseline into the
 ``--baseline`` gate; :func:`saving_breakdown` explains the saving.
 
 :func:`run_mixed_workload` replays interleaved conversations that state facts and ask about
@@ -28,8 +29,8 @@ budget; :func:`evidence_retention` gives an :class:`EvidenceRow` per strategy an
 evidence kept), :func:`growing_replay` a :class:`ReplayRow` (tokens sent and uncached per call
 with a one-slot prefix cache, the prompts rendered by a :class:`PromptRenderer`).
 
-Exports: ``BenchOptions``, ``BenchReport``, ``Conversation``, ``EndpointError``,
-``EvidenceRow``, ``MixedWorkload``, ``Mode``, ``ModeResult``, ``NeedleCase``,
+Exports: ``BenchInterrupted``, ``BenchOptions``, ``BenchReport``, ``Conversation``,
+``EndpointError``, ``EvidenceRow``, ``MixedWorkload``, ``Mode``, ``ModeResult``, ``NeedleCase``,
 ``ProgressCallback``, ``PromptRenderer``, ``QualityRow``, ``Question``, ``ReplayRow``,
 ``RequestRefused``, ``Sample``, ``Strategy``, ``StrategyFactory``, ``StrategyResult``,
 ``StrategyRun``, ``TrimStrategy``, ``WorkloadProgress``, ``WorkloadReport``,
@@ -71,7 +72,13 @@ from agent_latency.bench._report import (
     saving_breakdown,
     warm_cut_advice,
 )
-from agent_latency.bench._runner import BenchOptions, ProgressCallback, open_endpoint, run_bench
+from agent_latency.bench._runner import (
+    BenchInterrupted,
+    BenchOptions,
+    ProgressCallback,
+    open_endpoint,
+    run_bench,
+)
 from agent_latency.bench._scenario import load_scenario, load_scenario_request
 from agent_latency.bench._strategies import (
     StrategyFactory,
@@ -82,6 +89,7 @@ from agent_latency.bench._workload import WorkloadProgress, run_mixed_workload
 from agent_latency.bench._workload_report import StrategyRun, WorkloadReport, combined_frontier
 
 __all__ = [
+    "BenchInterrupted",
     "BenchOptions",
     "BenchReport",
     "Conversation",

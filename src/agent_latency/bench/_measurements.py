@@ -200,11 +200,13 @@ class ModeResult(_Outcome):
         return percentile([s.total_ms for s in self.samples], fraction)
 
     def to_json(self) -> dict[str, Any]:
-        """The mode's entry in the ``--json`` document (figures ``null`` when it failed)."""
+        """The mode's entry in the ``--json`` document: the runs it finished and their figures
+        (``null`` when it failed or none finished)."""
         return {
             "mode": self.mode.label,
             "trimmed": self.mode.trimmed,
             "streaming": self.mode.streaming,
+            "runs": len(self.samples),
             "input_tokens": self.input_tokens if self.ok else None,
             "ttft_ms": _quantiles([s.ttft_ms for s in self.samples]) if self.ok else None,
             "total_ms": _quantiles([s.total_ms for s in self.samples]) if self.ok else None,
@@ -351,6 +353,11 @@ class BenchReport:
         sweep: The prefill sweep, when asked for.
         calls: Every model call made (the warm-up included), in order: our count of its prompt
             and the server's.
+        interrupted: Ctrl-C stopped the run: a mode holds the runs it finished (the caption
+            and ``--json`` give their number), and only the replays and sweep points that
+            finished are here.
+        missing: With ``interrupted``: what was asked for and not measured, one phrase each
+            (``"3 of 5 runs of trimmed + streaming"``, ``"the replay of no trimming"``).
     """
 
     endpoint: str
@@ -362,6 +369,8 @@ class BenchReport:
     turns: tuple[StrategyResult, ...] = ()
     sweep: tuple[SweepPoint, ...] = ()
     calls: tuple[CallCount, ...] = ()
+    interrupted: bool = False
+    missing: tuple[str, ...] = ()
 
     @property
     def simulated(self) -> bool:
@@ -391,8 +400,11 @@ class BenchReport:
         return failed
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document: endpoint, model, runs, modes, calls (turns, sweep if run)."""
+        """The ``--json`` document: endpoint, model, runs, modes, calls (turns, sweep if run),
+        and whether Ctrl-C interrupted the run, with what it left unmeasured."""
         document: dict[str, Any] = {
+            "interrupted": self.interrupted,
+            "missing": list(self.missing),
             "endpoint": self.endpoint,
             "model": self.model,
             "runs": self.runs,

@@ -146,10 +146,17 @@ def load_baseline(path: str | Path) -> float:
     """Reads the trimmed + streaming TTFT p50 from an earlier ``--json`` document.
 
     Raises:
-        ValueError: Naming the file, when it is unreadable, not JSON, or lacks that number.
+        ValueError: Naming the file, when it is unreadable, not JSON, a partial run (Ctrl-C
+            interrupted it), or lacks that number.
     """
     path = Path(path)
     document = read_json_file(path, "a --json file of an earlier run")
+    if isinstance(document, Mapping) and document.get("interrupted") is True:
+        raise ValueError(
+            f'{path}: baseline is a partial run ("interrupted": true: Ctrl-C stopped it), whose '
+            "figures are of fewer runs than asked. Fix: give the --json file of a run that "
+            "finished."
+        )
     modes = document.get("modes") if isinstance(document, Mapping) else None
     for entry in modes if isinstance(modes, list) else ():
         if (

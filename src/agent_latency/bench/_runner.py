@@ -20,6 +20,9 @@ to both, as the agent waits for it too.
 A request the endpoint refuses (HTTP 400, 413, 422), or one that cannot fit
 ``llm.context_window`` (checked before sending), fails its mode, replay or sweep point only: the
 report records why, and the bench goes on with the others.
+
+Ctrl-C keeps what was measured: :class:`BenchInterrupted` (a ``KeyboardInterrupt``) carries the
+report of the calls that finished, marked interrupted, with what was not measured.
 """
 
 from __future__ import annotations
@@ -105,6 +108,19 @@ ProgressCallback = Callable[[str], None]
 """Called after each model call with a short description of that call."""
 
 
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`run_bench`; still a ``KeyboardInterrupt`` to whoever ignores it.
+
+    Attributes:
+        report: What was measured until then: ``report.interrupted`` is true and
+            ``report.missing`` says what was not measured.
+    """
+
+    def __init__(self, report: BenchReport) -> None:
+        super().__init__("the bench was interrupted")
+        self.report = report
+
+
 @dataclass(frozen=True)
 class _Prepared:
     messages: list[BaseMessage]
@@ -124,6 +140,7 @@ class Bench:
         tools: Tool definitions (OpenAI tool dicts) sent with every call and counted against
             the budget, as an agent's are.
         on_call: Called after each model call.
+        simulator: The endpoint's latency model, when it is a simulator (recorded in the report).
     """
 
     def __init__(
@@ -134,6 +151,7 @@ class Bench:
         budget: int | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         on_call: ProgressCallback | None = None,
+        simulator: SimulatorConfig | None = None,
     ) -> None:
         if settings.llm.base_url is None:
             raise ValueError("Bench: settings.llm.base_url must be set; use open_endpoint().")
@@ -144,7 +162,13 @@ class Bench:
         self.tools = list(tools)
         self.budget = settings.prompt.token_budget
         self._on_call = on_call
+        self.simulator = simulator
+        # What was measured, recorded as it comes: Ctrl-C keeps it (see report()).
         self.calls: list[CallCount] = []
+        self._samples: dict[Mode, list[Sample]] = {mode: [] for mode in MODES}
+        self._errors: dict[Mode, str] = {}
+        self._replays: list[StrategyResult] = []
+        self._swept: list[SweepPoint] = []
         self._meter = CallMeter(chunk_timeout_ms=settings.streaming.chunk_timeout_ms)
         self._models: dict[bool, Runnable[Any, Any]] = {}
         for streaming in (False, True):
@@ -197,15 +221,15 @@ class Bench:
         """
         with contextlib.suppress(RequestRefused):
             self._single_turn(GATED_MODE, "warm-up")
+            self._called("warm-up")
 
-    def run_modes(self, runs: int) -> tuple[ModeResult, ...]:
-        """Runs every mode ``runs`` times, interleaved, and returns the results in MODES order.
+    def run_modes(self, runs: int) -> None:
+        """Runs every mode ``runs`` times, interleaved, recording each sample as it comes.
 
         A mode whose request is refused (see :class:`RequestRefused`) keeps the error and is not
         sent again; the other modes go on.
         """
-        samples: dict[Mode, list[Sample]] = {mode: [] for mode in MODES}
-        errors: dict[Mode, str] = {}
+        samples, errors = self._samples, self._errors
         for run in range(runs):
             shift = run % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
@@ -215,19 +239,19 @@ class Bench:
                     continue
                 try:
                     samples[mode].append(self._single_turn(mode, step))
+                    self._called(step)
                 except RequestRefused as refused:
                     errors[mode] = str(refused)
                     self._skipped(step)
-        return tuple(ModeResult(mode, tuple(samples[mode]), errors.get(mode)) for mode in MODES)
 
-    def run_turns(self, turns: int) -> tuple[StrategyResult, ...]:
-        """Replays the last ``turns`` model calls of the conversation once per strategy.
+    def run_turns(self, turns: int) -> None:
+        """Replays the last ``turns`` model calls of the conversation once per strategy,
+        recording each replay when it ends.
 
         Raises:
             ValueError: When the conversation holds fewer model calls than ``turns``.
         """
         prefixes = self.replay_prefixes(turns)
-        results = []
         for strategy in STRATEGIES:
             salt = new_cache_salt()  # one session: the id stays for all its calls
             samples: list[Sample] = []
@@ -241,11 +265,11 @@ class Bench:
                 prepared = self._replay_prompt(strategy, conversation)
                 try:
                     samples.append(self._measure(prepared, streaming=True, step=step))
+                    self._called(step)
                 except RequestRefused as refused:
                     error = f"call {turn} of {turns}: {refused}"
                     self._skipped(step)
-            results.append(StrategyResult(strategy, tuple(samples), error))
-        return tuple(results)
+            self._replays.append(StrategyResult(strategy, tuple(samples), error))
 
     def replay_prefixes(self, turns: int) -> list[int]:
         """Returns the prompt lengths of the last ``turns`` model calls.
@@ -262,12 +286,11 @@ class Bench:
             )
         return points[len(points) - turns :]
 
-    def sweep(self) -> tuple[SweepPoint, ...]:
-        """Measures the streamed TTFT for budgets from a fifth of the prompt up to all of it."""
-        untrimmed = self._count(self.messages)
-        budgets: list[int | None] = [*sweep_budgets(untrimmed), None]
-        points = []
-        for budget in budgets:
+    def sweep(self) -> None:
+        """Measures the streamed TTFT for budgets from a fifth of the prompt up to all of it,
+        recording each point as it comes."""
+        points = self._swept
+        for budget in self._sweep_budgets():
             prompt = with_cache_salt(self.messages, new_cache_salt())
             if budget is None:
                 prepared = _Prepared(prompt, 0.0)
@@ -293,7 +316,54 @@ class Bench:
                 self._skipped(step)
                 continue
             points.append(SweepPoint(budget, sample.input_tokens, sample.ttft_ms))
-        return tuple(points)
+            self._called(step)
+
+    def report(self, options: BenchOptions, *, interrupted: bool = False) -> BenchReport:
+        """What was measured so far, as a report.
+
+        Args:
+            options: What the run was asked to measure.
+            interrupted: Ctrl-C stopped the run: the report says so and what is missing.
+        """
+        modes = tuple(
+            ModeResult(mode, tuple(self._samples[mode]), self._errors.get(mode)) for mode in MODES
+        )
+        return BenchReport(
+            endpoint=self.endpoint,
+            model=self.settings.llm.model,
+            simulator=self.simulator,
+            runs=options.runs,
+            budget=self.budget,
+            modes=modes if options.runs else (),
+            turns=tuple(self._replays),
+            sweep=tuple(self._swept),
+            calls=tuple(self.calls),
+            interrupted=interrupted,
+            missing=self._missing(options, modes) if interrupted else (),
+        )
+
+    def _missing(self, options: BenchOptions, modes: tuple[ModeResult, ...]) -> tuple[str, ...]:
+        """What ``options`` asked for that was neither measured nor failed."""
+        runs = options.runs
+        missing = [
+            f"{runs - len(result.samples)} of {runs} runs of {result.mode.label}"
+            for result in modes
+            if runs and result.error is None and len(result.samples) < runs
+        ]
+        if options.turns is not None:
+            replayed = {result.strategy for result in self._replays}
+            missing += [f"the replay of {s.label}" for s in STRATEGIES if s not in replayed]
+        if options.sweep:
+            planned, swept = len(self._sweep_budgets()), len(self._swept)
+            if not swept:
+                missing.append("the prefill sweep")
+            elif swept < planned:
+                missing.append(f"{planned - swept} of {planned} points of the prefill sweep")
+        return tuple(missing)
+
+    def _sweep_budgets(self) -> list[int | None]:
+        """The sweep's budgets: fractions of the untrimmed prompt, then the untrimmed prompt."""
+        return [*sweep_budgets(self._count(self.messages)), None]
 
     def _single_turn(self, mode: Mode, step: str) -> Sample:
         prompt = with_cache_salt(self.messages, new_cache_salt())
@@ -324,9 +394,14 @@ class Bench:
         """The prompt tokens of a request of ``messages`` and the bench's tools."""
         return self._counter.count_request(messages, self.tools)
 
-    def _skipped(self, step: str) -> None:
+    def _called(self, step: str) -> None:
+        """Tells ``on_call`` a call ended: once its result is recorded, so that Ctrl-C right
+        after the progress shows it keeps that result."""
         if self._on_call is not None:
-            self._on_call(f"{step} (failed)")
+            self._on_call(step)
+
+    def _skipped(self, step: str) -> None:
+        self._called(f"{step} (failed)")
 
     def _check_fits(self, messages: list[BaseMessage]) -> None:
         """Refuses a prompt that cannot fit ``llm.context_window`` with the answer's room."""
@@ -369,8 +444,6 @@ class Bench:
                 usage.cached_tokens,
             )
         )
-        if self._on_call is not None:
-            self._on_call(step)
         return Sample(
             ttft_ms=call.ttft_ms + prepared.trim_ms,
             total_ms=call.total_ms + prepared.trim_ms,
@@ -425,24 +498,27 @@ def run_bench(
         ValueError: For options the conversation cannot serve (checked before any call), or an
             :class:`EndpointError` when the endpoint fails as a whole (unreachable, key refused,
             unknown model). A request it refuses is recorded in the report instead.
+        BenchInterrupted: On Ctrl-C once the bench has started: its report holds the calls
+            that finished.
     """
-    bench = Bench(settings, messages, budget=options.budget, tools=tools, on_call=on_call)
+    bench = Bench(
+        settings,
+        messages,
+        budget=options.budget,
+        tools=tools,
+        on_call=on_call,
+        simulator=simulator,
+    )
     if options.turns is not None:
         bench.replay_prefixes(options.turns)  # fail before spending any time
-    modes: tuple[ModeResult, ...] = ()
-    if options.runs:
-        bench.warm_up()
-        modes = bench.run_modes(options.runs)
-    turns = bench.run_turns(options.turns) if options.turns is not None else ()
-    sweep = bench.sweep() if options.sweep else ()
-    return BenchReport(
-        endpoint=bench.endpoint,
-        model=bench.settings.llm.model,
-        simulator=simulator,
-        runs=options.runs,
-        budget=bench.budget,
-        modes=modes,
-        turns=turns,
-        sweep=sweep,
-        calls=tuple(bench.calls),
-    )
+    try:
+        if options.runs:
+            bench.warm_up()
+            bench.run_modes(options.runs)
+        if options.turns is not None:
+            bench.run_turns(options.turns)
+        if options.sweep:
+            bench.sweep()
+    except KeyboardInterrupt:
+        raise BenchInterrupted(bench.report(options, interrupted=True)) from None
+    return bench.report(options)

@@ -2,7 +2,9 @@
 
 The command function is registered by the CLI app (``app.command()(bench)``). Bad input (files,
 flags, configuration, an endpoint that refuses requests) raises ``ValueError``; a failed
-regression gate exits with status 1.
+regression gate exits with status 1. Ctrl-C keeps what was measured: the tables of what
+finished, marked partial with what is missing, the ``--json`` file marked ``"interrupted":
+true`` (no ``--plot``: a figure would not say it is partial), the gate not passed, exit 130.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rich.text import Text
 from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._user_input import RequestFile
 from agent_latency.bench import (
+    BenchInterrupted,
     BenchOptions,
     BenchReport,
     MixedWorkload,
@@ -61,6 +64,8 @@ from agent_latency.config import Settings, load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 ALL_PROFILES: Final = "all"
+INTERRUPTED_EXIT: Final = 130
+"""The exit status after Ctrl-C: the shell's for SIGINT (128 + 2)."""
 _PROGRESS_LINES: Final = 10
 """Without a terminal, each phase prints at most this many progress lines (one per tenth)."""
 
@@ -217,13 +222,29 @@ class BenchResults:
 
     Attributes:
         report: The four modes, the turns and the prefill sweep.
-        retention: The ``--quality`` rows, if asked for.
+        retention: The ``--quality`` rows, if asked for (and measured).
         workloads: One report per workload profile run (none without ``--workload``).
+        interrupted: Ctrl-C stopped the run: what is here is what finished.
+        missing: With ``interrupted``: what was asked for and not measured.
     """
 
     report: BenchReport
     retention: list[QualityRow] | None
     workloads: list[WorkloadReport]
+    interrupted: bool = False
+    missing: tuple[str, ...] = ()
+
+    @property
+    def measured(self) -> bool:
+        """Whether any call finished with a figure (a run interrupted early may hold none)."""
+        report = self.report
+        return bool(
+            any(result.samples for result in report.modes)
+            or report.turns
+            or report.sweep
+            or self.retention is not None
+            or self.workloads
+        )
 
 
 @options_command(BenchFlags)
@@ -256,16 +277,11 @@ def bench(options: BenchFlags) -> None:
     )
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
-    try:
-        results = _measure(options, settings, request, measured, workloads)
-    except KeyboardInterrupt:
+    results = _measure(options, settings, request, measured, workloads)
+    if results is None or (results.interrupted and not results.measured):
         files = ", no --json or --plot file" if options.json_file or options.plot else ""
-        print(
-            f"agent-latency bench: interrupted before the last call: no table{files} "
-            "(the results need every call).",
-            file=sys.stderr,
-        )
-        raise
+        _say(f"interrupted (Ctrl-C) before any call was measured: no table{files}.")
+        raise typer.Exit(code=INTERRUPTED_EXIT)
     console = Console()
     try:
         written = _write_outputs(results, options)  # first: a closed stdout loses none of them
@@ -273,8 +289,29 @@ def bench(options: BenchFlags) -> None:
         _print_results(console, results, settings)  # and a file that failed, none of these
     for path in written:
         console.print(f"Wrote {path}")
+    if results.interrupted:
+        _stop_interrupted(console, options)
     if baseline_ms is not None:
         _gate(console, results.report, baseline_ms, options.max_regression)
+
+
+def _say(line: str) -> None:
+    print(f"agent-latency bench: {line}", file=sys.stderr)
+
+
+def _stop_interrupted(console: Console, options: BenchFlags) -> None:
+    """After the partial results: says what was not done, and exits 130."""
+    if options.baseline is not None:
+        console.print(
+            Text(
+                "Regression gate: not checked: the run was interrupted, and a partial run never "
+                "passes the gate."
+            ),
+            soft_wrap=True,
+        )
+    plot = f"; no --plot {options.plot} (a partial run draws none)" if options.plot else ""
+    _say(f"interrupted (Ctrl-C): the results above are partial{plot}.")
+    raise typer.Exit(code=INTERRUPTED_EXIT)
 
 
 def _check_flags(options: BenchFlags) -> None:
@@ -322,34 +359,74 @@ def _measure(
     request: RequestFile,
     measured: BenchOptions,
     workloads: WorkloadOptions | None,
-) -> BenchResults:
-    """Runs the bench, then ``--quality``, then the workloads, each with its progress line."""
-    with open_endpoint(settings) as (endpoint_settings, simulator), _progress("bench") as advance:
-        report = run_bench(
-            endpoint_settings,
-            request.messages,
-            measured,
-            simulator=simulator,
-            tools=request.tools,
-            on_call=_counted(advance, measured.calls()),
-        )
-    retention = run_quality() if options.quality else None
-    mixed = (
-        _run_workloads(
+) -> BenchResults | None:
+    """Runs the bench, then ``--quality``, then the workloads, each with its progress line.
+
+    Returns:
+        The results; after Ctrl-C, those of what finished (``interrupted``), or ``None`` when
+        the bench had not started its calls.
+    """
+    report: BenchReport | None = None
+    retention: list[QualityRow] | None = None
+    mixed: list[WorkloadReport] = []
+    try:
+        with (
+            open_endpoint(settings) as (endpoint_settings, simulator),
+            _progress("bench") as advance,
+        ):
+            report = run_bench(
+                endpoint_settings,
+                request.messages,
+                measured,
+                simulator=simulator,
+                tools=request.tools,
+                on_call=_counted(advance, measured.calls()),
+            )
+        if options.quality:
+            retention = run_quality()
+        for run in _run_workloads(
             workloads,
             settings,
             messages=request.messages if options.messages is not None else None,
             endpoint=options.workload_endpoint,
-        )
-        if workloads is not None
-        else []
-    )
-    return BenchResults(report, retention, mixed)
+        ):
+            mixed.append(run)
+    except BenchInterrupted as stop:
+        report = stop.report
+    except KeyboardInterrupt:  # before the bench's calls, or after them (the simulator stopping)
+        if report is None:
+            return None
+    else:
+        return BenchResults(report, retention, mixed)
+    return _interrupted(report, retention, mixed, options, workloads)
+
+
+def _interrupted(
+    report: BenchReport,
+    retention: list[QualityRow] | None,
+    mixed: list[WorkloadReport],
+    options: BenchFlags,
+    workloads: WorkloadOptions | None,
+) -> BenchResults:
+    """The results of a run Ctrl-C stopped: what finished, and what was not measured."""
+    missing = list(report.missing)
+    if options.quality and retention is None:
+        missing.append("the retention (--quality)")
+    profiles = workloads.profiles[len(mixed) :] if workloads is not None else ()
+    missing += [f"the workload{f' on {p}' if p else ''}" for p in profiles]
+    return BenchResults(report, retention, mixed, interrupted=True, missing=tuple(missing))
 
 
 def _print_results(console: Console, results: BenchResults, settings: Settings) -> None:
-    """Prints the tables and findings on stdout, the failures last."""
+    """Prints the tables and findings on stdout, the failures last; a partial run says so first."""
     report = results.report
+    if results.interrupted:
+        missing = f" Not measured: {'; '.join(results.missing)}." if results.missing else ""
+        console.print(
+            Text(f"Partial results: interrupted (Ctrl-C).{missing}"),
+            style="bold",
+            soft_wrap=True,
+        )
     if report.modes:
         console.print(Text(modes_title(report)), soft_wrap=True)
         print_whole(console, modes_table(report))
@@ -396,7 +473,7 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
             options.json_file.write_text(document, encoding="utf-8")
             written.append(options.json_file)
     with _naming_the_output("--plot", options.plot):
-        if options.plot is not None:
+        if options.plot is not None and not results.interrupted:
             frontier = [run for run in mixed if run.frontier]
             write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
             written.append(options.plot)
@@ -416,8 +493,11 @@ def _naming_the_output(option: str, path: Path | None) -> Iterator[None]:
 
 
 def _document(results: BenchResults) -> dict[str, Any]:
-    """The ``--json`` document: the report's, with the quality rows and the workloads."""
+    """The ``--json`` document: the report's, with the quality rows, the workloads, and what
+    Ctrl-C left unmeasured."""
     document = results.report.to_json()
+    document["interrupted"] = results.interrupted
+    document["missing"] = list(results.missing)
     mixed = results.workloads
     if results.retention is not None:
         document["quality"] = [row.to_json() for row in results.retention]
@@ -548,33 +628,32 @@ def _workload_size(options: BenchFlags) -> MixedWorkload:
 
 
 def _run_workloads(
-    workload: WorkloadOptions,
+    workload: WorkloadOptions | None,
     settings: Settings,
     *,
     messages: list[Any] | None,
     endpoint: bool,
-) -> list[WorkloadReport]:
-    """Runs the workload once per profile asked for, one after another."""
+) -> Iterator[WorkloadReport]:
+    """Runs the workload once per profile asked for, one after another (none without one)."""
+    if workload is None:
+        return
     shape = workload.shape
     if endpoint and settings.llm.context_window:
         shape = replace(shape, context_window=settings.llm.context_window)
-    reports = []
     for profile in workload.profiles:
         with _progress(f"workload {profile or ''}".strip()) as advance:
-            reports.append(
-                run_mixed_workload(
-                    shape,
-                    settings=settings,
-                    messages=messages,
-                    profile=profile,
-                    base_url=settings.llm.base_url if endpoint else None,
-                    only=workload.only,
-                    frontier=workload.frontier,
-                    answers=workload.answers,
-                    on_call=partial(_forward, advance),
-                )
+            report = run_mixed_workload(
+                shape,
+                settings=settings,
+                messages=messages,
+                profile=profile,
+                base_url=settings.llm.base_url if endpoint else None,
+                only=workload.only,
+                frontier=workload.frontier,
+                answers=workload.answers,
+                on_call=partial(_forward, advance),
             )
-    return reports
+        yield report
 
 
 def _forward(advance: Advance, call: WorkloadProgress) -> None:

@@ -18,6 +18,7 @@ from rich.table import Table
 from agent_latency.bench import BenchReport, ModeResult, QualityRow, StrategyRun, WorkloadReport
 
 _FAILED: Final = "failed"
+_NOT_RUN: Final = "not run"
 _PLACE_HEADERS: Final = {
     "head": "head",
     "middle": "mid",
@@ -105,8 +106,8 @@ def modes_table(report: BenchReport) -> Table:
         )
     )
     caption = (
-        f"Times in ms: p50/p95 of {report.runs} run{'' if report.runs == 1 else 's'} per "
-        "mode, interleaved, after one warm-up; Δ: p50 change vs untrimmed + blocking. "
+        f"Times in ms: p50/p95 of {_runs(report)}, interleaved, after one warm-up; Δ: p50 "
+        "change vs untrimmed + blocking. "
         "Blocking: TTFT = total (the first text arrives with the whole answer). Every prompt "
         "starts with a unique cache salt, so no server prefix cache serves it. Tokens: the "
         "server's count of the prompt (ours where it reported none)"
@@ -117,7 +118,7 @@ def modes_table(report: BenchReport) -> Table:
     rows = []
     for result in report.modes:
         if not result.ok:
-            rows.append(("—", _FAILED, "—", "—", "—", "—", "—"))
+            rows.append(("—", _FAILED if result.error else _NOT_RUN, "—", "—", "—", "—", "—"))
             continue
         server = result.server_input_tokens
         shown = f"{server if server is not None else result.input_tokens:,}"
@@ -139,6 +140,15 @@ def modes_table(report: BenchReport) -> Table:
     ]
     _add_figures(table, headers, labels, rows)
     return table
+
+
+def _runs(report: BenchReport) -> str:
+    """How many runs each mode's figures are of: the same for all, unless Ctrl-C cut the run."""
+    runs = report.runs
+    if not report.interrupted:
+        return f"{runs} run{'' if runs == 1 else 's'} per mode"
+    finished = ", ".join(str(len(result.samples)) for result in report.modes)
+    return f"the runs each mode finished before Ctrl-C ({finished} of {runs}, top to bottom)"
 
 
 def turns_table(report: BenchReport) -> Table:

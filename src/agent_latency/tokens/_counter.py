@@ -255,7 +255,8 @@ class TokenCounter:
 
         Args:
             tools: OpenAI wire dicts (``{"type": "function", "function": {...}}``), or anything
-                ``convert_to_openai_tool`` accepts (LangChain tools, functions, schemas).
+                ``convert_to_openai_tool`` accepts (LangChain tools, functions, schemas). A
+                provider's built-in tool (``{"type": "local_shell"}``) is counted as given.
         """
         tools = list(tools)
         if not tools:

@@ -63,8 +63,9 @@ class TrimmerOptions(TypedDict, total=False):
         response_format: The ``response_format`` sent with every request, if any.
         tool_budget: Makes tool definitions trimmable (opt-in; only ``TrimmingMiddleware``
             can send fewer tools): the most tokens they may take. The tools the conversation
-            called and ``pinned_tools`` are kept, then the others by relevance to the latest
-            user message while they fit. Default: ``None``, every tool is sent.
+            called, ``pinned_tools`` and the provider's built-in tools (a dict whose ``type``
+            is not ``function``) are kept, then the others by relevance to the latest user
+            message while they fit. Default: ``None``, every tool is sent.
         pinned_tools: Names of tools a ``tool_budget`` never drops.
         token_counter: The counter to use (its vocabulary and chat template); pass one to share
             its cache. Default: a new ``TokenCounter()`` (cl100k, OpenAI's framing).

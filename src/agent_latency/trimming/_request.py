@@ -6,15 +6,22 @@ with tools in a chain (``model.bind_tools(tools)``, ``.bind(...)``, ``.with_retr
 in its bindings, and so does the model inside ``with_structured_output(...)`` (a tool with
 function calling, a ``response_format`` with json_schema or json_mode) and the primary of
 ``with_fallbacks(...)``; :func:`extras_of_model` reads them from there.
+
+A provider's built-in tool (a dict whose ``type`` is not ``function``: ``{"type":
+"web_search_preview"}``, ``{"type": "local_shell"}``) has no description of ours: it is sent as
+given, counted as its JSON, and never left out by a tool budget; the first request that sends a
+type says so in a warning naming the type (the last 256 types remembered).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, NamedTuple, cast
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.runnables import Runnable, RunnableParallel, RunnableSequence
@@ -24,11 +31,16 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agent_latency._caches import LRUCache
-from agent_latency._chat_format import wire_tools
+from agent_latency._chat_format import builtin_tool_type, wire_tools
 from agent_latency.tokens import TokenCounting
+
+logger = logging.getLogger(__name__)
 
 _CACHE_SIZE = 32
 _CACHE_BYTES = 8 * 1024 * 1024
+_WARNED_TYPES: Final = LRUCache(256)
+"""The built-in tool types warned of: once each per process."""
+_WARNING_LOCK: Final = threading.Lock()  # two first requests at once warn once
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +123,22 @@ def extras_of_model(model: object) -> RequestExtras:
     return extras(kwargs.get("tools"), kwargs.get("response_format"))
 
 
+class DescribedTool(NamedTuple):
+    """One tool of a request as a tool budget weighs it.
+
+    Attributes:
+        name: Its function name; a built-in tool's type.
+        text: Its name and description, for the relevance ranking.
+        tokens: Its definition's tokens, counted alone.
+        builtin: A provider's built-in tool: we cannot tell what it is for, so it is kept.
+    """
+
+    name: str
+    text: str
+    tokens: int
+    builtin: bool
+
+
 class ExtrasCounter:
     """Counts the tool definitions and response format of requests, remembering recent ones.
 
@@ -146,6 +174,7 @@ class ExtrasCounter:
             return cast(tuple[int, int], entry[2])
         seen = _snapshot(request)
         tools = wire_tools([*request.tools, *request.output_tools], strict=request.strict)
+        _warn_of_builtin_tools(tools)
         counts = (
             self._counter.count_tools(tools) if tools else 0,
             self._count_response_format(request.response_format),
@@ -153,8 +182,8 @@ class ExtrasCounter:
         self._cache.put(key, (request, seen, counts), _json_bytes([tools, request.response_format]))
         return counts
 
-    def describe(self, request: RequestExtras) -> list[tuple[str, str, int]]:
-        """Returns each of ``request.tools`` as (name, name and description, tokens alone)."""
+    def describe(self, request: RequestExtras) -> list[DescribedTool]:
+        """Returns each of ``request.tools`` as a tool budget weighs it."""
         key = ("describe", *map(id, request.tools), request.strict)
         entry = self._cache.get(key)
         if (
@@ -162,7 +191,7 @@ class ExtrasCounter:
             and _same(entry[0], request, response_format=False)
             and _unedited(entry[1], request)
         ):
-            return cast(list[tuple[str, str, int]], entry[2])
+            return cast(list[DescribedTool], entry[2])
         seen = _snapshot(request)
         described = []
         tools = wire_tools(request.tools, strict=request.strict)
@@ -170,7 +199,8 @@ class ExtrasCounter:
             function = tool.get("function") or {}
             name = str(function.get("name") or tool.get("type") or "")
             text = f"{name.replace('_', ' ')} {function.get('description') or ''}"
-            described.append((name, text, self._counter.count_tools([tool])))
+            builtin = builtin_tool_type(tool) is not None
+            described.append(DescribedTool(name, text, self._counter.count_tools([tool]), builtin))
         self._cache.put(key, (request, seen, described), _json_bytes(tools))
         return described
 
@@ -190,6 +220,26 @@ class ExtrasCounter:
             function["schema"] = function.pop("parameters", {})
             value = {"type": "json_schema", "json_schema": function}
         return self._counter.count_response_format(value)
+
+
+def _warn_of_builtin_tools(tools: Sequence[Mapping[str, Any]]) -> None:
+    """Warns once per type of the provider's built-in tools among ``tools`` (by type alone:
+    their settings may hold a server URL or a key)."""
+    for tool in tools:
+        kind = builtin_tool_type(tool)
+        if kind is None:
+            continue
+        with _WARNING_LOCK:
+            if _WARNED_TYPES.get(kind) is not None:
+                continue
+            _WARNED_TYPES.put(kind, True)
+        logger.warning(
+            "Tool type %r is a provider's built-in tool, which the trimmer cannot describe: it is "
+            "sent whole as given (a tool_budget never leaves it out) and counted as the JSON "
+            "sent; what the provider adds to the prompt for it is not counted. Said once per "
+            "tool type.",
+            kind[:64],
+        )
 
 
 def _json_bytes(value: object) -> int:

@@ -6,7 +6,9 @@ order, and a new question changes it only when the tools kept do not hold the to
 (its best match by lexical relevance, BM25 over name and description, and any scoring at least
 80% of that, at most three). A change keeps, within the budget and in this order:
 
-1. the tools the user pins (always, even over the budget);
+1. the tools the user pins, and a provider's built-in tools (a dict whose ``type`` is not
+   ``function``, e.g. ``web_search_preview``: nothing says what they are for), always, even
+   over the budget;
 2. the tools called in the current turn, after its user message (always: their results are
    in the prompt and refer to them);
 3. the tools the question needs;
@@ -15,13 +17,14 @@ order, and a new question changes it only when the tools kept do not hold the to
 5. the others, by relevance to the question.
 
 A tool called in a turn is kept from then on unless a later change evicts it (the least recently
-called or needed go first). Only the pinned tools and those called in the current turn may take
-the tools past the budget (with a warning): a call to a tool that was not sent forces it in for
-the rest of its turn, and the next question chooses again within the budget. The choice is a
-pure function of the messages (the same messages always give the same tools, in any process); it
-changes at most at a new user question, or within a turn when the model called a tool that was
-not sent. The kept tools are sent in their original order. Replays are remembered per
-conversation prefix, so an agent's next call costs a pass over the messages and a look-up.
+called or needed go first). Only the pinned and built-in tools and those called in the current
+turn may take the tools past the budget (with a warning): a call to a tool that was not sent
+forces it in for the rest of its turn, and the next question chooses again within the budget.
+The choice is a pure function of the messages (the same messages always give the same tools, in
+any process); it changes at most at a new user question, or within a turn when the model called
+a tool that was not sent. The kept tools are sent in their original order. Replays are
+remembered per conversation prefix, so an agent's next call costs a pass over the messages and a
+look-up.
 """
 
 from __future__ import annotations
@@ -92,9 +95,9 @@ def select_tools(
         request: The tools (selectable) and output tools (always kept) of the request.
         messages: The conversation: its user questions and the tools called after each.
         budget: The most tokens the selectable tools may take together (counted one by one);
-            exceeded only when the pinned tools and those called in the current turn take more
-            (then a warning names them).
-        pinned: Names of tools always kept.
+            exceeded only when the pinned and built-in tools and those called in the current
+            turn take more (then a warning names them).
+        pinned: Names of tools always kept (the built-in tools are kept too).
         counter: Counts each tool's definition.
         terms: Term counts for the relevance ranking.
     """
@@ -107,11 +110,13 @@ def select_tools(
         choice: _Choice = cached[1]
     else:
         catalogue = _Catalogue(
-            names={name: i for i, (name, _, _) in reversed(list(enumerate(described)))},
-            texts=[[text] for _, text, _ in described],
-            tokens=[tokens for _, _, tokens in described],
+            names={tool.name: i for i, tool in reversed(list(enumerate(described)))},
+            texts=[[tool.text] for tool in described],
+            tokens=[tool.tokens for tool in described],
             budget=budget,
-            pinned=frozenset(i for i, (name, _, _) in enumerate(described) if name in pinned),
+            pinned=frozenset(
+                i for i, tool in enumerate(described) if tool.builtin or tool.name in pinned
+            ),
             terms=terms,
         )
         # The choice before the latest turn: remembered by the agent's previous calls.
@@ -130,7 +135,7 @@ def select_tools(
     if len(choice.kept) == len(described):
         return request, ()
     kept = tuple(tool for i, tool in enumerate(request.tools) if i in choice.kept)
-    dropped = tuple(name for i, (name, _, _) in enumerate(described) if i not in choice.kept)
+    dropped = tuple(tool.name for i, tool in enumerate(described) if i not in choice.kept)
     return replace(request, tools=kept), dropped
 
 
@@ -227,8 +232,9 @@ def _warn_if_forced_over(catalogue: _Catalogue, calls: tuple[str, ...]) -> None:
     if tokens > catalogue.budget:
         names = sorted(name for name, i in catalogue.names.items() if i in forced)
         logger.warning(
-            "Tool budget exceeded: the pinned tools and those called in this turn alone take %d "
-            "tokens, the tool_budget is %d (%s). Fix: raise tool_budget or pin fewer tools.",
+            "Tool budget exceeded: the pinned and built-in tools and those called in this turn "
+            "alone take %d tokens, the tool_budget is %d (%s). Fix: raise tool_budget or pin "
+            "fewer tools.",
             tokens,
             catalogue.budget,
             ", ".join(names),

@@ -1,0 +1,138 @@
+"""Ctrl-C during ``agent-latency bench`` keeps what was measured, marked partial, and exits 130.
+
+The real command runs in a subprocess on the embedded simulator, whose default latency makes
+each timed call take a second or more; SIGINT goes once a progress line on stderr says which
+calls finished, so what the run measured before it is known without a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agent_latency
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
+
+CONVERSATION = '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]'
+SOURCE = Path(agent_latency.__file__).parents[1]
+"""Where the code under test is: the subprocess imports it, not an installed copy."""
+INTERRUPTED = 128 + signal.SIGINT
+LABELS = [
+    "untrimmed + blocking",
+    "untrimmed + streaming",
+    "trimmed + blocking",
+    "trimmed + streaming",
+]
+
+
+def interrupted_bench(folder: Path, *options: str, after: str) -> tuple[int, str, str]:
+    """Runs ``bench --messages conversation.json *options`` in ``folder``, sends Ctrl-C once a
+    progress line starts with ``after``; returns (status, stdout, stderr)."""
+    (folder / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
+    argv = ["bench", "--messages", "conversation.json", *options]
+    with subprocess.Popen(
+        [sys.executable, "-m", "agent_latency.cli", *argv],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(SOURCE)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as command:
+        assert command.stderr is not None
+        progress = []
+        while not progress or not progress[-1].startswith(after):
+            progress.append(command.stderr.readline())
+            assert progress[-1], progress  # it ended (or failed) before that line
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=120)
+    return command.returncode, out, "".join(progress) + err
+
+
+def test_ctrl_c_keeps_the_runs_that_finished_in_the_table_and_the_json(tmp_path: Path) -> None:
+    # Before: exit 130 with "no table, no --json or --plot file": every finished run was lost.
+    baseline = tmp_path / "baseline.json"
+    slowest = {"trimmed": True, "streaming": True, "ttft_ms": {"p50": 10**9}}
+    baseline.write_text(json.dumps({"modes": [slowest]}), encoding="utf-8")  # any run passes it
+    outputs = ["--json", "out.json", "--plot", "out.png", "--baseline", str(baseline)]
+
+    # The warm-up and the first round of the four modes have finished: one run each. (--plot
+    # adds the prefill sweep: 6 calls after the 2 rounds.)
+    status, out, err = interrupted_bench(
+        tmp_path, "--runs", "2", *outputs, after="bench: 5/15 calls"
+    )
+
+    assert status == INTERRUPTED
+    assert "Traceback" not in err
+    document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert document["interrupted"] is True
+    runs = [mode["runs"] for mode in document["modes"]]
+    assert set(runs) <= {1, 2} and 1 in runs
+    assert all(mode["error"] is None and mode["ttft_ms"]["p50"] > 0 for mode in document["modes"])
+    short = [f"{2 - n} of 2 runs of {mode}" for mode, n in zip(LABELS, runs, strict=True) if n < 2]
+    assert document["missing"] == [*short, "the prefill sweep"]
+    assert "sweep" not in document
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"Partial results: interrupted (Ctrl-C). Not measured: {'; '.join(short)}; the prefill "
+        "sweep."
+    )
+    rows = {" ".join(cells[:3]): cells[3:] for cells in map(str.split, lines) if len(cells) == 10}
+    assert all(rows[mode][1].replace(",", "").isdigit() for mode in LABELS)  # a TTFT p50 each
+    caption = " ".join(out.split())
+    finished = ", ".join(map(str, runs))
+    assert f"of the runs each mode finished before Ctrl-C ({finished} of 2, top to" in caption
+    assert "Wrote out.json" in lines
+    # A partial run never passes the gate, however slow the baseline; no figure is drawn.
+    assert lines[-1] == (
+        "Regression gate: not checked: the run was interrupted, and a partial run never passes "
+        "the gate."
+    )
+    assert "REGRESSION" not in out and ": ok" not in out
+    assert not (tmp_path / "out.png").exists()
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: interrupted (Ctrl-C): the results above are partial; no --plot "
+        "out.png (a partial run draws none)."
+    )
+
+
+def test_ctrl_c_before_any_timed_call_finished_says_nothing_was_measured(tmp_path: Path) -> None:
+    status, out, err = interrupted_bench(
+        tmp_path, "--runs", "2", "--json", "out.json", after="bench: 1/9 calls, warm-up"
+    )
+
+    assert status == INTERRUPTED
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: interrupted (Ctrl-C) before any call was measured: no table, no "
+        "--json or --plot file."
+    )
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_ctrl_c_in_a_later_phase_keeps_the_modes_and_names_the_phase(tmp_path: Path) -> None:
+    # --quality runs after the four modes, for seconds, with no progress line of its own.
+    status, out, err = interrupted_bench(
+        tmp_path, "--runs", "1", "--quality", "--json", "out.json", after="bench: 5/5 calls"
+    )
+
+    assert status == INTERRUPTED
+    assert "Traceback" not in err
+    assert out.splitlines()[0] == (
+        "Partial results: interrupted (Ctrl-C). Not measured: the retention (--quality)."
+    )
+    assert "Retention" not in out
+    document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert document["interrupted"] is True
+    assert document["missing"] == ["the retention (--quality)"]
+    assert [mode["runs"] for mode in document["modes"]] == [1, 1, 1, 1]
+    assert "quality" not in document
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: interrupted (Ctrl-C): the results above are partial."
+    )
