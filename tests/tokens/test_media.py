@@ -288,3 +288,21 @@ def test_counting_images_at_85_would_overshoot_that_budget(
     monkeypatch.undo()
     sent = TokenCounter().count_messages(outcome.messages)  # as the server counts it
     assert sent > 2 * BUDGET
+
+
+def test_shortening_a_question_keeps_its_audio_and_file_parts_as_they_are() -> None:
+    audio = {
+        "type": "input_audio",
+        "input_audio": {"data": b64(wav(48_000, 96_000)), "format": "wav"},
+    }
+    pdf = {"type": "file", "file": {"file_data": data_url(bytes(9_000), "application/pdf")}}
+    words = {"type": "text", "text": "Compare the recording with the report. " + "detail " * 900}
+    question = HumanMessage([words, audio, pdf])
+    counter = TokenCounter()
+    assert counter.count_message(question) > 2_800  # 21 + 1,905 + the text
+    outcome = PriorityTrimmer(2_400, token_counter=counter).trim([SystemMessage("s"), question])
+    shortened = outcome.messages[-1]
+    assert shortened is not question and not outcome.over_budget
+    assert isinstance(shortened.content, list) and shortened.content[1:] == [audio, pdf]
+    assert shortened.text.startswith("Compare the recording with the report.")
+    assert counter.count_messages(outcome.messages) == outcome.tokens_after <= 2_400
