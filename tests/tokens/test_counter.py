@@ -34,8 +34,9 @@ def openai_rule(messages: list[dict[str, Any]]) -> int:
     """OpenAI's cookbook ``num_tokens_from_messages`` for cl100k chat models, on wire dicts.
 
     3 tokens per message plus the tokens of every field's value, 1 more for a ``name``, 3 for the
-    reply priming. The cookbook has no rule for tool calls and image parts; agent-latency's is:
-    a tool call costs 3 + its name + its JSON arguments, an image part 85, a text part its text.
+    reply priming. The cookbook has no rule for tool calls; agent-latency's is: a tool call costs
+    3 + its name + its JSON arguments. A low-detail image part costs 85 (OpenAI's vision guide),
+    a text part its text.
     """
     total = 0
     for message in messages:
@@ -95,7 +96,10 @@ REFERENCE_WIRE: list[dict[str, Any]] = [
         "role": "user",
         "content": [
             {"type": "text", "text": "这张照片是在哪里拍的？"},
-            {"type": "image_url", "image_url": {"url": "https://example.com/photo.jpg"}},
+            {
+                "type": "image_url",
+                "image_url": {"url": "https://example.com/photo.jpg", "detail": "low"},
+            },
         ],
     },
 ]
@@ -184,11 +188,14 @@ def test_tool_call_arguments_are_counted_as_unescaped_json() -> None:
 @pytest.mark.parametrize(
     "image",
     [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-        {"type": "image", "url": "https://example.com/a.png"},
+        {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+        },
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}},
     ],
 )
-def test_image_part_costs_a_fixed_85_tokens(image: dict[str, Any]) -> None:
+def test_a_low_detail_image_part_costs_85_tokens(image: dict[str, Any]) -> None:
     text = {"type": "text", "text": "描述这张图"}
     counter = TokenCounter()
 

@@ -244,7 +244,10 @@ def test_shortening_chinese_text_never_leaves_a_broken_character() -> None:
 
 
 def test_shortening_list_content_keeps_the_image_parts() -> None:
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"},
+    }
     message = HumanMessage(
         [{"type": "text", "text": "look " * 500}, image, {"type": "text", "text": "end"}]
     )

@@ -47,7 +47,10 @@ from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 
 COUNTER = TokenCounter()
 SYSTEM = "You are the operations assistant of a bookshop; answer from the conversation."
-IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBOR" * 300}}
+IMAGE = {
+    "type": "image_url",
+    "image_url": {"url": "data:image/png;base64," + "iVBOR" * 300, "detail": "low"},
+}
 FAST = SimulatorConfig(
     overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=20_000, answer_tokens=8
 )

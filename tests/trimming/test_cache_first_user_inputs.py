@@ -38,7 +38,10 @@ from agent_latency.trimming._trimmer import PriorityTrimmer, TrimResult
 COUNTER = TokenCounter()
 BUDGET = 1200
 SYSTEM = "You are the support assistant of a bookshop; answer from the conversation."
-IMAGE_PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBOR" * 400}}
+IMAGE_PART = {
+    "type": "image_url",
+    "image_url": {"url": "data:image/png;base64," + "iVBOR" * 400, "detail": "low"},
+}
 SEARCH_TOOL = {
     "type": "function",
     "function": {

@@ -27,7 +27,10 @@ from agent_latency.trimming._trimmer import PriorityTrimmer
 
 GEMMA = TokenCounter.for_model("gemma-3-12b-it")
 SYSTEM = "You are the operations assistant of a bookshop; answer from the conversation."
-IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}}
+IMAGE = {
+    "type": "image_url",
+    "image_url": {"url": "data:image/png;base64,iVBORw0K", "detail": "low"},
+}
 OTHER_FRAMINGS = ["openai", "qwen", "qwen2.5", "qwen3", "chatml", "smollm2", "llama3", "llama3.1"]
 
 

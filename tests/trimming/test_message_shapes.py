@@ -22,7 +22,7 @@ from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer
 
 COUNTER = TokenCounter()
-IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}}
 
 
 def text(tokens: int, word: str = "data") -> str:

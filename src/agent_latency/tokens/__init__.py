@@ -12,7 +12,7 @@ Exports: ``IMAGE_PART_TYPES``, ``PromptCalibration``, ``TOKENIZER_CHOICES``, ``T
 
 from agent_latency.tokens._calibration import PromptCalibration, calibration_for
 from agent_latency.tokens._counter import TokenCounter, TokenCounting
-from agent_latency.tokens._framing import IMAGE_PART_TYPES
+from agent_latency.tokens._media import IMAGE_PART_TYPES
 from agent_latency.tokens._vocabularies import (
     TOKENIZER_CHOICES,
     VOCABULARY_NAMES,

@@ -2,8 +2,9 @@
 
 We render a request as a list of pieces per message, so each message is tokenised once and its
 count cached: text, a :class:`Special` (one special token) or an ``int`` (that many opaque
-tokens: an image). Counting pieces apart can differ from the rendered string by a token where BPE
-would merge across a boundary (well under 1% of a prompt). Families (:data:`FRAMINGS`):
+tokens: an image, audio or a file, as :mod:`._media` estimates them). Counting pieces apart can
+differ from the rendered string by a token where BPE would merge across a boundary (well under
+1% of a prompt). Families (:data:`FRAMINGS`):
 
 - ``openai``: OpenAI's published rule: 3 tokens per message plus its fields, 1 more for a
   ``name``, 3 of reply priming. Tools (rendered unpublished, as TypeScript): each function's
@@ -29,9 +30,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-TOKENS_PER_IMAGE: Final = 85
-"""An image part's cost: OpenAI's for a low-detail image (the size of others is not known)."""
-IMAGE_PART_TYPES: Final = frozenset({"image_url", "image"})
+from agent_latency.tokens._media import IMAGE_PART_TYPES, media_tokens
+
 # Blocks ChatOpenAI leaves out of the request.
 _UNSENT_PART_TYPES: Final = frozenset({"tool_use", "thinking", "reasoning_content"})
 
@@ -49,9 +49,9 @@ Piece = str | int
 def content_pieces(content: object) -> list[Piece]:
     """Returns the pieces of a message's content as it is sent.
 
-    Text parts count their text, image parts :data:`TOKENS_PER_IMAGE`, Anthropic-style
-    ``tool_result`` blocks (ChatOpenAI passes them through) their nested content; blocks
-    ChatOpenAI drops and parts without text count nothing.
+    Text parts count their text, image, audio and file parts what :func:`media_tokens`
+    estimates, Anthropic-style ``tool_result`` blocks (ChatOpenAI passes them through) their
+    nested content; blocks ChatOpenAI drops and other parts without text count nothing.
     """
     if isinstance(content, str):
         return [content] if content else []
@@ -59,14 +59,16 @@ def content_pieces(content: object) -> list[Piece]:
     for part in content if isinstance(content, list) else ():
         if isinstance(part, str):
             pieces.append(part)
-        elif not isinstance(part, Mapping) or part.get("type") in _UNSENT_PART_TYPES:
             continue
-        elif part.get("type") in IMAGE_PART_TYPES:
-            pieces.append(TOKENS_PER_IMAGE)
-        elif part.get("type") == "tool_result":
+        if not isinstance(part, Mapping) or part.get("type") in _UNSENT_PART_TYPES:
+            continue
+        kind = part.get("type")
+        if kind == "tool_result":
             pieces.extend(content_pieces(part.get("content")))
-        elif isinstance(part.get("text"), str):
-            pieces.append(part["text"])
+        elif kind not in IMAGE_PART_TYPES and isinstance(part.get("text"), str):
+            pieces.append(part["text"])  # text even in a file block, as the shortener reads it
+        elif (tokens := media_tokens(part)) is not None:
+            pieces.append(tokens)
     return pieces
 
 
