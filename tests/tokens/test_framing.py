@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent_latency.tokens import TokenCounter
@@ -88,7 +89,64 @@ def test_a_smollm2_model_name_counts_with_the_smollm2_framing() -> None:
     assert counter.count_message(messages[2]) == counter.count_message(AIMessage(""))
 
 
-def test_only_gemmas_template_folds_the_system_message_into_the_first_user_turn() -> None:
+def test_only_gemmas_and_mistrals_templates_fold_the_system_message_into_a_user_turn() -> None:
     """The recall marker goes into the first user message where the counter says so."""
-    assert [name for name in FRAMINGS if TokenCounter(framing=name).folds_system] == ["gemma"]
+    folding = [name for name in FRAMINGS if TokenCounter(framing=name).folds_system]
+    assert folding == ["gemma", "mistral"]
     assert TokenCounter.for_model("gemma-3-4b-it").folds_system
+
+
+ONE_SYSTEM_MESSAGE_MODELS = [
+    "mistralai/Mistral-7B-Instruct-v0.3",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "mistralai/Ministral-8B-Instruct-2410",
+    "mistralai/Devstral-Small-2505",
+    "mistral-small-latest",
+    "meta-llama/Llama-2-7b-chat-hf",
+    "llama2",
+]
+
+
+@pytest.mark.parametrize("model", ONE_SYSTEM_MESSAGE_MODELS)
+def test_mistral_and_llama_2_names_get_the_inst_framing(model: str) -> None:
+    # Their templates refuse a second system message, as Gemma's does (vLLM issue 6862).
+    counter = TokenCounter.for_model(model)
+    assert counter.folds_system
+    assert counter.name == "cl100k_base + mistral framing"
+
+
+@pytest.mark.parametrize(
+    "model", ["meta-llama/Llama-3.2-1B-Instruct", "Llama-3.1-8B", "qwen2.5-7b"]
+)
+def test_later_llamas_and_others_keep_their_own_framing(model: str) -> None:
+    assert not TokenCounter.for_model(model).folds_system
+
+
+def test_the_mistral_framing_counts_the_inst_rendering() -> None:
+    """Mistral v0.3's template: ``<s>[INST] user[/INST] assistant</s>[INST] system\n\nuser
+    [/INST]`` and its tool blocks, each control token one token (cl100k for the text)."""
+    counter = TokenCounter(framing="mistral")
+    call = {"name": "lookup", "args": {"q": "port"}, "id": "c1", "type": "tool_call"}
+    messages = [
+        SystemMessage("Answer briefly."),
+        HumanMessage("Which port?"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("5432", tool_call_id="c1"),
+        AIMessage("Port 5432."),
+        HumanMessage("Thanks."),
+    ]
+    texts = [
+        "Answer briefly.",
+        "\n\n",  # the system message, folded into a user turn
+        " Which port?",
+        " ",  # the tool call's empty text
+        '[{"name": "lookup", "arguments": "{\\"q\\": \\"port\\"}"}]',
+        "5432",
+        '{"call_id": "c1"}',
+        " Port 5432.",
+        " Thanks.",
+    ]
+    # <s>; [INST] [/INST] twice; [TOOL_CALLS] </s>; [TOOL_RESULTS] [/TOOL_RESULTS]; </s>
+    specials = 1 + 2 * 2 + 2 + 2 + 1
+    expected = sum(len(counter.encode(text)) for text in texts) + specials
+    assert counter.count_request(messages) == expected

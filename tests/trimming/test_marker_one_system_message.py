@@ -146,13 +146,17 @@ def test_an_assistant_turn_first_after_the_prompt_gets_the_marker_as_a_user_turn
     assert result.tokens_after == GEMMA.count_messages(sent) <= 600
 
 
-def test_a_real_agent_on_a_gemma_model_is_sent_what_was_counted() -> None:
-    """``create_agent``, the real ``ChatOpenAI`` and the simulator serving a Gemma model (it
-    counts the prompt it is sent in Gemma's framing): the marked request fits and the server
-    counts what the trim counted."""
+@pytest.mark.parametrize(
+    "model",
+    ["gemma-3-270m", "mistral-7b-instruct-v0.3", "mixtral-8x7b-instruct", "llama-2-7b-chat"],
+)
+def test_a_real_agent_on_a_one_system_message_model_is_sent_what_was_counted(model: str) -> None:
+    """``create_agent``, the real ``ChatOpenAI`` and the simulator serving a Gemma, Mistral or
+    Llama 2 model (it counts the prompt it is sent in that model's framing): the marked request
+    keeps to the template's turns, fits, and the server counts what the trim counted."""
     budget = 700
     recorder = Recorder()
-    with running_simulator(dataclasses.replace(QUICK, model="gemma-3-270m")) as sim:
+    with running_simulator(dataclasses.replace(QUICK, model=model)) as sim:
         settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
         trimmer = PriorityTrimmer.from_settings(settings, budget=budget)
         agent = create_agent(

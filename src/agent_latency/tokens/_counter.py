@@ -112,7 +112,7 @@ class TokenCounter:
             a :class:`~agent_latency.tokens.Vocabulary` object.
         cache_size: How many distinct message contents the content cache remembers.
         framing: The chat template's framing (``openai``, ``qwen``, ``qwen2.5``, ``qwen3``,
-            ``chatml``, ``llama3``, ``llama3.1``, ``gemma``).
+            ``chatml``, ``llama3``, ``llama3.1``, ``gemma``, ``mistral``).
         exact: Whether ``encoding`` is the model's own vocabulary (reported, not enforced).
 
     Raises:
@@ -157,8 +157,9 @@ class TokenCounter:
 
         The vocabulary and framing come from the model name: Qwen (exact, ChatML), OpenAI
         (o200k_base for gpt-4o/4.1/5 and o-series, cl100k_base for older), Llama 3 (exact),
-        Gemma (a cl100k_base estimate with Gemma's framing), anything else a cl100k_base
-        estimate with OpenAI's framing. ``model`` may also be a tokenizer name (as
+        Gemma (a cl100k_base estimate with Gemma's framing), Mistral's instruct models and
+        Llama 2 (a cl100k_base estimate with their ``[INST]`` framing), anything else a
+        cl100k_base estimate with OpenAI's framing. ``model`` may also be a tokenizer name (as
         ``tokenizer`` below), which then brings its usual framing.
 
         Args:
@@ -201,9 +202,9 @@ class TokenCounter:
 
     @property
     def folds_system(self) -> bool:
-        """Whether the chat template folds the system message into the first user turn (Gemma):
-        it takes one system message, then user and assistant turns alternating from a user one.
-        """
+        """Whether the chat template folds the system message into a user turn (Gemma, Mistral,
+        Llama 2): it takes one system message, then user and assistant turns alternating from a
+        user one."""
         return self._framing.folds_system
 
     def encode(self, text: str) -> list[int]:

@@ -17,6 +17,10 @@ differ from the rendered string by a token where BPE would merge across a bounda
 - ``llama3``, ``llama3.1``: header turns; 3.1+ always opens with a dated system turn and puts
   the tool JSON (indented by 4) in the first user message.
 - ``gemma``: turns; a system message is folded into the first user turn.
+- ``mistral``: ``[INST] ... [/INST]`` turns (Mistral, Mixtral, Ministral, Devstral and the
+  other Mistral instruct models, and Llama 2's chat template, which has the same form); a
+  system message is folded into a user turn, and tool calls and results are
+  ``[TOOL_CALLS]`` and ``[TOOL_RESULTS]`` blocks.
 - ``smollm2``: plain ChatML with a default system turn and no tool calls or definitions at all.
 
 Only OpenAI puts ``response_format`` in the prompt: other servers enforce it by constrained
@@ -287,6 +291,51 @@ class GemmaFraming(Framing):
         return []
 
 
+_INST, _INST_END, _EOS = Special("[INST]"), Special("[/INST]"), Special("</s>")
+
+
+class MistralFraming(Framing):
+    """Mistral's instruct template (and Llama 2's, of the same form): ``[INST]`` user turns,
+    assistant turns closed by ``</s>``; its system message is folded into a user turn."""
+
+    name = "mistral"
+    folds_system = True
+
+    def message(self, message: Mapping[str, Any]) -> list[Piece]:
+        role = str(message["role"])
+        content = content_pieces(message.get("content"))
+        if role in ("system", "developer"):
+            return [*content, "\n\n"]
+        if role == "assistant":
+            calls = [{"name": name, "arguments": arguments} for name, arguments in _calls(message)]
+            called: list[Piece] = [Special("[TOOL_CALLS]"), _json(calls)] if calls else []
+            return [*_spaced(content), *called, _EOS]
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            named = [_json({"call_id": call_id})] if isinstance(call_id, str) else []
+            return [Special("[TOOL_RESULTS]"), *content, *named, Special("[/TOOL_RESULTS]")]
+        return [_INST, *_spaced(content), _INST_END]
+
+    def request(self, first_role: str | None) -> tuple[list[Piece], list[Piece]]:
+        return [Special("<s>")], []
+
+    def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Piece]:
+        if not tools:
+            return []
+        return [Special("[AVAILABLE_TOOLS]"), _json(list(tools)), Special("[/AVAILABLE_TOOLS]")]
+
+    def response_format(self, response_format: Mapping[str, Any]) -> list[Piece]:
+        return []
+
+
+def _spaced(content: list[Piece]) -> list[Piece]:
+    """``content`` after the space the template puts before it, joined to its first text (as
+    the template's string is tokenised)."""
+    if content and isinstance(content[0], str) and not isinstance(content[0], Special):
+        return [" " + content[0], *content[1:]]
+    return [" ", *content]
+
+
 _SMOLLM2_SYSTEM: Final = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 """The system turn SmolLM2-Instruct's template adds when the first message is not a system one
 (its GGUF's ``tokenizer.chat_template``, as llama.cpp's ``/props`` shows it)."""
@@ -305,6 +354,7 @@ FRAMINGS: Final[Mapping[str, Framing]] = {
         Llama3Framing("llama3", dated=False),
         Llama3Framing("llama3.1", dated=True),
         GemmaFraming(),
+        MistralFraming(),
     )
 }
 """The framings by name."""
@@ -336,6 +386,13 @@ _FAMILIES: Final = (
     (r"llama-?v?3[.p][1-9]", "llama3", "llama3.1", True),  # llama-3.1, llama3.2, llama-v3p1
     (r"llama-?v?3", "llama3", "llama3", True),
     (r"gemma", "cl100k_base", "gemma", False),
+    (
+        r"mistral|mixtral|ministral|devstral|codestral|magistral|pixtral",
+        "cl100k_base",
+        "mistral",
+        False,
+    ),
+    (r"llama-?2(\b|[^.\d])", "cl100k_base", "mistral", False),  # llama-2-7b-chat, llama2
     (r"smollm2", "cl100k_base", "smollm2", False),
 )
 
