@@ -136,6 +136,28 @@ def test_an_assistant_turn_first_after_the_prompt_gets_the_marker_as_a_user_turn
     assert result.tokens_after == GEMMA.count_messages(sent) <= 600
 
 
+@pytest.mark.parametrize("budget", [164, 202, 302, 330])
+def test_a_marker_before_an_assistant_turn_is_sent_however_close_the_trim_comes_to_the_budget(
+    budget: int,
+) -> None:
+    # Before: 38 tokens were reserved (what heading a user message adds) for a user turn of
+    # 43: where the trim came within 5 tokens of the budget, the marker did not fit and was
+    # left out, and the model was not told that history had been cut. (These budgets are those
+    # of 150 to 400 where that happened with this history.)
+    messages: list[BaseMessage] = [SystemMessage("You are the operations assistant.")]
+    messages.append(AIMessage("Hi", id="hello"))
+    for r in range(60):
+        messages += [HumanMessage(f"n{r}", id=f"h{r}"), AIMessage(f"k{r}", id=f"a{r}")]
+    messages.append(HumanMessage("Which?", id="q"))
+    trimmer = PriorityTrimmer(budget, token_counter=GEMMA, history_selection="age")
+
+    result = RecallingTrimmer(trimmer).trim(messages)
+
+    assert result.dropped_messages and result.messages[2].id == "hello"
+    assert result.messages[1] == HumanMessage(MARKER_TEXT)
+    assert result.tokens_after == GEMMA.count_messages(result.messages) <= budget
+
+
 def test_a_real_agent_on_a_gemma_model_is_sent_what_was_counted() -> None:
     """``create_agent``, the real ``ChatOpenAI`` and the simulator serving a Gemma model (it
     counts the prompt it is sent in Gemma's framing): the marked request fits and the server
