@@ -65,6 +65,16 @@ def filler(n: int, topic: str = "shelves") -> str:
     return f"Note {n} on the {topic} (code-{n}x): " + "restocked and dusted " * 12
 
 
+def shelf_notes(rounds: int) -> list[BaseMessage]:
+    """A history with ids, as an agent's state holds it: every round a note on the shelves
+    (about 40 tokens) and its acknowledgement."""
+    messages: list[BaseMessage] = []
+    for r in range(rounds):
+        said = f"Note {r}: the shelves were restocked " + "ok " * 30
+        messages += [HumanMessage(said, id=f"h{r}"), AIMessage(f"Noted {r}.", id=f"a{r}")]
+    return messages
+
+
 def call_ids(message: BaseMessage) -> list[str]:
     """The ids of the calls an assistant message makes, the invalid ones too (ChatOpenAI sends
     both as ``tool_calls``)."""

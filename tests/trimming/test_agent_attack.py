@@ -25,6 +25,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from support.conversations import shelf_notes
 from support.fakes import Recorder
 from support.simulators import QUICK
 
@@ -71,15 +72,6 @@ def unanswered_calls(prompt: list[BaseMessage]) -> set[str]:
     answered = {m.tool_call_id for m in prompt if isinstance(m, ToolMessage)}
     calls = {c["id"] for m in prompt if isinstance(m, AIMessage) for c in m.tool_calls}
     return {c for c in calls - answered if c is not None}
-
-
-def notes(rounds: int) -> list[BaseMessage]:
-    """A history with ids, every round a note on the shelves."""
-    messages: list[BaseMessage] = []
-    for r in range(rounds):
-        said = f"Note {r}: the shelves were restocked " + "ok " * 30
-        messages += [HumanMessage(said, id=f"h{r}"), AIMessage(f"Noted {r}.", id=f"a{r}")]
-    return messages
 
 
 def recall_answer(state: dict[str, Any]) -> str:
@@ -137,13 +129,15 @@ def test_hook_never_sends_a_tool_call_whose_result_was_removed(sim: RunningSimul
 def test_recall_finds_a_message_by_id_written_as_the_tool_writes_it(sim: RunningSimulator) -> None:
     graph = middleware_agent(sim, 600, tools=[])
     question = HumanMessage('Please recall "[id h1]" and quote it.')
-    state = graph.invoke({"messages": [*notes(20), question]}, {"configurable": {"thread_id": "t"}})
+    state = graph.invoke(
+        {"messages": [*shelf_notes(20), question]}, {"configurable": {"thread_id": "t"}}
+    )
     assert recall_answer(state).startswith("[id h1] human: Note 1:")
 
 
 def test_recall_names_the_ids_it_tells_the_model_to_ask_by(sim: RunningSimulator) -> None:
     graph = middleware_agent(sim, 600, tools=[])
-    history = notes(20)
+    history = shelf_notes(20)
     question = HumanMessage('Please recall "shelves restocked" for me.')
     state = graph.invoke({"messages": [*history, question]}, {"configurable": {"thread_id": "t"}})
     answer = recall_answer(state)
@@ -236,7 +230,7 @@ def test_recall_does_not_read_back_its_own_earlier_calls_and_answers(
         "with the whole team, the vendor and the auditors next week.",
         id="q",
     )
-    history = notes(20)
+    history = shelf_notes(20)
     recorder = Recorder()
     state = graph.invoke(
         {"messages": [*history[:10], *earlier, *history[10:], question]},

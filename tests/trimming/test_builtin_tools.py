@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import Field
@@ -132,6 +132,27 @@ def test_a_tool_budget_never_leaves_a_builtin_tool_out() -> None:
         assert list(result.tools or ()) == builtins  # the objects bound, whole
         assert result.dropped_tools == ("get_weather",)
         assert result.tool_tokens == COUNTER.count_tools(builtins)
+
+
+def test_a_function_named_like_a_builtin_tools_type_is_found_by_its_calls() -> None:
+    # A built-in tool has no name: its type stands for it. Before: the type took the name of
+    # the user's own web_search function, so a call to that function was taken for the
+    # built-in tool's and the function, whose result is in the prompt, was dropped.
+    @tool
+    def web_search(query: str) -> str:
+        """Searches the shop's intranet and returns the titles of the matching pages."""
+        return "pages"
+
+    bound = chat_model().bind_tools([{"type": "web_search"}, web_search, get_weather])
+    trimmer = PriorityTrimmer(4000, token_counter=COUNTER, tool_budget=5).for_model(bound)
+    call = AIMessage("", tool_calls=[{"name": "web_search", "args": {"query": "x"}, "id": "c1"}])
+    messages = [HumanMessage("Find the returns policy."), call, ToolMessage("p", tool_call_id="c1")]
+
+    result = trimmer.trim(messages)
+
+    kept = bound.kwargs["tools"][:2]  # type: ignore[attr-defined]
+    assert list(result.tools or ()) == kept
+    assert result.dropped_tools == ("get_weather",)
 
 
 class OpenAIServer:

@@ -1,6 +1,7 @@
-"""The elision marker on chat templates that take one system message (Gemma 2 and 3, Mistral,
-Llama 2): it heads the first user message sent, as a copy, rather than a second system message
-the template refuses; every other template still gets it as a system message of its own."""
+"""The elision marker on chat templates that take one system message (Gemma 2 and 3: the
+``gemma`` framing; Mistral's instruct models and Llama 2: the ``mistral`` one): it heads the
+first user message sent, as a copy, rather than a second system message the template refuses;
+every other template still gets it as a system message of its own."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from support.chat_templates import gemma_template_accepts, roles
+from support.conversations import shelf_notes
 from support.fakes import Recorder, ToolCallingFake
 from support.simulators import QUICK
 from support.wire import sent_request
@@ -34,15 +36,6 @@ IMAGE = {
 OTHER_FRAMINGS = ["openai", "qwen", "qwen2.5", "qwen3", "chatml", "smollm2", "llama3", "llama3.1"]
 
 
-def conversation(rounds: int) -> list[BaseMessage]:
-    """A conversation with ids, as an agent's state holds it."""
-    messages: list[BaseMessage] = []
-    for r in range(rounds):
-        said = f"Note {r}: the shelves were restocked " + "ok " * 30
-        messages += [HumanMessage(said, id=f"h{r}"), AIMessage(f"Noted {r}.", id=f"a{r}")]
-    return messages
-
-
 def marked(text: str) -> str:
     return MARKER_TEXT + "\n\n" + text
 
@@ -52,7 +45,7 @@ def test_the_middleware_marks_the_first_user_message_after_the_system_prompt() -
     middleware = TrimmingMiddleware(
         PriorityTrimmer(budget, token_counter=GEMMA, history_selection="age")
     )
-    state = [*conversation(20), HumanMessage("Which aisle is next?", id="q")]
+    state = [*shelf_notes(20), HumanMessage("Which aisle is next?", id="q")]
     given = copy.deepcopy(state)
     system = SystemMessage(SYSTEM)
     received: list[ModelRequest[Any]] = []
@@ -111,7 +104,7 @@ def test_the_marked_first_message_stays_byte_identical_while_the_cut_stays() -> 
     copy is the same bytes on the wire (the marker is constant and heads a message that changes
     only when the cut moves)."""
     recalling = RecallingTrimmer(PriorityTrimmer(1000, token_counter=GEMMA))
-    history = [SystemMessage(SYSTEM, id="sys"), *conversation(20)]
+    history = [SystemMessage(SYSTEM, id="sys"), *shelf_notes(20)]
     before = recalling.trim([*history, HumanMessage("What now?", id="q1")]).messages
     grown = [
         *history,
@@ -136,7 +129,7 @@ def test_an_assistant_turn_first_after_the_prompt_gets_the_marker_as_a_user_turn
     prompt is the assistant's (an agent that greets first), the marker is a user turn of its
     own before it, so that the turns alternate from a user one."""
     greeting = AIMessage("Hello! What can I do for the shop today?", id="hello")
-    messages = [SystemMessage(SYSTEM), greeting, *conversation(20)]
+    messages = [SystemMessage(SYSTEM), greeting, *shelf_notes(20)]
     messages.append(HumanMessage("Which aisle is next?", id="q"))
     result = RecallingTrimmer(PriorityTrimmer(600, token_counter=GEMMA)).trim(messages)
     sent = result.messages
@@ -144,6 +137,28 @@ def test_an_assistant_turn_first_after_the_prompt_gets_the_marker_as_a_user_turn
     assert sent[1] == HumanMessage(MARKER_TEXT)
     assert gemma_template_accepts(roles(sent))
     assert result.tokens_after == GEMMA.count_messages(sent) <= 600
+
+
+@pytest.mark.parametrize("budget", [164, 202, 302, 330])
+def test_a_marker_before_an_assistant_turn_is_sent_however_close_the_trim_comes_to_the_budget(
+    budget: int,
+) -> None:
+    # Before: 38 tokens were reserved (what heading a user message adds) for a user turn of
+    # 43: where the trim came within 5 tokens of the budget, the marker did not fit and was
+    # left out, and the model was not told that history had been cut. (These budgets are those
+    # of 150 to 400 where that happened with this history.)
+    messages: list[BaseMessage] = [SystemMessage("You are the operations assistant.")]
+    messages.append(AIMessage("Hi", id="hello"))
+    for r in range(60):
+        messages += [HumanMessage(f"n{r}", id=f"h{r}"), AIMessage(f"k{r}", id=f"a{r}")]
+    messages.append(HumanMessage("Which?", id="q"))
+    trimmer = PriorityTrimmer(budget, token_counter=GEMMA, history_selection="age")
+
+    result = RecallingTrimmer(trimmer).trim(messages)
+
+    assert result.dropped_messages and result.messages[2].id == "hello"
+    assert result.messages[1] == HumanMessage(MARKER_TEXT)
+    assert result.tokens_after == GEMMA.count_messages(result.messages) <= budget
 
 
 @pytest.mark.parametrize(
@@ -166,7 +181,7 @@ def test_a_real_agent_on_a_one_system_message_model_is_sent_what_was_counted(mod
             middleware=[TrimmingMiddleware(trimmer)],
         )
         question = HumanMessage("Thanks, that is all for today.")
-        agent.invoke({"messages": [*conversation(20), question]}, {"callbacks": [recorder]})
+        agent.invoke({"messages": [*shelf_notes(20), question]}, {"callbacks": [recorder]})
     prompt = recorder.prompts[0]
     assert gemma_template_accepts(roles(prompt))
     assert prompt[1].text.startswith(MARKER_TEXT + "\n\n")
@@ -177,7 +192,7 @@ def test_a_real_agent_on_a_one_system_message_model_is_sent_what_was_counted(mod
 def test_other_templates_get_the_marker_as_a_system_message_of_its_own(framing: str) -> None:
     counter = TokenCounter(framing=framing)
     recalling = RecallingTrimmer(PriorityTrimmer(600, token_counter=counter))
-    messages = [SystemMessage(SYSTEM), *conversation(20), HumanMessage("What now?", id="q")]
+    messages = [SystemMessage(SYSTEM), *shelf_notes(20), HumanMessage("What now?", id="q")]
     sent = recalling.trim(messages).messages
     assert sent[1] is recalling.marker == SystemMessage(MARKER_TEXT)
     assert sent[2] is messages[1]  # the first user message as it was given

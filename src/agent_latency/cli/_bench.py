@@ -296,6 +296,7 @@ def bench(options: BenchFlags) -> None:
 
 
 def _say(line: str) -> None:
+    """Prints ``line`` on stderr after the command's name, as its other notes are."""
     print(f"agent-latency bench: {line}", file=sys.stderr)
 
 

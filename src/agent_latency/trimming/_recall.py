@@ -133,8 +133,9 @@ class RecallingTrimmer(TrimRunnable):
             user turn (``folds_system``): the marker then heads the first user message sent.
         marker: The marker as a message of its own: a system message, or where ``folds`` a
             user one (sent where the first message after the system ones is not the user's).
-        marker_tokens: The tokens reserved for the marker: what it adds where it is sent (its
-            text and the blank line after it, where it heads a user message).
+        marker_tokens: The tokens reserved for the marker: the most it adds where it is sent
+            (where ``folds``: the larger of its text and the blank line after it, heading a user
+            message, and a user message of its own).
     """
 
     def __init__(self, trimmer: Trimming, *, offers_tool: bool = True) -> None:
@@ -146,8 +147,12 @@ class RecallingTrimmer(TrimRunnable):
         self.folds = bool(getattr(counter, "folds_system", False))
         self.marker: BaseMessage = HumanMessage(text) if self.folds else SystemMessage(text)
         self._marker_size = counter.count_message(self.marker)
+        # Where it folds, which form is sent is known only after the trim: the reserve is the
+        # larger, so that the marker always fits (a user turn of its own costs its framing).
         self.marker_tokens = (
-            counter.count_text(text + _MARKER_GAP) if self.folds else self._marker_size
+            max(counter.count_text(text + _MARKER_GAP), self._marker_size)
+            if self.folds
+            else self._marker_size
         )
         self._reserved: tuple[int, Trimming] | None = None
         self._unreserved: Trimming | None = None

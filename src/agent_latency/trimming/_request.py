@@ -196,9 +196,11 @@ class ExtrasCounter:
         described = []
         tools = wire_tools(request.tools, strict=request.strict)
         for tool in tools:
-            function = tool.get("function") or {}
-            name = str(function.get("name") or tool.get("type") or "")
-            text = f"{name.replace('_', ' ')} {function.get('description') or ''}"
+            # The Responses API's function tools are flat: their name is the tool's own.
+            function = tool.get("function")
+            fields = function if isinstance(function, Mapping) else tool
+            name = str(fields.get("name") or tool.get("type") or "")
+            text = f"{name.replace('_', ' ')} {fields.get('description') or ''}"
             builtin = builtin_tool_type(tool) is not None
             described.append(DescribedTool(name, text, self._counter.count_tools([tool]), builtin))
         self._cache.put(key, (request, seen, described), _json_bytes(tools))

@@ -39,7 +39,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from agent_latency._caches import LRUCache
 from agent_latency._chat_format import role_of
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_bytes, text_of
-from agent_latency.trimming._request import ExtrasCounter, RequestExtras
+from agent_latency.trimming._request import DescribedTool, ExtrasCounter, RequestExtras
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def select_tools(
         choice: _Choice = cached[1]
     else:
         catalogue = _Catalogue(
-            names={tool.name: i for i, tool in reversed(list(enumerate(described)))},
+            names=_names(described),
             texts=[[tool.text] for tool in described],
             tokens=[tool.tokens for tool in described],
             budget=budget,
@@ -224,6 +224,13 @@ def _choose(
             kept.add(i)
             used += catalogue.tokens[i]
     return frozenset(kept)
+
+
+def _names(described: Sequence[DescribedTool]) -> dict[str, int]:
+    """Each tool's index by its name, the first of a name kept. A built-in tool's type stands
+    for its name, but a call names a function: a function of the same name takes it."""
+    order = sorted(enumerate(described), key=lambda item: (not item[1].builtin, -item[0]))
+    return {tool.name: i for i, tool in order}
 
 
 def _warn_if_forced_over(catalogue: _Catalogue, calls: tuple[str, ...]) -> None:
