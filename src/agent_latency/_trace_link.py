@@ -9,8 +9,8 @@ figures as a :class:`PendingTrim` for the next chat-model span and feeds the tri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
 
@@ -119,12 +119,34 @@ class PendingTrim:
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
+        messages: The messages the trim returned, until a model call takes it; ``None`` when
+            the event did not say (a trim of another kind).
+        as_sent: Whether the model call that took it sent what the trim returned (see
+            :meth:`taken_by`).
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
     tokens_after: int
     calibration: Calibration | None = None
+    messages: tuple[object, ...] | None = None
+    as_sent: bool = True
+
+    def taken_by(self, sent: Sequence[object] | None) -> PendingTrim:
+        """The trim as the model call that sends ``sent`` carries it.
+
+        When ``sent`` is not the trim's messages (the same objects, or equal ones: LangGraph
+        sends ``create_react_agent``'s ``prompt=`` as a message of its own), something changed
+        the request after the trim, such as a middleware after ``TrimmingMiddleware`` clearing
+        old tool results: the server's count is then no count of the request the trim counted,
+        and must neither teach the calibration nor be compared with ``tokens_after``. Either
+        way the messages are let go.
+        """
+        mine = self.messages
+        as_sent = mine is None or sent is None or _same_messages(mine, sent)
+        if as_sent:
+            return replace(self, messages=None)
+        return replace(self, messages=None, calibration=None, as_sent=False)
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:
@@ -157,7 +179,18 @@ class PendingTrim:
         calibration = getattr(data, "calibration", None)
         if not callable(getattr(calibration, "observe", None)):
             calibration = None
-        return cls(attributes, budget, tokens_after, calibration)
+        messages = getattr(data, "messages", None)
+        sent = (
+            None
+            if isinstance(messages, str | bytes) or not isinstance(messages, Sequence)
+            else tuple(messages)
+        )
+        return cls(attributes, budget, tokens_after, calibration, sent)
+
+
+def _same_messages(mine: Sequence[object], sent: Sequence[object]) -> bool:
+    # Identity first: in an agent or a chain the very objects the trim returned are sent.
+    return len(mine) == len(sent) and all(a is b or a == b for a, b in zip(mine, sent, strict=True))
 
 
 def _is_attribute_value(value: object) -> bool:

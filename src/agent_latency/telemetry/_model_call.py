@@ -250,10 +250,11 @@ class ModelCallTracer:
             timing=timing,
             response=details,
             split=split,
-            # Our count of the request: the trim's (the whole request) when a trim prepared it.
+            # Our count of the request: the trim's (the whole request) when a trim prepared
+            # what was sent.
             estimated_tokens=(
                 state.trim.tokens_after
-                if state.trim
+                if state.trim and state.trim.as_sent
                 else self._estimate_tokens(state.messages, state.tools)
             ),
             status=status,

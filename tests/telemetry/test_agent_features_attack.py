@@ -1,0 +1,112 @@
+"""Attacks on the callback handler with LangChain v1 agent features users combine with
+``TrimmingMiddleware``: LangChain's own middleware around ours, over HTTP to the simulator.
+
+Defect found: a middleware after ours in ``middleware=[...]`` (inner: it runs after the trim)
+that changes the request, such as ``ContextEditingMiddleware`` clearing old tool results, made
+the server's count of the request it sent teach the calibration as if it were the count of the
+trimmed request; the learnt factor (0.74-0.79 here) then raised every later trim's budget, and
+calls with nothing left to clear went out above the budget by the server's count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from support.fakes import Recorder
+from support.simulators import QUICK
+
+from agent_latency import (
+    LatencyCallbackHandler,
+    LLMSettings,
+    PriorityTrimmer,
+    Settings,
+    TrimmingMiddleware,
+    build_chat_model,
+    semconv,
+)
+from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.tokens import PromptCalibration
+
+BUDGET = 1_500
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up in the inventory."""
+    return f"value of {key}: " + "record " * 60
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(QUICK) as running:
+        yield running
+
+
+def test_a_request_another_middleware_changed_after_the_trim_teaches_the_calibration_nothing(
+    sim: RunningSimulator, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    calibration = PromptCalibration()  # the simulator counts in the model's own tokens
+    trimmer = PriorityTrimmer.from_settings(
+        settings, budget=BUDGET, calibration=calibration, prefix_stable=False
+    )
+    clearing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=400, keep=1)])
+    agent = create_agent(
+        build_chat_model(settings),
+        tools=[lookup],
+        system_prompt="Be brief. " * 20,
+        middleware=[TrimmingMiddleware(trimmer, recall=False), clearing],
+    )
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    calls = Recorder()
+    messages: list[object] = []
+    for turn in range(18):
+        messages = [*messages, HumanMessage(f'Use lookup for "k{turn}" please. ' + "pad " * 30)]
+        messages = agent.invoke({"messages": messages}, {"callbacks": [handler, calls]})["messages"]
+
+    cleared = [
+        (trim.tokens_after, server)
+        for trim, server in zip(calls.trims, calls.server_tokens, strict=True)
+        if server < trim.tokens_after
+    ]
+    assert cleared  # the attack happened: requests were sent smaller than trimmed
+    # Our count is the server's (same tokenizer): only requests sent as trimmed teach it.
+    factor = calibration.factor  # asserted below, after its consequence
+    changed = 0
+    for span in span_exporter.get_finished_spans():
+        attributes = span.attributes or {}
+        if (
+            attributes.get(semconv.TRIM_TOKENS_AFTER, 0)
+            > attributes.get(gen_ai.GEN_AI_USAGE_INPUT_TOKENS, 0)
+            > 0
+        ):
+            # Sent smaller than trimmed: the trim's count is not that of the request sent.
+            changed += 1
+            assert (
+                attributes[semconv.ESTIMATED_INPUT_TOKENS] < attributes[semconv.TRIM_TOKENS_AFTER]
+            )
+    assert changed == len(cleared)
+
+    # Another agent of the service on the same endpoint (from_settings shares the calibration)
+    # and a long chat: nothing to clear, each request is sent as trimmed.
+    chat = create_agent(
+        build_chat_model(settings), middleware=[TrimmingMiddleware(trimmer, recall=False)]
+    )
+    chatted = Recorder()
+    messages = []
+    for turn in range(14):
+        messages = [*messages, HumanMessage(f"Tell me about topic {turn}. " + "words " * 150)]
+        messages = chat.invoke({"messages": messages}, {"callbacks": [handler, chatted]})[
+            "messages"
+        ]
+    assert max(chatted.server_tokens) <= BUDGET
+    assert factor == 1.0
+    assert handler.open_runs == 0
