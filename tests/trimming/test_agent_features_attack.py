@@ -1,0 +1,74 @@
+"""Attacks on ``TrimmingMiddleware`` with LangChain v1 agent features users combine with it: real
+``create_agent`` agents with the real ``ChatOpenAI``, over HTTP to the simulator.
+
+Defect found (``xfail(strict=True)``: the fix lies in ``_middleware.py``, another engineer's
+file): an agent whose own tools include one named ``recall``. ``create_agent`` keeps one tool
+per name, the user's, and drops the middleware's without a word; the elision marker still tells
+the model to call ``recall`` to read back what was cut, so the model calls the user's tool with
+words of the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import tool
+from support.fakes import Recorder
+from support.simulators import QUICK
+
+from agent_latency import LLMSettings, PriorityTrimmer, Settings, build_chat_model
+from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.trimming import TrimmingMiddleware
+from agent_latency.trimming._recall import MARKER_TEXT
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(QUICK) as running:
+        yield running
+
+
+def settings_of(sim: RunningSimulator) -> Settings:
+    return Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+
+
+def chat(rounds: int) -> list[BaseMessage]:
+    """A long chat to cut: each round a question and an answer of ~100 tokens each."""
+    messages: list[BaseMessage] = []
+    for r in range(rounds):
+        messages += [HumanMessage(f"Question {r}: " + "tell me " * 50), AIMessage("ok " * 100)]
+    return messages
+
+
+@tool("recall")
+def recall_orders(customer: str) -> str:
+    """Recalls a customer's past orders from the shop's database."""
+    return f"orders of {customer}: none"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="TrimmingMiddleware (_middleware.py, not ours to edit) adds its `recall` tool "
+    "whatever the agent's tools are called; create_agent keeps the user's tool of that name and "
+    "drops ours silently, and the marker still invites a call to `recall`. Fix there: see the "
+    "request's tool of that name is not ours, then send the plain marker (PLAIN_MARKER_TEXT) "
+    "and warn, or refuse the clash up front naming it.",
+)
+def test_a_users_own_recall_tool_is_not_what_the_marker_sends_the_model_to(
+    sim: RunningSimulator,
+) -> None:
+    settings = settings_of(sim)
+    trimmer = PriorityTrimmer.from_settings(settings, budget=800)
+    agent = create_agent(
+        build_chat_model(settings), tools=[recall_orders], middleware=[TrimmingMiddleware(trimmer)]
+    )
+    calls = Recorder()
+    agent.invoke({"messages": [*chat(12), HumanMessage("and now?")]}, {"callbacks": [calls]})
+
+    (trim, *_) = calls.trims
+    assert trim.dropped_messages > 0  # the history was cut: a marker was sent
+    invited = [m for m in calls.prompts[0] if m.text == MARKER_TEXT]
+    assert invited == []  # the only `recall` the model has is the shop's
