@@ -121,6 +121,7 @@ class PendingTrim:
         calibration: Where the server's count of that request goes, or ``None``.
         messages: The messages the trim returned, until a model call takes it; ``None`` when
             the event did not say (a trim of another kind).
+        tool_count: How many tool definitions the trim counted; ``None`` when not said.
         as_sent: Whether the model call that took it sent what the trim returned (see
             :meth:`taken_by`).
     """
@@ -130,20 +131,24 @@ class PendingTrim:
     tokens_after: int
     calibration: Calibration | None = None
     messages: tuple[object, ...] | None = None
+    tool_count: int | None = None
     as_sent: bool = True
 
-    def taken_by(self, sent: Sequence[object] | None) -> PendingTrim:
-        """The trim as the model call that sends ``sent`` carries it.
+    def taken_by(self, sent: Sequence[object] | None, tools: Sequence[object]) -> PendingTrim:
+        """The trim as the model call that sends the messages ``sent`` and ``tools`` carries it.
 
         When ``sent`` is not the trim's messages (the same objects, or equal ones: LangGraph
-        sends ``create_react_agent``'s ``prompt=`` as a message of its own), something changed
-        the request after the trim, such as a middleware after ``TrimmingMiddleware`` clearing
-        old tool results: the server's count is then no count of the request the trim counted,
-        and must neither teach the calibration nor be compared with ``tokens_after``. Either
-        way the messages are let go.
+        sends ``create_react_agent``'s ``prompt=`` as a message of its own), or the call sends
+        another number of tools, something changed the request after the trim, such as a
+        middleware after ``TrimmingMiddleware`` clearing old tool results or choosing the tools
+        of this call: the server's count is then no count of the request the trim counted, and
+        must neither teach the calibration nor be compared with ``tokens_after``. Either way the
+        messages are let go.
         """
         mine = self.messages
-        as_sent = mine is None or sent is None or _same_messages(mine, sent)
+        as_sent = (mine is None or sent is None or _same_messages(mine, sent)) and (
+            self.tool_count is None or self.tool_count == len(tools)
+        )
         if as_sent:
             return replace(self, messages=None)
         return replace(self, messages=None, calibration=None, as_sent=False)
@@ -185,7 +190,15 @@ class PendingTrim:
             if isinstance(messages, str | bytes) or not isinstance(messages, Sequence)
             else tuple(messages)
         )
-        return cls(attributes, budget, tokens_after, calibration, sent)
+        tool_count = getattr(data, "tool_count", None)
+        return cls(
+            attributes,
+            budget,
+            tokens_after,
+            calibration,
+            sent,
+            tool_count if is_integer(tool_count) else None,
+        )
 
 
 def _same_messages(mine: Sequence[object], sent: Sequence[object]) -> bool:

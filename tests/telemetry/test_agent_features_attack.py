@@ -2,19 +2,27 @@
 ``TrimmingMiddleware``: LangChain's own middleware around ours, over HTTP to the simulator.
 
 Defect found: a middleware after ours in ``middleware=[...]`` (inner: it runs after the trim)
-that changes the request, such as ``ContextEditingMiddleware`` clearing old tool results, made
-the server's count of the request it sent teach the calibration as if it were the count of the
-trimmed request; the learnt factor (0.74-0.79 here) then raised every later trim's budget, and
-calls with nothing left to clear went out above the budget by the server's count.
+that changes the request, such as ``ContextEditingMiddleware`` clearing old tool results or a
+``wrap_model_call`` choosing the tools of each call, made the server's count of the request it
+sent teach the calibration as if it were the count of the trimmed request; the learnt factor
+(0.76 and 0.62 here) then raised every later trim's budget, and calls with nothing left to clear
+went out above the budget by the server's count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+from langchain.agents.middleware import (
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    ModelRequest,
+    ModelResponse,
+    wrap_model_call,
+)
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
@@ -42,6 +50,14 @@ BUDGET = 1_500
 def lookup(key: str) -> str:
     """Looks a key up in the inventory."""
     return f"value of {key}: " + "record " * 60
+
+
+def shelf_tool(number: int) -> Any:
+    def shelf(key: str) -> str:
+        return f"shelf {number}: {key}"
+
+    description = f"Reads shelf {number} of the inventory for a key and reports its details. "
+    return tool(f"shelf_{number}", description=description * 2)(shelf)
 
 
 @pytest.fixture
@@ -110,3 +126,34 @@ def test_a_request_another_middleware_changed_after_the_trim_teaches_the_calibra
     assert max(chatted.server_tokens) <= BUDGET
     assert factor == 1.0
     assert handler.open_runs == 0
+
+
+def test_a_call_sent_with_fewer_tools_than_the_trim_counted_teaches_the_calibration_nothing(
+    sim: RunningSimulator, tracer_provider: TracerProvider
+) -> None:
+    # LangChain's dynamic tools: a wrap_model_call that sends each call a few of the tools.
+    @wrap_model_call
+    def three_tools(
+        request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any]:
+        return handler(request.override(tools=request.tools[:3]))
+
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    calibration = PromptCalibration()
+    trimmer = PriorityTrimmer.from_settings(settings, budget=BUDGET, calibration=calibration)
+    agent = create_agent(
+        build_chat_model(settings),
+        tools=[shelf_tool(n) for n in range(12)],
+        middleware=[TrimmingMiddleware(trimmer, recall=False), three_tools],
+    )
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    calls = Recorder()
+    messages: list[object] = []
+    for _ in range(3):
+        messages = [*messages, HumanMessage("hello " * 100)]
+        messages = agent.invoke({"messages": messages}, {"callbacks": [handler, calls]})["messages"]
+
+    sent = zip(calls.trims, calls.server_tokens, strict=True)
+    assert all(server < trim.tokens_after for trim, server in sent)  # 3 tools of 12 counted
+    assert calibration.observations == 0
+    assert calibration.factor == 1.0

@@ -407,10 +407,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             content=content,
             messages=messages,
         )
-        trim = self._tree.take_trim(parent_run_id)
         state = self._calls.start(
             call,
             parent_context=self._tree.parent_context(parent_run_id),
-            trim=None if trim is None else trim.taken_by(messages),
+            trim=self._tree.take_trim(parent_run_id),
         )
         self._tree.add(state, ends_with_task=operation == _CHAT)

@@ -123,8 +123,10 @@ class ModelCallTracer:
             kind=SpanKind.CLIENT,
             attributes={**metric_attributes, **_request_attributes(call)},
         )
+        tools = _tools_sent(call.params)
         if trim is not None:
             span.set_attributes(trim.attributes)
+            trim = trim.taken_by(call.messages, tools)
         return ModelRunState(
             run_id=call.run_id,
             parent_run_id=call.parent_run_id,
@@ -134,7 +136,7 @@ class ModelCallTracer:
             started_ns=started_ns,
             stall_ns=self._stall_ns,
             messages=call.messages,
-            tools=_tools_sent(call.params),
+            tools=tools,
             metric_attributes=metric_attributes,
             streamed=call.params.get("stream") is True,
             trim=trim,

@@ -93,6 +93,8 @@ class TrimResult:
             handler to feed the server's count back into; ``None`` without calibration.
         tools: With a ``tool_budget``: the tools to send (the request's own objects, in its
             order); ``None`` otherwise.
+        tool_count: How many tool definitions the request sends (structured-output tools
+            included): the callback handler checks that the call sent as many.
         dropped_tools: With a ``tool_budget``: the names of the tools left out.
         message_tokens: Each input message's tokens (its framing included), in input order.
         sent_message_tokens: Each sent message's tokens as sent, in the order of ``messages``.
@@ -115,6 +117,7 @@ class TrimResult:
     must_keep_tokens: int
     calibration: PromptCalibration | None = field(default=None, repr=False, compare=False)
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
+    tool_count: int = 0
     dropped_tools: tuple[str, ...] = ()
     message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)
