@@ -121,7 +121,8 @@ class PendingTrim:
         calibration: Where the server's count of that request goes, or ``None``.
         messages: The messages the trim returned, until a model call takes it; ``None`` when
             the event did not say (a trim of another kind).
-        tool_count: How many tool definitions the trim counted; ``None`` when not said.
+        schema_count: How many tool definitions and response formats the trim counted;
+            ``None`` when not said.
         as_sent: Whether the model call that took it sent what the trim returned (see
             :meth:`taken_by`).
     """
@@ -131,15 +132,16 @@ class PendingTrim:
     tokens_after: int
     calibration: Calibration | None = None
     messages: tuple[object, ...] | None = None
-    tool_count: int | None = None
+    schema_count: int | None = None
     as_sent: bool = True
 
-    def taken_by(self, sent: Sequence[object] | None, tools: Sequence[object]) -> PendingTrim:
-        """The trim as the model call that sends the messages ``sent`` and ``tools`` carries it.
+    def taken_by(self, sent: Sequence[object] | None, schemas: int) -> PendingTrim:
+        """The trim as the model call that sends the messages ``sent`` and ``schemas`` tool
+        definitions and response formats carries it.
 
         When ``sent`` is not the trim's messages (the same objects, or equal ones: LangGraph
         sends ``create_react_agent``'s ``prompt=`` as a message of its own), or the call sends
-        another number of tools, something changed the request after the trim, such as a
+        another number of schemas, something changed the request after the trim, such as a
         middleware after ``TrimmingMiddleware`` clearing old tool results or choosing the tools
         of this call: the server's count is then no count of the request the trim counted, and
         must neither teach the calibration nor be compared with ``tokens_after``. Either way the
@@ -147,7 +149,7 @@ class PendingTrim:
         """
         mine = self.messages
         as_sent = (mine is None or sent is None or _same_messages(mine, sent)) and (
-            self.tool_count is None or self.tool_count == len(tools)
+            self.schema_count is None or self.schema_count == schemas
         )
         if as_sent:
             return replace(self, messages=None)
@@ -190,14 +192,14 @@ class PendingTrim:
             if isinstance(messages, str | bytes) or not isinstance(messages, Sequence)
             else tuple(messages)
         )
-        tool_count = getattr(data, "tool_count", None)
+        schema_count = getattr(data, "schema_count", None)
         return cls(
             attributes,
             budget,
             tokens_after,
             calibration,
             sent,
-            tool_count if is_integer(tool_count) else None,
+            schema_count if is_integer(schema_count) else None,
         )
 
 

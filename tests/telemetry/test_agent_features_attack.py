@@ -11,6 +11,7 @@ went out above the budget by the server's count.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,11 +24,13 @@ from langchain.agents.middleware import (
     ModelResponse,
     wrap_model_call,
 )
+from langchain.agents.structured_output import StructuredOutputValidationError
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from pydantic import BaseModel
 from support.fakes import Recorder
 from support.simulators import QUICK
 
@@ -157,3 +160,34 @@ def test_a_call_sent_with_fewer_tools_than_the_trim_counted_teaches_the_calibrat
     assert all(server < trim.tokens_after for trim, server in sent)  # 3 tools of 12 counted
     assert calibration.observations == 0
     assert calibration.factor == 1.0
+
+
+class Answer(BaseModel):
+    """The answer to the question."""
+
+    text: str
+
+
+def test_structured_output_counted_as_a_tool_and_sent_as_a_response_format_still_teaches(
+    tracer_provider: TracerProvider,
+) -> None:
+    # A bare schema is an AutoStrategy: the middleware counts it as a tool, create_agent sends
+    # it as a response_format to a model that takes one (gpt-4o): as many schemas either way.
+    with running_simulator(dataclasses.replace(QUICK, model="gpt-4o")) as sim:
+        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model="gpt-4o"))
+        calibration = PromptCalibration()
+        trimmer = PriorityTrimmer.from_settings(settings, calibration=calibration)
+        agent = create_agent(
+            build_chat_model(settings),
+            tools=[lookup],
+            response_format=Answer,
+            middleware=[TrimmingMiddleware(trimmer)],
+        )
+        handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+        calls = Recorder()
+        # The simulator answers filler text, not the JSON asked for: LangChain's parse fails
+        # after the call ended.
+        with pytest.raises(StructuredOutputValidationError):
+            agent.invoke({"messages": [HumanMessage("hi")]}, {"callbacks": [handler, calls]})
+    assert calls.trims[-1].schema_count == 3  # lookup, recall and the schema
+    assert calibration.observations == len(calls.trims) == 2

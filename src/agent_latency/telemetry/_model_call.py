@@ -126,7 +126,8 @@ class ModelCallTracer:
         tools = _tools_sent(call.params)
         if trim is not None:
             span.set_attributes(trim.attributes)
-            trim = trim.taken_by(call.messages, tools)
+            schemas = len(tools) + (call.params.get("response_format") is not None)
+            trim = trim.taken_by(call.messages, schemas)
         return ModelRunState(
             run_id=call.run_id,
             parent_run_id=call.parent_run_id,
