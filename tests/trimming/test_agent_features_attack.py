@@ -12,7 +12,10 @@ engineer's file.
   the middleware makes the output tools anew on every model call, so the trimmer's count of the
   request's tools, remembered by the objects' identity, is missed on every call and all the
   tools are converted and counted again (40 tools: 0.05 -> 1.0 ms a trim), each call's entry
-  pushing another request's out of the 32 remembered.
+  pushing another request's out of the 32 remembered. A ``ProviderStrategy``'s
+  ``response_format`` dict is made anew on every call too (``to_model_kwargs()``): the same
+  miss (seen by hand: 2 conversions for 2 calls; the simulator answers no JSON, so the run
+  ends in LangChain's parse error and is not a test here).
 """
 
 from __future__ import annotations
@@ -101,8 +104,8 @@ def lookup(key: str) -> str:
     reason="TrimmingMiddleware._structured_output (_middleware.py, not ours to edit) makes "
     "the ToolStrategy's output tools anew (OutputToolBinding.from_schema_spec) on every model "
     "call; the trimmer remembers a request's tool count by the tools' identity, so every call "
-    "converts and counts all the tools again. Fix there: make them once per strategy (or per "
-    "schema spec) and reuse them.",
+    "converts and counts all the tools again (a ProviderStrategy's response_format dict too). "
+    "Fix there: make them once per strategy (or per schema spec) and reuse them.",
 )
 def test_an_agents_structured_output_tools_are_counted_once_not_on_every_call(
     sim: RunningSimulator, monkeypatch: pytest.MonkeyPatch
