@@ -22,6 +22,10 @@ engineer's file.
   server, one that is not OpenAI's (a provider client that does not know the keyword, such as
   Anthropic's, fails the fallback call: when the primary is down, the agent fails). Listed the
   other way round the key is decided for the fallback and left out.
+
+What held is pinned below: LangChain's own middleware before and after ours (summarization,
+context editing, call limits, tool retries, human in the loop resumed by a restarted process)
+never made a prompt the endpoint refuses nor one over the budget.
 """
 
 from __future__ import annotations
@@ -33,11 +37,22 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import ModelFallbackMiddleware
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ClearToolUsesEdit,
+    ContextEditingMiddleware,
+    HumanInTheLoopMiddleware,
+    ModelCallLimitMiddleware,
+    ModelFallbackMiddleware,
+    SummarizationMiddleware,
+    ToolRetryMiddleware,
+)
 from langchain.agents.structured_output import ToolStrategy
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from pydantic import BaseModel
 from support.fakes import Recorder
 from support.simulators import QUICK
@@ -191,3 +206,80 @@ def test_a_fallback_model_gets_no_cache_key_decided_for_openais_api(
 
     assert len(fallback_server.sent) == 2  # the primary is down: every call fell back
     assert [body.get("prompt_cache_key") for body in fallback_server.sent] == [None, None]
+
+
+# --- what held: LangChain's own middleware beside ours, in both orders ------------------------
+
+
+@tool
+def delete_file(path: str) -> str:
+    """Deletes a file at a path."""
+    return f"deleted {path}: " + "ok " * 50
+
+
+THEIRS: dict[str, Any] = {
+    "summarization": lambda settings: SummarizationMiddleware(
+        model=build_chat_model(settings), trigger=("messages", 12), keep=("messages", 5)
+    ),
+    "context editing": lambda _: ContextEditingMiddleware(
+        edits=[ClearToolUsesEdit(trigger=300, keep=1)]
+    ),
+    "call limit": lambda _: ModelCallLimitMiddleware(thread_limit=50, run_limit=5),
+    "tool retry": lambda _: ToolRetryMiddleware(max_retries=1),
+    "human in the loop": lambda _: HumanInTheLoopMiddleware(interrupt_on={"delete_file": True}),
+}
+
+
+def sendable(prompt: list[BaseMessage]) -> bool:
+    """Every tool result follows its call and every call has its result (else OpenAI: 400)."""
+    called: set[str | None] = set()
+    for message in prompt:
+        if isinstance(message, AIMessage):
+            called |= {call["id"] for call in message.tool_calls}
+        if isinstance(message, ToolMessage) and message.tool_call_id not in called:
+            return False
+    answered = {m.tool_call_id for m in prompt if isinstance(m, ToolMessage)}
+    return called <= answered
+
+
+@pytest.mark.parametrize("ours_first", [True, False], ids=["ours first", "theirs first"])
+@pytest.mark.parametrize("theirs", list(THEIRS))
+def test_langchains_middleware_beside_ours_sends_valid_prompts_within_the_budget(
+    sim: RunningSimulator, theirs: str, ours_first: bool
+) -> None:
+    settings = settings_of(sim)
+    saver = InMemorySaver()
+
+    def agent() -> Any:  # made anew for each turn: a process that restarted, same checkpointer
+        ours = TrimmingMiddleware(PriorityTrimmer.from_settings(settings, budget=700))
+        other: AgentMiddleware[Any, Any] = THEIRS[theirs](settings)
+        return create_agent(
+            build_chat_model(settings),
+            tools=[lookup, delete_file],
+            system_prompt="Be brief. " * 20,
+            middleware=[ours, other] if ours_first else [other, ours],
+            checkpointer=saver,
+        )
+
+    calls = Recorder()
+    config: Any = {"configurable": {"thread_id": "t"}, "callbacks": [calls]}
+    decisions = iter(["approve", "reject", "edit", "approve"])
+    for turn in range(4):
+        asked = f'Use lookup and delete_file for "f{turn}" please. ' + "pad " * 40
+        out = agent().invoke({"messages": [HumanMessage(asked)]}, config)
+        if "__interrupt__" in out:
+            decision: dict[str, Any] = {"type": next(decisions)}
+            if decision["type"] == "edit":
+                decision["edited_action"] = {"name": "delete_file", "args": {"path": "/tmp/x"}}
+            out = agent().invoke(Command(resume={"decisions": [decision]}), config)
+        assert "__interrupt__" not in out
+
+    trims = iter(calls.trims)
+    for prompt, server in zip(calls.prompts, calls.server_tokens, strict=True):
+        assert sendable(prompt)
+        if prompt[0].text.startswith("Be brief."):  # not the summarizer's own call
+            assert server <= next(trims).tokens_after <= 700
+    assert next(trims, None) is None
+    assert any(trim.dropped_messages for trim in calls.trims)  # the history was cut
+    if theirs == "human in the loop":
+        assert next(decisions, None) is None  # each turn was paused and resumed
