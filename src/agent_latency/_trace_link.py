@@ -125,6 +125,7 @@ class PendingTrim:
             ``None`` when not said.
         as_sent: Whether the model call that took it sent what the trim returned (see
             :meth:`taken_by`).
+        messages_changed: Whether that call sent other messages than the trim returned.
     """
 
     attributes: Mapping[str, AttributeValue]
@@ -134,6 +135,7 @@ class PendingTrim:
     messages: tuple[object, ...] | None = None
     schema_count: int | None = None
     as_sent: bool = True
+    messages_changed: bool = False
 
     def taken_by(self, sent: Sequence[object] | None, schemas: int) -> PendingTrim:
         """The trim as the model call that sends the messages ``sent`` and ``schemas`` tool
@@ -148,12 +150,12 @@ class PendingTrim:
         messages are let go.
         """
         mine = self.messages
-        as_sent = (mine is None or sent is None or _same_messages(mine, sent)) and (
-            self.schema_count is None or self.schema_count == schemas
-        )
-        if as_sent:
+        changed = mine is not None and sent is not None and not _same_messages(mine, sent)
+        if not changed and self.schema_count in (None, schemas):
             return replace(self, messages=None)
-        return replace(self, messages=None, calibration=None, as_sent=False)
+        return replace(
+            self, messages=None, calibration=None, as_sent=False, messages_changed=changed
+        )
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:

@@ -7,11 +7,17 @@ that changes the request, such as ``ContextEditingMiddleware`` clearing old tool
 sent teach the calibration as if it were the count of the trimmed request; the learnt factor
 (0.76 and 0.62 here) then raised every later trim's budget, and calls with nothing left to clear
 went out above the budget by the server's count.
+
+Defect found: nothing told the user that a middleware listed after ours changed what was sent.
+``TodoListMiddleware`` after ``TrimmingMiddleware`` adds its system prompt to every call after
+the trim: each went out ~280 tokens above the budget, silently. The handler now says so once,
+with the fix (list ``TrimmingMiddleware`` last).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +28,7 @@ from langchain.agents.middleware import (
     ContextEditingMiddleware,
     ModelRequest,
     ModelResponse,
+    TodoListMiddleware,
     wrap_model_call,
 )
 from langchain.agents.structured_output import StructuredOutputValidationError
@@ -191,3 +198,40 @@ def test_structured_output_counted_as_a_tool_and_sent_as_a_response_format_still
             agent.invoke({"messages": [HumanMessage("hi")]}, {"callbacks": [handler, calls]})
     assert calls.trims[-1].schema_count == 3  # lookup, recall and the schema
     assert calibration.observations == len(calls.trims) == 2
+
+
+@pytest.mark.parametrize("ours_last", [False, True], ids=["ours first", "ours last"])
+def test_a_request_grown_after_the_trim_is_said_once_with_the_fix(
+    sim: RunningSimulator,
+    tracer_provider: TracerProvider,
+    caplog: pytest.LogCaptureFixture,
+    ours_last: bool,
+) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    ours = TrimmingMiddleware(
+        PriorityTrimmer.from_settings(settings, budget=BUDGET, calibration=PromptCalibration()),
+        recall=False,
+    )
+    todo = TodoListMiddleware()  # adds its system prompt to each call it wraps
+    agent = create_agent(
+        build_chat_model(settings),
+        tools=[lookup],
+        middleware=[todo, ours] if ours_last else [ours, todo],
+    )
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+    calls = Recorder()
+    messages: list[object] = []
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        for turn in range(5):
+            messages = [*messages, HumanMessage(f'Use lookup for "k{turn}". ' + "pad " * 60)]
+            messages = agent.invoke({"messages": messages}, {"callbacks": [handler, calls]})[
+                "messages"
+            ]
+    warned = [r.getMessage() for r in caplog.records if "listed after" in r.getMessage()]
+    if ours_last:
+        assert max(calls.server_tokens) <= BUDGET
+        assert warned == []
+    else:
+        assert max(calls.server_tokens) > BUDGET  # what the warning is about
+        assert len(warned) == 1  # once per handler, not once per call
+        assert "list TrimmingMiddleware last" in warned[0]

@@ -107,6 +107,7 @@ class ModelCallTracer:
         self._token_counter: TokenCounter | None = None
         self._token_counter_failed = False
         self._impossible_usage_seen = False
+        self._changed_request_seen = False
 
     def start(
         self, call: ModelStart, *, parent_context: Context, trim: PendingTrim | None
@@ -128,6 +129,8 @@ class ModelCallTracer:
             span.set_attributes(trim.attributes)
             schemas = len(tools) + (call.params.get("response_format") is not None)
             trim = trim.taken_by(call.messages, schemas)
+            if trim.messages_changed:
+                self._report_changed_request(model)
         return ModelRunState(
             run_id=call.run_id,
             parent_run_id=call.parent_run_id,
@@ -293,6 +296,21 @@ class ModelCallTracer:
             "metrics, the calibration and the latency model",
             model or "unknown",
             ", ".join(fields),
+        )
+
+    def _report_changed_request(self, model: str | None) -> None:
+        """Logs a WARNING the first time a call sends other messages than its trim returned,
+        DEBUG after."""
+        first = not self._changed_request_seen
+        self._changed_request_seen = True
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "agent-latency: a call to %s sent other messages than the trim that prepared it "
+            "returned: something changed the request after the trim (in "
+            "create_agent, a middleware listed after TrimmingMiddleware), so the budget does "
+            "not bound what is sent and the calibration leaves such calls out. Fix: list "
+            "TrimmingMiddleware last in middleware=[...]",
+            model or "an unknown model",
         )
 
     def _estimate_tokens(
