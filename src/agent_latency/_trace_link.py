@@ -9,8 +9,8 @@ figures as a :class:`PendingTrim` for the next chat-model span and feeds the tri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Final, Protocol, runtime_checkable
 from uuid import UUID
 
@@ -119,12 +119,43 @@ class PendingTrim:
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
+        messages: The messages the trim returned, until a model call takes it; ``None`` when
+            the event did not say (a trim of another kind).
+        schema_count: How many tool definitions and response formats the trim counted;
+            ``None`` when not said.
+        as_sent: Whether the model call that took it sent what the trim returned (see
+            :meth:`taken_by`).
+        messages_changed: Whether that call sent other messages than the trim returned.
     """
 
     attributes: Mapping[str, AttributeValue]
     budget: int
     tokens_after: int
     calibration: Calibration | None = None
+    messages: tuple[object, ...] | None = None
+    schema_count: int | None = None
+    as_sent: bool = True
+    messages_changed: bool = False
+
+    def taken_by(self, sent: Sequence[object] | None, schemas: int) -> PendingTrim:
+        """The trim as the model call that sends the messages ``sent`` and ``schemas`` tool
+        definitions and response formats carries it.
+
+        When ``sent`` is not the trim's messages (the same objects, or equal ones: LangGraph
+        sends ``create_react_agent``'s ``prompt=`` as a message of its own), or the call sends
+        another number of schemas, something changed the request after the trim, such as a
+        middleware after ``TrimmingMiddleware`` clearing old tool results or choosing the tools
+        of this call: the server's count is then no count of the request the trim counted, and
+        must neither teach the calibration nor be compared with ``tokens_after``. Either way the
+        messages are let go.
+        """
+        mine = self.messages
+        changed = mine is not None and sent is not None and not _same_messages(mine, sent)
+        if not changed and self.schema_count in (None, schemas):
+            return replace(self, messages=None)
+        return replace(
+            self, messages=None, calibration=None, as_sent=False, messages_changed=changed
+        )
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:
@@ -157,7 +188,26 @@ class PendingTrim:
         calibration = getattr(data, "calibration", None)
         if not callable(getattr(calibration, "observe", None)):
             calibration = None
-        return cls(attributes, budget, tokens_after, calibration)
+        messages = getattr(data, "messages", None)
+        sent = (
+            None
+            if isinstance(messages, str | bytes) or not isinstance(messages, Sequence)
+            else tuple(messages)
+        )
+        schema_count = getattr(data, "schema_count", None)
+        return cls(
+            attributes,
+            budget,
+            tokens_after,
+            calibration,
+            sent,
+            schema_count if is_integer(schema_count) else None,
+        )
+
+
+def _same_messages(mine: Sequence[object], sent: Sequence[object]) -> bool:
+    # Identity first: in an agent or a chain the very objects the trim returned are sent.
+    return len(mine) == len(sent) and all(a is b or a == b for a, b in zip(mine, sent, strict=True))
 
 
 def _is_attribute_value(value: object) -> bool:

@@ -107,6 +107,7 @@ class ModelCallTracer:
         self._token_counter: TokenCounter | None = None
         self._token_counter_failed = False
         self._impossible_usage_seen = False
+        self._changed_request_seen = False
 
     def start(
         self, call: ModelStart, *, parent_context: Context, trim: PendingTrim | None
@@ -123,8 +124,13 @@ class ModelCallTracer:
             kind=SpanKind.CLIENT,
             attributes={**metric_attributes, **_request_attributes(call)},
         )
+        tools = _tools_sent(call.params)
         if trim is not None:
             span.set_attributes(trim.attributes)
+            schemas = len(tools) + (call.params.get("response_format") is not None)
+            trim = trim.taken_by(call.messages, schemas)
+            if trim.messages_changed:
+                self._report_changed_request(model)
         return ModelRunState(
             run_id=call.run_id,
             parent_run_id=call.parent_run_id,
@@ -134,7 +140,7 @@ class ModelCallTracer:
             started_ns=started_ns,
             stall_ns=self._stall_ns,
             messages=call.messages,
-            tools=_tools_sent(call.params),
+            tools=tools,
             metric_attributes=metric_attributes,
             streamed=call.params.get("stream") is True,
             trim=trim,
@@ -250,10 +256,11 @@ class ModelCallTracer:
             timing=timing,
             response=details,
             split=split,
-            # Our count of the request: the trim's (the whole request) when a trim prepared it.
+            # Our count of the request: the trim's (the whole request) when a trim prepared
+            # what was sent.
             estimated_tokens=(
                 state.trim.tokens_after
-                if state.trim
+                if state.trim and state.trim.as_sent
                 else self._estimate_tokens(state.messages, state.tools)
             ),
             status=status,
@@ -289,6 +296,21 @@ class ModelCallTracer:
             "metrics, the calibration and the latency model",
             model or "unknown",
             ", ".join(fields),
+        )
+
+    def _report_changed_request(self, model: str | None) -> None:
+        """Logs a WARNING the first time a call sends other messages than its trim returned,
+        DEBUG after."""
+        first = not self._changed_request_seen
+        self._changed_request_seen = True
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "agent-latency: a call to %s sent other messages than the trim that prepared it "
+            "returned: something changed the request after the trim (in "
+            "create_agent, a middleware listed after TrimmingMiddleware), so the budget does "
+            "not bound what is sent and the calibration leaves such calls out. Fix: list "
+            "TrimmingMiddleware last in middleware=[...]",
+            model or "an unknown model",
         )
 
     def _estimate_tokens(

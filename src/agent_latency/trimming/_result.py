@@ -93,6 +93,10 @@ class TrimResult:
             handler to feed the server's count back into; ``None`` without calibration.
         tools: With a ``tool_budget``: the tools to send (the request's own objects, in its
             order); ``None`` otherwise.
+        schema_count: How many schemas the request sends besides its messages: one per tool
+            definition (structured-output tools included) and one for a response format. The
+            callback handler checks that the call sent as many (an agent's structured output
+            counted as a tool may go as a response format: the same count).
         dropped_tools: With a ``tool_budget``: the names of the tools left out.
         message_tokens: Each input message's tokens (its framing included), in input order.
         sent_message_tokens: Each sent message's tokens as sent, in the order of ``messages``.
@@ -115,6 +119,7 @@ class TrimResult:
     must_keep_tokens: int
     calibration: PromptCalibration | None = field(default=None, repr=False, compare=False)
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
+    schema_count: int = 0
     dropped_tools: tuple[str, ...] = ()
     message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)

@@ -377,6 +377,9 @@ class PriorityTrimmer(TrimRunnable):
             framing_tokens=plan.framing,
             must_keep_tokens=sum(must_keep.values()),
             tools=request.tools if self.options.tool_budget is not None else None,
+            schema_count=len(request.tools)
+            + len(request.output_tools)
+            + (request.response_format is not None),
             dropped_tools=dropped_tools,
             calibration=self.options.calibration,
             message_tokens=tuple(counts),
