@@ -1,13 +1,13 @@
 """Attacks on ``TrimmingMiddleware`` with LangChain v1 agent features users combine with it: real
 ``create_agent`` agents with the real ``ChatOpenAI``, over HTTP to the simulator.
 
-Defects found, each an ``xfail(strict=True)`` test: the fix lies in ``_middleware.py``, another
-engineer's file.
+Defects found (the first two fixed in ``_middleware.py``; the third an ``xfail(strict=True)``
+test, left for a decision):
 
 * An agent whose own tools include one named ``recall``: ``create_agent`` keeps one tool per
   name, the user's, and drops the middleware's without a word; the elision marker still tells
   the model to call ``recall`` to read back what was cut, so the model calls the user's tool
-  with words of the history.
+  with words of the history. Now: the marker invites no call and a warning names the clash.
 * Structured output (``response_format=ToolStrategy(...)``, or a bare schema counted as one):
   the middleware makes the output tools anew on every model call, so the trimmer's count of the
   request's tools, remembered by the objects' identity, is missed on every call and all the
@@ -15,7 +15,7 @@ engineer's file.
   pushing another request's out of the 32 remembered. A ``ProviderStrategy``'s
   ``response_format`` dict is made anew on every call too (``to_model_kwargs()``): the same
   miss (seen by hand: 2 conversions for 2 calls; the simulator answers no JSON, so the run
-  ends in LangChain's parse error and is not a test here).
+  ends in LangChain's parse error and is not a test here). Now: made once per strategy.
 * ``middleware=[TrimmingMiddleware(...), ModelFallbackMiddleware(other)]`` with a primary on
   OpenAI's API: the middleware puts ``prompt_cache_key`` in the request's model settings for
   the primary, and the fallback, called inner with the same settings, sends it to its own
@@ -60,7 +60,7 @@ from support.simulators import QUICK
 from agent_latency import LLMSettings, PriorityTrimmer, Settings, build_chat_model
 from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.trimming import TrimmingMiddleware, _request
-from agent_latency.trimming._recall import MARKER_TEXT
+from agent_latency.trimming._recall import MARKER_TEXT, PLAIN_MARKER_TEXT
 
 
 @pytest.fixture
@@ -87,16 +87,8 @@ def recall_orders(customer: str) -> str:
     return f"orders of {customer}: none"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrimmingMiddleware (_middleware.py, not ours to edit) adds its `recall` tool "
-    "whatever the agent's tools are called; create_agent keeps the user's tool of that name and "
-    "drops ours silently, and the marker still invites a call to `recall`. Fix there: see the "
-    "request's tool of that name is not ours, then send the plain marker (PLAIN_MARKER_TEXT) "
-    "and warn, or refuse the clash up front naming it.",
-)
 def test_a_users_own_recall_tool_is_not_what_the_marker_sends_the_model_to(
-    sim: RunningSimulator,
+    sim: RunningSimulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = settings_of(sim)
     trimmer = PriorityTrimmer.from_settings(settings, budget=800)
@@ -110,6 +102,9 @@ def test_a_users_own_recall_tool_is_not_what_the_marker_sends_the_model_to(
     assert trim.dropped_messages > 0  # the history was cut: a marker was sent
     invited = [m for m in calls.prompts[0] if m.text == MARKER_TEXT]
     assert invited == []  # the only `recall` the model has is the shop's
+    assert [m for m in calls.prompts[0] if m.text == PLAIN_MARKER_TEXT]  # told of the cut
+    clashes = [r for r in caplog.records if "took its place" in r.getMessage()]
+    assert len(clashes) == 1 and clashes[0].levelname == "WARNING"
 
 
 class Answer(BaseModel):
@@ -124,14 +119,6 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrimmingMiddleware._structured_output (_middleware.py, not ours to edit) makes "
-    "the ToolStrategy's output tools anew (OutputToolBinding.from_schema_spec) on every model "
-    "call; the trimmer remembers a request's tool count by the tools' identity, so every call "
-    "converts and counts all the tools again (a ProviderStrategy's response_format dict too). "
-    "Fix there: make them once per strategy (or per schema spec) and reuse them.",
-)
 def test_an_agents_structured_output_tools_are_counted_once_not_on_every_call(
     sim: RunningSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

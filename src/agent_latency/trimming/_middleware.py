@@ -25,6 +25,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from agent_latency._caches import LRUCache
 from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
 from agent_latency._validation import checked_bool
 from agent_latency.config import Settings
@@ -72,6 +73,9 @@ logger = logging.getLogger("agent_latency.trimming")
 LEFT_OUT_KEY: Final = "agent_latency_left_out"
 """The ``response_metadata`` field of a model answer that says what its call left out: the ids
 of the first and last message of each run of left-out messages (the recall tool reads it)."""
+
+_STRATEGIES: Final = 16
+"""How many structured-output strategies a middleware remembers what they add for."""
 
 Reader = Callable[[list[BaseMessage], str | None, str], str]
 """Answers the recall tool from the state's messages, its call's id and the query."""
@@ -144,6 +148,12 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if recall:
             self.recalling = RecallingTrimmer(trimmer)
             self.tools = [_recall_tool(self._read_back)]
+        # Where the agent has no tool of ours (another tool took its name): the marker that
+        # invites no call.
+        self._plain: RecallingTrimmer | None = None
+        # What each structured-output strategy adds, made once (the trimmer counts tools it knows
+        # by identity), by the strategy's id, with the strategy.
+        self._outputs = LRUCache(_STRATEGIES)
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -199,7 +209,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         runs: list[list[str]] = []
         request = self._keyed(request, messages)
         try:
-            output_tools, response_format, strict = _structured_output(request)
+            output_tools, response_format, strict = self._structured_output(request.response_format)
             context, tracer = _current_run()
             options: dict[str, Any] = {
                 "context": context,
@@ -210,7 +220,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "output_tools": output_tools,
             }
             if self.recalling is not None:
-                result = self.recalling.trim(messages, **options)
+                result = self._recalling(request.tools).trim(messages, **options)
                 runs = left_out_runs(messages, result) if result.changed else []
             else:
                 result = self.trimmer.trim(messages, **options)
@@ -228,6 +238,36 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if system is not None and kept and kept[0] is system:
             return request.override(messages=kept[1:]), result, runs
         return request.override(system_message=None, messages=kept), result, runs
+
+    def _recalling(self, tools: Sequence[object]) -> RecallingTrimmer:
+        """The recalling trimmer for a request with ``tools``: the one whose marker invites a
+        call to ``recall`` where they hold our tool, else (an agent tool of that name of its own:
+        ``create_agent`` keeps that one, not ours) one whose marker invites nothing, warned of
+        once."""
+        assert self.recalling is not None
+        if any(tool is self.tools[0] for tool in tools):
+            return self.recalling
+        if self._plain is None:
+            logger.warning(
+                "The agent's tools hold no TrimmingMiddleware recall tool (another tool named "
+                "%r took its place): the elision marker does not invite a call to it, and what "
+                "a trim leaves out cannot be read back. Rename that tool, or build the "
+                "middleware with recall=False.",
+                TOOL_NAME,
+            )
+            self._plain = RecallingTrimmer(self.trimmer, offers_tool=False)
+        return self._plain
+
+    def _structured_output(self, strategy: object) -> tuple[list[Any], object | None, bool | None]:
+        """:func:`_structured_output` of ``strategy``, made once per strategy."""
+        if strategy is None:
+            return [], None, None
+        found: tuple[object, tuple[list[Any], object | None, bool | None]] | None
+        found = self._outputs.get(id(strategy))
+        if found is None or found[0] is not strategy:
+            found = (strategy, _structured_output(strategy))
+            self._outputs.put(id(strategy), found)
+        return found[1]
 
     def _keyed(
         self, request: ModelRequest[Any], messages: Sequence[BaseMessage]
@@ -289,19 +329,15 @@ def _recall_tool(read: Reader) -> BaseTool:
     return StructuredTool.from_function(recall, name=TOOL_NAME, description=TOOL_DESCRIPTION)
 
 
-def _structured_output(
-    request: ModelRequest[Any],
-) -> tuple[list[Any], object | None, bool | None]:
-    """The output tools, response format and tool strictness structured output adds.
+def _structured_output(strategy: Any) -> tuple[list[Any], object | None, bool | None]:
+    """The output tools, response format and tool strictness a request's structured output
+    (its ``response_format``) adds.
 
     As ``create_agent`` binds them after every middleware: a ``ToolStrategy`` adds one tool per
     output schema; a ``ProviderStrategy`` sends the schema as ``response_format`` and the tools
     with ``strict: true``. An ``AutoStrategy`` (or a bare schema) picks one of the two by the
     model's profile; it is counted as tools, which costs about the same.
     """
-    strategy = request.response_format
-    if strategy is None:
-        return [], None, None
     if isinstance(strategy, ProviderStrategy):
         return [], strategy.to_model_kwargs()["response_format"], True
     if isinstance(strategy, AutoStrategy):
