@@ -12,10 +12,15 @@ Defect found: nothing told the user that a middleware listed after ours changed 
 ``TodoListMiddleware`` after ``TrimmingMiddleware`` adds its system prompt to every call after
 the trim: each went out ~280 tokens above the budget, silently. The handler now says so once,
 with the fix (list ``TrimmingMiddleware`` last).
+
+What held is pinned too: an agent whose tool runs another agent (both trimmed by one trimmer),
+streamed in messages mode with subgraphs and run as an ``abatch`` of threads: every model call's
+span carries the figures of its own trim.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator
@@ -235,3 +240,49 @@ def test_a_request_grown_after_the_trim_is_said_once_with_the_fix(
         assert max(calls.server_tokens) > BUDGET  # what the warning is about
         assert len(warned) == 1  # once per handler, not once per call
         assert "list TrimmingMiddleware last" in warned[0]
+
+
+async def test_nested_agents_streamed_and_batched_each_call_carries_its_own_trim(
+    sim: RunningSimulator, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    trimmer = PriorityTrimmer.from_settings(settings, budget=600, calibration=PromptCalibration())
+    child = create_agent(
+        build_chat_model(settings, streaming=True),
+        tools=[lookup],
+        system_prompt="You are the researcher. " * 10,
+        middleware=[TrimmingMiddleware(trimmer)],
+        name="child",
+    )
+
+    @tool
+    async def research(topic: str) -> str:
+        """Researches a topic with the research assistant."""
+        asked = f'Use lookup for "{topic}" please. ' + "pad " * 50
+        out = await child.ainvoke({"messages": [HumanMessage(asked)]})
+        return str(out["messages"][-1].text) + " detail" * 100
+
+    parent = create_agent(
+        build_chat_model(settings, streaming=True),
+        tools=[research],
+        system_prompt="You are the lead. " * 10,
+        middleware=[TrimmingMiddleware(trimmer)],
+        name="parent",
+    )
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+
+    async def streamed(thread: str) -> None:
+        asked = {"messages": [HumanMessage(f'research "{thread}" please ' + "pad " * 40)]}
+        config: Any = {"callbacks": [handler]}
+        async for _ in parent.astream(asked, config, stream_mode="messages", subgraphs=True):
+            pass
+
+    await asyncio.gather(streamed("a"), streamed("b"))
+    asks = [{"messages": [HumanMessage(f'research "{n}"')]} for n in "cde"]
+    await parent.abatch(asks, {"callbacks": [handler]})
+
+    chats = [s.attributes or {} for s in span_exporter.get_finished_spans() if s.name[:4] == "chat"]
+    assert len(chats) == 20  # 5 runs of the parent: 2 calls of its own and 2 of the child's
+    for attributes in chats:  # the simulator counts as the trimmer does
+        assert attributes[semconv.TRIM_TOKENS_AFTER] == attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS]
+    assert handler.open_runs == 0

@@ -106,8 +106,7 @@ class ModelCallTracer:
         self._stall_ns = int(options.chunk_timeout_ms * 1_000_000)
         self._token_counter: TokenCounter | None = None
         self._token_counter_failed = False
-        self._impossible_usage_seen = False
-        self._changed_request_seen = False
+        self._warned: set[str] = set()  # the kinds of once-per-handler warning given
 
     def start(
         self, call: ModelStart, *, parent_context: Context, trim: PendingTrim | None
@@ -286,11 +285,8 @@ class ModelCallTracer:
             self._failures.report("on_record", exc)
 
     def _report_impossible_usage(self, model: str | None, fields: Sequence[str]) -> None:
-        """Logs a WARNING the first time the server reports impossible usage, DEBUG after."""
-        first = not self._impossible_usage_seen
-        self._impossible_usage_seen = True
-        logger.log(
-            logging.WARNING if first else logging.DEBUG,
+        self._warn_once(
+            "impossible usage",
             "agent-latency: the server answering %s reported impossible usage (%s); those "
             "figures are left out of the span (agent_latency.usage.invalid names them), the "
             "metrics, the calibration and the latency model",
@@ -299,12 +295,8 @@ class ModelCallTracer:
         )
 
     def _report_changed_request(self, model: str | None) -> None:
-        """Logs a WARNING the first time a call sends other messages than its trim returned,
-        DEBUG after."""
-        first = not self._changed_request_seen
-        self._changed_request_seen = True
-        logger.log(
-            logging.WARNING if first else logging.DEBUG,
+        self._warn_once(
+            "changed request",
             "agent-latency: a call to %s sent other messages than the trim that prepared it "
             "returned: something changed the request after the trim (in "
             "create_agent, a middleware listed after TrimmingMiddleware), so the budget does "
@@ -312,6 +304,12 @@ class ModelCallTracer:
             "TrimmingMiddleware last in middleware=[...]",
             model or "an unknown model",
         )
+
+    def _warn_once(self, kind: str, message: str, *args: object) -> None:
+        """Logs ``message`` at WARNING the first time this handler meets ``kind``, DEBUG after."""
+        first = kind not in self._warned
+        self._warned.add(kind)
+        logger.log(logging.WARNING if first else logging.DEBUG, message, *args)
 
     def _estimate_tokens(
         self, messages: Sequence[BaseMessage] | None, tools: Sequence[Any]
