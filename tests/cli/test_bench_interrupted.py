@@ -1,7 +1,8 @@
-"""Ctrl-C during ``agent-latency bench`` keeps what was measured, marked partial, and exits 130.
+"""Ctrl-C (or SIGTERM) during ``agent-latency bench`` keeps what was measured, marked partial,
+and exits 130 (143).
 
 The real command runs in a subprocess on the embedded simulator, whose default latency makes
-each timed call take a second or more; SIGINT goes once a progress line on stderr says which
+each timed call take a second or more; the signal goes once a progress line on stderr says which
 calls finished, so what the run measured before it is known without a clock.
 """
 
@@ -32,9 +33,12 @@ LABELS = [
 ]
 
 
-def interrupted_bench(folder: Path, *options: str, after: str) -> tuple[int, str, str]:
-    """Runs ``bench --messages conversation.json *options`` in ``folder``, sends Ctrl-C once a
-    progress line starts with ``after``; returns (status, stdout, stderr)."""
+def interrupted_bench(
+    folder: Path, *options: str, after: str, signum: signal.Signals = signal.SIGINT
+) -> tuple[int, str, str]:
+    """Runs ``bench --messages conversation.json *options`` in ``folder``, sends ``signum``
+    (Ctrl-C's SIGINT) once a progress line starts with ``after``; returns (status, stdout,
+    stderr)."""
     (folder / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
     argv = ["bench", "--messages", "conversation.json", *options]
     with subprocess.Popen(
@@ -50,7 +54,7 @@ def interrupted_bench(folder: Path, *options: str, after: str) -> tuple[int, str
         while not progress or not progress[-1].startswith(after):
             progress.append(command.stderr.readline())
             assert progress[-1], progress  # it ended (or failed) before that line
-        command.send_signal(signal.SIGINT)
+        command.send_signal(signum)
         out, err = command.communicate(timeout=120)
     return command.returncode, out, "".join(progress) + err
 
@@ -87,7 +91,7 @@ def test_ctrl_c_keeps_the_runs_that_finished_in_the_table_and_the_json(tmp_path:
     assert all(rows[mode][1].replace(",", "").isdigit() for mode in LABELS)  # a TTFT p50 each
     caption = " ".join(out.split())
     finished = ", ".join(map(str, runs))
-    assert f"of the runs each mode finished before Ctrl-C ({finished} of 2, top to" in caption
+    assert f"of the runs each mode finished before the run was stopped ({finished} of 2," in caption
     assert "Wrote out.json" in lines
     # A partial run never passes the gate, however slow the baseline; no figure is drawn.
     assert lines[-1] == (
@@ -135,4 +139,44 @@ def test_ctrl_c_in_a_later_phase_keeps_the_modes_and_names_the_phase(tmp_path: P
     assert "quality" not in document
     assert err.splitlines()[-1] == (
         "agent-latency bench: interrupted (Ctrl-C): the results above are partial."
+    )
+
+
+def test_sigterm_keeps_the_runs_that_finished_as_ctrl_c_does_and_exits_143(tmp_path: Path) -> None:
+    # Before: SIGTERM (docker stop, Kubernetes, timeout) killed the process: no table, no JSON.
+    status, out, err = interrupted_bench(
+        tmp_path,
+        "--runs",
+        "1",
+        "--json",
+        "out.json",
+        after="bench: 3/5 calls",
+        signum=signal.SIGTERM,
+    )
+
+    assert status == 128 + signal.SIGTERM
+    assert "Traceback" not in err
+    document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert document["interrupted"] is True
+    runs = [mode["runs"] for mode in document["modes"]]
+    assert runs[:2] == [1, 1] and 0 in runs  # the warm-up and two modes had finished, not all four
+    missing = [f"1 of 1 runs of {mode}" for mode, n in zip(LABELS, runs, strict=True) if not n]
+    assert document["missing"] == missing
+    assert out.splitlines()[0] == (
+        f"Partial results: terminated (SIGTERM). Not measured: {'; '.join(missing)}."
+    )
+    assert "Wrote out.json" in out.splitlines()
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: terminated (SIGTERM): the results above are partial."
+    )
+
+
+def test_sigterm_before_any_timed_call_finished_exits_143_saying_so(tmp_path: Path) -> None:
+    status, out, err = interrupted_bench(
+        tmp_path, "--runs", "1", after="bench: 1/5 calls, warm-up", signum=signal.SIGTERM
+    )
+
+    assert (status, out) == (128 + signal.SIGTERM, "")
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: terminated (SIGTERM) before any call was measured: no table."
     )

@@ -2,9 +2,10 @@
 
 The command function is registered by the CLI app (``app.command()(bench)``). Bad input (files,
 flags, configuration, an endpoint that refuses requests) raises ``ValueError``; a failed
-regression gate exits with status 1. Ctrl-C keeps what was measured: the tables of what
-finished, marked partial with what is missing, the ``--json`` file marked ``"interrupted":
-true`` (no ``--plot``: a figure would not say it is partial), the gate not passed, exit 130.
+regression gate exits with status 1. Ctrl-C (or SIGTERM: see ``_stops``) keeps what was
+measured: the tables of what finished, marked partial with what is missing, the ``--json`` file
+marked ``"interrupted": true`` (no ``--plot``: a figure would not say it is partial), the gate
+not passed, exit 130 (143 after SIGTERM).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from agent_latency.bench import (
     write_plot,
 )
 from agent_latency.cli._command import options_command
+from agent_latency.cli._stops import Stop, stopping_signals
 from agent_latency.cli._tables import (
     frontier_table,
     modes_table,
@@ -64,8 +66,6 @@ from agent_latency.config import Settings, load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 ALL_PROFILES: Final = "all"
-INTERRUPTED_EXIT: Final = 130
-"""The exit status after Ctrl-C: the shell's for SIGINT (128 + 2)."""
 _PROGRESS_LINES: Final = 10
 """Without a terminal, each phase prints at most this many progress lines (one per tenth)."""
 
@@ -224,7 +224,7 @@ class BenchResults:
         report: The four modes, the turns and the prefill sweep.
         retention: The ``--quality`` rows, if asked for (and measured).
         workloads: One report per workload profile run (none without ``--workload``).
-        interrupted: Ctrl-C stopped the run: what is here is what finished.
+        interrupted: A signal stopped the run: what is here is what finished.
         missing: With ``interrupted``: what was asked for and not measured.
     """
 
@@ -277,22 +277,23 @@ def bench(options: BenchFlags) -> None:
     )
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
-    results = _measure(options, settings, request, measured, workloads)
-    if results is None or (results.interrupted and not results.measured):
-        files = ", no --json or --plot file" if options.json_file or options.plot else ""
-        _say(f"interrupted (Ctrl-C) before any call was measured: no table{files}.")
-        raise typer.Exit(code=INTERRUPTED_EXIT)
-    console = Console()
-    try:
-        written = _write_outputs(results, options)  # first: a closed stdout loses none of them
-    finally:
-        _print_results(console, results, settings)  # and a file that failed, none of these
-    for path in written:
-        console.print(f"Wrote {path}")
-    if results.interrupted:
-        _stop_interrupted(console, options)
-    if baseline_ms is not None:
-        _gate(console, results.report, baseline_ms, options.max_regression)
+    with stopping_signals() as stops:
+        results = _measure(options, settings, request, measured, workloads)
+        if results is None or (results.interrupted and not results.measured):
+            files = ", no --json or --plot file" if options.json_file or options.plot else ""
+            _say(f"{stops.cause.said} before any call was measured: no table{files}.")
+            raise typer.Exit(code=stops.cause.exit_code)
+        console = Console()
+        try:
+            written = _write_outputs(results, options)  # first: a closed stdout loses none of them
+        finally:
+            _print_results(console, results, settings, stops.cause)  # and a failed file, none
+        for path in written:
+            console.print(f"Wrote {path}")
+        if results.interrupted:
+            _stop_interrupted(console, options, stops.cause)
+        if baseline_ms is not None:
+            _gate(console, results.report, baseline_ms, options.max_regression)
 
 
 def _say(line: str) -> None:
@@ -300,8 +301,8 @@ def _say(line: str) -> None:
     print(f"agent-latency bench: {line}", file=sys.stderr)
 
 
-def _stop_interrupted(console: Console, options: BenchFlags) -> None:
-    """After the partial results: says what was not done, and exits 130."""
+def _stop_interrupted(console: Console, options: BenchFlags, stop: Stop) -> None:
+    """After the partial results: says what was not done, and exits as ``stop`` asks."""
     if options.baseline is not None:
         console.print(
             Text(
@@ -311,8 +312,8 @@ def _stop_interrupted(console: Console, options: BenchFlags) -> None:
             soft_wrap=True,
         )
     plot = f"; no --plot {options.plot} (a partial run draws none)" if options.plot else ""
-    _say(f"interrupted (Ctrl-C): the results above are partial{plot}.")
-    raise typer.Exit(code=INTERRUPTED_EXIT)
+    _say(f"{stop.said}: the results above are partial{plot}.")
+    raise typer.Exit(code=stop.exit_code)
 
 
 def _check_flags(options: BenchFlags) -> None:
@@ -364,8 +365,8 @@ def _measure(
     """Runs the bench, then ``--quality``, then the workloads, each with its progress line.
 
     Returns:
-        The results; after Ctrl-C, those of what finished (``interrupted``), or ``None`` when
-        the bench had not started its calls.
+        The results; after Ctrl-C or SIGTERM, those of what finished (``interrupted``), or
+        ``None`` when the bench had not started its calls.
     """
     report: BenchReport | None = None
     retention: list[QualityRow] | None = None
@@ -409,7 +410,7 @@ def _interrupted(
     options: BenchFlags,
     workloads: WorkloadOptions | None,
 ) -> BenchResults:
-    """The results of a run Ctrl-C stopped: what finished, and what was not measured."""
+    """The results of a run a signal stopped: what finished, and what was not measured."""
     missing = list(report.missing)
     if options.quality and retention is None:
         missing.append("the retention (--quality)")
@@ -418,13 +419,14 @@ def _interrupted(
     return BenchResults(report, retention, mixed, interrupted=True, missing=tuple(missing))
 
 
-def _print_results(console: Console, results: BenchResults, settings: Settings) -> None:
-    """Prints the tables and findings on stdout, the failures last; a partial run says so first."""
+def _print_results(console: Console, results: BenchResults, settings: Settings, stop: Stop) -> None:
+    """Prints the tables and findings on stdout, the failures last; a partial run says first
+    that ``stop`` cut it."""
     report = results.report
     if results.interrupted:
         missing = f" Not measured: {'; '.join(results.missing)}." if results.missing else ""
         console.print(
-            Text(f"Partial results: interrupted (Ctrl-C).{missing}"),
+            Text(f"Partial results: {stop.said}.{missing}"),
             style="bold",
             soft_wrap=True,
         )
