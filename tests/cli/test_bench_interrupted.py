@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -34,11 +35,15 @@ LABELS = [
 
 
 def interrupted_bench(
-    folder: Path, *options: str, after: str, signum: signal.Signals = signal.SIGINT
+    folder: Path,
+    *options: str,
+    after: str,
+    signum: signal.Signals = signal.SIGINT,
+    then: signal.Signals | None = None,
 ) -> tuple[int, str, str]:
     """Runs ``bench --messages conversation.json *options`` in ``folder``, sends ``signum``
-    (Ctrl-C's SIGINT) once a progress line starts with ``after``; returns (status, stdout,
-    stderr)."""
+    (Ctrl-C's SIGINT) once a progress line starts with ``after``, and ``then`` right after it
+    if given; returns (status, stdout, stderr)."""
     (folder / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
     argv = ["bench", "--messages", "conversation.json", *options]
     with subprocess.Popen(
@@ -55,6 +60,8 @@ def interrupted_bench(
             progress.append(command.stderr.readline())
             assert progress[-1], progress  # it ended (or failed) before that line
         command.send_signal(signum)
+        if then is not None:
+            command.send_signal(then)
         out, err = command.communicate(timeout=120)
     return command.returncode, out, "".join(progress) + err
 
@@ -180,3 +187,56 @@ def test_sigterm_before_any_timed_call_finished_exits_143_saying_so(tmp_path: Pa
     assert err.splitlines()[-1] == (
         "agent-latency bench: terminated (SIGTERM) before any call was measured: no table."
     )
+
+
+def test_a_second_signal_while_the_run_winds_down_changes_nothing(tmp_path: Path) -> None:
+    # SIGINT and SIGTERM at once: Python runs SIGINT's handler first, SIGTERM's at the next
+    # instruction, while the first KeyboardInterrupt unwinds. Before, that second one cut the
+    # run short (the partial report lost, or a traceback).
+    status, out, err = interrupted_bench(
+        tmp_path, "--runs", "1", "--json", "out.json", after="bench: 3/5 calls", then=signal.SIGTERM
+    )
+
+    assert status == INTERRUPTED
+    assert "Traceback" not in err
+    document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert document["interrupted"] is True
+    assert [mode["runs"] for mode in document["modes"]][:2] == [1, 1]
+    assert out.splitlines()[0].startswith("Partial results: interrupted (Ctrl-C). Not measured: ")
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: interrupted (Ctrl-C): the results above are partial."
+    )
+
+
+def test_a_json_file_whose_write_fails_midway_keeps_the_previous_one_whole(tmp_path: Path) -> None:
+    # The process may write files of at most 200 bytes (RLIMIT_FSIZE): the results' JSON is cut
+    # there, as a full disk or a signal would cut it. Before, the previous file was truncated
+    # and left as its first 200 bytes of the new one.
+    previous = json.dumps({"modes": [], "interrupted": False}, indent=2)
+    (tmp_path / "out.json").write_text(previous, encoding="utf-8")
+
+    def limited() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (200, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+        )
+
+    (tmp_path / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
+    argv = ["bench", "--messages", "conversation.json", "--runs", "1", "--json", "out.json"]
+    command = subprocess.run(
+        [sys.executable, "-m", "agent_latency.cli", *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+        timeout=120,
+        check=False,
+    )
+
+    assert command.returncode == 2
+    assert command.stderr.splitlines()[-1].startswith(
+        "agent-latency: error: --json out.json: cannot be written (File too large)."
+    )
+    assert (tmp_path / "out.json").read_text(encoding="utf-8") == previous
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["conversation.json", "out.json"]
+    assert "trimmed + streaming" in command.stdout  # the tables are printed all the same

@@ -29,11 +29,18 @@ def test_the_previous_handlers_come_back_and_an_ignored_signal_stays_ignored() -
         signal.signal(signal.SIGINT, ignored)
 
 
-def test_the_first_signal_is_the_cause() -> None:
+def test_only_the_first_signal_stops_and_is_the_cause() -> None:
     with stopping_signals() as stops:
         assert stops.cause == CTRL_C  # a KeyboardInterrupt with no signal seen
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with pytest.raises(KeyboardInterrupt):
-                signal.raise_signal(signum)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)  # the run is already stopping: only noted
     assert stops.cause == CTRL_C
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_held_run_notes_a_signal_without_stopping() -> None:
+    with stopping_signals() as stops:
+        stops.hold()
+        signal.raise_signal(signal.SIGTERM)
+    assert stops.cause == TERMINATED

@@ -279,6 +279,7 @@ def bench(options: BenchFlags) -> None:
     _check_outputs(options)
     with stopping_signals() as stops:
         results = _measure(options, settings, request, measured, workloads)
+        stops.hold()
         if results is None or (results.interrupted and not results.measured):
             files = ", no --json or --plot file" if options.json_file or options.plot else ""
             _say(f"{stops.cause.said} before any call was measured: no table{files}.")
@@ -472,8 +473,7 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
     written = []
     with _naming_the_output("--json", options.json_file):
         if options.json_file is not None:
-            document = json.dumps(_document(results), indent=2) + "\n"
-            options.json_file.write_text(document, encoding="utf-8")
+            _write_whole(options.json_file, json.dumps(_document(results), indent=2) + "\n")
             written.append(options.json_file)
     with _naming_the_output("--plot", options.plot):
         if options.plot is not None and not results.interrupted:
@@ -481,6 +481,20 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
             write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
             written.append(options.plot)
     return written
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Writes ``text`` to a temporary file beside ``path``, then renames it over ``path``: a
+    reader, or a write cut short (a full disk, a signal), finds the old file or the whole new
+    one, never a cut one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the write's own error is the one to tell
+            temporary.unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

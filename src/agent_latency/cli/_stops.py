@@ -4,8 +4,11 @@ Python turns Ctrl-C into ``KeyboardInterrupt``, which the bench catches to keep 
 SIGTERM (``docker stop``, Kubernetes, ``timeout``) would kill the process with no output.
 :func:`stopping_signals` makes both raise ``KeyboardInterrupt`` for the length of one command and
 remembers which came first, so that the command keeps its results either way and exits as a
-shell reports that signal (128 + its number). The previous handlers come back at the end: a
-program that runs the bench as a library (``run_bench``) keeps its own.
+shell reports that signal (128 + its number). Only the first stops the run: a second, while
+the run winds down and its results are written and printed, would cut them short (a traceback,
+the partial results lost), so it is noted and ignored, as is one while a finished run's results
+are written (:meth:`Stops.hold`). The previous handlers come back at the end: a program that
+runs the bench as a library (``run_bench``) keeps its own.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Stops:
 
     def __init__(self) -> None:
         self._first: Stop | None = None
+        self._held = False
 
     @property
     def cause(self) -> Stop:
@@ -49,11 +53,17 @@ class Stops:
         own SIGINT handler, where this one could not be installed)."""
         return self._first or CTRL_C
 
+    def hold(self) -> None:
+        """From now on a signal is only noted: the results are being written and printed."""
+        self._held = True
+
     def take(self, signum: int, frame: FrameType | None) -> None:
-        """The signal handler: records the signal, then stops the run as Ctrl-C does."""
+        """The signal handler: the first signal stops the run as Ctrl-C does, unless held."""
+        stopping = self._first is not None or self._held
         if self._first is None:
             self._first = _STOPS[signal.Signals(signum)]
-        raise KeyboardInterrupt
+        if not stopping:
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
