@@ -189,6 +189,31 @@ def test_sigterm_before_any_timed_call_finished_exits_143_saying_so(tmp_path: Pa
     )
 
 
+def test_ctrl_c_after_the_last_measurement_leaves_the_results_complete(tmp_path: Path) -> None:
+    # Every call has finished: the signal lands while the run builds its report, stops the
+    # simulator or prints; whichever, nothing is missing. Before, the run was marked partial
+    # with nothing listed as missing, its gate not checked, exit 130.
+    baseline = tmp_path / "baseline.json"
+    slowest = {"trimmed": True, "streaming": True, "ttft_ms": {"p50": 10**9}}
+    baseline.write_text(json.dumps({"modes": [slowest]}), encoding="utf-8")
+    options = ["--runs", "1", "--json", "out.json", "--baseline", str(baseline)]
+
+    status, out, err = interrupted_bench(tmp_path, *options, after="bench: 5/5 calls")
+
+    assert status == 0
+    assert "Traceback" not in err
+    document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert (document["interrupted"], document["missing"]) == (False, [])
+    assert [mode["runs"] for mode in document["modes"]] == [1, 1, 1, 1]
+    assert "Partial" not in out
+    assert "1 run per mode" in " ".join(out.split())
+    assert out.splitlines()[-1].endswith(": ok")  # the gate was checked, and passed
+    assert err.splitlines()[-1] == (
+        "agent-latency bench: interrupted (Ctrl-C) after the last measurement: the results "
+        "above are complete."
+    )
+
+
 def test_a_second_signal_while_the_run_winds_down_changes_nothing(tmp_path: Path) -> None:
     # SIGINT and SIGTERM at once: Python runs SIGINT's handler first, SIGTERM's at the next
     # instruction, while the first KeyboardInterrupt unwinds. Before, that second one cut the

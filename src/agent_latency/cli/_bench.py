@@ -224,7 +224,8 @@ class BenchResults:
         report: The four modes, the turns and the prefill sweep.
         retention: The ``--quality`` rows, if asked for (and measured).
         workloads: One report per workload profile run (none without ``--workload``).
-        interrupted: A signal stopped the run: what is here is what finished.
+        interrupted: A signal stopped the run before all was measured: what is here is what
+            finished.
         missing: With ``interrupted``: what was asked for and not measured.
     """
 
@@ -293,6 +294,8 @@ def bench(options: BenchFlags) -> None:
             console.print(f"Wrote {path}")
         if results.interrupted:
             _stop_interrupted(console, options, stops.cause)
+        if stops.first is not None:  # the results are whole: the gate is checked as usual
+            _say(f"{stops.first.said} after the last measurement: the results above are complete.")
         if baseline_ms is not None:
             _gate(console, results.report, baseline_ms, options.max_regression)
 
@@ -411,12 +414,18 @@ def _interrupted(
     options: BenchFlags,
     workloads: WorkloadOptions | None,
 ) -> BenchResults:
-    """The results of a run a signal stopped: what finished, and what was not measured."""
+    """The results of a run a signal stopped: what finished, and what was not measured.
+
+    A signal after the last measurement (the simulator stopping, the last progress line)
+    missed nothing: those results are complete, and not marked interrupted.
+    """
     missing = list(report.missing)
     if options.quality and retention is None:
         missing.append("the retention (--quality)")
     profiles = workloads.profiles[len(mixed) :] if workloads is not None else ()
     missing += [f"the workload{f' on {p}' if p else ''}" for p in profiles]
+    if not missing:
+        return BenchResults(replace(report, interrupted=False), retention, mixed)
     return BenchResults(report, retention, mixed, interrupted=True, missing=tuple(missing))
 
 

@@ -48,6 +48,11 @@ class Stops:
         self._held = False
 
     @property
+    def first(self) -> Stop | None:
+        """The first signal taken, if one was."""
+        return self._first
+
+    @property
     def cause(self) -> Stop:
         """The first signal taken; Ctrl-C when none was (a ``KeyboardInterrupt`` from Python's
         own SIGINT handler, where this one could not be installed)."""
