@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -495,11 +496,22 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
 def _write_whole(path: Path, text: str) -> None:
     """Writes ``text`` to a temporary file beside ``path``, then renames it over ``path``: a
     reader, or a write cut short (a full disk, a signal), finds the old file or the whole new
-    one, never a cut one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    one, never a cut one.
+
+    The file a symbolic link names is replaced, not the link, and keeps its permissions. What
+    is not a regular file (``/dev/stdout``, a pipe, a device) is written as it is: a rename
+    would put a file in its place.
+    """
+    target = path.resolve()
+    if target.exists() and not target.is_file():
+        path.write_text(text, encoding="utf-8")
+        return
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
+        if target.exists():
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):  # the write's own error is the one to tell
             temporary.unlink(missing_ok=True)
