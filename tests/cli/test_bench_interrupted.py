@@ -34,6 +34,13 @@ LABELS = [
 ]
 
 
+def bench_command(folder: Path, *options: str) -> list[str]:
+    """Writes the conversation in ``folder``; returns the command line of ``bench`` on it."""
+    (folder / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
+    argv = ["bench", "--messages", "conversation.json", *options]
+    return [sys.executable, "-m", "agent_latency.cli", *argv]
+
+
 def interrupted_bench(
     folder: Path,
     *options: str,
@@ -44,10 +51,8 @@ def interrupted_bench(
     """Runs ``bench --messages conversation.json *options`` in ``folder``, sends ``signum``
     (Ctrl-C's SIGINT) once a progress line starts with ``after``, and ``then`` right after it
     if given; returns (status, stdout, stderr)."""
-    (folder / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
-    argv = ["bench", "--messages", "conversation.json", *options]
     with subprocess.Popen(
-        [sys.executable, "-m", "agent_latency.cli", *argv],
+        bench_command(folder, *options),
         cwd=folder,
         env={**os.environ, "PYTHONPATH": str(SOURCE)},
         stdout=subprocess.PIPE,
@@ -245,10 +250,8 @@ def test_a_json_file_whose_write_fails_midway_keeps_the_previous_one_whole(tmp_p
             resource.RLIMIT_FSIZE, (200, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
         )
 
-    (tmp_path / "conversation.json").write_text(CONVERSATION, encoding="utf-8")
-    argv = ["bench", "--messages", "conversation.json", "--runs", "1", "--json", "out.json"]
     command = subprocess.run(
-        [sys.executable, "-m", "agent_latency.cli", *argv],
+        bench_command(tmp_path, "--runs", "1", "--json", "out.json"),
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
