@@ -129,7 +129,7 @@ def test_an_interrupted_table_gives_each_modes_runs_and_shows_a_mode_without_any
     assert rows["trimmed + blocking"] == "— not run — — — — —"  # not "failed": nothing failed
     assert rows["untrimmed + streaming"].startswith("18,274 13,500 ")
     caption = " ".join(text.split())
-    assert "of the runs each mode finished before Ctrl-C (1, 1, 0, 0 of 3, top to" in caption
+    assert "of the runs each mode finished before the run was stopped (1, 1, 0, 0 of 3," in caption
 
 
 def test_the_title_is_one_line_however_narrow_the_output() -> None:

@@ -2,9 +2,10 @@
 
 The command function is registered by the CLI app (``app.command()(bench)``). Bad input (files,
 flags, configuration, an endpoint that refuses requests) raises ``ValueError``; a failed
-regression gate exits with status 1. Ctrl-C keeps what was measured: the tables of what
-finished, marked partial with what is missing, the ``--json`` file marked ``"interrupted":
-true`` (no ``--plot``: a figure would not say it is partial), the gate not passed, exit 130.
+regression gate exits with status 1. Ctrl-C (or SIGTERM: see ``_stops``) keeps what was
+measured: the tables of what finished, marked partial with what is missing, the ``--json`` file
+marked ``"interrupted": true`` (no ``--plot``: a figure would not say it is partial), the gate
+not passed, exit 130 (143 after SIGTERM).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +52,7 @@ from agent_latency.bench import (
     write_plot,
 )
 from agent_latency.cli._command import options_command
+from agent_latency.cli._stops import Stop, stopping_signals
 from agent_latency.cli._tables import (
     frontier_table,
     modes_table,
@@ -64,8 +67,6 @@ from agent_latency.config import Settings, load_settings, with_channel_overrides
 
 DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 ALL_PROFILES: Final = "all"
-INTERRUPTED_EXIT: Final = 130
-"""The exit status after Ctrl-C: the shell's for SIGINT (128 + 2)."""
 _PROGRESS_LINES: Final = 10
 """Without a terminal, each phase prints at most this many progress lines (one per tenth)."""
 
@@ -224,7 +225,8 @@ class BenchResults:
         report: The four modes, the turns and the prefill sweep.
         retention: The ``--quality`` rows, if asked for (and measured).
         workloads: One report per workload profile run (none without ``--workload``).
-        interrupted: Ctrl-C stopped the run: what is here is what finished.
+        interrupted: A signal stopped the run before all was measured: what is here is what
+            finished.
         missing: With ``interrupted``: what was asked for and not measured.
     """
 
@@ -277,22 +279,26 @@ def bench(options: BenchFlags) -> None:
     )
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
-    results = _measure(options, settings, request, measured, workloads)
-    if results is None or (results.interrupted and not results.measured):
-        files = ", no --json or --plot file" if options.json_file or options.plot else ""
-        _say(f"interrupted (Ctrl-C) before any call was measured: no table{files}.")
-        raise typer.Exit(code=INTERRUPTED_EXIT)
-    console = Console()
-    try:
-        written = _write_outputs(results, options)  # first: a closed stdout loses none of them
-    finally:
-        _print_results(console, results, settings)  # and a file that failed, none of these
-    for path in written:
-        console.print(f"Wrote {path}")
-    if results.interrupted:
-        _stop_interrupted(console, options)
-    if baseline_ms is not None:
-        _gate(console, results.report, baseline_ms, options.max_regression)
+    with stopping_signals() as stops:
+        results = _measure(options, settings, request, measured, workloads)
+        stops.hold()
+        if results is None or (results.interrupted and not results.measured):
+            files = ", no --json or --plot file" if options.json_file or options.plot else ""
+            _say(f"{stops.cause.said} before any call was measured: no table{files}.")
+            raise typer.Exit(code=stops.cause.exit_code)
+        console = Console()
+        try:
+            written = _write_outputs(results, options)  # first: a closed stdout loses none of them
+        finally:
+            _print_results(console, results, settings, stops.cause)  # and a failed file, none
+        for path in written:
+            console.print(f"Wrote {path}")
+        if results.interrupted:
+            _stop_interrupted(console, options, stops.cause)
+        if stops.first is not None:  # the results are whole: the gate is checked as usual
+            _say(f"{stops.first.said} after the last measurement: the results above are complete.")
+        if baseline_ms is not None:
+            _gate(console, results.report, baseline_ms, options.max_regression)
 
 
 def _say(line: str) -> None:
@@ -300,8 +306,8 @@ def _say(line: str) -> None:
     print(f"agent-latency bench: {line}", file=sys.stderr)
 
 
-def _stop_interrupted(console: Console, options: BenchFlags) -> None:
-    """After the partial results: says what was not done, and exits 130."""
+def _stop_interrupted(console: Console, options: BenchFlags, stop: Stop) -> None:
+    """After the partial results: says what was not done, and exits as ``stop`` asks."""
     if options.baseline is not None:
         console.print(
             Text(
@@ -311,8 +317,8 @@ def _stop_interrupted(console: Console, options: BenchFlags) -> None:
             soft_wrap=True,
         )
     plot = f"; no --plot {options.plot} (a partial run draws none)" if options.plot else ""
-    _say(f"interrupted (Ctrl-C): the results above are partial{plot}.")
-    raise typer.Exit(code=INTERRUPTED_EXIT)
+    _say(f"{stop.said}: the results above are partial{plot}.")
+    raise typer.Exit(code=stop.exit_code)
 
 
 def _check_flags(options: BenchFlags) -> None:
@@ -364,8 +370,8 @@ def _measure(
     """Runs the bench, then ``--quality``, then the workloads, each with its progress line.
 
     Returns:
-        The results; after Ctrl-C, those of what finished (``interrupted``), or ``None`` when
-        the bench had not started its calls.
+        The results; after Ctrl-C or SIGTERM, those of what finished (``interrupted``), or
+        ``None`` when the bench had not started its calls.
     """
     report: BenchReport | None = None
     retention: list[QualityRow] | None = None
@@ -409,22 +415,29 @@ def _interrupted(
     options: BenchFlags,
     workloads: WorkloadOptions | None,
 ) -> BenchResults:
-    """The results of a run Ctrl-C stopped: what finished, and what was not measured."""
+    """The results of a run a signal stopped: what finished, and what was not measured.
+
+    A signal after the last measurement (the simulator stopping, the last progress line)
+    missed nothing: those results are complete, and not marked interrupted.
+    """
     missing = list(report.missing)
     if options.quality and retention is None:
         missing.append("the retention (--quality)")
     profiles = workloads.profiles[len(mixed) :] if workloads is not None else ()
     missing += [f"the workload{f' on {p}' if p else ''}" for p in profiles]
+    if not missing:
+        return BenchResults(replace(report, interrupted=False), retention, mixed)
     return BenchResults(report, retention, mixed, interrupted=True, missing=tuple(missing))
 
 
-def _print_results(console: Console, results: BenchResults, settings: Settings) -> None:
-    """Prints the tables and findings on stdout, the failures last; a partial run says so first."""
+def _print_results(console: Console, results: BenchResults, settings: Settings, stop: Stop) -> None:
+    """Prints the tables and findings on stdout, the failures last; a partial run says first
+    that ``stop`` cut it."""
     report = results.report
     if results.interrupted:
         missing = f" Not measured: {'; '.join(results.missing)}." if results.missing else ""
         console.print(
-            Text(f"Partial results: interrupted (Ctrl-C).{missing}"),
+            Text(f"Partial results: {stop.said}.{missing}"),
             style="bold",
             soft_wrap=True,
         )
@@ -470,8 +483,7 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
     written = []
     with _naming_the_output("--json", options.json_file):
         if options.json_file is not None:
-            document = json.dumps(_document(results), indent=2) + "\n"
-            options.json_file.write_text(document, encoding="utf-8")
+            _write_whole(options.json_file, json.dumps(_document(results), indent=2) + "\n")
             written.append(options.json_file)
     with _naming_the_output("--plot", options.plot):
         if options.plot is not None and not results.interrupted:
@@ -479,6 +491,31 @@ def _write_outputs(results: BenchResults, options: BenchFlags) -> list[Path]:
             write_plot(results.report, options.plot, quality=results.retention, frontier=frontier)
             written.append(options.plot)
     return written
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Writes ``text`` to a temporary file beside ``path``, then renames it over ``path``: a
+    reader, or a write cut short (a full disk, a signal), finds the old file or the whole new
+    one, never a cut one.
+
+    The file a symbolic link names is replaced, not the link, and keeps its permissions. What
+    is not a regular file (``/dev/stdout``, a pipe, a device) is written as it is: a rename
+    would put a file in its place.
+    """
+    target = path.resolve()
+    if target.exists() and not target.is_file():
+        path.write_text(text, encoding="utf-8")
+        return
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        if target.exists():
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the write's own error is the one to tell
+            temporary.unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

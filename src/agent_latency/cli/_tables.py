@@ -143,12 +143,16 @@ def modes_table(report: BenchReport) -> Table:
 
 
 def _runs(report: BenchReport) -> str:
-    """How many runs each mode's figures are of: the same for all, unless Ctrl-C cut the run."""
+    """How many runs each mode's figures are of: the same for all, unless a signal (Ctrl-C,
+    SIGTERM) cut the run."""
     runs = report.runs
     if not report.interrupted:
         return f"{runs} run{'' if runs == 1 else 's'} per mode"
     finished = ", ".join(str(len(result.samples)) for result in report.modes)
-    return f"the runs each mode finished before Ctrl-C ({finished} of {runs}, top to bottom)"
+    return (
+        f"the runs each mode finished before the run was stopped ({finished} of {runs}, top to "
+        "bottom)"
+    )
 
 
 def turns_table(report: BenchReport) -> Table:
