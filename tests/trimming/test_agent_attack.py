@@ -27,9 +27,9 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import shelf_notes
 from support.fakes import Recorder
-from support.simulators import QUICK
+from support.simulators import QUICK, settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.trimming import recall_tool
 from agent_latency.trimming._middleware import TrimmingMiddleware
@@ -49,10 +49,6 @@ def lookup(key: str) -> str:
 def sim() -> Iterator[RunningSimulator]:
     with running_simulator(QUICK) as running:
         yield running
-
-
-def settings_of(sim: RunningSimulator) -> Settings:
-    return Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
 
 
 def middleware_agent(sim: RunningSimulator, budget: int, *, tools: list[Any]) -> Any:

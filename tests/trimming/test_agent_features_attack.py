@@ -55,9 +55,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import BaseModel
 from support.fakes import Recorder
-from support.simulators import QUICK
+from support.simulators import QUICK, settings_of
 
-from agent_latency import LLMSettings, PriorityTrimmer, Settings, build_chat_model
+from agent_latency import PriorityTrimmer, build_chat_model
 from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.trimming import TrimmingMiddleware, _request
 from agent_latency.trimming._recall import MARKER_TEXT, PLAIN_MARKER_TEXT
@@ -67,10 +67,6 @@ from agent_latency.trimming._recall import MARKER_TEXT, PLAIN_MARKER_TEXT
 def sim() -> Iterator[RunningSimulator]:
     with running_simulator(QUICK) as running:
         yield running
-
-
-def settings_of(sim: RunningSimulator) -> Settings:
-    return Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
 
 
 def chat(rounds: int) -> list[BaseMessage]:
