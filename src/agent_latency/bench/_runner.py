@@ -519,6 +519,8 @@ def run_bench(
             bench.run_turns(options.turns)
         if options.sweep:
             bench.sweep()
+        # Inside: a signal while the report is made, after the last call's progress line, still
+        # keeps the calls (it was taken for one before any call).
+        return bench.report(options)
     except KeyboardInterrupt:
         raise BenchInterrupted(bench.report(options, interrupted=True)) from None
-    return bench.report(options)
