@@ -84,7 +84,7 @@ def test_ctrl_c_keeps_the_runs_that_finished_in_the_table_and_the_json(tmp_path:
         tmp_path, "--runs", "2", *outputs, after="bench: 5/15 calls"
     )
 
-    assert status == INTERRUPTED
+    assert status == INTERRUPTED, err
     assert "Traceback" not in err
     document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert document["interrupted"] is True
@@ -123,7 +123,7 @@ def test_ctrl_c_before_any_timed_call_finished_says_nothing_was_measured(tmp_pat
         tmp_path, "--runs", "2", "--json", "out.json", after="bench: 1/9 calls, warm-up"
     )
 
-    assert status == INTERRUPTED
+    assert status == INTERRUPTED, err
     assert out == ""
     assert err.splitlines()[-1] == (
         "agent-latency bench: interrupted (Ctrl-C) before any call was measured: no table, no "
@@ -138,7 +138,7 @@ def test_ctrl_c_in_a_later_phase_keeps_the_modes_and_names_the_phase(tmp_path: P
         tmp_path, "--runs", "1", "--quality", "--json", "out.json", after="bench: 5/5 calls"
     )
 
-    assert status == INTERRUPTED
+    assert status == INTERRUPTED, err
     assert "Traceback" not in err
     assert out.splitlines()[0] == (
         "Partial results: interrupted (Ctrl-C). Not measured: the retention (--quality)."
@@ -166,7 +166,7 @@ def test_sigterm_keeps_the_runs_that_finished_as_ctrl_c_does_and_exits_143(tmp_p
         signum=signal.SIGTERM,
     )
 
-    assert status == 128 + signal.SIGTERM
+    assert status == 128 + signal.SIGTERM, err
     assert "Traceback" not in err
     document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert document["interrupted"] is True
@@ -205,7 +205,7 @@ def test_ctrl_c_after_the_last_measurement_leaves_the_results_complete(tmp_path:
 
     status, out, err = interrupted_bench(tmp_path, *options, after="bench: 5/5 calls")
 
-    assert status == 0
+    assert status == 0, err
     assert "Traceback" not in err
     document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert (document["interrupted"], document["missing"]) == (False, [])
@@ -227,7 +227,7 @@ def test_a_second_signal_while_the_run_winds_down_changes_nothing(tmp_path: Path
         tmp_path, "--runs", "1", "--json", "out.json", after="bench: 3/5 calls", then=signal.SIGTERM
     )
 
-    assert status == INTERRUPTED
+    assert status == INTERRUPTED, err
     assert "Traceback" not in err
     document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert document["interrupted"] is True
