@@ -71,6 +71,17 @@ def interrupted_bench(
     return command.returncode, out, "".join(progress) + err
 
 
+def stopped_before_any_call(said: str, stop: str, files: str) -> bool:
+    """Whether ``said`` says the run was stopped before any call was measured: so, or (the
+    signal landed inside the first timed call, an import half done among the places it can:
+    seen once, a message class loaded twice so the call failed) that the call under way then
+    failed, which is put down to the signal."""
+    bench = f"agent-latency bench: {stop}"
+    return said == f"{bench} before any call was measured{files}" or (
+        said.startswith(f"{bench}; the call under way then failed (") and said.endswith(files)
+    )
+
+
 def test_ctrl_c_keeps_the_runs_that_finished_in_the_table_and_the_json(tmp_path: Path) -> None:
     # Before: exit 130 with "no table, no --json or --plot file": every finished run was lost.
     baseline = tmp_path / "baseline.json"
@@ -125,10 +136,9 @@ def test_ctrl_c_before_any_timed_call_finished_says_nothing_was_measured(tmp_pat
 
     assert status == INTERRUPTED, err
     assert out == ""
-    assert err.splitlines()[-1] == (
-        "agent-latency bench: interrupted (Ctrl-C) before any call was measured: no table, no "
-        "--json or --plot file."
-    )
+    assert stopped_before_any_call(
+        err.splitlines()[-1], "interrupted (Ctrl-C)", ": no table, no --json or --plot file."
+    ), err
     assert not (tmp_path / "out.json").exists()
 
 
@@ -189,9 +199,7 @@ def test_sigterm_before_any_timed_call_finished_exits_143_saying_so(tmp_path: Pa
     )
 
     assert (status, out) == (128 + signal.SIGTERM, "")
-    assert err.splitlines()[-1] == (
-        "agent-latency bench: terminated (SIGTERM) before any call was measured: no table."
-    )
+    assert stopped_before_any_call(err.splitlines()[-1], "terminated (SIGTERM)", ": no table."), err
 
 
 def test_ctrl_c_after_the_last_measurement_leaves_the_results_complete(tmp_path: Path) -> None:

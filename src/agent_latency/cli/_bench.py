@@ -280,10 +280,20 @@ def bench(options: BenchFlags) -> None:
     baseline_ms = load_baseline(options.baseline) if options.baseline is not None else None
     _check_outputs(options)
     with stopping_signals() as stops:
-        results = _measure(options, settings, request, measured, workloads)
+        files = ", no --json or --plot file" if options.json_file or options.plot else ""
+        try:
+            results = _measure(options, settings, request, measured, workloads)
+        except (ValueError, OSError) as error:
+            if stops.first is None:
+                raise
+            # The signal's KeyboardInterrupt can land anywhere in a call, an import half done
+            # among them (then a message class is loaded twice and the call fails): what fails
+            # after it is the signal's doing, not the endpoint's.
+            failed = " ".join(str(error).split())
+            _say(f"{stops.first.said}; the call under way then failed ({failed}): no table{files}.")
+            raise typer.Exit(code=stops.first.exit_code) from None
         stops.hold()
         if results is None or (results.interrupted and not results.measured):
-            files = ", no --json or --plot file" if options.json_file or options.plot else ""
             _say(f"{stops.cause.said} before any call was measured: no table{files}.")
             raise typer.Exit(code=stops.cause.exit_code)
         console = Console()
