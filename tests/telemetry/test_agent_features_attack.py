@@ -44,7 +44,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from pydantic import BaseModel
 from support.fakes import Recorder
-from support.simulators import QUICK
+from support.simulators import QUICK, settings_of
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -84,7 +84,7 @@ def sim() -> Iterator[RunningSimulator]:
 def test_a_request_another_middleware_changed_after_the_trim_teaches_the_calibration_nothing(
     sim: RunningSimulator, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     calibration = PromptCalibration()  # the simulator counts in the model's own tokens
     trimmer = PriorityTrimmer.from_settings(
         settings, budget=BUDGET, calibration=calibration, prefix_stable=False
@@ -153,7 +153,7 @@ def test_a_call_sent_with_fewer_tools_than_the_trim_counted_teaches_the_calibrat
     ) -> ModelResponse[Any]:
         return handler(request.override(tools=request.tools[:3]))
 
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     calibration = PromptCalibration()
     trimmer = PriorityTrimmer.from_settings(settings, budget=BUDGET, calibration=calibration)
     agent = create_agent(
@@ -212,7 +212,7 @@ def test_a_request_grown_after_the_trim_is_said_once_with_the_fix(
     caplog: pytest.LogCaptureFixture,
     ours_last: bool,
 ) -> None:
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     ours = TrimmingMiddleware(
         PriorityTrimmer.from_settings(settings, budget=BUDGET, calibration=PromptCalibration()),
         recall=False,
@@ -245,7 +245,7 @@ def test_a_request_grown_after_the_trim_is_said_once_with_the_fix(
 async def test_nested_agents_streamed_and_batched_each_call_carries_its_own_trim(
     sim: RunningSimulator, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     trimmer = PriorityTrimmer.from_settings(settings, budget=600, calibration=PromptCalibration())
     child = create_agent(
         build_chat_model(settings, streaming=True),

@@ -17,10 +17,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from support.chat_templates import gemma_template_accepts, roles
 from support.conversations import shelf_notes
 from support.fakes import Recorder, ToolCallingFake
-from support.simulators import QUICK
+from support.simulators import QUICK, settings_of
 from support.wire import sent_request
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._middleware import TrimmingMiddleware
@@ -172,7 +172,7 @@ def test_a_real_agent_on_a_one_system_message_model_is_sent_what_was_counted(mod
     budget = 700
     recorder = Recorder()
     with running_simulator(dataclasses.replace(QUICK, model=model)) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         trimmer = PriorityTrimmer.from_settings(settings, budget=budget)
         agent = create_agent(
             build_chat_model(settings),
