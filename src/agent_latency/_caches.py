@@ -214,7 +214,21 @@ def unchanged(message: BaseMessage, seen: Stamp) -> bool:
 @functools.cache
 def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
     # One getter per set of fields, so that callers can group messages by it.
-    return operator.itemgetter(*names)
+    getter = operator.itemgetter(*names)
+    _FIELDS[getter] = names
+    return getter
+
+
+_FIELDS: dict[Callable[[dict[str, Any]], Any], tuple[str, ...]] = {}
+"""The fields each getter of :func:`_getter` gets."""
+
+
+def getter_also(
+    getter: Callable[[dict[str, Any]], Any], name: str
+) -> Callable[[dict[str, Any]], Any]:
+    """The getter of :func:`edit_check` that gets the fields ``getter`` gets and ``name`` (one
+    per set of fields, like those)."""
+    return _getter((*_FIELDS[getter], name))
 
 
 class MessageCache:

@@ -284,8 +284,9 @@ class _History:
             if owner[position] < 0:
                 continue
             bag = bags[position]
-            # What it may still hold bounds it: given up once even that is too little.
-            for word, idf, needed in steps:
+            # What it may still hold bounds it: given up once even that is too little (and not
+            # asked when its rarer terms alone are enough).
+            for word, idf, needed in steps if weight <= least else ():
                 if weight <= needed:
                     break
                 if word in bag:
