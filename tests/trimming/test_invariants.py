@@ -105,16 +105,24 @@ def trimmers(draw: st.DrawFn) -> PriorityTrimmer:
 class Layout:
     """What the rules say about a conversation, worked out independently of the trimmer."""
 
-    latest_user: int
+    turn: int  # the current turn's first user message
     must_keep: set[int]
-    tool_units: list[tuple[int, ...]]  # optional units after the latest user message
+    tool_units: list[tuple[int, ...]]  # the current turn's optional units
     classes: dict[int, str]
 
 
 def layout(messages: list[BaseMessage], trimmer: PriorityTrimmer) -> Layout:
+    facts = analysis(trimmer.token_counter, messages)
     humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
-    latest_user = humans[-1] if humans else -1
-    units = analysis(trimmer.token_counter, messages).units
+    # The current turn begins at the latest user message, or, while the one it begins at comes
+    # right after a tool result (a tool added it), at the user message before.
+    start = len(humans) - 1
+    while start > 0 and isinstance(messages[humans[start] - 1], ToolMessage):
+        if humans[start] - 1 in facts.orphans:
+            break
+        start -= 1
+    turn = humans[start] if humans else -1
+    units = facts.units
     classes: dict[int, str] = {}
     for unit in units:
         first = unit.indices[0]
@@ -122,21 +130,21 @@ def layout(messages: list[BaseMessage], trimmer: PriorityTrimmer) -> Layout:
             "system"
             if unit.kind == "system"
             else "latest_user"
-            if first == latest_user
+            if first in humans and first >= turn >= 0
             else "tool_result"
-            if first > latest_user
+            if first > turn
             else "history"
         )
         classes.update(dict.fromkeys(unit.indices, name))
     must_keep = {i for i in classes if classes[i] == "system" and trimmer.options.keep_system}
-    if trimmer.options.keep_latest_user and latest_user >= 0:
-        must_keep.add(latest_user)
-    turn = [u.indices for u in units if classes[u.indices[0]] == "tool_result"]
-    tool_calls = [u.indices for u in units if u.kind == "tool_call" and u.indices in turn]
+    if trimmer.options.keep_latest_user:
+        must_keep.update(i for i in classes if classes[i] == "latest_user")
+    in_turn = [u.indices for u in units if classes[u.indices[0]] == "tool_result"]
+    tool_calls = [u.indices for u in units if u.kind == "tool_call" and u.indices in in_turn]
     if tool_calls:
         must_keep.update(tool_calls[-1])
-    optional = [u for u in turn if not must_keep.issuperset(u)]
-    return Layout(latest_user, must_keep, optional, classes)
+    optional = [u for u in in_turn if not must_keep.issuperset(u)]
+    return Layout(turn, must_keep, optional, classes)
 
 
 def kept(outcome: TrimResult) -> set[int]:

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from itertools import accumulate, compress
 from typing import NamedTuple
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    ToolMessage,
+)
 
 from agent_latency._chat_format import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
@@ -70,6 +76,9 @@ class Plan:
             a system message), so dropping the first message can cost more than it saves.
         shortened: The copies to send in place of shortened messages, by index.
         latest: The index of the latest user message, if any (a unit of its own: one message).
+        turn: The index of the current turn's first user message (see :func:`turn_start`),
+            if any: the latest user message's, but for one a tool added.
+        turn_unit: Its position in ``facts.units`` (``-1``: none).
         moved: Kept messages sent right before the latest user message rather than in their
             place (recalled history, which must not move the cached prefix), ascending.
     """
@@ -94,6 +103,8 @@ class Plan:
         "sizes",
         "texts",
         "tokens",
+        "turn",
+        "turn_unit",
     )
 
     def __init__(
@@ -136,6 +147,8 @@ class Plan:
         self.shortened: dict[int, BaseMessage] = {}
         self.moved: list[int] = []
         self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
+        self.turn_unit = turn_start(facts, messages)
+        self.turn = facts.units[self.turn_unit].indices[0] if facts.users else None
         # Whether no message was dropped but orphans, none brought back and none of the
         # history made must-keep: then the history rounds are the analysis' (history_rounds).
         self.as_analysed = True
@@ -268,12 +281,12 @@ class Plan:
         if late:
             order.sort(key=key)
             recalled = sorted(recalled, key=key)
-        if recalled and self.latest is not None:  # sent right before the latest user message
+        if recalled and self.turn is not None:  # sent right before the current turn
             moved = set(recalled)
             # A moved round's tool results can come after the latest user message (a late
             # result): sent once, with their call.
             rest = [i for i in order if i not in moved]
-            at = bisect.bisect_left(rest, key(self.latest), key=key)
+            at = bisect.bisect_left(rest, key(self.turn), key=key)
             order = [*rest[:at], *recalled, *rest[at:]]
         sizes = tuple(map(self.sizes.__getitem__, order))
         shortened, messages = self.shortened, self.messages
@@ -304,19 +317,17 @@ class Plan:
         """The history rounds as planned now: the messages of class ``"history"`` that are
         neither dropped nor must-keep, by round, oldest first (``None``: there are none).
 
-        Read from the analysis (in time linear in the messages after the latest user message)
+        Read from the analysis (in time linear in the messages of the current turn)
         while nothing but orphans was dropped, nothing brought back and nothing of the history
         made must-keep; walked from the units otherwise. Either way the same rounds: a round's
         messages are listed in unit order (a tool call's results right after it).
         """
         if not self.as_analysed:
             return self._walked_history_rounds()
-        facts = self.facts
-        if not facts.users:
+        facts, question = self.facts, self.turn
+        if question is None:
             return None
-        latest = facts.units[facts.users[-1]]
-        question = latest.indices[0]
-        count = facts.owner[question]  # the rounds before the latest user message's
+        count = facts.owner[question]  # the rounds before the current turn's
         if count == 0:
             return None
         owner = facts.owner[:question]
@@ -394,15 +405,17 @@ def classify(plan: Plan) -> None:
     """Assigns every message its class, drops orphan tool results and leaves out unanswered
     tool calls (the analysis warns of those, once per call: ``AnalysisMemo``).
 
-    The analysis classes every message ``"system"`` or ``"history"``: only the latest user
-    message's unit and the units after it (the current turn) are read here.
+    The analysis classes every message ``"system"`` or ``"history"``: only the units of the
+    current turn (:func:`turn_start`) are read here: its user messages are the latest user
+    message's class, the rest but system messages its tool results'.
     """
     facts, classes = plan.facts, plan.classes
-    latest = facts.users[-1] if facts.users else -1  # its position among the units
-    if plan.latest is not None:
-        classes[plan.latest] = "latest_user"
-    for unit in facts.units[latest + 1 :]:
-        if unit.kind != "system":
+    if plan.turn is not None:
+        classes[plan.turn] = "latest_user"
+    for unit in facts.units[plan.turn_unit + 1 :]:
+        if unit.kind == "user":
+            classes[unit.indices[0]] = "latest_user"
+        elif unit.kind != "system":
             for index in unit.indices:
                 classes[index] = "tool_result"
     if facts.unanswered:
@@ -410,6 +423,33 @@ def classify(plan: Plan) -> None:
     if facts.orphans:
         # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
         plan.drop(facts.orphans, "orphan_tool_result")
+
+
+def turn_start(facts: MessageFacts, messages: Sequence[BaseMessage]) -> int:
+    """The position in ``facts.units`` of the current turn's first user message (``-1``: there
+    is no user message).
+
+    The latest user message's, unless it came right after a tool result: then it is one a tool
+    added to its result (an image, which chat endpoints take only in a user message) or one asked
+    right after a ``return_direct`` tool's result, and the turn began with the user message
+    before that tool call (and so on, for a tool called again).
+    """
+    users = facts.users
+    position = len(users) - 1
+    while position > 0:
+        before = facts.units[users[position]].indices[0] - 1
+        if not _answers_a_call(messages[before]) or before in facts.orphans:
+            break
+        position -= 1
+    return users[position] if users else -1
+
+
+def _answers_a_call(message: BaseMessage) -> bool:
+    """Whether ``message`` is a tool result (a ``ToolMessage`` or a ``ChatMessage`` of role
+    ``"tool"``)."""
+    return isinstance(message, ToolMessage) or (
+        isinstance(message, ChatMessage) and role_of(message) == "tool"
+    )
 
 
 def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, ...]]) -> None:
@@ -461,15 +501,16 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     shortened.
     """
     facts, classes = plan.facts, plan.classes
-    latest = facts.users[-1] if facts.users else -1
+    turn = plan.turn_unit
     must_keep: list[int] = []
     if options.keep_system:
         must_keep += _positions(classes, "system")
-    if latest >= 0 and options.keep_latest_user:
-        must_keep += facts.units[latest].indices
+    if turn >= 0 and options.keep_latest_user:  # the current turn's user messages
+        users = facts.users[bisect.bisect_left(facts.users, turn) :]
+        must_keep += [index for user in users for index in facts.units[user].indices]
     plan.keep(must_keep, "must_keep")
     latest_tool_call = next(
-        (u for u in reversed(facts.units[latest + 1 :]) if u.kind == "tool_call"), None
+        (u for u in reversed(facts.units[turn + 1 :]) if u.kind == "tool_call"), None
     )
     if latest_tool_call is not None and not plan.dropped[latest_tool_call.indices[0]]:
         plan.keep(latest_tool_call.indices, "latest_tool_call")
