@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -31,6 +31,7 @@ from agent_latency._validation import checked_bool
 from agent_latency.config import Settings
 from agent_latency.trimming._cache_key import (
     CACHE_KEY_SETTING,
+    KeyedModels,
     checked_session_header,
     conversation_cache_key,
     gives_cache_key,
@@ -101,7 +102,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
     conversation's first messages, where the server takes one (by default OpenAI's own API), so
     that its calls reach the machines that hold their prefix; one the caller already gives (in
-    the model settings, or the model's ``model_kwargs`` or ``extra_body``) is kept. Routers
+    the model settings, or the model's ``model_kwargs`` or ``extra_body``) is kept. The key goes
+    on a per-call shallow copy of the request's model (your model is left as it is), so a model
+    that a middleware listed after this one swaps in (``ModelFallbackMiddleware``) gets none:
+    list this one after it, and each model gets the key where its own server takes it. Routers
     that hash a request header instead (vLLM production-stack's session router, SGLang's
     gateway, ...; sources in :mod:`agent_latency.trimming._cache_key`) get the same key in the
     header ``session_header`` names, sent through ``ChatOpenAI``'s ``extra_headers``: a SHA-256
@@ -154,6 +158,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # What each structured-output strategy adds, made once (the trimmer counts tools it knows
         # by identity), by the strategy's id, with the strategy.
         self._outputs = LRUCache(_STRATEGIES)
+        self._keyed_models = KeyedModels()
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -273,21 +278,30 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ModelRequest[Any], messages: Sequence[BaseMessage]
     ) -> ModelRequest[Any]:
         """The request with the conversation's key in ``prompt_cache_key`` and the session
-        header, where they are sent."""
-        settings: Mapping[str, Any] = request.model_settings
-        as_field = not gives_cache_key(settings, request.model) and (
-            self.cache_key or (self.cache_key is None and takes_cache_key(request.model))
+        header, where they are sent: the key on a copy of the request's model (see
+        :class:`KeyedModels`), the header in the model settings."""
+        model, settings = request.model, request.model_settings
+        as_field = not gives_cache_key(settings, model) and (
+            self.cache_key or (self.cache_key is None and takes_cache_key(model))
         )
         if not as_field and self.session_header is None:
             return request
         key = conversation_cache_key(messages)
         if key is None:
             return request
+        changes: dict[str, Any] = {}
         if as_field:
-            settings = {**settings, CACHE_KEY_SETTING: key}
+            keyed = self._keyed_models.keyed(model, key)
+            if keyed is not None:
+                changes["model"] = keyed
+            else:  # a model with no model_kwargs: its call's keywords carry the key
+                changes["model_settings"] = {**settings, CACHE_KEY_SETTING: key}
         if self.session_header is not None:
-            settings = with_session_header(settings, request.model, self.session_header, key)
-        return request.override(model_settings=dict(settings))
+            settings = changes.get("model_settings", settings)
+            changes["model_settings"] = dict(
+                with_session_header(settings, model, self.session_header, key)
+            )
+        return request.override(**changes)
 
 
 def recall_tool(hook: PreModelHook) -> BaseTool:
