@@ -90,7 +90,9 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     while the trimmer keeps system messages), its tools and its structured-output schema. The
     stored conversation keeps every message: only what is sent to the model is trimmed. A trim
     that fails unexpectedly is logged and the request is sent untrimmed rather than failing the
-    agent.
+    agent. Each trim names the agent's own model, the first the middleware trims a request for
+    (``TrimResult.model``): the callback handler feeds the trimmer's calibration only the server
+    counts of calls to it, not those of a fallback ``ModelFallbackMiddleware`` swaps in.
 
     With recall (the default), what a trim leaves out stays readable: the messages are trimmed to
     the budget less the elision marker's tokens, the marker is sent after the system message(s)
@@ -159,6 +161,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # by identity), by the strategy's id, with the strategy.
         self._outputs = LRUCache(_STRATEGIES)
         self._keyed_models = KeyedModels()
+        # The agent's own model, the first this middleware trims a request for: create_agent
+        # hands it every call, and a ModelFallbackMiddleware listed before this one tries it
+        # first. The trimmer's calibration learns from calls to it only.
+        self._model: object | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -212,6 +218,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
+        if self._model is None:
+            self._model = request.model
         request = self._keyed(request, messages)
         try:
             output_tools, response_format, strict = self._structured_output(request.response_format)
@@ -224,11 +232,15 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "strict_tools": strict,
                 "output_tools": output_tools,
             }
+            # Named on the trim, for the callback handler (TrimResult.model).
+            model = _model_name(self._model)
             if self.recalling is not None:
-                result = self._recalling(request.tools).trim(messages, **options)
+                result = self._recalling(request.tools).trim(messages, model=model, **options)
                 runs = left_out_runs(messages, result) if result.changed else []
             else:
                 result = self.trimmer.trim(messages, **options)
+                if model is not None:
+                    result = dataclasses.replace(result, model=model)
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
             return request, None, []
@@ -372,6 +384,17 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
         for m in response.result
     ]
     return dataclasses.replace(response, result=answers)
+
+
+def _model_name(model: object) -> str | None:
+    """The name a chat model calls its model by, as LangChain reports it to the callbacks
+    (``ls_model_name``: ``model_name`` for ``ChatOpenAI``, ``model`` or ``model_id`` for
+    others); ``None`` when it has none of them."""
+    for field in ("model_name", "model", "model_id"):
+        name = getattr(model, field, None)
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 def _current_run() -> tuple[Context | None, Tracer | None]:
