@@ -19,6 +19,7 @@ from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool
@@ -161,10 +162,11 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # by identity), by the strategy's id, with the strategy.
         self._outputs = LRUCache(_STRATEGIES)
         self._keyed_models = KeyedModels()
-        # The agent's own model, the first this middleware trims a request for: create_agent
+        # The agent's own model, the first this middleware trims a request for (create_agent
         # hands it every call, and a ModelFallbackMiddleware listed before this one tries it
-        # first. The trimmer's calibration learns from calls to it only.
+        # first), and its name: the trimmer's calibration learns from calls to it only.
         self._model: object | None = None
+        self._model_name: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -219,7 +221,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
         if self._model is None:
-            self._model = request.model
+            self._model, self._model_name = request.model, _model_name(request.model)
         request = self._keyed(request, messages)
         try:
             output_tools, response_format, strict = self._structured_output(request.response_format)
@@ -232,8 +234,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "strict_tools": strict,
                 "output_tools": output_tools,
             }
-            # Named on the trim, for the callback handler (TrimResult.model).
-            model = _model_name(self._model)
+            model = self._model_name  # named on the trim, for the callback handler
             if self.recalling is not None:
                 result = self._recalling(request.tools).trim(messages, model=model, **options)
                 runs = left_out_runs(messages, result) if result.changed else []
@@ -387,14 +388,12 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
 
 
 def _model_name(model: object) -> str | None:
-    """The name a chat model calls its model by, as LangChain reports it to the callbacks
-    (``ls_model_name``: ``model_name`` for ``ChatOpenAI``, ``model`` or ``model_id`` for
-    others); ``None`` when it has none of them."""
-    for field in ("model_name", "model", "model_id"):
-        name = getattr(model, field, None)
-        if isinstance(name, str) and name:
-            return name
-    return None
+    """The model name a chat model's calls report to the callbacks (``ls_model_name``, which
+    the handler reads as the call's model); ``None`` when it reports none."""
+    if not isinstance(model, BaseChatModel):
+        return None
+    name = model._get_ls_params().get("ls_model_name")
+    return name if isinstance(name, str) and name else None
 
 
 def _current_run() -> tuple[Context | None, Tracer | None]:
