@@ -119,6 +119,8 @@ class PendingTrim:
         budget: The trim's prompt token budget.
         tokens_after: Our count of the whole request sent.
         calibration: Where the server's count of that request goes, or ``None``.
+        model: The model the trim was made for, when the event says (a trim result's
+            ``model``); a call to another model (a fallback) teaches the calibration nothing.
         messages: The messages the trim returned, until a model call takes it; ``None`` when
             the event did not say (a trim of another kind).
         schema_count: How many tool definitions and response formats the trim counted;
@@ -132,14 +134,22 @@ class PendingTrim:
     budget: int
     tokens_after: int
     calibration: Calibration | None = None
+    model: str | None = None
     messages: tuple[object, ...] | None = None
     schema_count: int | None = None
     as_sent: bool = True
     messages_changed: bool = False
 
-    def taken_by(self, sent: Sequence[object] | None, schemas: int) -> PendingTrim:
-        """The trim as the model call that sends the messages ``sent`` and ``schemas`` tool
-        definitions and response formats carries it.
+    def taken_by(
+        self, sent: Sequence[object] | None, schemas: int, model: str | None
+    ) -> PendingTrim:
+        """The trim as the model call to ``model`` that sends the messages ``sent`` and
+        ``schemas`` tool definitions and response formats carries it.
+
+        A call to another model than the one the trim names (a fallback that
+        ``ModelFallbackMiddleware`` swapped in) sends what the trim returned, but its server
+        counts in another model's tokens: its count must not teach the calibration, which
+        learns the trim's model.
 
         When ``sent`` is not the trim's messages (the same objects, or equal ones: LangGraph
         sends ``create_react_agent``'s ``prompt=`` as a message of its own), or the call sends
@@ -151,11 +161,13 @@ class PendingTrim:
         """
         mine = self.messages
         changed = mine is not None and sent is not None and not _same_messages(mine, sent)
-        if not changed and self.schema_count in (None, schemas):
-            return replace(self, messages=None)
-        return replace(
-            self, messages=None, calibration=None, as_sent=False, messages_changed=changed
-        )
+        if changed or self.schema_count not in (None, schemas):
+            return replace(
+                self, messages=None, calibration=None, as_sent=False, messages_changed=changed
+            )
+        if self.model is not None and model != self.model:
+            return replace(self, messages=None, calibration=None)
+        return replace(self, messages=None)
 
     @classmethod
     def from_event(cls, data: object) -> PendingTrim | None:
@@ -195,11 +207,13 @@ class PendingTrim:
             else tuple(messages)
         )
         schema_count = getattr(data, "schema_count", None)
+        model = getattr(data, "model", None)
         return cls(
             attributes,
             budget,
             tokens_after,
             calibration,
+            model if isinstance(model, str) else None,
             sent,
             schema_count if is_integer(schema_count) else None,
         )

@@ -13,6 +13,12 @@ Defect found: nothing told the user that a middleware listed after ours changed 
 the trim: each went out ~280 tokens above the budget, silently. The handler now says so once,
 with the fix (list ``TrimmingMiddleware`` last).
 
+Defect found: ``ModelFallbackMiddleware`` listed before ``TrimmingMiddleware`` (ours last, as
+advised) calls ours again for its fallback each time the primary fails, and that trim, made with
+the primary's calibration, was paired with the fallback's count in its own model's tokens: six
+calls taught the primary's calibration a factor of 1.065. Now the trim names the agent's model
+(``TrimResult.model``) and only a call to it teaches.
+
 What held is pinned too: an agent whose tool runs another agent (both trimmed by one trimmer),
 streamed in messages mode with subgraphs and run as an ``abatch`` of threads: every model call's
 span carries the figures of its own trim.
@@ -31,6 +37,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import (
     ClearToolUsesEdit,
     ContextEditingMiddleware,
+    ModelFallbackMiddleware,
     ModelRequest,
     ModelResponse,
     TodoListMiddleware,
@@ -172,6 +179,49 @@ def test_a_call_sent_with_fewer_tools_than_the_trim_counted_teaches_the_calibrat
     assert all(server < trim.tokens_after for trim, server in sent)  # 3 tools of 12 counted
     assert calibration.observations == 0
     assert calibration.factor == 1.0
+
+
+@pytest.mark.parametrize("ours_last", [True, False], ids=["ours last", "ours first"])
+def test_a_fallback_models_count_teaches_the_primarys_calibration_nothing(
+    tracer_provider: TracerProvider, ours_last: bool
+) -> None:
+    # The primary is down: ModelFallbackMiddleware answers each call with a model of another
+    # server, which counts in Llama 3's tokens. Listed before ours (ours last, as advised), it
+    # calls ours again with the fallback, and the trim made with the primary's calibration was
+    # paired with the fallback's count. Listed after ours, the primary's failed call takes the
+    # trim: nothing to teach either way.
+    down = dataclasses.replace(QUICK, error_rate=1.0)
+    llama = dataclasses.replace(QUICK, model="llama-3.1-8b", tokenizer="llama3")
+    with running_simulator(down) as primary_server, running_simulator(llama) as fallback_server:
+        settings = settings_of(primary_server)
+        calibration = PromptCalibration()
+        trimmer = PriorityTrimmer.from_settings(settings, budget=BUDGET, calibration=calibration)
+        fallback = ModelFallbackMiddleware(
+            build_chat_model(settings_of(fallback_server), max_retries=0)
+        )
+        ours = TrimmingMiddleware(trimmer)
+        agent = create_agent(
+            build_chat_model(settings, max_retries=0),
+            tools=[lookup],
+            middleware=[fallback, ours] if ours_last else [ours, fallback],
+        )
+        handler = LatencyCallbackHandler(tracer_provider=tracer_provider, log_every_request=False)
+        calls = Recorder()
+        messages: list[object] = []
+        for turn in range(3):
+            messages = [*messages, HumanMessage(f'Use lookup for "k{turn}". ' + "pad " * 60)]
+            messages = agent.invoke({"messages": messages}, {"callbacks": [handler, calls]})[
+                "messages"
+            ]
+
+    answered = len(calls.server_tokens)
+    assert answered == 6  # two calls a turn, each answered by the fallback
+    assert len(calls.trims) == (2 * answered if ours_last else answered)
+    # What would have been learnt: the fallback's server counts other tokens than ours.
+    assert {trim.tokens_after for trim in calls.trims}.isdisjoint(calls.server_tokens)
+    assert calibration.observations == 0
+    assert calibration.factor == 1.0
+    assert handler.open_runs == 0
 
 
 class Answer(BaseModel):

@@ -203,13 +203,18 @@ class Trim:
     shortened_messages: int = 0
     over_budget: bool = False
     calibration: Any = None
+    model: str | None = None
 
 
-def trimmed_call(handler: LatencyCallbackHandler, trim: Trim, answer: AIMessage) -> None:
+def trimmed_call(
+    handler: LatencyCallbackHandler, trim: Trim, answer: AIMessage, model: str = "m"
+) -> None:
     chain, call = uuid4(), uuid4()
     handler.on_chain_start({"name": "seq"}, {}, run_id=chain)
     handler.on_custom_event(semconv.TRIM_SPAN_NAME, trim, run_id=chain)
-    handler.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=call, parent_run_id=chain)
+    prompt = [[HumanMessage("hi")]]
+    metadata = {"ls_model_name": model}
+    handler.on_chat_model_start({}, prompt, run_id=call, parent_run_id=chain, metadata=metadata)
     handler.on_llm_end(LLMResult(generations=[[ChatGeneration(message=answer)]]), run_id=call)
     handler.on_chain_end({}, run_id=chain)
 
@@ -239,6 +244,20 @@ def test_the_servers_count_of_a_trimmed_call_feeds_the_calibration_and_the_span(
     assert first[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] == 440
     assert first[semconv.INPUT_TOKENS_RATIO] == pytest.approx(1.1)
     assert semconv.INPUT_TOKENS_RATIO not in second
+    assert handler.open_runs == 0
+
+
+@pytest.mark.parametrize(("called", "taught"), [("gpt-4o", True), ("gpt-4o-mini", False)])
+def test_only_a_call_to_the_model_the_trim_names_teaches_its_calibration(
+    tracer_provider: Any, called: str, taught: bool
+) -> None:
+    """A fallback that takes the trimmed request (``ModelFallbackMiddleware`` after
+    ``TrimmingMiddleware``, the primary failing before its call starts) counts in its own
+    tokens: its count is no lesson for the primary's calibration."""
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider)
+    calibration = RecordingCalibration()
+    trimmed_call(handler, Trim(calibration=calibration, model="gpt-4o"), usage(440), called)
+    assert calibration.observed == ([(400, 440)] if taught else [])
     assert handler.open_runs == 0
 
 

@@ -1,8 +1,7 @@
 """Attacks on ``TrimmingMiddleware`` with LangChain v1 agent features users combine with it: real
 ``create_agent`` agents with the real ``ChatOpenAI``, over HTTP to the simulator.
 
-Defects found (the first two fixed in ``_middleware.py``; the third an ``xfail(strict=True)``
-test, left for a decision):
+Defects found (all three fixed in ``_middleware.py``):
 
 * An agent whose own tools include one named ``recall``: ``create_agent`` keeps one tool per
   name, the user's, and drops the middleware's without a word; the elision marker still tells
@@ -21,7 +20,8 @@ test, left for a decision):
   the primary, and the fallback, called inner with the same settings, sends it to its own
   server, one that is not OpenAI's (a provider client that does not know the keyword, such as
   Anthropic's, fails the fallback call: when the primary is down, the agent fails). Listed the
-  other way round the key is decided for the fallback and left out.
+  other way round the key is decided for the fallback and left out. Now: the key goes on a
+  shallow copy of the request's model (in its ``model_kwargs``), which the fallback replaces.
 
 What held is pinned below: LangChain's own middleware before and after ours (summarization,
 context editing, call limits, tool retries, human in the loop resumed by a restarted process)
@@ -56,6 +56,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 from support.fakes import Recorder
 from support.simulators import QUICK, settings_of
+from support.wire import chat_completion
 
 from agent_latency import PriorityTrimmer, build_chat_model
 from agent_latency.sim import RunningSimulator, running_simulator
@@ -157,21 +158,23 @@ class Bodies(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrimmingMiddleware._keyed (_middleware.py, not ours to edit) decides "
-    "prompt_cache_key for the request's model and puts it in model_settings; a "
-    "ModelFallbackMiddleware listed after it swaps the model and keeps the settings, so the "
-    "key decided for OpenAI's API goes to the fallback's server. Fix there, e.g. bind the key "
-    "to the model (request.model.bind(prompt_cache_key=...)) so a swapped model leaves it.",
-)
+def openai_down(sent: list[dict[str, Any]]) -> ChatOpenAI:
+    """A ``ChatOpenAI`` on OpenAI's API, which is down: keeps each request body, answers 503."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.read()))
+        return httpx.Response(503, json={"error": {"message": "down"}})
+
+    transport = httpx.MockTransport(refuse)
+    client = httpx.Client(transport=transport)
+    return ChatOpenAI(model="gpt-4o", api_key="sk-test", max_retries=0, http_client=client)
+
+
 def test_a_fallback_model_gets_no_cache_key_decided_for_openais_api(
     sim: RunningSimulator,
 ) -> None:
-    outage = httpx.MockTransport(lambda _: httpx.Response(503, json={"error": {"message": "x"}}))
-    primary = ChatOpenAI(
-        model="gpt-4o", api_key="sk-test", max_retries=0, http_client=httpx.Client(transport=outage)
-    )
+    primary_sent: list[dict[str, Any]] = []
+    primary = openai_down(primary_sent)
     fallback_server = Bodies()
     fallback = ChatOpenAI(
         base_url=sim.base_url,
@@ -189,6 +192,44 @@ def test_a_fallback_model_gets_no_cache_key_decided_for_openais_api(
 
     assert len(fallback_server.sent) == 2  # the primary is down: every call fell back
     assert [body.get("prompt_cache_key") for body in fallback_server.sent] == [None, None]
+    # The primary still got the conversation's key on each call, from a copy of the model.
+    (key, again) = [body.get("prompt_cache_key") for body in primary_sent]
+    assert key == again and key.startswith("agent-latency-")
+    assert primary.model_kwargs == {}
+
+
+@pytest.mark.parametrize("ours_last", [False, True], ids=["ours first", "ours last"])
+def test_a_fallback_on_openais_api_gets_the_key_only_when_ours_is_listed_after_it(
+    ours_last: bool,
+) -> None:
+    """The key is decided for the model the request names when our middleware sees it: listed
+    first, the fallback a later middleware swaps in is not that model and gets none, even on
+    OpenAI's API; listed last (after ``ModelFallbackMiddleware``) each model gets its own
+    decision."""
+    fallback_sent: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        fallback_sent.append(json.loads(request.read()))
+        return chat_completion("ok")
+
+    fallback = ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+    )
+    primary_sent: list[dict[str, Any]] = []
+    ours = TrimmingMiddleware(PriorityTrimmer(2_000), recall=False)
+    theirs = ModelFallbackMiddleware(fallback)
+    agent = create_agent(
+        openai_down(primary_sent), middleware=[theirs, ours] if ours_last else [ours, theirs]
+    )
+    agent.invoke({"messages": [HumanMessage("hello")]})
+
+    (primary_body,) = primary_sent
+    (fallback_body,) = fallback_sent
+    key = primary_body["prompt_cache_key"]
+    assert fallback_body.get("prompt_cache_key") == (key if ours_last else None)
 
 
 # --- what held: LangChain's own middleware beside ours, in both orders ------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents import create_agent
+from langchain_core.language_models import chat_models
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
@@ -57,6 +58,22 @@ def test_other_servers_get_the_key_only_when_asked(option: bool | None, sent: bo
     agent = _agent("http://127.0.0.1:9/v1", bodies, cache_key=option)
     _ask(agent, "Plan my trip to Porto.")
     assert ("prompt_cache_key" in bodies[0]) is sent
+
+
+def test_the_per_call_copies_that_carry_the_key_are_not_serialised_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The key rides on a copy of the model made for each call. LangChain serialises a chat model
+    for its callbacks on each new object's first call (80 us for a ChatOpenAI): each copy
+    carries its model's, made once, or every call would pay it."""
+    serialised: list[object] = []
+    real = chat_models.dumpd
+    monkeypatch.setattr(chat_models, "dumpd", lambda obj: serialised.append(obj) or real(obj))
+    bodies: list[dict[str, Any]] = []
+    _ask(_agent("https://api.openai.com/v1", bodies), "Plan my trip.", "And the hotel?", "Train?")
+    assert len({body["prompt_cache_key"] for body in bodies}) == 1
+    assert len(bodies) == 3
+    assert serialised == []
 
 
 def test_a_cache_key_option_is_checked() -> None:

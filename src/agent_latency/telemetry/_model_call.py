@@ -127,7 +127,7 @@ class ModelCallTracer:
         if trim is not None:
             span.set_attributes(trim.attributes)
             schemas = len(tools) + (call.params.get("response_format") is not None)
-            trim = trim.taken_by(call.messages, schemas)
+            trim = trim.taken_by(call.messages, schemas, model)
             if trim.messages_changed:
                 self._report_changed_request(model)
         return ModelRunState(

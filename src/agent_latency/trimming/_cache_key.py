@@ -34,8 +34,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.load import dumpd
 from langchain_core.messages import BaseMessage
 
+from agent_latency._caches import LRUCache
 from agent_latency._chat_format import role_of
 from agent_latency.trimming._relevance import text_of
 from agent_latency.trimming._shortening import split_content
@@ -52,6 +55,11 @@ _CLIENT_HEADERS: Final = frozenset(
     {"authorization", "api-key", "content-length", "content-type", "host", "user-agent"}
 )
 """Headers the client sets itself: a session value there would break the request."""
+_SERIALIZED: Final = "_serialized"
+"""Where a LangChain chat model keeps its serialisation for its callbacks, made on first use
+(``BaseChatModel._serialized``, a cached property)."""
+_MODELS: Final = 8
+"""How many chat models a :class:`KeyedModels` remembers the serialisation of."""
 
 
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
@@ -95,6 +103,41 @@ def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
         or CACHE_KEY_SETTING in model_kwargs
         or any(isinstance(body, Mapping) and CACHE_KEY_SETTING in body for body in bodies)
     )
+
+
+class KeyedModels:
+    """Copies of chat models that send a conversation's ``prompt_cache_key`` themselves.
+
+    The key goes into the copy's ``model_kwargs``, which the model merges into its request (as
+    ``ChatOpenAI`` and LangChain's other chat models do), not into the request's model settings:
+    a middleware that swaps the model after ours (``ModelFallbackMiddleware``) keeps the settings
+    and would send the key, decided for this model's API, to another server. The copy is shallow
+    (its client and connection pool are the model's) and the model is left as it was. LangChain
+    serialises a chat model for its callbacks on each new object's first call (80 µs for a
+    ``ChatOpenAI``): each copy carries its model's, made once, so the callbacks see the model as
+    they did.
+    """
+
+    def __init__(self) -> None:
+        # By the model's id, with the model (an id can be reused once it is gone).
+        self._serialized = LRUCache(_MODELS)
+
+    def keyed(self, model: object, key: str) -> BaseChatModel | None:
+        """A copy of ``model`` that sends ``key`` as its ``prompt_cache_key``; ``None`` for a
+        model with no ``model_kwargs`` to carry it."""
+        if not isinstance(model, BaseChatModel) or "model_kwargs" not in type(model).model_fields:
+            return None
+        model_kwargs = getattr(model, "model_kwargs", None) or {}
+        copy = model.model_copy(update={"model_kwargs": {**model_kwargs, CACHE_KEY_SETTING: key}})
+        copy.__dict__[_SERIALIZED] = self._serialization(model)
+        return copy
+
+    def _serialization(self, model: BaseChatModel) -> Any:
+        found: tuple[BaseChatModel, Any] | None = self._serialized.get(id(model))
+        if found is None or found[0] is not model:
+            found = (model, dumpd(model))
+            self._serialized.put(id(model), found)
+        return found[1]
 
 
 def takes_cache_key(model: object) -> bool:

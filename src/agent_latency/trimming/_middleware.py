@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool
@@ -31,6 +32,7 @@ from agent_latency._validation import checked_bool
 from agent_latency.config import Settings
 from agent_latency.trimming._cache_key import (
     CACHE_KEY_SETTING,
+    KeyedModels,
     checked_session_header,
     conversation_cache_key,
     gives_cache_key,
@@ -89,7 +91,9 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     while the trimmer keeps system messages), its tools and its structured-output schema. The
     stored conversation keeps every message: only what is sent to the model is trimmed. A trim
     that fails unexpectedly is logged and the request is sent untrimmed rather than failing the
-    agent.
+    agent. Each trim names the agent's own model, the first the middleware trims a request for
+    (``TrimResult.model``): the callback handler feeds the trimmer's calibration only the server
+    counts of calls to it, not those of a fallback ``ModelFallbackMiddleware`` swaps in.
 
     With recall (the default), what a trim leaves out stays readable: the messages are trimmed to
     the budget less the elision marker's tokens, the marker is sent after the system message(s)
@@ -101,7 +105,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Each call of a conversation also carries the same ``prompt_cache_key``, derived from the
     conversation's first messages, where the server takes one (by default OpenAI's own API), so
     that its calls reach the machines that hold their prefix; one the caller already gives (in
-    the model settings, or the model's ``model_kwargs`` or ``extra_body``) is kept. Routers
+    the model settings, or the model's ``model_kwargs`` or ``extra_body``) is kept. The key goes
+    on a per-call shallow copy of the request's model (your model is left as it is), so a model
+    that a middleware listed after this one swaps in (``ModelFallbackMiddleware``) gets none:
+    list this one after it, and each model gets the key where its own server takes it. Routers
     that hash a request header instead (vLLM production-stack's session router, SGLang's
     gateway, ...; sources in :mod:`agent_latency.trimming._cache_key`) get the same key in the
     header ``session_header`` names, sent through ``ChatOpenAI``'s ``extra_headers``: a SHA-256
@@ -154,6 +161,12 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # What each structured-output strategy adds, made once (the trimmer counts tools it knows
         # by identity), by the strategy's id, with the strategy.
         self._outputs = LRUCache(_STRATEGIES)
+        self._keyed_models = KeyedModels()
+        # The agent's own model, the first this middleware trims a request for (create_agent
+        # hands it every call, and a ModelFallbackMiddleware listed before this one tries it
+        # first), and its name: the trimmer's calibration learns from calls to it only.
+        self._model: object | None = None
+        self._model_name: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -207,6 +220,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
+        if self._model is None:
+            self._model, self._model_name = request.model, _model_name(request.model)
         request = self._keyed(request, messages)
         try:
             output_tools, response_format, strict = self._structured_output(request.response_format)
@@ -219,11 +234,14 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "strict_tools": strict,
                 "output_tools": output_tools,
             }
+            model = self._model_name  # named on the trim, for the callback handler
             if self.recalling is not None:
-                result = self._recalling(request.tools).trim(messages, **options)
+                result = self._recalling(request.tools).trim(messages, model=model, **options)
                 runs = left_out_runs(messages, result) if result.changed else []
             else:
                 result = self.trimmer.trim(messages, **options)
+                if model is not None:
+                    result = dataclasses.replace(result, model=model)
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
             return request, None, []
@@ -273,21 +291,30 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ModelRequest[Any], messages: Sequence[BaseMessage]
     ) -> ModelRequest[Any]:
         """The request with the conversation's key in ``prompt_cache_key`` and the session
-        header, where they are sent."""
-        settings: Mapping[str, Any] = request.model_settings
-        as_field = not gives_cache_key(settings, request.model) and (
-            self.cache_key or (self.cache_key is None and takes_cache_key(request.model))
+        header, where they are sent: the key on a copy of the request's model (see
+        :class:`KeyedModels`), the header in the model settings."""
+        model, settings = request.model, request.model_settings
+        as_field = not gives_cache_key(settings, model) and (
+            self.cache_key or (self.cache_key is None and takes_cache_key(model))
         )
         if not as_field and self.session_header is None:
             return request
         key = conversation_cache_key(messages)
         if key is None:
             return request
+        changes: dict[str, Any] = {}
         if as_field:
-            settings = {**settings, CACHE_KEY_SETTING: key}
+            keyed = self._keyed_models.keyed(model, key)
+            if keyed is not None:
+                changes["model"] = keyed
+            else:  # a model with no model_kwargs: its call's keywords carry the key
+                changes["model_settings"] = {**settings, CACHE_KEY_SETTING: key}
         if self.session_header is not None:
-            settings = with_session_header(settings, request.model, self.session_header, key)
-        return request.override(model_settings=dict(settings))
+            settings = changes.get("model_settings", settings)
+            changes["model_settings"] = dict(
+                with_session_header(settings, model, self.session_header, key)
+            )
+        return request.override(**changes)
 
 
 def recall_tool(hook: PreModelHook) -> BaseTool:
@@ -358,6 +385,15 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
         for m in response.result
     ]
     return dataclasses.replace(response, result=answers)
+
+
+def _model_name(model: object) -> str | None:
+    """The model name a chat model's calls report to the callbacks (``ls_model_name``, which
+    the handler reads as the call's model); ``None`` when it reports none."""
+    if not isinstance(model, BaseChatModel):
+        return None
+    name = model._get_ls_params().get("ls_model_name")
+    return name if isinstance(name, str) and name else None
 
 
 def _current_run() -> tuple[Context | None, Tracer | None]:

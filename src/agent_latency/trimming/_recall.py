@@ -172,6 +172,7 @@ class RecallingTrimmer(TrimRunnable):
         *,
         context: Context | None = None,
         tracer: Tracer | None = None,
+        model: str | None = None,
         **request: Any,
     ) -> TrimResult:
         """Trims ``messages`` as ``PriorityTrimmer.trim`` does, the marker in, recording a span
@@ -181,11 +182,12 @@ class RecallingTrimmer(TrimRunnable):
             messages: As for ``PriorityTrimmer.trim``. Never modified.
             context: The OpenTelemetry context to start the span in.
             tracer: The tracer to record the trim span with. Default: the trimmer's own.
+            model: The model the trim is made for (``TrimResult.model``), if known.
             **request: ``tools``, ``response_format``, ``strict_tools``, ``output_tools``.
         """
         span = start_trim_span(tracer or self._tracer, context)
         try:
-            result = self._marked(self._quiet_trim(messages, request))
+            result = self._marked(self._quiet_trim(messages, request), model)
         except BaseException as exc:
             end_trim_span(span, exc)
             raise
@@ -301,11 +303,11 @@ class RecallingTrimmer(TrimRunnable):
             reserved = self._reserved = (reserve, trimmer)
         return reserved[1]
 
-    def _marked(self, result: TrimResult) -> TrimResult:
+    def _marked(self, result: TrimResult, model: str | None) -> TrimResult:
         """``result`` against the whole budget, with the marker sent when history was left out
         for the budget and the request fits with it (a request that fits only without it goes
-        without). Orphan results and unanswered calls, dropped whatever the budget, are no cut:
-        the marker would tell the model of one that did not happen."""
+        without), made for ``model``. Orphan results and unanswered calls, dropped whatever the
+        budget, are no cut: the marker would tell the model of one that did not happen."""
         budget = self.trimmer.options.budget
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after
@@ -323,6 +325,7 @@ class RecallingTrimmer(TrimRunnable):
             budget=budget,
             effective_budget=effective,
             over_budget=tokens > effective,
+            model=model,
         )
 
     def _with_marker(

@@ -91,6 +91,9 @@ class TrimResult:
             user message and the current tool call with its results.
         calibration: The calibration whose factor set ``effective_budget``, for the callback
             handler to feed the server's count back into; ``None`` without calibration.
+        model: The name of the model the trim was made for, where its caller says
+            (``TrimmingMiddleware`` names the agent's own model): the callback handler feeds
+            the calibration only the count of a call to that model, not a fallback's.
         tools: With a ``tool_budget``: the tools to send (the request's own objects, in its
             order); ``None`` otherwise.
         schema_count: How many schemas the request sends besides its messages: one per tool
@@ -118,6 +121,7 @@ class TrimResult:
     framing_tokens: int
     must_keep_tokens: int
     calibration: PromptCalibration | None = field(default=None, repr=False, compare=False)
+    model: str | None = field(default=None, repr=False, compare=False)
     tools: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
     schema_count: int = 0
     dropped_tools: tuple[str, ...] = ()
