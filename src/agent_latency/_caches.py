@@ -107,6 +107,27 @@ class LRUCache:
                 self._data[key] = (left, found[1])
 
 
+class FirstTimes:
+    """The keys met lately (the last ``max_keys``), to say something once per key: safe to
+    share between threads (two first meetings at once: one is the first)."""
+
+    def __init__(self, max_keys: int) -> None:
+        self._met: OrderedDict[Hashable, None] = OrderedDict()
+        self._max_keys = max_keys
+        self._lock = threading.Lock()
+
+    def first(self, key: Hashable) -> bool:
+        """Whether ``key`` is met for the first time (of those remembered); notes it."""
+        with self._lock:
+            if key in self._met:
+                self._met.move_to_end(key)
+                return False
+            self._met[key] = None
+            if len(self._met) > self._max_keys:
+                self._met.popitem(last=False)
+            return True
+
+
 def _let_go() -> None:
     while _GONE:
         # The deaths noted so far, each note once (objects of one entry die together, a list

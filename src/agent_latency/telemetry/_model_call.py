@@ -22,6 +22,7 @@ from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._caches import FirstTimes
 from agent_latency._trace_link import PendingTrim
 from agent_latency._validation import is_number
 from agent_latency.telemetry._content import output_json
@@ -51,6 +52,8 @@ from agent_latency.tokens import TokenCounter
 
 _now_ns: Callable[[], int] = time.perf_counter_ns
 """The clock of every duration the handler measures (tests replace it)."""
+_WARNING_KINDS = 16
+"""How many kinds of once-per-handler warning are remembered (a few are given)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +109,7 @@ class ModelCallTracer:
         self._stall_ns = int(options.chunk_timeout_ms * 1_000_000)
         self._token_counter: TokenCounter | None = None
         self._token_counter_failed = False
-        self._warned: set[str] = set()  # the kinds of once-per-handler warning given
+        self._warned = FirstTimes(_WARNING_KINDS)  # the once-per-handler warnings given
 
     def start(
         self, call: ModelStart, *, parent_context: Context, trim: PendingTrim | None
@@ -307,8 +310,7 @@ class ModelCallTracer:
 
     def _warn_once(self, kind: str, message: str, *args: object) -> None:
         """Logs ``message`` at WARNING the first time this handler meets ``kind``, DEBUG after."""
-        first = kind not in self._warned
-        self._warned.add(kind)
+        first = self._warned.first(kind)
         logger.log(logging.WARNING if first else logging.DEBUG, message, *args)
 
     def _estimate_tokens(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, cast
@@ -30,7 +29,7 @@ from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from agent_latency._caches import LRUCache
+from agent_latency._caches import FirstTimes, LRUCache
 from agent_latency._chat_format import builtin_tool_type, wire_tools
 from agent_latency.tokens import TokenCounting
 
@@ -38,9 +37,8 @@ logger = logging.getLogger(__name__)
 
 _CACHE_SIZE = 32
 _CACHE_BYTES = 8 * 1024 * 1024
-_WARNED_TYPES: Final = LRUCache(256)
+_WARNED_TYPES: Final = FirstTimes(256)
 """The built-in tool types warned of: once each per process."""
-_WARNING_LOCK: Final = threading.Lock()  # two first requests at once warn once
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,10 +229,8 @@ def _warn_of_builtin_tools(tools: Sequence[Mapping[str, Any]]) -> None:
         kind = builtin_tool_type(tool)
         if kind is None:
             continue
-        with _WARNING_LOCK:
-            if _WARNED_TYPES.get(kind) is not None:
-                continue
-            _WARNED_TYPES.put(kind, True)
+        if not _WARNED_TYPES.first(kind):
+            continue
         logger.warning(
             "Tool type %r is a provider's built-in tool, which the trimmer cannot describe: it is "
             "sent whole as given (a tool_budget never leaves it out) and counted as the JSON "

@@ -61,6 +61,7 @@ from langchain_core.messages import (
 
 from agent_latency._caches import (
     CONVERSATIONS_ACROSS_TURNS,
+    FirstTimes,
     LRUCache,
     edit_check,
     getter_also,
@@ -530,7 +531,7 @@ class AnalysisMemo:
         # The latest memo of each conversation by the values of its opening (_opening_values),
         # kept past its messages' lives: a checkpointed agent's next turn brings new objects.
         self._by_values = LRUCache(CONVERSATIONS_ACROSS_TURNS, BY_VALUE_BYTES)
-        self._warned = LRUCache(_WARNED)  # the gaps warned of, by call id
+        self._warned = FirstTimes(_WARNED)  # the gaps warned of, by call id
 
     def analyse(self, messages: list[BaseMessage]) -> tuple[MessageFacts, Hashable]:
         """Returns the facts of ``messages`` and the key their conversation is remembered under
@@ -665,10 +666,7 @@ class AnalysisMemo:
     def _first_time(self, kind: str, ids: tuple[str, ...]) -> bool:
         """Whether any of ``ids`` (of calls, or of the calls results name) was not warned of
         yet; notes them all."""
-        new = [id_ for id_ in ids if self._warned.get((kind, id_)) is None]
-        for id_ in ids:
-            self._warned.put((kind, id_), True)
-        return bool(new)
+        return any([self._warned.first((kind, id_)) for id_ in ids])  # each noted
 
     def _key(self, opening: tuple[int, ...], messages: list[BaseMessage]) -> Hashable:
         """The key of the conversation ``messages`` go on: the latest parting they pass through
