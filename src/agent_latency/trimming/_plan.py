@@ -37,9 +37,9 @@ is sent right after its call instead (``late_tool_result``)."""
 _NOT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
 Copy = Callable[[], BaseMessage]
-"""What makes the copy sent in place of a message: called only for a message sent (most of a
-long history's shortened results are then dropped), it returns the same copy while the shortener
-or compactor remembers it."""
+"""What makes the copy sent in place of a message: called by :meth:`Plan.output` for the messages
+sent only (most of a long history's shortened results are then dropped), it returns the same copy
+while the shortener or compactor remembers it."""
 
 
 class HistoryRounds(NamedTuple):
@@ -260,8 +260,8 @@ class Plan:
         return saved
 
     def output(self) -> tuple[list[BaseMessage], tuple[int, ...]]:
-        """The messages to send (the kept ones as given, shortened ones as their copies) and
-        each one's tokens as sent.
+        """The messages to send (the kept ones as given, shortened ones as their copies, made
+        here) and each one's tokens as sent.
 
         In input order, but for the recalled rounds (:attr:`moved`) and the tool results that
         came apart from their call (``facts.late``), sent right after it with the other results
@@ -290,7 +290,11 @@ class Plan:
         shortened, messages = self.shortened, self.messages
         if not shortened:
             return list(map(messages.__getitem__, order)), sizes
-        return [shortened[i]() if i in shortened else messages[i] for i in order], sizes
+        made = {i: shortened[i]() for i in order if i in shortened}
+        # The copies sent stand for their messages from now on: question_retention, read later,
+        # reads what was sent, whatever is done to the messages meanwhile.
+        shortened.update((i, _made(copy)) for i, copy in made.items())
+        return [made.get(i, messages[i]) for i in order], sizes
 
     def _sent_order(self, late: Mapping[int, int]) -> Callable[[int], tuple[int, int]]:
         """What sorts message positions in the order they are sent (recalled rounds apart): by
