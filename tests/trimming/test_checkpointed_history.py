@@ -359,6 +359,53 @@ def test_a_tool_result_read_back_with_another_value_is_compacted_from_its_own_te
     assert [m.__dict__ for m in again.messages] == [m.__dict__ for m in expected.messages]
 
 
+def _stubs(messages: list[BaseMessage]) -> int:
+    return sum(str(m.content).startswith(STUB.split("{")[0]) for m in messages)
+
+
+def test_results_read_back_are_remembered_by_identity_only_when_sent() -> None:
+    # Every result above the cap is planned at its copy's size, and most of them are then cut:
+    # only those sent get a copy kept for their new objects (before: every one, at every turn).
+    trimmer = PriorityTrimmer(2000, token_counter=TokenCounter())
+    kept = looked_up(12)
+    trimmer.trim(kept)
+    entries = len(trimmer._shortener._cache)
+    messages = read_back(looked_up(12))
+
+    again = trimmer.trim(messages)
+
+    assert again.dropped_messages > 0 and 0 < again.shortened_messages < 12
+    assert len(trimmer._shortener._cache) - entries == again.shortened_messages
+    assert kept  # alive until here: its entries stay
+
+
+def test_results_read_back_are_remembered_by_identity_only_when_their_stub_is_sent() -> None:
+    trimmer = PriorityTrimmer(1000, token_counter=TokenCounter(), compact_tool_results=True)
+    kept = looked_up(24)
+    trimmer.trim(kept)
+    entries = len(trimmer.compactor._cache)
+    messages = read_back(looked_up(24))
+
+    again = trimmer.trim(messages)
+
+    stubbed = sum(d.rule == "compacted" for d in again.decisions)
+    assert again.dropped_messages > 0 and 0 < _stubs(again.messages) == stubbed
+    assert len(trimmer.compactor._cache) - entries == stubbed
+    assert kept
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["shortened", "compacted"])
+def test_a_copy_sent_is_the_same_object_while_the_messages_are(compact: bool) -> None:
+    trimmer = PriorityTrimmer(1000, token_counter=TokenCounter(), compact_tool_results=compact)
+    for messages in (looked_up(24), read_back(looked_up(24))):
+        first = trimmer.trim(messages)
+        again = trimmer.trim(messages)
+
+        given = set(map(id, messages))
+        assert [m for m in first.messages if id(m) not in given]  # copies were sent
+        assert all(a is b for a, b in zip(first.messages, again.messages, strict=True))
+
+
 def test_forty_threads_interleaved_read_back_count_what_one_thread_alone_would() -> None:
     # A service's threads take turns: between two turns of one, 39 others come in. Their
     # messages have ids, as LangGraph's add_messages gives them (openings alike otherwise).

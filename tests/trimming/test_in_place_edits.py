@@ -756,3 +756,17 @@ def test_a_dict_that_cannot_be_copied_or_compared_is_converted_on_every_call(ext
     second = trimmer.trim(messages).messages
     assert first[1] is not second[1] and first[1].content == second[1].content
     assert first[2] is second[2]  # the others are remembered as ever
+
+
+def test_question_retention_reads_the_copies_sent_after_an_edit_in_place() -> None:
+    # Copies are made for the messages sent only, while the result is made: retention, read
+    # later, reads those (an edit in place after the trim does not make it read another).
+    messages = [*latest_result_turn()[:3], HumanMessage("which shelf holds the zebra?")]
+    messages += [calls("a"), ToolMessage("zebra " + "shelf " * 600, tool_call_id="a")]
+    result = PriorityTrimmer(300, max_tool_result_tokens=50).trim(messages)
+    expected = fresh(messages, 300, max_tool_result_tokens=50)
+    assert result.shortened_messages == 1 and expected["question_retention"] == 1.0
+
+    messages[-1].content = "window " * 600
+
+    assert result.question_retention == expected["question_retention"]

@@ -51,7 +51,9 @@ class Compactor:
     Unchanged as :func:`~agent_latency._caches.stamp` tells it: an edit in place of the content,
     name or tool-call id makes a new stub. A checkpointed agent's history comes back at each new
     turn as new objects: a result equal to one compacted before (its text, name and tool-call id)
-    gets its stub's text again (:class:`~agent_latency._caches.CopiesByValue`).
+    gets its stub's text again (:class:`~agent_latency._caches.CopiesByValue`). A trim plans with
+    :meth:`size` and asks for the stubs (:meth:`stub`) of the results it sends only: one read
+    back is remembered by identity only once its stub is asked for.
 
     Args:
         counter: Counts the stubs' tokens.
@@ -63,14 +65,30 @@ class Compactor:
         self._cache = MessageCache(cache_size)
         self._by_value = CopiesByValue(cache_size, _BY_VALUE_BYTES)
 
-    def compact(self, message: ToolMessage) -> tuple[ToolMessage, int]:
-        """Returns the stub of ``message`` and its tokens, framing included."""
+    def size(self, message: ToolMessage) -> int:
+        """The tokens of the stub of ``message``, framing included."""
+        found: tuple[ToolMessage, int] | None = self._cache.get(message, id(message))
+        if found is not None:
+            return found[1]
+        # Only the tokens are wanted: the stub made by value is let go.
+        return self._by_value.copy_of(message, "stub", self._anew)[1]
+
+    def stub(self, message: ToolMessage) -> ToolMessage:
+        """The stub of ``message``: the same object while ``message`` is alive and unchanged
+        (and remembered)."""
         found: tuple[ToolMessage, int] | None = self._cache.get(message, id(message))
         if found is None:
             stub, count = self._by_value.copy_of(message, "stub", self._stub)
             found = (cast(ToolMessage, stub), count)
             self._cache.put(message, id(message), found)
-        return found
+        return found[0]
+
+    def _anew(self, message: BaseMessage) -> tuple[BaseMessage, int]:
+        """Makes the stub of ``message`` and remembers it by identity: a result met for the first
+        time is usually met again as the same object (one read back is found by value)."""
+        stub, count = self._stub(message)
+        self._cache.put(message, id(message), (stub, count))
+        return stub, count
 
     def _stub(self, message: BaseMessage) -> tuple[BaseMessage, int]:
         stub = compacted(cast(ToolMessage, message))

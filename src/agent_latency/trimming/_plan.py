@@ -11,6 +11,7 @@ that will be sent (images and a long ``tool_call_id`` included), never with its 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -40,6 +41,11 @@ _SENT_AS_GIVEN: frozenset[Rule] = frozenset({"fits", "within_budget"})
 """The rules of a kept message that say no more than that it fits: a late tool result's says it
 is sent right after its call instead (``late_tool_result``)."""
 _NOT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+Copy = Callable[[], BaseMessage]
+"""What makes the copy sent in place of a message: called by :meth:`Plan.output` for the messages
+sent only (most of a long history's shortened results are then dropped), it returns the same copy
+while the shortener or compactor remembers it."""
 
 
 class HistoryRounds(NamedTuple):
@@ -74,7 +80,8 @@ class Plan:
         framing: The per-request framing of what is sent: it depends on the first message
             sent (Qwen's and Llama 3.1's templates add a default system turn when that is not
             a system message), so dropping the first message can cost more than it saves.
-        shortened: The copies to send in place of shortened messages, by index.
+        shortened: What makes the copies to send in place of shortened messages, by index
+            (:data:`Copy`: made for the messages sent only).
         latest: The index of the latest user message, if any (a unit of its own: one message).
         turn: The index of the current turn's first user message (see :func:`turn_start`),
             if any: the latest user message's, but for one a tool added.
@@ -144,7 +151,7 @@ class Plan:
         self.rules: list[Rule] = ["within_budget"] * len(messages)
         self.dropped = [False] * len(messages)
         self.must_keep = [False] * len(messages)
-        self.shortened: dict[int, BaseMessage] = {}
+        self.shortened: dict[int, Copy] = {}
         self.moved: list[int] = []
         self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
         self.turn_unit = turn_start(facts, messages)
@@ -241,13 +248,17 @@ class Plan:
         The plan takes the copy's own count, which can exceed ``target`` (large non-text parts),
         and keeps the message as it is when no copy would be smaller.
         """
-        copy, size = self.shortener.shorten(self.messages[index], target)
-        return self.substitute(index, copy, size, rule)
+        message, shortener = self.messages[index], self.shortener
+        size = shortener.size(message, target)
+        return self.substitute(
+            index, functools.partial(shortener.copy, message, target), size, rule
+        )
 
     def substitute(
-        self, index: int, copy: BaseMessage, size: int, rule: Rule, *, smaller_only: bool = True
+        self, index: int, copy: Copy, size: int, rule: Rule, *, smaller_only: bool = True
     ) -> int:
-        """Plans ``copy`` (of ``size`` tokens) in place of a message; returns the tokens saved.
+        """Plans the copy ``copy`` makes (of ``size`` tokens) in place of a message; returns
+        the tokens saved.
 
         Nothing changes when the copy would not be smaller than what is planned now, unless
         ``smaller_only`` is false (a copy that must be sent instead).
@@ -262,8 +273,8 @@ class Plan:
         return saved
 
     def output(self) -> tuple[list[BaseMessage], tuple[int, ...]]:
-        """The messages to send (the kept ones as given, shortened ones as their copies) and
-        each one's tokens as sent.
+        """The messages to send (the kept ones as given, shortened ones as their copies, made
+        here) and each one's tokens as sent.
 
         In input order, but for the recalled rounds (:attr:`moved`) and the tool results that
         came apart from their call (``facts.late``), sent right after it with the other results
@@ -292,7 +303,11 @@ class Plan:
         shortened, messages = self.shortened, self.messages
         if not shortened:
             return list(map(messages.__getitem__, order)), sizes
-        return [shortened.get(index, messages[index]) for index in order], sizes
+        made = {i: shortened[i]() for i in order if i in shortened}
+        # The copies sent stand for their messages from now on: question_retention, read later,
+        # reads what was sent, whatever is done to the messages meanwhile.
+        shortened.update((i, _made(copy)) for i, copy in made.items())
+        return [made.get(i, messages[i]) for i in order], sizes
 
     def _sent_order(self, late: Mapping[int, int]) -> Callable[[int], tuple[int, int]]:
         """What sorts message positions in the order they are sent (recalled rounds apart): by
@@ -464,9 +479,14 @@ def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, 
             gone.append(index)
         else:
             size = plan.shortener.count(copy)
-            plan.substitute(index, copy, size, "unanswered_tool_call", smaller_only=False)
+            plan.substitute(index, _made(copy), size, "unanswered_tool_call", smaller_only=False)
     if gone:
         plan.drop(gone, "unanswered_tool_call")
+
+
+def _made(copy: BaseMessage) -> Copy:
+    """What returns ``copy``, made already."""
+    return lambda: copy
 
 
 def _without_calls(message: BaseMessage, ids: frozenset[str]) -> AIMessage | None:
@@ -555,6 +575,7 @@ def compact_history(plan: Plan, options: TrimOptions, compactor: Compactor) -> N
         return
     goal = _rounded_up(excess, options)
     saved = 0
+    stub_of, size_of = compactor.stub, compactor.size
     for index, message in enumerate(plan.messages):
         if saved >= goal:
             break
@@ -564,8 +585,8 @@ def compact_history(plan: Plan, options: TrimOptions, compactor: Compactor) -> N
             and not plan.dropped[index]
             and not plan.must_keep[index]
         ):
-            stub, size = compactor.compact(message)
-            saved += plan.substitute(index, stub, size, "compacted")
+            stub = functools.partial(stub_of, message)
+            saved += plan.substitute(index, stub, size_of(message), "compacted")
 
 
 def drop_by_priority(plan: Plan, units: list[Unit], options: TrimOptions, terms: TermCache) -> None:
@@ -738,8 +759,10 @@ def shorten_must_keep(plan: Plan) -> None:
         return
     target = plan.sizes[question] - excess
     if target >= MIN_SHORTENED_TOKENS:
-        copy, size = plan.shortener.shorten(plan.messages[question], target)
+        message, shortener = plan.messages[question], plan.shortener
+        size = shortener.size(message, target)
         if size <= target:
+            copy = functools.partial(shortener.copy, message, target)
             plan.substitute(question, copy, size, "shortened_to_fit")
 
 
@@ -766,12 +789,12 @@ def question_retention(
     if not plan.shortened and not any(plan.dropped):
         return 1.0 if asked else None
     copy = plan.shortened.get(question)
-    lost = asked.keys() - terms.counts(text_of(copy)).keys() if copy else set()
+    lost = asked.keys() - terms.counts(text_of(copy())).keys() if copy else set()
     positions = occurrences().positions
     # Sent whole, other than the question (read in C); a shortened copy sends what it holds.
     whole = list(map(operator.not_, plan.dropped))
     whole[question] = False
-    copies = {i: terms.counts(text_of(c)) for i, c in plan.shortened.items() if whole[i]}
+    copies = {i: terms.counts(text_of(c())) for i, c in plan.shortened.items() if whole[i]}
     for index in copies:
         whole[index] = False
     wanted, kept = len(lost), 0

@@ -38,6 +38,9 @@ class MessageShortener:
     content, name or tool-call id makes a new copy). A checkpointed agent's history comes back
     at each new turn as new objects: a tool result or user message of text equal to one
     shortened before (its type, text, name and tool-call id) gets a copy with that text again.
+    A trim plans with :meth:`size` and asks for copies (:meth:`copy`) of the messages it sends
+    only: most of an old history's shortened results are then cut, and one read back is
+    remembered by identity only once its copy is asked for.
 
     Args:
         counter: Counts the tokens of the shortened copies.
@@ -54,6 +57,20 @@ class MessageShortener:
     def count(self, message: BaseMessage) -> int:
         """The tokens of ``message`` (a copy made elsewhere), counted as this shortener counts."""
         return self._counter.count_message(message)
+
+    def size(self, message: BaseMessage, target: int) -> int:
+        """The tokens of the copy :meth:`shorten` returns for ``message`` and ``target``."""
+        found: tuple[BaseMessage | None, int] | None = self._cache.get(
+            message, (id(message), target)
+        )
+        if found is not None:
+            return found[1]
+        # Only the tokens are wanted: the copy made by value is let go.
+        return self._by_value.copy_of(message, target, lambda m: self._anew(m, target))[1]
+
+    def copy(self, message: BaseMessage, target: int) -> BaseMessage:
+        """The copy :meth:`shorten` returns for ``message`` and ``target``."""
+        return self.shorten(message, target)[0]
 
     def shorten(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         """Returns a copy of ``message`` of at most ``target`` tokens, and its token count.
@@ -79,12 +96,26 @@ class MessageShortener:
             copy, count = self._by_value.copy_of(
                 message, target, lambda m: self._shorten_uncached(m, target)
             )
-            # The message itself is remembered as None: the entry must not keep it alive.
-            kept = None if copy is message else copy
-            found = (kept, count)
-            self._cache.put(message, key, found, _text_bytes(kept))
+            found = self._remember(message, key, copy, count)
         shortened = found[0]
         return (message if shortened is None else shortened), found[1]
+
+    def _anew(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
+        """Shortens ``message`` and remembers the copy by identity: a message met for the first
+        time is usually met again as the same object (one read back is found by value)."""
+        copy, count = self._shorten_uncached(message, target)
+        self._remember(message, (id(message), target), copy, count)
+        return copy, count
+
+    def _remember(
+        self, message: BaseMessage, key: tuple[int, int], copy: BaseMessage, count: int
+    ) -> tuple[BaseMessage | None, int]:
+        """Remembers ``copy`` of ``count`` tokens for ``message`` at ``key``; returns the entry."""
+        # The message itself is remembered as None: the entry must not keep it alive.
+        kept = None if copy is message else copy
+        found = (kept, count)
+        self._cache.put(message, key, found, _text_bytes(kept))
+        return found
 
     def _shorten_uncached(self, message: BaseMessage, target: int) -> tuple[BaseMessage, int]:
         count = self._counter.count_message(message)
