@@ -318,11 +318,34 @@ class CopiesByValue:
         """Returns ``make(message)`` (a copy of ``message`` that differs in its text only, or
         ``message`` itself, and its tokens), or for a message equal to one made for the same
         ``purpose`` before, a copy of it with the text that one was given."""
+        key, remembered = self._found(message, purpose)
+        if remembered is None:
+            return self._made(key, message, make)
+        _, made_text, count = remembered
+        if made_text is None:
+            return message, count
+        return message.model_copy(update={"content": made_text}), count
+
+    def count_of(
+        self,
+        message: BaseMessage,
+        purpose: Hashable,
+        make: Callable[[BaseMessage], tuple[BaseMessage, int]],
+    ) -> int:
+        """The tokens of :meth:`copy_of`'s copy, which is not made for a message found by value
+        (a plan weighs every old tool result, and sends few of them)."""
+        key, remembered = self._found(message, purpose)
+        return self._made(key, message, make)[1] if remembered is None else remembered[2]
+
+    def _found(
+        self, message: BaseMessage, purpose: Hashable
+    ) -> tuple[Hashable | None, tuple[str, str | None, int] | None]:
+        """The key ``message`` is remembered by for ``purpose`` (``None``: it is not, by its
+        kind), and what is remembered there of a message equal to it, if any."""
         fields = message.__dict__
         text = fields.get("content")
         if type(message) not in _BY_VALUE or type(text) is not str:
-            return make(message)
-        assert isinstance(text, str)
+            return None, None
         key = (
             type(message),
             (len(text), text[:_ENDS], text[-_ENDS:]),
@@ -331,14 +354,20 @@ class CopiesByValue:
             purpose,
         )
         remembered: tuple[str, str | None, int] | None = self._cache.get(key)
-        if remembered is not None and remembered[0] == text:
-            _, made_text, count = remembered
-            if made_text is None:
-                return message, count
-            return message.model_copy(update={"content": made_text}), count
+        return key, remembered if remembered is not None and remembered[0] == text else None
+
+    def _made(
+        self,
+        key: Hashable | None,
+        message: BaseMessage,
+        make: Callable[[BaseMessage], tuple[BaseMessage, int]],
+    ) -> tuple[BaseMessage, int]:
+        """``make(message)``, remembered at ``key`` (if any)."""
         copy, count = make(message)
-        made_text = None if copy is message else str(copy.content)
-        self._cache.put(key, (text, made_text, count), len(text) + len(made_text or ""))
+        if key is not None:
+            text = str(message.content)
+            made_text = None if copy is message else str(copy.content)
+            self._cache.put(key, (text, made_text, count), len(text) + len(made_text or ""))
         return copy, count
 
 

@@ -70,8 +70,7 @@ class Compactor:
         found: tuple[ToolMessage, int] | None = self._cache.get(message, id(message))
         if found is not None:
             return found[1]
-        # Only the tokens are wanted: the stub made by value is let go.
-        return self._by_value.copy_of(message, "stub", self._anew)[1]
+        return self._by_value.count_of(message, "stub", self._anew)
 
     def stub(self, message: ToolMessage) -> ToolMessage:
         """The stub of ``message``: the same object while ``message`` is alive and unchanged

@@ -65,8 +65,7 @@ class MessageShortener:
         )
         if found is not None:
             return found[1]
-        # Only the tokens are wanted: the copy made by value is let go.
-        return self._by_value.copy_of(message, target, lambda m: self._anew(m, target))[1]
+        return self._by_value.count_of(message, target, lambda m: self._anew(m, target))
 
     def copy(self, message: BaseMessage, target: int) -> BaseMessage:
         """The copy :meth:`shorten` returns for ``message`` and ``target``."""
