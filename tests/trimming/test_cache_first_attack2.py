@@ -444,3 +444,27 @@ def test_a_fork_keeps_nothing_of_a_shared_message_that_is_gone() -> None:
     trimmer.trim([SystemMessage("another conversation"), HumanMessage("hi")])
 
     assert gone() is None
+
+
+def test_the_quick_check_bounds_a_term_a_short_message_holds_many_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A term held ten times by a short message adds more to its score than one held once can
+    (BM25 saturates the count, but not at once): the quick check bounds each term by the most
+    times a message holds it, or it would leave out a message that reaches the statement's
+    share (three of seven terms, each ten times, in a message far shorter than the others)."""
+    rare = [f"zq{i}" for i in range(7)]
+    filler = iter(f"f{i}" for i in range(100_000))
+    chat: list[BaseMessage] = [SYSTEM]
+    for r in range(60):
+        said = " ".join(next(filler) for _ in range(100))
+        if r == 2:
+            said = " ".join(word for word in rare[:3] for _ in range(10))
+        elif 3 <= r < 7:
+            said = f"{said} {rare[r]}"
+        chat += [HumanMessage(said), AIMessage(" ".join(next(filler) for _ in range(100)))]
+    calls = [[*chat, HumanMessage(" ".join(rare))]]  # a statement: no question mark
+
+    _, recalled = compare_with_full_scoring(calls, 1_500, monkeypatch)
+
+    assert recalled == 1  # the message of three terms is recalled, with or without the check

@@ -188,6 +188,7 @@ class _History:
         """The terms of ``query`` as the first ``length`` messages weigh them (for a cut, those
         before it: :meth:`before`, so that later messages change nothing)."""
         occurrences, totals = self.occurrences, self.occurrences.totals
+        peaks = occurrences.peaks
         if length != occurrences.length:
             occurrences = occurrences._replace(length=length)
         weighed = []
@@ -197,8 +198,10 @@ class _History:
             idf = math.log(1 + (length - held + 0.5) / (held + 0.5))
             ideal += idf
             if held <= length * _COMMON:  # else says little about which round
+                peak = peaks.get(term, 1)
+                bound = idf * _GAIN * peak / (peak + _FLOOR)
                 # tuple.__new__ makes the same tuple in C (a NamedTuple's own is Python code)
-                weighed.append(tuple.__new__(_Term, (1 << bit, term, postings, held, idf)))
+                weighed.append(tuple.__new__(_Term, (1 << bit, term, postings, held, idf, bound)))
         slope = BM25_K1 * length / (totals[length] or 1) * BM25_B
         return _Query(length, weighed, ideal, slope)
 
@@ -223,7 +226,7 @@ class _History:
         discount = [_FLOOR + query.slope * size for size in lengths]
         per_message = [0.0] * length
         holds = [0] * length
-        for flag, term, postings, held_by, idf in query.terms:
+        for flag, term, postings, held_by, idf, _ in query.terms:
             for position in islice(postings, held_by):
                 tf = bags[position][term]
                 per_message[position] += idf * tf * _GAIN / (tf + discount[position])
@@ -252,32 +255,32 @@ class _History:
         """Whether a history message may score at least ``share`` of the score of an
         average-length message holding every term of the query once (and more than nothing).
 
-        Quick where few messages could: a message scores below :data:`_GAIN` times the weights
-        of the query terms it holds. So a message holding only the commoner terms, whose
-        weights add up to too little, cannot; of the others (found through the rarer terms'
+        Quick where few messages could: a message scores below the sum of the bounds of the
+        query terms it holds (:class:`_Term`). So a message holding only the commoner terms,
+        whose bounds add up to too little, cannot; of the others (found through the rarer terms'
         postings, which are short), the commoner terms are looked up heaviest first only while
         the weight the message may still hold could be enough, and only those whose terms weigh
         enough are scored. Never says no where :meth:`scores` would say yes.
         """
         floor = share * query.ideal - _SAME  # the rounds' scores carry a tie-break
-        rarer = sorted(query.terms, key=operator.attrgetter("idf"))
+        rarer = sorted(query.terms, key=operator.attrgetter("bound"))
         common: list[_Term] = []
         commoner = 0.0
-        while rarer and (commoner + rarer[0].idf) * _GAIN <= floor:
+        while rarer and commoner + rarer[0].bound <= floor:
             common.append(rarer.pop(0))
-            commoner += common[-1].idf
+            commoner += common[-1].bound
         # A message holding less weight than this cannot reach the floor (a margin of _SAME).
-        least = (floor - _SAME) / _GAIN
+        least = floor - _SAME
         # The commoner terms heaviest first (a message's bound falls fastest), each with the
         # weight a message must already hold for the terms from it on to lift it over ``least``.
         steps: list[tuple[str, float, float]] = []
         for term in reversed(common):
-            steps.append((term.term, term.idf, least - commoner))
-            commoner -= term.idf
+            steps.append((term.term, term.bound, least - commoner))
+            commoner -= term.bound
         held_rarer: dict[int, float] = {}
         for term in rarer:
             for position in islice(term.postings, term.held):
-                held_rarer[position] = held_rarer.get(position, 0.0) + term.idf
+                held_rarer[position] = held_rarer.get(position, 0.0) + term.bound
         weights = {term.term: term.idf for term in query.terms}
         owner, bags, totals = self.owner, self.occurrences.bags, self.occurrences.totals
         for position, weight in held_rarer.items():
@@ -286,11 +289,11 @@ class _History:
             bag = bags[position]
             # What it may still hold bounds it: given up once even that is too little (and not
             # asked when its rarer terms alone are enough).
-            for word, idf, needed in steps if weight <= least else ():
+            for word, bound, needed in steps if weight <= least else ():
                 if weight <= needed:
                     break
                 if word in bag:
-                    weight += idf
+                    weight += bound
             else:
                 if weight > least:
                     held = bag.keys() & weights.keys()
@@ -303,13 +306,16 @@ class _History:
 
 class _Term(NamedTuple):
     """A term of a query that ranks rounds: its bit in the rounds' masks, the positions of
-    the messages holding it (the first ``held`` of ``postings``), its BM25 weight."""
+    the messages holding it (the first ``held`` of ``postings``), its BM25 weight, and the most
+    it adds to a message's score (a message holds it at most its ``peaks`` times, and even the
+    shortest is discounted by more than :data:`_FLOOR`)."""
 
     flag: int
     term: str
     postings: Sequence[int]
     held: int
     idf: float
+    bound: float
 
 
 class _Query(NamedTuple):

@@ -555,7 +555,7 @@ def _positions(values: list[PriorityClass], value: PriorityClass) -> list[int]:
 
 def cap_tool_results(plan: Plan, cap: int) -> None:
     """Shortens every kept tool result above ``cap`` tokens toward it."""
-    if max(plan.sizes, default=0) <= cap:  # most calls: nothing to find, found in C
+    if not plan.facts.issuers or max(plan.sizes, default=0) <= cap:  # most calls: no result
         return
     large = [index for index, size in enumerate(plan.sizes) if size > cap]
     for index in large:

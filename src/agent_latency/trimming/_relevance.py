@@ -334,12 +334,15 @@ class Occurrences(NamedTuple):
         length: How many messages this view covers.
         bags: Per message, its term counts (shared, extended in place like ``postings``).
         totals: The number of terms before each message, and after the last (likewise).
+        peaks: Per term held more than once by a message, the most times a message holds it
+            (of the messages indexed, perhaps more than ``length``: a bound; shared likewise).
     """
 
     postings: dict[str, list[int]]
     length: int
     bags: list[Counter[str]]
     totals: list[int]
+    peaks: dict[str, int]
 
     def positions(self, term: str) -> list[int]:
         """The positions of the messages (of the first ``length``) holding ``term``: a copy,
@@ -363,6 +366,7 @@ class _Indexed:
     bags: list[Counter[str]]
     totals: list[int]
     text_bytes: int  # of ``texts``
+    peaks: dict[str, int]  # only grow: a bound also for the texts before an edit
 
 
 class TermIndex:
@@ -389,7 +393,7 @@ class TermIndex:
         with self._lock:
             indexed: _Indexed | None = self._indexed.get(key)
             if indexed is None:
-                indexed = _Indexed([], {}, [], [0], 0)
+                indexed = _Indexed([], {}, [], [0], 0, {})
             seen = indexed.texts
             same = len(seen) <= len(texts) and texts[: len(seen)] == seen
             if not same:
@@ -407,22 +411,30 @@ class TermIndex:
                     indexed.bags[:shared],
                     indexed.totals[: shared + 1],
                     text_bytes(seen[:shared]),
+                    indexed.peaks,
                 )
-            postings, bags, totals = indexed.postings, indexed.bags, indexed.totals
+            postings, bags, totals, peaks = (
+                indexed.postings,
+                indexed.bags,
+                indexed.totals,
+                indexed.peaks,
+            )
             new = texts[len(indexed.texts) :]
             find = postings.get
             for position, text in enumerate(new, len(indexed.texts)):
                 bag, length = self._cache.entry(text)
-                for term in bag:
+                for term, held in bag.items():
                     at = find(term)
                     if at is None:
                         postings[term] = [position]
                     else:
                         at.append(position)
+                    if held > 1 and held > peaks.get(term, 1):
+                        peaks[term] = held
                 bags.append(bag)
                 totals.append(totals[-1] + length)
             indexed.texts.extend(new)  # ours: ``texts`` is the caller's
             indexed.text_bytes += text_bytes(new)
             # About as many positions as terms in the texts: weighed like the texts twice.
             self._indexed.put(key, indexed, 2 * indexed.text_bytes)
-            return Occurrences(postings, len(texts), bags, totals)
+            return Occurrences(postings, len(texts), bags, totals, peaks)

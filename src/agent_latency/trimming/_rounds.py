@@ -180,6 +180,7 @@ class _Grouping:
             self.unanswered,
             self.late,
             self.generation,
+            len(self.issued),
         )
 
     def extend(
@@ -366,6 +367,8 @@ class MessageFacts(NamedTuple):
             ran), by position, the position of its call.
         generation: Which grouping of the messages these are: the same while a conversation only
             grows, another after an edit (what was derived from the rounds before may be stale).
+        issuers: How many units issued tool-call ids (a tool result is in one of those, or an
+            orphan).
     """
 
     counts: list[int]
@@ -380,6 +383,7 @@ class MessageFacts(NamedTuple):
     unanswered: dict[int, tuple[str, ...]]
     late: dict[int, int]
     generation: int
+    issuers: int
 
 
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
