@@ -191,7 +191,7 @@ class RecallingTrimmer(TrimRunnable):
         except BaseException as exc:
             end_trim_span(span, exc)
             raise
-        end_trim_span(span, None, result.span_attributes())
+        end_trim_span(span, None, result.span_attributes)  # asked for only when recording
         warn_if_over_budget(result)  # the request sent, against the whole budget
         return result
 
