@@ -24,9 +24,9 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import GrowingConversation, figures, read_back, same_facts
-from support.simulators import QUICK
+from support.simulators import QUICK, settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
@@ -184,7 +184,7 @@ def sim() -> Iterator[RunningSimulator]:
 
 
 def test_a_checkpointed_agent_counts_only_each_turns_new_messages(sim: RunningSimulator) -> None:
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     counter = NotingCounter()
     trimmer = PriorityTrimmer(400, token_counter=counter)
     agent = create_agent(
