@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -80,12 +80,6 @@ def shelf_tool(number: int) -> Any:
 
     description = f"Reads shelf {number} of the inventory for a key and reports its details. "
     return tool(f"shelf_{number}", description=description * 2)(shelf)
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 def test_a_request_another_middleware_changed_after_the_trim_teaches_the_calibration_nothing(

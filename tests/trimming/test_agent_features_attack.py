@@ -31,7 +31,6 @@ never made a prompt the endpoint refuses nor one over the budget.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -55,19 +54,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import BaseModel
 from support.fakes import Recorder
-from support.simulators import QUICK, settings_of
+from support.simulators import settings_of
 from support.wire import chat_completion
 
 from agent_latency import PriorityTrimmer, build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.trimming import TrimmingMiddleware, _request
 from agent_latency.trimming._recall import MARKER_TEXT, PLAIN_MARKER_TEXT
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 def chat(rounds: int) -> list[BaseMessage]:

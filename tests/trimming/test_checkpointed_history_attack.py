@@ -36,10 +36,10 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import GrowingConversation, figures, read_back
-from support.simulators import QUICK, settings_of
+from support.simulators import settings_of
 
 from agent_latency import build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware, TrimResult, recall_tool
 from agent_latency.trimming._request import RequestExtras
@@ -223,12 +223,6 @@ class FreshlyChecked(PriorityTrimmer):
             FreshlyChecked.differences.append(f"{ours} != {theirs}")
         FreshlyChecked.changed.append(result.changed)
         return result
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 @pytest.fixture

@@ -31,11 +31,11 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
-from support.simulators import QUICK, settings_of
+from support.simulators import settings_of
 from trimming.test_unanswered_attack import COUNTER, call, checked_trim, raw, wire_problems
 
 from agent_latency import build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT, RecallingTrimmer, in_runs, left_out_runs
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -45,12 +45,6 @@ from agent_latency.trimming._trimmer import PriorityTrimmer
 def _quiet(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     with caplog.at_level(logging.ERROR, logger="agent_latency"):
         yield
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 def model_of(sim: RunningSimulator) -> Any:

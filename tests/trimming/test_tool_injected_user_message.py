@@ -12,7 +12,6 @@ the latest one, and the tool calls between them like the current turn's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import httpx
@@ -22,10 +21,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import InjectedToolCallId, tool
 from langchain_openai import ChatOpenAI
 from langgraph.types import Command
-from support.simulators import QUICK, settings_of
+from support.simulators import settings_of
 
 from agent_latency import PriorityTrimmer
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import TrimmingMiddleware
 
@@ -110,12 +109,6 @@ def test_a_budget_below_the_turn_sends_the_turn_and_says_so() -> None:
 
 
 # --- a real agent whose tool injects the image -----------------------------------------------
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 class Bodies(httpx.HTTPTransport):

@@ -37,10 +37,10 @@ from langchain_core.tools import tool
 from langchain_openai.chat_models.base import _convert_message_to_dict
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
-from support.simulators import QUICK, settings_of
+from support.simulators import settings_of
 
 from agent_latency import build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT
@@ -511,12 +511,6 @@ def lookup(key: str) -> str:
 def stock(key: str) -> str:
     """Tells the stock level of a key."""
     return f"stock of {key}: " + "level " * 40
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 @pytest.mark.parametrize(
