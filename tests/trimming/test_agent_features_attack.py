@@ -53,7 +53,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import BaseModel
-from support.fakes import Recorder
+from support.fakes import KeepsRequestBodies, Recorder
 from support.simulators import settings_of
 from support.wire import chat_completion
 
@@ -139,18 +139,6 @@ def test_an_agents_structured_output_tools_are_counted_once_not_on_every_call(
         assert len(converted) == 1, response_format  # the same tools, converted once
 
 
-class Bodies(httpx.HTTPTransport):
-    """Sends on to the simulator, keeping each request body."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[dict[str, Any]] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(json.loads(request.read()))
-        return super().handle_request(request)
-
-
 def openai_down(sent: list[dict[str, Any]]) -> ChatOpenAI:
     """A ``ChatOpenAI`` on OpenAI's API, which is down: keeps each request body, answers 503."""
 
@@ -168,7 +156,7 @@ def test_a_fallback_model_gets_no_cache_key_decided_for_openais_api(
 ) -> None:
     primary_sent: list[dict[str, Any]] = []
     primary = openai_down(primary_sent)
-    fallback_server = Bodies()
+    fallback_server = KeepsRequestBodies()
     fallback = ChatOpenAI(
         base_url=sim.base_url,
         model=sim.config.models[0],

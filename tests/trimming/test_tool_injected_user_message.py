@@ -11,7 +11,6 @@ the latest one, and the tool calls between them like the current turn's.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import httpx
@@ -21,6 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import InjectedToolCallId, tool
 from langchain_openai import ChatOpenAI
 from langgraph.types import Command
+from support.fakes import KeepsRequestBodies
 from support.simulators import settings_of
 
 from agent_latency import PriorityTrimmer
@@ -111,18 +111,6 @@ def test_a_budget_below_the_turn_sends_the_turn_and_says_so() -> None:
 # --- a real agent whose tool injects the image -----------------------------------------------
 
 
-class Bodies(httpx.HTTPTransport):
-    """Forwards requests to the simulator and keeps their bodies."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[dict[str, Any]] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(json.loads(request.read()))
-        return super().handle_request(request)
-
-
 @pytest.mark.parametrize("budget", [500, 600, 800])  # the question was lost at 450-600
 def test_an_agent_whose_tool_injects_an_image_keeps_the_question(
     sim: RunningSimulator, budget: int
@@ -139,7 +127,7 @@ def test_an_agent_whose_tool_injects_an_image_keeps_the_question(
         image = HumanMessage([{"type": "text", "text": "Here is the chart image."}, IMAGE])
         return Command(update={"messages": [result, image]})
 
-    bodies = Bodies()
+    bodies = KeepsRequestBodies()
     model = ChatOpenAI(
         base_url=sim.base_url,
         model=sim.config.models[0],
