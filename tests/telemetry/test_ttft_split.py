@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
-from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from support.simulators import settings_of
+from support.simulators import chat_openai_of, settings_of
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -136,13 +135,7 @@ def test_a_plain_chatopenai_drops_the_timings_so_the_split_is_absent_not_wrong(
 ) -> None:
     handler, records = recording
     with running_simulator(PREFILL_BOUND) as sim:
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            streaming=streaming,
-            stream_usage=True,
-        )
+        model = chat_openai_of(sim, streaming=streaming, stream_usage=True)
         answer = answer_of(model, conversation("What is an invoice?"), handler, streaming)
 
     assert "timings" not in answer.response_metadata

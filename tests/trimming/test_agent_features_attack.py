@@ -54,7 +54,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import BaseModel
 from support.fakes import KeepsRequestBodies, Recorder
-from support.simulators import settings_of
+from support.simulators import chat_openai_of, settings_of
 from support.wire import chat_completion
 
 from agent_latency import PriorityTrimmer, build_chat_model
@@ -157,12 +157,7 @@ def test_a_fallback_model_gets_no_cache_key_decided_for_openais_api(
     primary_sent: list[dict[str, Any]] = []
     primary = openai_down(primary_sent)
     fallback_server = KeepsRequestBodies()
-    fallback = ChatOpenAI(
-        base_url=sim.base_url,
-        model=sim.config.models[0],
-        api_key="unused",
-        http_client=httpx.Client(transport=fallback_server),
-    )
+    fallback = chat_openai_of(sim, http_client=httpx.Client(transport=fallback_server))
     trimmer = PriorityTrimmer.from_settings(settings_of(sim), budget=2_000)
     agent = create_agent(
         primary,

@@ -18,10 +18,9 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
-from langchain_openai import ChatOpenAI
 from langgraph.types import Command
 from support.fakes import KeepsRequestBodies
-from support.simulators import settings_of
+from support.simulators import chat_openai_of, settings_of
 
 from agent_latency import PriorityTrimmer
 from agent_latency.sim import RunningSimulator
@@ -128,12 +127,7 @@ def test_an_agent_whose_tool_injects_an_image_keeps_the_question(
         return Command(update={"messages": [result, image]})
 
     bodies = KeepsRequestBodies()
-    model = ChatOpenAI(
-        base_url=sim.base_url,
-        model=sim.config.models[0],
-        api_key="unused",
-        http_client=httpx.Client(transport=bodies),
-    )
+    model = chat_openai_of(sim, http_client=httpx.Client(transport=bodies))
     trimmer = PriorityTrimmer.from_settings(settings_of(sim), budget=budget)
     agent = create_agent(model, tools=[get_chart], middleware=[TrimmingMiddleware(trimmer)])
 
