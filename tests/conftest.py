@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean environment, in-memory OpenTelemetry providers, an OTLP receiver."""
+"""Shared fixtures: a clean environment, in-memory OpenTelemetry providers, an OTLP receiver,
+a quick simulator."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.otlp_receiver import OTLPReceiver
+from support.simulators import QUICK
+
+from agent_latency.sim import RunningSimulator, running_simulator
 
 # The suite gates every landing: property tests draw the same examples on every run, so that a
 # red run means a change broke something, not an unlucky draw. HYPOTHESIS_PROFILE=explore draws
@@ -108,3 +112,11 @@ def otlp_receiver() -> Iterator[OTLPReceiver]:
     """An OTLP/HTTP collector on 127.0.0.1 that decodes and keeps what it receives."""
     with OTLPReceiver() as receiver:
         yield receiver
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSimulator]:
+    """The simulator answering at once (``QUICK``), one per test. A module that needs another
+    configuration defines a ``sim`` of its own, which takes the place of this one."""
+    with running_simulator(QUICK) as running:
+        yield running

@@ -2,6 +2,8 @@
 
 import uuid
 
+from support.simulators import settings_of
+
 from agent_latency import LLMSettings, Settings
 from agent_latency.doctor._check_result import CheckStatus
 from agent_latency.doctor._latency import (
@@ -30,7 +32,7 @@ SIM = SimulatorConfig(
 
 def test_probes_teach_the_endpoint_model_its_prefill_cost() -> None:
     with running_simulator(SIM) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         model = endpoint_latency_model(settings)
         before = model.observations
         samples = seed_latency_model(settings)

@@ -1,5 +1,5 @@
 """Test doubles shared by test modules: a scripted tool-calling model, a recording handler, a
-transport that drops a request field as some servers do."""
+transport that drops a request field as some servers do, one that keeps the request bodies."""
 
 from __future__ import annotations
 
@@ -80,4 +80,16 @@ class DropsRequestField(httpx.HTTPTransport):
             body.pop(self.field, None)
             headers = [(k, v) for k, v in request.headers.items() if k != "content-length"]
             request = httpx.Request("POST", request.url, headers=headers, json=body)
+        return super().handle_request(request)
+
+
+class KeepsRequestBodies(httpx.HTTPTransport):
+    """Forwards each request (to the simulator) and keeps its JSON body in ``sent``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[dict[str, Any]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(json.loads(request.read()))
         return super().handle_request(request)

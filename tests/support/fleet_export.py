@@ -32,11 +32,10 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support.*
 
 from support.otlp_receiver import OTLPReceiver, ReceivedPoint, ReceivedSpan
+from support.simulators import settings_of
 
 from agent_latency import (
-    LLMSettings,
     PriorityTrimmer,
-    Settings,
     build_chat_model,
     configure_telemetry,
 )
@@ -156,8 +155,7 @@ def record_fleet_run(scenario: FleetScenario | None = None) -> FleetRun:
         stall_ms=120,
     )
     with CountingReceiver() as receiver, running_simulator(sim_config) as sim:
-        model_name = sim.config.models[0]
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=model_name))
+        settings = settings_of(sim)
         telemetry = configure_telemetry(
             settings,
             service_name="agent-latency-fleet-test",

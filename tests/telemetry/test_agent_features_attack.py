@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -55,9 +55,7 @@ from support.simulators import QUICK, settings_of
 
 from agent_latency import (
     LatencyCallbackHandler,
-    LLMSettings,
     PriorityTrimmer,
-    Settings,
     TrimmingMiddleware,
     build_chat_model,
     semconv,
@@ -80,12 +78,6 @@ def shelf_tool(number: int) -> Any:
 
     description = f"Reads shelf {number} of the inventory for a key and reports its details. "
     return tool(f"shelf_{number}", description=description * 2)(shelf)
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 def test_a_request_another_middleware_changed_after_the_trim_teaches_the_calibration_nothing(
@@ -236,7 +228,7 @@ def test_structured_output_counted_as_a_tool_and_sent_as_a_response_format_still
     # A bare schema is an AutoStrategy: the middleware counts it as a tool, create_agent sends
     # it as a response_format to a model that takes one (gpt-4o): as many schemas either way.
     with running_simulator(dataclasses.replace(QUICK, model="gpt-4o")) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model="gpt-4o"))
+        settings = settings_of(sim)
         calibration = PromptCalibration()
         trimmer = PriorityTrimmer.from_settings(settings, calibration=calibration)
         agent = create_agent(

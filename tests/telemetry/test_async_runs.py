@@ -19,9 +19,10 @@ from langchain_core.runnables import Runnable
 from langchain_openai import ChatOpenAI
 from opentelemetry.semconv.attributes import error_attributes
 from support.otlp_receiver import OTLPReceiver, ReceivedSpan
+from support.simulators import chat_openai_of
 
 from agent_latency import PriorityTrimmer, Telemetry, configure_telemetry, semconv
-from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
+from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import PromptCalibration
 
 FAST = SimulatorConfig(overhead_ms=1, prefill_ms_per_token=0, decode_tokens_per_s=5000)
@@ -39,16 +40,6 @@ def telemetry(otlp_receiver: OTLPReceiver) -> Iterator[Telemetry]:
     )
     yield telemetry
     telemetry.shutdown()
-
-
-def chat_openai(sim: RunningSimulator, **options: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=sim.base_url,
-        api_key="unused",  # type: ignore[arg-type]
-        model=sim.config.models[0],
-        max_retries=0,
-        **options,
-    )
 
 
 def trimmed_chain(model: ChatOpenAI, calibration: PromptCalibration) -> Runnable[Any, Any]:
@@ -91,7 +82,7 @@ def test_each_input_of_a_batch_is_one_trace_with_its_trim_on_the_chat_span(
     config: Any = {"callbacks": [handler]}
     inputs = [question(index) for index in range(INPUTS)]
     with running_simulator(FAST) as sim:
-        chain = trimmed_chain(chat_openai(sim), calibration)
+        chain = trimmed_chain(chat_openai_of(sim, max_retries=0), calibration)
 
         async def run() -> list[Any]:
             if way == "abatch":
@@ -134,7 +125,7 @@ def test_each_input_of_a_create_agent_abatch_is_one_trace(
 
     handler = telemetry.handler()
     with running_simulator(FAST) as sim:
-        agent = create_agent(chat_openai(sim), name="clerk")
+        agent = create_agent(chat_openai_of(sim, max_retries=0), name="clerk")
         inputs = [{"messages": [HumanMessage(f"question {index}")]} for index in range(5)]
         asyncio.run(agent.abatch(inputs, config={"callbacks": [handler]}))
         assert handler.open_runs == 0
@@ -183,7 +174,7 @@ def test_leaving_astream_events_is_recorded_as_leaving_astream(
     handler = telemetry.handler()
     with running_simulator(SLOW_ANSWER) as sim:
         prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
-        chain = prompt | chat_openai(sim, streaming=True)
+        chain = prompt | chat_openai_of(sim, max_retries=0, streaming=True)
 
         async def run() -> None:
             config: Any = {"callbacks": [handler]}

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.messages import HumanMessage
+from support.simulators import settings_of
 
-from agent_latency import LatencyCallbackHandler, LLMSettings, Settings, build_chat_model
+from agent_latency import LatencyCallbackHandler, build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.telemetry._feedback import LATENCY_MODELS
 
@@ -18,7 +19,7 @@ def test_streamed_calls_feed_the_endpoint_latency_model_and_blocking_calls_do_no
 ) -> None:
     handler = LatencyCallbackHandler(tracer_provider=tracer_provider, meter_provider=meter_provider)
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         # The process-wide latency model of this endpoint, which doctor reads: the handler's.
         learned = LATENCY_MODELS.model_for_base_url(settings.llm.base_url, settings.llm.model)
         before = learned.observations

@@ -16,12 +16,12 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
 from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 from support.otlp_receiver import OTLPReceiver
+from support.simulators import chat_openai_of
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -683,12 +683,7 @@ def test_the_estimate_of_a_call_with_bound_tools_counts_the_tools(
         telemetry = configure_telemetry(
             exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
         )
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            max_retries=0,
-        ).bind_tools([lookup_invoice, refund])
+        model = chat_openai_of(sim, max_retries=0).bind_tools([lookup_invoice, refund])
         handler = telemetry.handler(on_record=records.append)
         model.invoke("Is invoice 42 paid?", config=config(handler))
         telemetry.shutdown()

@@ -11,11 +11,11 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from support.otlp_receiver import OTLPReceiver
+from support.simulators import chat_openai_of
 
 from agent_latency import LatencyCallbackHandler, PriorityTrimmer, configure_telemetry, semconv
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -130,13 +130,7 @@ def test_the_opt_in_switches_the_renamed_genai_names_on_the_wire(
             exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
         )
         handler = telemetry.handler()
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            max_retries=0,
-            streaming=True,
-        )
+        model = chat_openai_of(sim, max_retries=0, streaming=True)
         list(model.stream("hi", config={"callbacks": [handler]}))
         # A provider reporting cache writes (Anthropic-style usage), through the same handler.
         writes = AIMessage(
@@ -195,12 +189,7 @@ def test_a_cut_request_is_compacted_on_its_chat_and_trim_spans_and_only_then(
         telemetry = configure_telemetry(
             exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
         )
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            max_retries=0,
-        )
+        model = chat_openai_of(sim, max_retries=0)
         chain = prompt | PriorityTrimmer(budget=budget) | model
         chain.invoke(
             {"history": [*history, HumanMessage("What is a credit note?")]},

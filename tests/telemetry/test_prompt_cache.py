@@ -18,13 +18,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, LLMResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from support.simulators import settings_of
 
 from agent_latency import (
     LatencyCallbackHandler,
     LatencyRecord,
-    LLMSettings,
     PriorityTrimmer,
-    Settings,
     build_chat_model,
     semconv,
 )
@@ -74,7 +73,7 @@ def test_cache_reads_reach_the_span_and_the_token_usage_metric_on_the_wire(
         tracer_provider=tracer_provider, meter_provider=meter_provider, on_record=records.append
     )
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         model = build_chat_model(settings, streaming=streaming, stream_usage=True)
         answers: list[AIMessage] = []
         for question in ("What is an invoice?", "And a credit note?"):
@@ -287,7 +286,7 @@ def test_from_settings_trimmer_learns_the_servers_count_through_the_handler(
     of the (endpoint, model), and every trimmed call feeds it the server's count."""
     handler = LatencyCallbackHandler(tracer_provider=tracer_provider)
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         trimmer = PriorityTrimmer.from_settings(settings)
         assert trimmer.options.calibration is not None
         chain = trimmer | build_chat_model(settings, streaming=True, stream_usage=True)

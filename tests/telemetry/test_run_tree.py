@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.trace import SpanKind
 from support.fakes import ToolCallingFake
+from support.simulators import settings_of
 
 from agent_latency import LatencyCallbackHandler, LatencyRecord, PriorityTrimmer, semconv
 from agent_latency.semconv import TRIM_BUDGET, TRIM_SPAN_NAME, TRIM_TOKENS_AFTER
@@ -463,7 +464,7 @@ def test_a_handler_attached_twice_traces_each_run_once(
     # LangChain delivers every callback once per listing, so the second start of each run
     # pushed the first out: an extra 'abandoned' span and record, a warning about a stream
     # kept open, and every chunk counted twice (half the real gap between chunks).
-    from agent_latency import LLMSettings, Settings, build_chat_model
+    from agent_latency import build_chat_model
     from agent_latency.sim import SimulatorConfig, running_simulator
 
     records: list[LatencyRecord] = []
@@ -472,7 +473,7 @@ def test_a_handler_attached_twice_traces_each_run_once(
     )
     sim_config = SimulatorConfig(overhead_ms=5, decode_tokens_per_s=500, answer_tokens=6)
     with running_simulator(sim_config) as sim, caplog.at_level(logging.WARNING):
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         model = build_chat_model(settings, streaming=True)
         chain = RunnableLambda(lambda messages: messages, name="prepare") | model
         runnable, callbacks = {

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
-from langchain_openai import ChatOpenAI
 from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import server_attributes
 from support.otlp_receiver import OTLPReceiver
 from support.ports import refused_port
+from support.simulators import chat_openai_of
 
 from agent_latency import (
     LatencyCallbackHandler,
@@ -61,10 +61,9 @@ def test_streamed_chat_openai_call_arrives_at_the_collector_with_the_servers_ttf
             exporter="otlp", endpoint=otlp_receiver.endpoint, set_global=False
         )
         handler = telemetry.handler(on_record=records.append)
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key=API_KEY,  # type: ignore[arg-type]
-            model=sim.config.models[0],
+        model = chat_openai_of(
+            sim,
+            api_key=API_KEY,
             streaming=True,
             stream_usage=True,
             max_retries=0,
@@ -291,13 +290,7 @@ def test_server_stalling_then_resetting_mid_stream_is_on_the_span(
         reset_after_chunks=6,
     )
     with running_simulator(simulator) as sim:
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            streaming=True,
-            max_retries=0,
-        )
+        model = chat_openai_of(sim, streaming=True, max_retries=0)
         with pytest.raises(Exception) as raised:
             list(model.stream("hello", config={"callbacks": [handler]}))
 

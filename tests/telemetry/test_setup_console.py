@@ -16,12 +16,11 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_openai import ChatOpenAI
 from support.ports import refused_port
+from support.simulators import settings_of
 
 from agent_latency import (
     LatencyRecord,
-    LLMSettings,
     PriorityTrimmer,
-    Settings,
     build_chat_model,
     configure_telemetry,
 )
@@ -47,8 +46,7 @@ def test_one_streamed_call_is_a_short_tree_naming_its_ttft_and_trim(
     )
     with running_simulator(SIMULATOR) as sim:
         # The project's model class: it reads the server's prefill time (llama.cpp's timings).
-        llm = LLMSettings(base_url=sim.base_url, model=sim.config.models[0])
-        model = build_chat_model(Settings(llm=llm), streaming=True)
+        model = build_chat_model(settings_of(sim), streaming=True)
         with configure_telemetry(exporter="console", set_global=False) as telemetry:
             trimmer = PriorityTrimmer(budget=600, tracer_provider=telemetry.tracer_provider)
             chain = prompt | trimmer | model

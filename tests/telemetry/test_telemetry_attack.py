@@ -43,6 +43,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from support.otlp_receiver import OTLPReceiver
 from support.ports import refused_port
+from support.simulators import chat_openai_of
 
 from agent_latency import LatencyCallbackHandler, LatencyRecord, configure_telemetry, semconv
 from agent_latency.sim import RunningSimulator, SimulatorConfig, running_simulator
@@ -81,13 +82,7 @@ def sim() -> Iterator[RunningSimulator]:
 
 def chat_openai(sim: RunningSimulator, **options: Any) -> ChatOpenAI:
     options.setdefault("max_retries", 0)
-    return ChatOpenAI(
-        base_url=sim.base_url,
-        api_key="unused",  # type: ignore[arg-type]
-        model=sim.config.models[0],
-        stream_usage=True,
-        **options,
-    )
+    return chat_openai_of(sim, stream_usage=True, **options)
 
 
 def spans_named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:

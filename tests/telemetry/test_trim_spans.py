@@ -9,9 +9,9 @@ import textwrap
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_openai import ChatOpenAI
 from opentelemetry import trace
 from support.otlp_receiver import OTLPReceiver
+from support.simulators import chat_openai_of
 
 from agent_latency import PriorityTrimmer, configure_telemetry, semconv
 from agent_latency.sim import SimulatorConfig, running_simulator
@@ -39,12 +39,7 @@ def test_a_chain_trim_span_reaches_the_telemetrys_provider_as_a_child_of_its_cha
             exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
         )
         handler = telemetry.handler()
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            max_retries=0,
-        )
+        model = chat_openai_of(sim, max_retries=0)
         chain = prompt | PriorityTrimmer(budget=120) | model
         chain.invoke(
             {"history": history, "question": "What is a credit note?"},

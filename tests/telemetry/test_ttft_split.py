@@ -15,15 +15,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
-from langchain_openai import ChatOpenAI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from support.simulators import chat_openai_of, settings_of
 
 from agent_latency import (
     LatencyCallbackHandler,
     LatencyRecord,
-    LLMSettings,
-    Settings,
     build_chat_model,
     semconv,
 )
@@ -85,7 +83,7 @@ def test_the_chat_span_splits_the_first_token_by_the_servers_timings_on_the_wire
 ) -> None:
     handler, records = recording
     with running_simulator(PREFILL_BOUND) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         model = build_chat_model(settings, streaming=streaming)
         answers = [
             answer_of(model, conversation(question), handler, streaming)
@@ -137,13 +135,7 @@ def test_a_plain_chatopenai_drops_the_timings_so_the_split_is_absent_not_wrong(
 ) -> None:
     handler, records = recording
     with running_simulator(PREFILL_BOUND) as sim:
-        model = ChatOpenAI(
-            base_url=sim.base_url,
-            api_key="unused",  # type: ignore[arg-type]
-            model=sim.config.models[0],
-            streaming=streaming,
-            stream_usage=True,
-        )
+        model = chat_openai_of(sim, streaming=streaming, stream_usage=True)
         answer = answer_of(model, conversation("What is an invoice?"), handler, streaming)
 
     assert "timings" not in answer.response_metadata
@@ -440,7 +432,7 @@ def test_a_fast_stream_on_the_wire_gets_the_prefill_hint_not_the_buffering_one(
         tracer_provider=tracer_provider, ttft_warn_ms=100, log_every_request=False
     )
     with running_simulator(fast) as sim, caplog.at_level(logging.WARNING):
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         model = build_chat_model(settings)
         list(model.stream(conversation("What is an invoice?"), config={"callbacks": [handler]}))
     (message,) = slow_warnings(caplog)
@@ -462,7 +454,7 @@ def test_a_buffered_stream_on_the_wire_gets_the_buffering_hint(
         tracer_provider=tracer_provider, ttft_warn_ms=50, log_every_request=False
     )
     with running_simulator(buffered) as sim, caplog.at_level(logging.WARNING):
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         list(build_chat_model(settings).stream("hello", config={"callbacks": [handler]}))
     (message,) = slow_warnings(caplog)
     assert "buffers the stream" in message

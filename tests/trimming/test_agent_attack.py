@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import (
     AIMessage,
@@ -27,10 +25,10 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import shelf_notes
 from support.fakes import Recorder
-from support.simulators import QUICK, settings_of
+from support.simulators import settings_of
 
 from agent_latency import build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.trimming import recall_tool
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import TOOL_NAME
@@ -43,12 +41,6 @@ SYSTEM = "You are the operations assistant; answer from the conversation. " * 3
 def lookup(key: str) -> str:
     """Looks a key up in the inventory."""
     return f"value of {key}: " + "record " * 60
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 def middleware_agent(sim: RunningSimulator, budget: int, *, tools: list[Any]) -> Any:

@@ -31,7 +31,6 @@ never made a prompt the endpoint refuses nor one over the budget.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -54,20 +53,14 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import BaseModel
-from support.fakes import Recorder
-from support.simulators import QUICK, settings_of
+from support.fakes import KeepsRequestBodies, Recorder
+from support.simulators import chat_openai_of, settings_of
 from support.wire import chat_completion
 
 from agent_latency import PriorityTrimmer, build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.trimming import TrimmingMiddleware, _request
 from agent_latency.trimming._recall import MARKER_TEXT, PLAIN_MARKER_TEXT
-
-
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
 
 
 def chat(rounds: int) -> list[BaseMessage]:
@@ -146,18 +139,6 @@ def test_an_agents_structured_output_tools_are_counted_once_not_on_every_call(
         assert len(converted) == 1, response_format  # the same tools, converted once
 
 
-class Bodies(httpx.HTTPTransport):
-    """Sends on to the simulator, keeping each request body."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[dict[str, Any]] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(json.loads(request.read()))
-        return super().handle_request(request)
-
-
 def openai_down(sent: list[dict[str, Any]]) -> ChatOpenAI:
     """A ``ChatOpenAI`` on OpenAI's API, which is down: keeps each request body, answers 503."""
 
@@ -175,13 +156,8 @@ def test_a_fallback_model_gets_no_cache_key_decided_for_openais_api(
 ) -> None:
     primary_sent: list[dict[str, Any]] = []
     primary = openai_down(primary_sent)
-    fallback_server = Bodies()
-    fallback = ChatOpenAI(
-        base_url=sim.base_url,
-        model=sim.config.models[0],
-        api_key="unused",
-        http_client=httpx.Client(transport=fallback_server),
-    )
+    fallback_server = KeepsRequestBodies()
+    fallback = chat_openai_of(sim, http_client=httpx.Client(transport=fallback_server))
     trimmer = PriorityTrimmer.from_settings(settings_of(sim), budget=2_000)
     agent = create_agent(
         primary,

@@ -36,9 +36,10 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableLambda
 from support.conversations import assert_openai_order, call_ids, filler
 from support.fakes import Recorder
+from support.simulators import settings_of
 from support.wire import sent_request
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._middleware import TrimmingMiddleware
@@ -457,10 +458,9 @@ def test_a_real_agent_on_the_simulator_sends_valid_requests_within_budget_call_a
         "Which port does the database use?",
     ] * 2
     with running_simulator(FAST) as sim:
-        llm = LLMSettings(base_url=sim.base_url, model=sim.config.models[0])
-        trimmer_ = PriorityTrimmer.from_settings(Settings(llm=llm), budget=budget)
+        trimmer_ = PriorityTrimmer.from_settings(settings_of(sim), budget=budget)
         agent = create_agent(
-            build_chat_model(Settings(llm=llm)),
+            build_chat_model(settings_of(sim)),
             tools=[],
             system_prompt=SYSTEM,
             middleware=[TrimmingMiddleware(trimmer_)],
@@ -498,9 +498,8 @@ def test_a_chain_on_the_simulator_through_abatch_and_astream_events() -> None:
         return [e["name"] for e in events if e["event"] == "on_custom_event"]
 
     with running_simulator(FAST) as sim:
-        llm = LLMSettings(base_url=sim.base_url, model=sim.config.models[0])
-        chain = PriorityTrimmer.from_settings(Settings(llm=llm), budget=budget) | build_chat_model(
-            Settings(llm=llm)
+        chain = PriorityTrimmer.from_settings(settings_of(sim), budget=budget) | build_chat_model(
+            settings_of(sim)
         )
         assert asyncio.run(run(chain)) == ["agent_latency.trim"]
 

@@ -9,7 +9,7 @@ fresh trimmer trims them, with only the new messages counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,10 +24,10 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import GrowingConversation, figures, read_back, same_facts
-from support.simulators import QUICK
+from support.simulators import settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency import build_chat_model
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 from agent_latency.trimming._compaction import STUB
@@ -177,14 +177,8 @@ def test_two_conversations_with_the_same_opening_each_trim_as_a_fresh_trimmer_do
 # --- The real thing: create_agent with a checkpointer, over HTTP to the simulator ---------------
 
 
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
-
-
 def test_a_checkpointed_agent_counts_only_each_turns_new_messages(sim: RunningSimulator) -> None:
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     counter = NotingCounter()
     trimmer = PriorityTrimmer(400, token_counter=counter)
     agent = create_agent(

@@ -36,10 +36,10 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.conversations import GrowingConversation, figures, read_back
-from support.simulators import QUICK
+from support.simulators import settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency import build_chat_model
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware, TrimResult, recall_tool
 from agent_latency.trimming._request import RequestExtras
@@ -226,12 +226,6 @@ class FreshlyChecked(PriorityTrimmer):
 
 
 @pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
-
-
-@pytest.fixture
 def checked() -> Iterator[type[FreshlyChecked]]:
     FreshlyChecked.differences, FreshlyChecked.changed = [], []
     yield FreshlyChecked
@@ -264,7 +258,7 @@ def test_a_create_agent_with_a_checkpointer_trims_every_call_as_a_fresh_trimmer(
     recall: bool,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     trimmer = checked(600, token_counter=TokenCounter())
     graph = create_agent(
         build_chat_model(settings),
@@ -292,7 +286,7 @@ def test_a_react_agent_hook_over_batched_and_streamed_threads_trims_as_a_fresh_t
 ) -> None:
     from langgraph.prebuilt import create_react_agent
 
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     hook = checked(600, token_counter=TokenCounter()).as_pre_model_hook(
         prompt="You answer from the inventory.", tools=[lookup]
     )

@@ -14,8 +14,9 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from support.fakes import Recorder
+from support.simulators import settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.trimming import PriorityTrimmer, recall_tool
 from agent_latency.trimming._recall import MARKER_TEXT, PLAIN_MARKER_TEXT, TOOL_NAME
@@ -49,7 +50,7 @@ def run_agent(*, give_tool: bool, question: str) -> tuple[Recorder, dict[str, An
     recorder = Recorder()
     tools: list[BaseTool] = [restock_shelves]
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         trimmer = PriorityTrimmer.from_settings(settings, budget=700, history_selection="age")
         hook = trimmer.as_pre_model_hook(prompt=SYSTEM, tools=tools)
         agent_tools = [*tools, recall_tool(hook)] if give_tool else tools

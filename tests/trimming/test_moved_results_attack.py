@@ -31,11 +31,11 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
-from support.simulators import QUICK
+from support.simulators import settings_of
 from trimming.test_unanswered_attack import COUNTER, call, checked_trim, raw, wire_problems
 
-from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency import build_chat_model
+from agent_latency.sim import RunningSimulator
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT, RecallingTrimmer, in_runs, left_out_runs
 from agent_latency.trimming._trimmer import PriorityTrimmer
@@ -47,16 +47,8 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
-
-
 def model_of(sim: RunningSimulator) -> Any:
-    return build_chat_model(
-        Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
-    )
+    return build_chat_model(settings_of(sim))
 
 
 # --- the cut's remembered positions after a result renamed in place --------------------------
@@ -262,7 +254,7 @@ def test_agent_with_user_messages_while_its_tools_run_sends_valid_marked_prompts
     in its state before every other tool step (a late result each time), under a budget that
     cuts: every prompt is valid, the marker comes only with a cut for the budget and the
     left-out indices are the decisions'."""
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     graph = create_agent(
         build_chat_model(settings),
         tools=[lookup],

@@ -13,8 +13,9 @@ from langchain.agents.middleware import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from support.fakes import Recorder, ToolCallingFake
+from support.simulators import settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import recall_tool
@@ -82,7 +83,7 @@ def test_a_real_agent_is_told_what_was_cut_and_reads_it_back_within_the_budget()
     question = HumanMessage('Please recall "database port" and tell me which port to open.')
     with running_simulator(fast) as sim:
         # The model's own tokens, as the server counts them.
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         trimmer = PriorityTrimmer.from_settings(settings, budget=budget, history_selection="age")
         model = build_chat_model(settings)
         agent = create_agent(
@@ -308,7 +309,7 @@ def test_the_middlewares_over_budget_warning_and_result_name_the_budget_set(
         overhead_ms=0, prefill_ms_per_token=0, decode_tokens_per_s=20_000, answer_tokens=8
     )
     with running_simulator(fast) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         trimmer = PriorityTrimmer.from_settings(settings, budget=budget)
         agent = create_agent(
             build_chat_model(settings),

@@ -11,8 +11,6 @@ the latest one, and the tool calls between them like the current turn's.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import httpx
@@ -20,12 +18,12 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
-from langchain_openai import ChatOpenAI
 from langgraph.types import Command
-from support.simulators import QUICK, settings_of
+from support.fakes import KeepsRequestBodies
+from support.simulators import chat_openai_of, settings_of
 
 from agent_latency import PriorityTrimmer
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import TrimmingMiddleware
 
@@ -112,24 +110,6 @@ def test_a_budget_below_the_turn_sends_the_turn_and_says_so() -> None:
 # --- a real agent whose tool injects the image -----------------------------------------------
 
 
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
-
-
-class Bodies(httpx.HTTPTransport):
-    """Forwards requests to the simulator and keeps their bodies."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[dict[str, Any]] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(json.loads(request.read()))
-        return super().handle_request(request)
-
-
 @pytest.mark.parametrize("budget", [500, 600, 800])  # the question was lost at 450-600
 def test_an_agent_whose_tool_injects_an_image_keeps_the_question(
     sim: RunningSimulator, budget: int
@@ -146,13 +126,8 @@ def test_an_agent_whose_tool_injects_an_image_keeps_the_question(
         image = HumanMessage([{"type": "text", "text": "Here is the chart image."}, IMAGE])
         return Command(update={"messages": [result, image]})
 
-    bodies = Bodies()
-    model = ChatOpenAI(
-        base_url=sim.base_url,
-        model=sim.config.models[0],
-        api_key="unused",
-        http_client=httpx.Client(transport=bodies),
-    )
+    bodies = KeepsRequestBodies()
+    model = chat_openai_of(sim, http_client=httpx.Client(transport=bodies))
     trimmer = PriorityTrimmer.from_settings(settings_of(sim), budget=budget)
     agent = create_agent(model, tools=[get_chart], middleware=[TrimmingMiddleware(trimmer)])
 

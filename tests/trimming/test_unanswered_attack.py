@@ -37,10 +37,10 @@ from langchain_core.tools import tool
 from langchain_openai.chat_models.base import _convert_message_to_dict
 from langgraph.checkpoint.memory import InMemorySaver
 from support.fakes import Recorder
-from support.simulators import QUICK
+from support.simulators import settings_of
 
-from agent_latency import LLMSettings, Settings, build_chat_model
-from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency import build_chat_model
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._middleware import TrimmingMiddleware
 from agent_latency.trimming._recall import MARKER_TEXT
@@ -513,19 +513,13 @@ def stock(key: str) -> str:
     return f"stock of {key}: " + "level " * 40
 
 
-@pytest.fixture
-def sim() -> Iterator[RunningSimulator]:
-    with running_simulator(QUICK) as running:
-        yield running
-
-
 @pytest.mark.parametrize(
     "removed", ["one_parallel_result", "both_parallel_results", "the_calling_message"]
 )
 def test_agent_after_a_removal_sends_a_valid_prompt(sim: RunningSimulator, removed: str) -> None:
     """And with no elision marker: what a removal leaves out is no cut for the budget (the
     marker said earlier messages were left out to keep the prompt short)."""
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     trimmer = PriorityTrimmer.from_settings(settings, budget=5000)
     graph = create_agent(
         build_chat_model(settings),
@@ -559,7 +553,7 @@ def test_agent_after_a_removal_sends_a_valid_prompt(sim: RunningSimulator, remov
 def agent_stopping_before_its_tools(sim: RunningSimulator) -> tuple[Any, Any, Recorder]:
     """A trimmed ``create_agent`` on the simulator, interrupted before each tool step, its run
     config (one thread) and what records its prompts."""
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     graph = create_agent(
         build_chat_model(settings),
         tools=[lookup, stock],
@@ -591,7 +585,7 @@ def test_agent_asked_again_while_its_calls_wait_sends_a_valid_prompt(
 def test_a_late_result_is_not_sent_apart_from_its_call(sim: RunningSimulator) -> None:
     """A user message sent while the tool ran: the result is sent right after its call (the
     input is not changed), even when everything fits; the simulator answered 400 before."""
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     chat: list[BaseMessage] = [
         SystemMessage("s"),
         HumanMessage("look a up"),
@@ -641,7 +635,7 @@ def test_a_growing_conversation_with_late_results_sends_valid_stable_prompts(
     """Every trim (one trimmer, as an agent calls it) is sent to the simulator by ChatOpenAI;
     where everything fits, each call's prompt begins with the previous call's (the server's
     cached prefix holds) once the late result has come."""
-    settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+    settings = settings_of(sim)
     model = build_chat_model(settings)
     trimmer = PriorityTrimmer(budget, token_counter=COUNTER)
     previous: list[BaseMessage] = []

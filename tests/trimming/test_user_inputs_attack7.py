@@ -21,9 +21,10 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 from support.chat_templates import gemma_template_accepts, roles
+from support.simulators import settings_of
 from support.wire import sent_request
 
-from agent_latency import LLMSettings, Settings, build_chat_model
+from agent_latency import build_chat_model
 from agent_latency.sim import SimulatorConfig, running_simulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming._cache_key import conversation_cache_key
@@ -47,7 +48,7 @@ def recalled_by_agent(messages: list[BaseMessage], budget: int) -> dict[str, Any
     and the simulator answered ``messages``: the simulator calls ``recall`` with the phrase
     the question puts in double quotes."""
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         agent = create_agent(
             build_chat_model(settings),
             tools=[],
@@ -199,7 +200,7 @@ def session_values(*conversations: list[str | list[Any]]) -> list[list[str | Non
     ``create_agent`` per conversation: a replica of its own)."""
     values: list[list[str | None]] = []
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         for turns in conversations:
             middleware = TrimmingMiddleware(trimmer(2000), session_header="x-session-id")
             agent = create_agent(
@@ -437,7 +438,7 @@ def test_a_system_message_added_later_keeps_the_conversations_session_key() -> N
     """The key hashed the first system message anywhere: an agent without a system prompt
     whose app adds a reminder later changed key, and replica, mid-conversation."""
     with running_simulator(FAST) as sim:
-        settings = Settings(llm=LLMSettings(base_url=sim.base_url, model=sim.config.models[0]))
+        settings = settings_of(sim)
         middleware = TrimmingMiddleware(trimmer(2000), session_header="x-session-id")
         agent = create_agent(build_chat_model(settings), [], middleware=[middleware])
         state = agent.invoke({"messages": [HumanMessage("Plan my trip to Porto.")]})
