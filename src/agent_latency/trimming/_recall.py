@@ -380,18 +380,18 @@ def left_out_runs(messages: Sequence[BaseMessage], result: TrimResult) -> list[l
     run): the recall tool finds those messages in the agent's state by them. Runs whose ends
     have no id are left out.
     """
-    runs: list[list[str]] = []
-    start: int | None = None
-    cut = set(result.left_out_indices)
-    for i in range(len(messages) + 1):
-        if i in cut and start is None:
-            start = i
-        elif i not in cut and start is not None:
-            first, last = messages[start].id, messages[i - 1].id
-            if first is not None and last is not None:
-                runs.append([first, last])
-            start = None
-    return runs
+    ends: list[tuple[int, int]] = []  # each run's first and last position
+    first = last = -2
+    for position in result.left_out_indices:  # ascending: a gap ends a run
+        if position != last + 1:
+            if last >= 0:
+                ends.append((first, last))
+            first = position
+        last = position
+    if last >= 0:
+        ends.append((first, last))
+    runs = ([messages[first].id, messages[last].id] for first, last in ends)
+    return [[start, end] for start, end in runs if start is not None and end is not None]
 
 
 def in_runs(messages: Iterable[BaseMessage], runs: Sequence[Sequence[str]]) -> list[BaseMessage]:
