@@ -105,23 +105,17 @@ def trimmers(draw: st.DrawFn) -> PriorityTrimmer:
 class Layout:
     """What the rules say about a conversation, worked out independently of the trimmer."""
 
-    turn: int  # the current turn's first user message
+    latest_user: int
     must_keep: set[int]
-    tool_units: list[tuple[int, ...]]  # the current turn's optional units
+    tool_units: list[tuple[int, ...]]  # optional units after the latest user message
     classes: dict[int, str]
 
 
 def layout(messages: list[BaseMessage], trimmer: PriorityTrimmer) -> Layout:
     facts = analysis(trimmer.token_counter, messages)
-    humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
-    # The current turn begins at the latest user message, or, while the one it begins at comes
-    # right after a tool result (a tool added it), at the user message before.
-    start = len(humans) - 1
-    while start > 0 and isinstance(messages[humans[start] - 1], ToolMessage):
-        if humans[start] - 1 in facts.orphans:
-            break
-        start -= 1
-    turn = humans[start] if humans else -1
+    added = added_by_a_tool(messages, facts.orphans)
+    humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage) and i not in added]
+    latest_user = humans[-1] if humans else -1
     units = facts.units
     classes: dict[int, str] = {}
     for unit in units:
@@ -130,21 +124,45 @@ def layout(messages: list[BaseMessage], trimmer: PriorityTrimmer) -> Layout:
             "system"
             if unit.kind == "system"
             else "latest_user"
-            if first in humans and first >= turn >= 0
+            if first == latest_user
             else "tool_result"
-            if first > turn
+            if first > latest_user
             else "history"
         )
         classes.update(dict.fromkeys(unit.indices, name))
     must_keep = {i for i in classes if classes[i] == "system" and trimmer.options.keep_system}
-    if trimmer.options.keep_latest_user:
-        must_keep.update(i for i in classes if classes[i] == "latest_user")
-    in_turn = [u.indices for u in units if classes[u.indices[0]] == "tool_result"]
-    tool_calls = [u.indices for u in units if u.kind == "tool_call" and u.indices in in_turn]
-    if tool_calls:
+    if trimmer.options.keep_latest_user and latest_user >= 0:
+        must_keep.add(latest_user)
+    turn = [u.indices for u in units if classes[u.indices[0]] == "tool_result"]
+    tool_calls = [u.indices for u in units if u.kind == "tool_call" and u.indices in turn]
+    if tool_calls:  # the newest, with the images its tool added after it
         must_keep.update(tool_calls[-1])
-    optional = [u for u in in_turn if not must_keep.issuperset(u)]
-    return Layout(turn, must_keep, optional, classes)
+        must_keep.update(i for i in added if i > tool_calls[-1][0])
+    optional = [u for u in turn if not must_keep.issuperset(u)]
+    return Layout(latest_user, must_keep, optional, classes)
+
+
+def added_by_a_tool(messages: list[BaseMessage], orphans: list[int]) -> set[int]:
+    """The user messages a tool added: with an image, right after a tool result answering a
+    call, a tool call or another such message (docs/trimming.md, "Classes")."""
+    added: set[int] = set()
+    for i, message in enumerate(messages[1:], 1):
+        before = messages[i - 1]
+        after_a_tool = (
+            (isinstance(before, ToolMessage) and i - 1 not in orphans)
+            or (
+                isinstance(before, AIMessage)
+                and bool(before.tool_calls or before.invalid_tool_calls)
+            )
+            or i - 1 in added
+        )
+        content = message.content
+        image = isinstance(content, list) and any(
+            isinstance(part, dict) and part.get("type") != "text" for part in content
+        )
+        if isinstance(message, HumanMessage) and image and after_a_tool:
+            added.add(i)
+    return added
 
 
 def kept(outcome: TrimResult) -> set[int]:

@@ -1,12 +1,13 @@
-"""A user message that comes right after a tool result belongs to the turn it came in.
+"""A user message a tool added with its result belongs to the turn it came in.
 
 Chat endpoints take images only in user messages, so an agent's tool that fetches a chart or a
 screenshot returns a ``Command`` adding its ``ToolMessage`` and a ``HumanMessage`` with the
-image. That message is then the latest user message, and the question that asked for the image,
-with the tool call that answered it, became history: at a small budget the model got an image
-and no question. A question asked right after a ``return_direct`` tool's result is the same
-shape. The turn now begins at the user message before the tool call: that message is kept like
-the latest one, and the tool calls between them like the current turn's.
+image. That message was then the latest user message, and the question that asked for the
+image, with the tool call that answered it, became history: at a small budget the model got an
+image and no question. Such a message (other parts than text, right after a tool result, a tool
+call or another such message) is now part of the tool's turn: the question stays the latest
+user message, the image is kept with the newest tool call, and the round holds all of them.
+A text right after a tool result (a question after a ``return_direct`` tool) is a question.
 """
 
 from __future__ import annotations
@@ -74,26 +75,26 @@ def test_the_question_and_its_tool_call_stay_with_an_injected_image(extra: int) 
     assert result.messages[0] is system
 
 
-@pytest.mark.parametrize("extra", [0, 70, 80, 150])
-def test_a_question_right_after_a_return_direct_result_keeps_both_questions(extra: int) -> None:
+def test_a_text_right_after_a_tool_result_is_a_question_of_its_own() -> None:
+    # A question after a return_direct tool's result: the turn before it is history.
     counter = TokenCounter.for_model("gpt-4o")
     call = {"name": "lookup", "args": {"q": "x"}, "id": "c9", "type": "tool_call"}
-    turn = [
+    messages = [
+        *history(2),
         HumanMessage("Look the order 1234 up."),
         AIMessage("", tool_calls=[call]),
         ToolMessage("Order 1234: shipped.", tool_call_id="c9"),
         HumanMessage("And when will it arrive?"),
     ]
-    needed = counter.count_messages(turn)
-    messages = [*history(8), *turn]
 
-    result = PriorityTrimmer(needed + extra, token_counter=counter).trim(messages)
+    result = PriorityTrimmer(10_000, token_counter=counter).trim(messages)
 
-    assert result.messages[-4:] == turn
+    classes = [d.priority_class for d in result.decisions]
+    assert classes[-4:] == ["history", "history", "history", "latest_user"]
 
 
 def test_a_budget_below_the_turn_sends_the_turn_and_says_so() -> None:
-    # What no trim removes is the current turn: its user messages and its newest tool call.
+    # What no trim removes: the question, and the newest tool call with the image it added.
     counter = TokenCounter.for_model("gpt-4o")
     turn = injected_turn()
     messages = [*history(8), *turn]
@@ -104,7 +105,21 @@ def test_a_budget_below_the_turn_sends_the_turn_and_says_so() -> None:
 
     assert result.over_budget
     assert result.messages == turn
-    assert "the latest user message" in (result.over_budget_cause or "")
+    assert [d.rule for d in result.decisions[-4:]] == ["must_keep", *["latest_tool_call"] * 3]
+    assert "the current tool call" in (result.over_budget_cause or "")
+
+
+def test_the_turn_is_one_round_when_the_next_question_comes() -> None:
+    # Once answered, the question, the tool call, its result, the image and the answer are one
+    # history round: kept or dropped whole, never the image without its question.
+    counter = TokenCounter.for_model("gpt-4o")
+    done = [*injected_turn(), AIMessage("March sales doubled.")]
+    messages = [*history(8), *done, HumanMessage("And April?")]
+
+    for budget in range(200, 1_300, 50):
+        result = PriorityTrimmer(budget, token_counter=counter).trim(messages)
+        sent = [m for m in result.messages if any(m is d for d in done)]
+        assert sent in ([], done), budget
 
 
 # --- a real agent whose tool injects the image -----------------------------------------------
@@ -134,12 +149,13 @@ def test_an_agent_whose_tool_injects_an_image_keeps_the_question(
     agent.invoke({"messages": [*history(12), HumanMessage(QUESTION)]})
 
     assert len(fetched) == 2  # the image, then the chart again: three model calls
-    after_image = [body for body in bodies.sent if any(_has_image(m) for m in body["messages"])]
-    assert len(after_image) == 2
-    for body in after_image:
+    assert len(bodies.sent) == 3
+    # Right after the tool added it, the image is sent with the call that fetched it.
+    assert any(_has_image(m) for m in bodies.sent[1]["messages"])
+    for body in bodies.sent[1:]:
         sent = body["messages"]
         asked = [m["content"] for m in sent].index(QUESTION)  # the question the image answers
-        # and the tool call that fetched the image, after the question, with its result
+        # and the newest tool call, after the question, with its result
         assert any(m.get("tool_calls") for m in sent[asked:])
         assert_calls_whole(sent)
 

@@ -1,29 +1,24 @@
-"""Attacks, from the user's side, on two changes: a user message right after a tool result
-belongs to the current turn (commit 8cbe19c, ``_plan.turn_start``), and the fallback work merged
-in c7fddc6 (``prompt_cache_key`` on a per-call copy of the model, ``TrimResult.model``). Real
-``create_agent`` / ``create_react_agent`` agents with the real ``ChatOpenAI``, over HTTP to the
-simulator, or ``ChatOpenAI`` over ``httpx.MockTransport`` where OpenAI's own API is needed.
+"""Attacks, from the user's side, on two changes: a user message a tool added belongs to the
+turn it came in, and the fallback work merged in c7fddc6 (``prompt_cache_key`` on a per-call copy
+of the model, ``TrimResult.model``). Real ``create_agent`` / ``create_react_agent`` agents with
+the real ``ChatOpenAI``, over HTTP to the simulator, or ``ChatOpenAI`` over
+``httpx.MockTransport`` where OpenAI's own API is needed.
 
-Defects found (``xfail(strict=True)`` tests below, each naming its cause):
+The first form of the turn rule (8cbe19c, ``_plan.turn_start``: the turn began at the user
+message before the tool call a user message followed) had six defects, each a test here that
+failed on it: a ``return_direct`` agent became one endless turn (every question follows a tool
+result) and went over its budget from the 14th turn; recall and relevance still searched with
+the image's message; once answered, the question and the image were two rounds and a cut kept
+the image alone; a tool adding two images, or listing its image before its result, lost the
+question; a long question before the image was no longer shortened. The rule now lives in the
+analysis (``_rounds._Grouping._added_by_a_tool``): a user message with other parts than text
+right after a tool result, a tool call or another such message is a message of the tool's turn,
+not a question: the question stays the latest user message (the query, the one shortened), the
+round holds the whole turn, and the image is kept with the newest tool call. What it leaves: a
+text a user writes while a tool runs is a question of its own (``xfail``).
 
-* A ``return_direct`` agent: every question comes right after the previous turn's tool result,
-  so the walk of ``turn_start`` goes back to the first question and the whole conversation is
-  one turn: every question is must-keep, no history is left to cut, and from the 14th turn on
-  the request goes over the budget with every question and hardly an answer.
-* The relevance query is still the latest user message (``Plan.latest``): after a tool added an
-  image, recall and the relevance ranking look for "Here is the chart image." rather than the
-  question, and the call that answers loses the history the question needed (recalled on the
-  call before the tool): the prompt also changes right before the question, re-prefilled.
-* Once the turn is over, its question and its image are two history rounds: a cut keeps the
-  image's round and drops the question's, the very request 8cbe19c fixed, one turn later.
-* A tool that adds two user messages (two images): only the message right before the latest is
-  checked, so the turn is the second image alone.
-* A user message between a tool call and its (late) result: a tool whose ``Command`` lists the
-  image before its ``ToolMessage``, or a user writing while the tool runs. The user message
-  follows a tool call, not a result: the question and the call with its result are history.
-* A long question is shortened to fit on the call before the tool; after the tool added an
-  image it is must-keep but never shortened (``shorten_must_keep`` shortens ``Plan.latest``
-  only), and the request goes out over the budget.
+Defects of the fallback work (``xfail(strict=True)`` tests below, each naming its cause):
+
 * A primary bound with ``bind``/``with_retry``: ``_model_name`` sees no ``BaseChatModel`` and the
   trim names no model, so a fallback's count teaches the primary's calibration again (the
   defect 891409a fixed); ``takes_cache_key`` sends a bound ``ChatOpenAI`` on OpenAI's API no key;
@@ -33,17 +28,17 @@ Defects found (``xfail(strict=True)`` tests below, each naming its cause):
   calibration of the settings' model learns from the other agent's model and never from its own.
 
 What held is pinned: ``ChatMessage`` roles and OpenAI dicts follow the rule, an orphan result
-does not extend the turn, ``keep_latest_user=False`` lets the turn's user messages go, every
-priority order with either history selection sends the whole turn within the budget, parallel
-tool calls each adding an image keep the question with valid pairing, the pre-model hook,
-``abatch`` and ``astream_events`` keep the question with the image (each lost it before
-8cbe19c), the prompt within an injected turn grows by appending (where no recall moves: see
-above), and the keyed model copies: a user's own key is kept, the callbacks see the model's own
+does not make a message the tool's, ``keep_latest_user=False`` lets the question go (the newest
+tool call stays, with its image), every priority order with either history selection sends the
+whole turn within the budget, parallel tool calls each adding an image keep the question with
+valid pairing, the pre-model hook, ``abatch`` and ``astream_events`` keep the question with the
+image (each lost it before 8cbe19c), the prompt within an injected turn grows by appending, and
+the keyed model copies: a user's own key is kept, the callbacks see the model's own
 serialisation and name, threads sharing one middleware each send their conversation's key.
 
-Not a defect of these changes: when the injected turn ends, the next question's prompt shares
-less than the last one sent, as it does after a turn with a text result of the same size (the
-turn grows the history past an epoch, and the cache-first cut moves).
+Not a defect: when the injected turn ends, the next question's prompt shares less than the last
+one sent, as it does after a turn with a text result of the same size (the turn grows the
+history past an epoch, and the cache-first cut moves).
 """
 
 from __future__ import annotations
@@ -191,15 +186,6 @@ def lookup_order(number: str) -> str:
     return f"Order {number}: shipped on Monday from the north warehouse. " + "Tracking. " * 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_plan.turn_start walks back over every user message that follows a tool result: in "
-    "a return_direct agent each question follows the previous turn's result, so the walk "
-    "reaches the first question, all questions are must-keep (mark_kept) and nothing is "
-    "history; from the 14th of 20 turns at budget 600 the request is over it (770 tokens with all "
-    "20 questions; 376 before 8cbe19c). Fix: continue the walk only through user "
-    "messages a tool added (non-text parts), or at most one step",
-)
 def test_a_return_direct_agent_over_many_turns_stays_within_the_budget(
     sim: RunningSimulator,
 ) -> None:
@@ -221,13 +207,6 @@ def test_a_return_direct_agent_over_many_turns_stays_within_the_budget(
     assert [trim.over_budget for trim in calls.trims] == [False] * 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_cache_first._recall (and _cut_query, _plan._history_drop_order) take the query from "
-    "Plan.latest, which after a tool's image is the image's message, not the turn's question: "
-    "the fact recalled on the call before the tool is left out of the calls after it. Fix: "
-    "query the turn's first user message (Plan.turn), or all of the turn's user messages",
-)
 @pytest.mark.parametrize("integration", ["middleware", "pre_model_hook"])
 def test_the_calls_after_an_injected_image_keep_what_the_question_recalled(
     sim: RunningSimulator, integration: str
@@ -243,13 +222,6 @@ def test_the_calls_after_an_injected_image_keep_what_the_question_recalled(
     assert [any(FACT in m.text for m in prompt) for prompt in calls.prompts] == [True] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="as above, without an agent: the fact is sent on the call before the tool and not "
-    "after its image, at 9 of 24 budgets from 400 to 1,550 with prefix-stable cuts (recall) and "
-    "9 with moving cuts (_plan._history_drop_order ranks the history by relevance to "
-    "Plan.latest)",
-)
 @pytest.mark.parametrize("prefix_stable", [True, False], ids=["recall", "moving cut"])
 def test_after_an_injected_image_the_history_is_chosen_for_the_question(
     prefix_stable: bool,
@@ -260,7 +232,7 @@ def test_after_an_injected_image_the_history_is_chosen_for_the_question(
     turn += [ToolMessage("The chart is attached.", tool_call_id="c1"), image()]
 
     lost = []
-    for budget in range(400, 1_600, 50):
+    for budget in range(450, 1_600, 50):  # at 400 the turn, its image kept, leaves no room
         trimmer = PriorityTrimmer(budget, token_counter=counter, prefix_stable=prefix_stable)
         first = trimmer.trim(before_tool).messages
         after = trimmer.trim([*before_tool, *turn]).messages
@@ -293,14 +265,6 @@ def run_hook_agent(
     return calls
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_rounds._Grouping starts a round at every user message: once the turn is over, the "
-    "question with the call that fetched the image and the image with the answer are two "
-    "history rounds, and a cut (cache-first or by age) keeps the image's round without the "
-    "question's. Fix: a user message right after a tool result joins the round of that call "
-    "(the rule of turn_start, applied to rounds), so that the round is kept or dropped whole",
-)
 @pytest.mark.parametrize(("selection", "budget"), [("cache_first", 1_100), ("age", 800)])
 def test_after_the_turn_an_image_is_never_sent_without_its_question(
     sim: RunningSimulator, selection: str, budget: int
@@ -324,13 +288,6 @@ def test_after_the_turn_an_image_is_never_sent_without_its_question(
         assert asked(prompt) or not any(has_image(m) for m in prompt)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_plan.turn_start looks only at the message right before each user message: a tool "
-    "adding two user messages (two images) puts a user message before the latest, the walk "
-    "stops there and the turn is the second image alone; the question and the first image "
-    "are history. Fix: step back over the user messages right before it first",
-)
 def test_a_tool_adding_two_user_messages_keeps_the_question(sim: RunningSimulator) -> None:
     charts = chart_tool(image("Chart 1."), image("Chart 2."))
     calls = run_agent(sim, 1_100, [charts], [*history(), HumanMessage(QUESTION)])
@@ -340,15 +297,6 @@ def test_a_tool_adding_two_user_messages_keeps_the_question(sim: RunningSimulato
     assert [asked(prompt) for prompt in after] == [True, True]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_plan.turn_start extends the turn only from a user message right after a tool "
-    "result; one right after a tool call whose result comes later (a Command listing the "
-    "image before its ToolMessage) starts the turn alone, and the question with the call and "
-    "its (late) result are history: dropped at the cut (budget 1,100: the model gets the "
-    "marker, one old round and the image). Fix: the turn begins no later than the user message "
-    "before any tool call with a result after the turn's start (facts.late)",
-)
 def test_an_image_listed_before_its_tool_result_keeps_the_question(
     sim: RunningSimulator,
 ) -> None:
@@ -362,14 +310,21 @@ def test_an_image_listed_before_its_tool_result_keeps_the_question(
         assert any(isinstance(m, ToolMessage) for m in prompt)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="as above, without an agent, over budgets from the turn's size to 1,500: a user "
-    "message between a call and its late result (an image a tool listed first, or a user "
-    "writing while the tool runs) starts the turn alone; at budgets far above the turn the "
-    "question, the call and its result are dropped",
+@pytest.mark.parametrize(
+    "between",
+    [
+        "image",
+        pytest.param(
+            "user writing",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a text the user writes while a tool runs is a question of its own (a "
+                "tool adds other parts than text): the turn it opens leaves the question before "
+                "it, the call and its late result to the history, which a cut may drop",
+            ),
+        ),
+    ],
 )
-@pytest.mark.parametrize("between", ["image", "user writing"])
 def test_a_user_message_between_a_call_and_its_result_keeps_the_question_and_the_result(
     between: str,
 ) -> None:
@@ -390,13 +345,6 @@ def test_a_user_message_between_a_call_and_its_result_keeps_the_question_and_the
     assert lost == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_plan.shorten_must_keep shortens Plan.latest only: the turn's first question, "
-    "must-keep since 8cbe19c, is never shortened, so a long question that is shortened to "
-    "fit before the tool call goes out whole after the tool added an image, over the budget. "
-    "Fix: shorten the turn's user messages (largest first) as the latest is",
-)
 def test_a_long_question_before_an_injected_image_is_still_shortened_to_fit(
     sim: RunningSimulator,
 ) -> None:
@@ -487,7 +435,7 @@ def test_an_orphan_result_before_a_user_message_does_not_extend_the_turn() -> No
     assert [d.rule for d in result.decisions][-2] == "orphan_tool_result"
 
 
-def test_without_keep_latest_user_the_turns_user_messages_may_go() -> None:
+def test_without_keep_latest_user_the_question_may_go_and_the_tools_image_stays() -> None:
     counter = TokenCounter.for_model("gpt-4o")
     turn = [
         HumanMessage(QUESTION),
@@ -505,9 +453,9 @@ def test_without_keep_latest_user_the_turns_user_messages_may_go() -> None:
         "latest_user",
         "tool_result",
         "tool_result",
-        "latest_user",
+        "tool_result",
     ]
-    assert [d.rule for d in decisions][1:3] == ["latest_tool_call", "latest_tool_call"]
+    assert [d.rule for d in decisions][1:] == ["latest_tool_call"] * 3
     assert not any(d.rule == "must_keep" for d in decisions)
 
 
@@ -556,10 +504,10 @@ def test_parallel_calls_each_adding_an_image_keep_the_question_and_valid_pairing
     calls = run_agent(sim, budget, tools, [*history(), HumanMessage(question)])
 
     assert sorted(fetched[:2]) == ["budget_chart", "team_photo"]  # in parallel, with an image
-    after = [prompt for prompt in calls.prompts if any(has_image(m) for m in prompt)]
+    after = calls.prompts[1:]
     assert len(after) == 2
+    assert sum(map(has_image, after[0])) == 2  # sent with the calls that added them
     for prompt in after:
-        assert sum(map(has_image, prompt)) == 2
         assert any(m.text == question for m in prompt)
         called = {c["id"] for m in prompt if isinstance(m, AIMessage) for c in m.tool_calls}
         assert called == {m.tool_call_id for m in prompt if isinstance(m, ToolMessage)}
@@ -567,24 +515,15 @@ def test_parallel_calls_each_adding_an_image_keep_the_question_and_valid_pairing
 
 def test_the_pre_model_hook_keeps_the_question_with_the_image(sim: RunningSimulator) -> None:
     calls = run_hook_agent(sim, 600, chart_tool(image()), [*history(), HumanMessage(QUESTION)])
-    after = [prompt for prompt in calls.prompts if any(has_image(m) for m in prompt)]
+    after = calls.prompts[1:]
     assert len(after) == 2
+    assert any(has_image(m) for m in after[0])  # sent with the call that added it
     assert [asked(prompt) for prompt in after] == [True, True]
-
-
-RECALL_MOVES = pytest.mark.xfail(
-    strict=True,
-    reason="the query of _cache_first._recall is Plan.latest (see "
-    "test_the_calls_after_an_injected_image_keep_what_the_question_recalled): the rounds "
-    "recalled before the question on the first call are not recalled after the image, so the "
-    "second prompt differs from the first right before the question and all after it is "
-    "prefilled again (with the turn's first user message as the query, it holds at 800-1,900)",
-)
 
 
 @pytest.mark.parametrize(
     "budget",
-    [1_300, pytest.param(1_100, marks=RECALL_MOVES), pytest.param(1_800, marks=RECALL_MOVES)],
+    [1_100, 1_300, 1_800],
 )
 def test_within_an_injected_turn_each_prompt_begins_with_the_one_before(
     sim: RunningSimulator, budget: int
@@ -618,8 +557,9 @@ async def test_abatch_and_astream_events_keep_the_question_with_the_image(
         pass
 
     for recorder in (*calls, streamed):
-        after = [p for p in recorder.prompts if any(has_image(m) for m in p)]
+        after = recorder.prompts[1:]
         assert len(after) == 2
+        assert any(has_image(m) for m in after[0])  # sent with the call that added it
         assert [asked(prompt) for prompt in after] == [True, True]
 
 

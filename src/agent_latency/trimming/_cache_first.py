@@ -178,11 +178,11 @@ class _History:
 
     def before(self, upto: int) -> int:
         """How many messages come before round ``upto``; past the last history round, before the
-        current turn (its first user message), which a later call finds as round ``upto``."""
+        current turn (its latest user message), which a later call finds as round ``upto``."""
         if upto < len(self.indices):
             return self.indices[upto][0]
-        turn = self.plan.turn
-        return self.occurrences.length if turn is None else turn
+        latest = self.plan.latest
+        return self.occurrences.length if latest is None else latest
 
     def weigh(self, query: str, length: int) -> _Query:
         """The terms of ``query`` as the first ``length`` messages weigh them (for a cut, those

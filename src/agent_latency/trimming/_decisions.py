@@ -32,12 +32,13 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
     "fits": ("all fits the budget", "the whole request fits the budget; kept unchanged."),
     "must_keep": (
         "always kept",
-        "a system message (`keep_system`) or a user message of the current turn: the latest, "
-        "and one before a tool call it follows (`keep_latest_user`); never dropped.",
+        "a system message (`keep_system`) or the latest user message (`keep_latest_user`); "
+        "never dropped.",
     ),
     "latest_tool_call": (
         "current tool call",
-        "part of the newest tool call of the current turn; never dropped.",
+        "part of the newest tool call of the current turn (with what its tool added as a user "
+        "message, such as an image); never dropped.",
     ),
     "within_budget": (
         "budget left for it",

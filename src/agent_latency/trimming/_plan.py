@@ -19,13 +19,7 @@ from dataclasses import dataclass
 from itertools import accumulate, compress
 from typing import NamedTuple
 
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    BaseMessage,
-    ChatMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 
 from agent_latency._chat_format import role_of
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
@@ -83,9 +77,6 @@ class Plan:
         shortened: What makes the copies to send in place of shortened messages, by index
             (:data:`Copy`: made for the messages sent only).
         latest: The index of the latest user message, if any (a unit of its own: one message).
-        turn: The index of the current turn's first user message (see :func:`turn_start`),
-            if any: the latest user message's, but for one a tool added.
-        turn_unit: Its position in ``facts.units`` (``-1``: none).
         moved: Kept messages sent right before the latest user message rather than in their
             place (recalled history, which must not move the cached prefix), ascending.
     """
@@ -110,8 +101,6 @@ class Plan:
         "sizes",
         "texts",
         "tokens",
-        "turn",
-        "turn_unit",
     )
 
     def __init__(
@@ -154,8 +143,6 @@ class Plan:
         self.shortened: dict[int, Copy] = {}
         self.moved: list[int] = []
         self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
-        self.turn_unit = turn_start(facts, messages)
-        self.turn = facts.units[self.turn_unit].indices[0] if facts.users else None
         # Whether no message was dropped but orphans, none brought back and none of the
         # history made must-keep: then the history rounds are the analysis' (history_rounds).
         self.as_analysed = True
@@ -292,12 +279,12 @@ class Plan:
         if late:
             order.sort(key=key)
             recalled = sorted(recalled, key=key)
-        if recalled and self.turn is not None:  # sent right before the current turn
+        if recalled and self.latest is not None:  # sent right before the latest user message
             moved = set(recalled)
             # A moved round's tool results can come after the latest user message (a late
             # result): sent once, with their call.
             rest = [i for i in order if i not in moved]
-            at = bisect.bisect_left(rest, key(self.turn), key=key)
+            at = bisect.bisect_left(rest, key(self.latest), key=key)
             order = [*rest[:at], *recalled, *rest[at:]]
         sizes = tuple(map(self.sizes.__getitem__, order))
         shortened, messages = self.shortened, self.messages
@@ -332,17 +319,19 @@ class Plan:
         """The history rounds as planned now: the messages of class ``"history"`` that are
         neither dropped nor must-keep, by round, oldest first (``None``: there are none).
 
-        Read from the analysis (in time linear in the messages of the current turn)
+        Read from the analysis (in time linear in the messages after the latest user message)
         while nothing but orphans was dropped, nothing brought back and nothing of the history
         made must-keep; walked from the units otherwise. Either way the same rounds: a round's
         messages are listed in unit order (a tool call's results right after it).
         """
         if not self.as_analysed:
             return self._walked_history_rounds()
-        facts, question = self.facts, self.turn
-        if question is None:
+        facts = self.facts
+        if not facts.users:
             return None
-        count = facts.owner[question]  # the rounds before the current turn's
+        latest = facts.units[facts.users[-1]]
+        question = latest.indices[0]
+        count = facts.owner[question]  # the rounds before the latest user message's
         if count == 0:
             return None
         owner = facts.owner[:question]
@@ -420,17 +409,15 @@ def classify(plan: Plan) -> None:
     """Assigns every message its class, drops orphan tool results and leaves out unanswered
     tool calls (the analysis warns of those, once per call: ``AnalysisMemo``).
 
-    The analysis classes every message ``"system"`` or ``"history"``: only the units of the
-    current turn (:func:`turn_start`) are read here: its user messages are the latest user
-    message's class, the rest but system messages its tool results'.
+    The analysis classes every message ``"system"`` or ``"history"``: only the latest user
+    message's unit and the units after it (the current turn) are read here.
     """
     facts, classes = plan.facts, plan.classes
-    if plan.turn is not None:
-        classes[plan.turn] = "latest_user"
-    for unit in facts.units[plan.turn_unit + 1 :]:
-        if unit.kind == "user":
-            classes[unit.indices[0]] = "latest_user"
-        elif unit.kind != "system":
+    latest = facts.users[-1] if facts.users else -1  # its position among the units
+    if plan.latest is not None:
+        classes[plan.latest] = "latest_user"
+    for unit in facts.units[latest + 1 :]:
+        if unit.kind != "system":
             for index in unit.indices:
                 classes[index] = "tool_result"
     if facts.unanswered:
@@ -438,33 +425,6 @@ def classify(plan: Plan) -> None:
     if facts.orphans:
         # An endpoint rejects the whole request over one of these (HTTP 400), so they go.
         plan.drop(facts.orphans, "orphan_tool_result")
-
-
-def turn_start(facts: MessageFacts, messages: Sequence[BaseMessage]) -> int:
-    """The position in ``facts.units`` of the current turn's first user message (``-1``: there
-    is no user message).
-
-    The latest user message's, unless it came right after a tool result: then it is one a tool
-    added to its result (an image, which chat endpoints take only in a user message) or one asked
-    right after a ``return_direct`` tool's result, and the turn began with the user message
-    before that tool call (and so on, for a tool called again).
-    """
-    users = facts.users
-    position = len(users) - 1
-    while position > 0:
-        before = facts.units[users[position]].indices[0] - 1
-        if not _answers_a_call(messages[before]) or before in facts.orphans:
-            break
-        position -= 1
-    return users[position] if users else -1
-
-
-def _answers_a_call(message: BaseMessage) -> bool:
-    """Whether ``message`` is a tool result (a ``ToolMessage`` or a ``ChatMessage`` of role
-    ``"tool"``)."""
-    return isinstance(message, ToolMessage) or (
-        isinstance(message, ChatMessage) and role_of(message) == "tool"
-    )
 
 
 def _leave_out_unanswered_calls(plan: Plan, unanswered: Mapping[int, tuple[str, ...]]) -> None:
@@ -521,19 +481,23 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     shortened.
     """
     facts, classes = plan.facts, plan.classes
-    turn = plan.turn_unit
+    latest = facts.users[-1] if facts.users else -1
     must_keep: list[int] = []
     if options.keep_system:
         must_keep += _positions(classes, "system")
-    if turn >= 0 and options.keep_latest_user:  # the current turn's user messages
-        users = facts.users[bisect.bisect_left(facts.users, turn) :]
-        must_keep += [index for user in users for index in facts.units[user].indices]
+    if latest >= 0 and options.keep_latest_user:
+        must_keep += facts.units[latest].indices
     plan.keep(must_keep, "must_keep")
-    latest_tool_call = next(
-        (u for u in reversed(facts.units[turn + 1 :]) if u.kind == "tool_call"), None
-    )
-    if latest_tool_call is not None and not plan.dropped[latest_tool_call.indices[0]]:
-        plan.keep(latest_tool_call.indices, "latest_tool_call")
+    turn = facts.units[latest + 1 :]
+    at = next((at for at in range(len(turn) - 1, -1, -1) if turn[at].kind == "tool_call"), None)
+    if at is not None and not plan.dropped[turn[at].indices[0]]:
+        # With what the tool added as user messages (an image: see _rounds, "added by a tool").
+        added = [
+            unit.indices[0]
+            for unit in turn[at + 1 :]
+            if unit.kind == "message" and role_of(plan.messages[unit.indices[0]]) == "user"
+        ]
+        plan.keep([*turn[at].indices, *added], "latest_tool_call")
 
 
 def _any_true(flags: list[bool], run: range) -> bool:

@@ -12,7 +12,8 @@ its own, and so is a ``ChatMessage(role="tool")`` that names no preceding
 call in ``additional_kwargs["tool_call_id"]``. A *round* is a user message and everything up to
 the next user message; messages before the first user message form round 0. Messages are
 classified by the OpenAI role they are sent with, so a ``ChatMessage(role="user")`` is a user
-message.
+message; but a user message a tool added with its result (an image: see
+``_Grouping._added_by_a_tool``) is a ``"message"`` of the tool's turn and round, not a question.
 
 An agent trims its whole conversation before every model call: the same message objects and a
 few new ones. :class:`AnalysisMemo` (an in-process memo of that analysis) remembers, per
@@ -71,6 +72,7 @@ from agent_latency._user_input import check_message_content, tool_calls_of
 from agent_latency.config import PriorityClass
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._relevance import text_bytes, text_of
+from agent_latency.trimming._shortening import split_content
 
 logger = logging.getLogger("agent_latency.trimming")
 
@@ -223,8 +225,7 @@ class _Grouping:
                 kind = "message"  # the common types first: see below
             elif isinstance(message, HumanMessage):
                 # The common types first: role_of looks at ChatMessage roles and their aliases.
-                self.round += 1
-                kind = "user"
+                kind = self._user(messages, index)
             elif isinstance(message, SystemMessage):
                 kind = "system"
             else:
@@ -235,8 +236,7 @@ class _Grouping:
                         continue
                     kind = "orphan"
                 elif role == "user":
-                    self.round += 1
-                    kind = "user"
+                    kind = self._user(messages, index)
                 else:
                     kind = "system" if role in _SYSTEM_ROLES else "message"
             counts.append(count(message))
@@ -245,6 +245,40 @@ class _Grouping:
             self._add(_unit(kind, (index,), self.round), counts)
             if ids:
                 self.issued.append((len(self.units) - 1, ids))
+
+    def _user(self, messages: Sequence[BaseMessage], index: int) -> UnitKind:
+        """The kind of the user message at ``index``: ``"user"``, a new round, unless a tool
+        added it with its result (:meth:`_added_by_a_tool`): then a ``"message"`` of the turn it
+        came in, as the result is."""
+        if self._added_by_a_tool(messages, index):
+            return "message"
+        self.round += 1
+        return "user"
+
+    def _added_by_a_tool(self, messages: Sequence[BaseMessage], index: int) -> bool:
+        """Whether the user message at ``index`` is one a tool added with its result: it holds
+        other parts than text (an image, a file: chat endpoints take those in a user message
+        only, so a tool fetching a chart returns a ``Command`` adding its result and one) and
+        comes right after a tool result, a tool call (the result listed after it) or another
+        such message. A text alone is a question, also right after a ``return_direct`` tool's
+        result."""
+        content = messages[index].content
+        if index == 0 or type(content) is not list or not split_content(content)[1]:
+            return False
+        before = index - 1
+        if self.orphans and self.orphans[-1] == before:  # answers no call: no tool's
+            return False
+        if role_of(messages[before]) == "tool":
+            return True
+        last = self.units[-1] if self.units else None  # the unit of the message before
+        return (
+            last is not None
+            and last.indices[0] == before
+            and (
+                last.kind == "tool_call"
+                or (last.kind == "message" and role_of(messages[before]) == "user")
+            )
+        )
 
     def _add(self, unit: Unit, counts: list[int]) -> None:
         """Adds a unit after the others (its messages' classes and owners already listed)."""
