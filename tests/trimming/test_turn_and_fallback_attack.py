@@ -17,15 +17,14 @@ not a question: the question stays the latest user message (the query, the one s
 round holds the whole turn, and the image is kept with the newest tool call. What it leaves: a
 text a user writes while a tool runs is a question of its own (``xfail``).
 
-Defects of the fallback work (``xfail(strict=True)`` tests below, each naming its cause):
-
-* A primary bound with ``bind``/``with_retry``: ``_model_name`` sees no ``BaseChatModel`` and the
-  trim names no model, so a fallback's count teaches the primary's calibration again (the
-  defect 891409a fixed); ``takes_cache_key`` sends a bound ``ChatOpenAI`` on OpenAI's API no key;
-  and with ``cache_key=True`` ``KeyedModels`` cannot copy a binding, the key goes into the model
-  settings and a fallback after ours sends it to its server (the defect 89c5133 fixed).
-* One middleware shared by two agents names the first model it sees on every trim: the
-  calibration of the settings' model learns from the other agent's model and never from its own.
+Defects of the fallback work, each a test here that failed on it: a primary bound with
+``bind``/``with_retry`` named no model on its trims, so a fallback's count taught the primary's
+calibration again (the defect 891409a fixed), got no ``prompt_cache_key`` on OpenAI's API, and with
+``cache_key=True`` sent its key to a fallback after ours (the defect 89c5133 fixed): the model is
+now looked for through bindings (``_cache_key.chat_model_of``) and a binding is copied around a
+keyed copy of its chat model. One middleware shared by two agents named the first model it saw
+on every trim, so the settings' calibration learnt from the other agent's model: a calibration
+now names its model (``calibration_for``), which the trim names.
 
 What held is pinned: ``ChatMessage`` roles and OpenAI dicts follow the rule, an orphan result
 does not make a message the tool's, ``keep_latest_user=False`` lets the question go (the newest
@@ -578,14 +577,6 @@ WRAPS: dict[str, Callable[[BaseChatModel], Runnable[Any, Any]]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_middleware._model_name returns None for a model that is no BaseChatModel (a "
-    "RunnableBinding from bind, a RunnableRetry from with_retry, both of which create_agent "
-    "runs): the trim names no model and PendingTrim.taken_by lets the fallback's count teach "
-    "the primary's calibration (factor 1.065 after 6 calls, the defect 891409a fixed). Fix: "
-    "look through RunnableBinding(Base).bound to the chat model, as extras_of_model does",
-)
 @pytest.mark.parametrize("wrap", list(WRAPS))
 def test_a_bound_primarys_fallback_teaches_its_calibration_nothing(
     llama: RunningSimulator, wrap: str
@@ -635,12 +626,6 @@ def openai_model(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_cache_key.takes_cache_key asks isinstance(model, ChatOpenAI): a ChatOpenAI on "
-    "OpenAI's API bound with bind/with_retry is a RunnableBinding, so the conversation's "
-    "calls carry no prompt_cache_key. Fix: look through the binding to its chat model",
-)
 @pytest.mark.parametrize("wrap", list(WRAPS))
 def test_a_bound_chatopenai_on_openais_api_sends_the_conversations_key(wrap: str) -> None:
     sent: list[dict[str, Any]] = []
@@ -652,14 +637,6 @@ def test_a_bound_chatopenai_on_openais_api_sends_the_conversations_key(wrap: str
     assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_cache_key.KeyedModels.keyed copies only a BaseChatModel; for a binding "
-    "_middleware._keyed falls back to the model settings, which ModelFallbackMiddleware "
-    "listed after ours keeps when it swaps the model: the key decided for the primary reaches "
-    "the fallback's server (the defect 89c5133 fixed). Fix: copy the bound chat model and "
-    "rebind (binding.model_copy(update={'bound': keyed}))",
-)
 @pytest.mark.parametrize("wrap", list(WRAPS))
 def test_a_bound_primarys_key_does_not_reach_the_fallback(wrap: str) -> None:
     primary_sent: list[dict[str, Any]] = []
@@ -676,20 +653,13 @@ def test_a_bound_primarys_key_does_not_reach_the_fallback(wrap: str) -> None:
     assert "prompt_cache_key" not in fallback_body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrimmingMiddleware names every trim with the first model it sees (_model, "
-    "_model_name): shared by two agents, the trimmer's calibration (calibration_for the "
-    "settings' model, from_settings) learns from the other agent's model when that one calls "
-    "first, and never from its own model's calls. Fix: name the model the trimmer was made "
-    "for (from_settings knows llm.model), the first seen only for a trimmer made in code",
-)
 def test_a_shared_middleware_teaches_the_settings_models_calibration_from_its_calls_only(
     sim: RunningSimulator, llama: RunningSimulator
 ) -> None:
     settings = settings_of(sim)  # the trimmer and its calibration are this model's
-    calibration = PromptCalibration()
-    trimmer = PriorityTrimmer.from_settings(settings, budget=1_500, calibration=calibration)
+    trimmer = PriorityTrimmer.from_settings(settings, budget=1_500)
+    calibration = trimmer.options.calibration
+    assert calibration is not None and calibration.model == settings.llm.model
     shared = TrimmingMiddleware(trimmer)
     worker = create_agent(build_chat_model(settings_of(llama)), [lookup], middleware=[shared])
     main = create_agent(build_chat_model(settings), [lookup], middleware=[shared])

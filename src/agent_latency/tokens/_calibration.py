@@ -39,11 +39,18 @@ class PromptCalibration:
 
     Thread-safe; memory is bounded by :data:`WINDOW`.
 
+    Args:
+        model: The model it is the calibration of (:func:`calibration_for` names it): a trim
+            made with it names that model, and the callback handler teaches it only the counts
+            of calls to it, not those of a fallback model.
+
     Attributes:
         observations: How many plausible (estimate, actual) pairs were observed.
+        model: The model it is the calibration of, if named.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model
         self._ratios: deque[float] = deque(maxlen=WINDOW)
         self._lock = threading.Lock()
         self._factor = 1.0
@@ -102,7 +109,7 @@ def calibration_for(base_url: str | None, model: str) -> PromptCalibration:
     and model, made on first use."""
     key = ((base_url or "").rstrip("/"), model)
     with _registry_lock:
-        calibration = _registry.pop(key, None) or PromptCalibration()
+        calibration = _registry.pop(key, None) or PromptCalibration(model)
         _registry[key] = calibration  # re-inserted: the dict's order is the recency
         if len(_registry) > _MAX_ENDPOINTS:
             del _registry[next(iter(_registry))]

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 from langchain_core.load import dumpd
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable
+from langchain_core.runnables.base import RunnableBindingBase
 
 from agent_latency._caches import LRUCache
 from agent_latency._chat_format import role_of
@@ -92,17 +94,34 @@ def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
     return f"agent-latency-{digest[:32]}"
 
 
+def chat_model_of(model: object) -> BaseChatModel | None:
+    """The chat model ``model`` is, or calls through bindings (``bind``, ``with_retry``, which
+    an agent runs as its model); ``None`` for anything else."""
+    while isinstance(model, RunnableBindingBase):
+        model = model.bound
+    return model if isinstance(model, BaseChatModel) else None
+
+
 def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
     """Whether the caller already sends a ``prompt_cache_key`` (a tenant's, say): in the
     request's model ``settings``, or on the model, in its ``model_kwargs`` (which the request
-    would otherwise override) or either ``extra_body``."""
-    model_kwargs = getattr(model, "model_kwargs", None) or {}
-    bodies = (settings.get("extra_body"), getattr(model, "extra_body", None))
-    return (
-        CACHE_KEY_SETTING in settings
-        or CACHE_KEY_SETTING in model_kwargs
-        or any(isinstance(body, Mapping) and CACHE_KEY_SETTING in body for body in bodies)
+    would otherwise override), either ``extra_body`` or the keywords a binding of it adds."""
+    chat = chat_model_of(model)
+    model_kwargs = getattr(chat, "model_kwargs", None) or {}
+    given = [settings, model_kwargs, *_bound_kwargs(model)]
+    bodies = [getattr(chat, "extra_body", None), *(found.get("extra_body") for found in given)]
+    return any(CACHE_KEY_SETTING in found for found in given) or any(
+        isinstance(body, Mapping) and CACHE_KEY_SETTING in body for body in bodies
     )
+
+
+def _bound_kwargs(model: object) -> list[Mapping[str, Any]]:
+    """The keywords each binding around a chat model adds to its calls, outermost first."""
+    found = []
+    while isinstance(model, RunnableBindingBase):
+        found.append(model.kwargs)
+        model = model.bound
+    return found
 
 
 class KeyedModels:
@@ -122,9 +141,13 @@ class KeyedModels:
         # By the model's id, with the model (an id can be reused once it is gone).
         self._serialized = LRUCache(_MODELS)
 
-    def keyed(self, model: object, key: str) -> BaseChatModel | None:
-        """A copy of ``model`` that sends ``key`` as its ``prompt_cache_key``; ``None`` for a
-        model with no ``model_kwargs`` to carry it."""
+    def keyed(self, model: object, key: str) -> Runnable[Any, Any] | None:
+        """A copy of ``model`` that sends ``key`` as its ``prompt_cache_key`` (of a binding, the
+        bindings copied around a copy of the chat model); ``None`` for a model with no
+        ``model_kwargs`` to carry it."""
+        if isinstance(model, RunnableBindingBase):
+            bound = self.keyed(model.bound, key)
+            return None if bound is None else model.model_copy(update={"bound": bound})
         if not isinstance(model, BaseChatModel) or "model_kwargs" not in type(model).model_fields:
             return None
         model_kwargs = getattr(model, "model_kwargs", None) or {}
@@ -149,6 +172,7 @@ def takes_cache_key(model: object) -> bool:
         from langchain_openai import ChatOpenAI
     except ImportError:  # pragma: no cover - langchain-openai is a core dependency
         return False
+    model = chat_model_of(model)
     if not isinstance(model, ChatOpenAI):
         return False
     client = getattr(model, "root_client", None)

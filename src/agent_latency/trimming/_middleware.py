@@ -19,7 +19,6 @@ from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool
@@ -33,6 +32,7 @@ from agent_latency.config import Settings
 from agent_latency.trimming._cache_key import (
     CACHE_KEY_SETTING,
     KeyedModels,
+    chat_model_of,
     checked_session_header,
     conversation_cache_key,
     gives_cache_key,
@@ -91,9 +91,11 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     while the trimmer keeps system messages), its tools and its structured-output schema. The
     stored conversation keeps every message: only what is sent to the model is trimmed. A trim
     that fails unexpectedly is logged and the request is sent untrimmed rather than failing the
-    agent. Each trim names the agent's own model, the first the middleware trims a request for
-    (``TrimResult.model``): the callback handler feeds the trimmer's calibration only the server
-    counts of calls to it, not those of a fallback ``ModelFallbackMiddleware`` swaps in.
+    agent. Each trim names the model it is made for (``TrimResult.model``): its calibration's
+    (``from_settings`` names the settings' model), else the agent's own, the first model the
+    middleware trims a request for; the callback handler feeds the trimmer's calibration only the
+    server counts of calls to it, not those of a fallback ``ModelFallbackMiddleware`` swaps in
+    (nor those of another agent sharing the middleware, when the calibration names its model).
 
     With recall (the default), what a trim leaves out stays readable: the messages are trimmed to
     the budget less the elision marker's tokens, the marker is sent after the system message(s)
@@ -240,7 +242,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 runs = left_out_runs(messages, result) if result.changed else []
             else:
                 result = self.trimmer.trim(messages, **options)
-                if model is not None:
+                if result.model is None and model is not None:
                     result = dataclasses.replace(result, model=model)
         except Exception:
             logger.exception("Trimming failed; the model call is sent untrimmed")
@@ -389,10 +391,12 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
 
 def _model_name(model: object) -> str | None:
     """The model name a chat model's calls report to the callbacks (``ls_model_name``, which
-    the handler reads as the call's model); ``None`` when it reports none."""
-    if not isinstance(model, BaseChatModel):
+    the handler reads as the call's model), looked for through bindings (``bind``,
+    ``with_retry``); ``None`` when it reports none."""
+    chat = chat_model_of(model)
+    if chat is None:
         return None
-    name = model._get_ls_params().get("ls_model_name")
+    name = chat._get_ls_params().get("ls_model_name")
     return name if isinstance(name, str) and name else None
 
 

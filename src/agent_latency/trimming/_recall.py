@@ -306,7 +306,8 @@ class RecallingTrimmer(TrimRunnable):
     def _marked(self, result: TrimResult, model: str | None) -> TrimResult:
         """``result`` against the whole budget, with the marker sent when history was left out
         for the budget and the request fits with it (a request that fits only without it goes
-        without), made for ``model``. Orphan results and unanswered calls, dropped whatever the
+        without), made for ``model`` unless the trim names one already (its calibration's).
+        Orphan results and unanswered calls, dropped whatever the
         budget, are no cut: the marker would tell the model of one that did not happen."""
         budget = self.trimmer.options.budget
         effective = math.floor(budget / result.calibration_factor)
@@ -325,7 +326,7 @@ class RecallingTrimmer(TrimRunnable):
             budget=budget,
             effective_budget=effective,
             over_budget=tokens > effective,
-            model=model,
+            model=result.model or model,
         )
 
     def _with_marker(

@@ -91,9 +91,10 @@ class TrimResult:
             user message and the current tool call with its results.
         calibration: The calibration whose factor set ``effective_budget``, for the callback
             handler to feed the server's count back into; ``None`` without calibration.
-        model: The name of the model the trim was made for, where its caller says
-            (``TrimmingMiddleware`` names the agent's own model): the callback handler feeds
-            the calibration only the count of a call to that model, not a fallback's.
+        model: The name of the model the trim was made for: its calibration's
+            (``PromptCalibration.model``), else, where its caller says, the agent's own
+            (``TrimmingMiddleware``): the callback handler feeds the calibration only the count
+            of a call to that model, not a fallback's.
         tools: With a ``tool_budget``: the tools to send (the request's own objects, in its
             order); ``None`` otherwise.
         schema_count: How many schemas the request sends besides its messages: one per tool

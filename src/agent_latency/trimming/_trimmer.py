@@ -382,6 +382,7 @@ class PriorityTrimmer(TrimRunnable):
             + (request.response_format is not None),
             dropped_tools=dropped_tools,
             calibration=self.options.calibration,
+            model=None if self.options.calibration is None else self.options.calibration.model,
             message_tokens=tuple(counts),
             sent_message_tokens=sent_sizes,
             _must_keep_by_class=must_keep,
