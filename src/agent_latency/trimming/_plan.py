@@ -95,6 +95,7 @@ class Plan:
         "messages",
         "moved",
         "must_keep",
+        "must_keep_at",
         "rules",
         "shortened",
         "shortener",
@@ -140,6 +141,7 @@ class Plan:
         self.rules: list[Rule] = ["within_budget"] * len(messages)
         self.dropped = [False] * len(messages)
         self.must_keep = [False] * len(messages)
+        self.must_keep_at: set[int] = set()  # the same, as positions (a few of hundreds)
         self.shortened: dict[int, Copy] = {}
         self.moved: list[int] = []
         self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
@@ -156,6 +158,10 @@ class Plan:
             if index not in self.shortened:
                 self.rules[index] = rule
             self.must_keep[index] = must_keep
+        if must_keep:
+            self.must_keep_at.update(indices)
+        else:
+            self.must_keep_at.difference_update(indices)
 
     def rule_kept(self, rule: Rule) -> None:
         """Gives every message neither dropped nor shortened ``rule`` (``"fits"``: the request
@@ -310,7 +316,7 @@ class Plan:
     def must_keep_by_class(self) -> dict[PriorityClass, int]:
         """Tokens of the must-keep messages as sent, per class."""
         totals: dict[PriorityClass, int] = dict.fromkeys(PRIORITY_CLASSES, 0)
-        for index in compress(range(len(self.must_keep)), self.must_keep):
+        for index in self.must_keep_at:
             if not self.dropped[index]:
                 totals[self.classes[index]] += self.sizes[index]
         return totals

@@ -423,14 +423,16 @@ class TermIndex:
             find = postings.get
             for position, text in enumerate(new, len(indexed.texts)):
                 bag, length = self._cache.entry(text)
-                for term, held in bag.items():
+                for term in bag:
                     at = find(term)
                     if at is None:
                         postings[term] = [position]
                     else:
                         at.append(position)
-                    if held > 1 and held > peaks.get(term, 1):
-                        peaks[term] = held
+                if length > len(bag):  # a term held more than once
+                    for term, held in bag.items():
+                        if held > peaks.get(term, 1):
+                            peaks[term] = held
                 bags.append(bag)
                 totals.append(totals[-1] + length)
             indexed.texts.extend(new)  # ours: ``texts`` is the caller's
