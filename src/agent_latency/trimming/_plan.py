@@ -139,7 +139,8 @@ class Plan:
         self.classes: list[PriorityClass] = list(facts.classes)  # classify() finishes them
         # Every message kept within budget until a step says otherwise (mark_kept, drops).
         self.rules: list[Rule] = ["within_budget"] * len(messages)
-        self.dropped = [False] * len(messages)
+        # One byte a message (0 or 1): set by slices and read in C (compress, translate).
+        self.dropped = bytearray(len(messages))
         self.must_keep = [False] * len(messages)
         self.must_keep_at: set[int] = set()  # the same, as positions (a few of hundreds)
         self.shortened: dict[int, Copy] = {}
@@ -181,7 +182,7 @@ class Plan:
         if type(indices) is range and indices.step == 1 and not _any_true(dropped, indices):
             run = slice(indices.start, indices.stop)
             self.tokens -= sum(sizes[run])
-            dropped[run] = [True] * len(indices)
+            dropped[run] = b"\1" * len(indices)
             rules[run] = [rule] * len(indices)
         else:
             saved = 0  # summed here, not per message
@@ -274,8 +275,8 @@ class Plan:
         of its call (an endpoint rejects a call whose results do not follow it right away).
         """
         # compress() walks the list in C: an agent's history runs to hundreds of messages (and
-        # the bools as bytes, inverted, are the quickest selectors).
-        sent = bytes(self.dropped).translate(_NOT)
+        # the flags, bytes, inverted in C, are the quickest selectors).
+        sent = self.dropped.translate(_NOT)
         late = self.facts.late
         if not self.moved and not self.shortened and not late:
             return list(compress(self.messages, sent)), tuple(compress(self.sizes, sent))
@@ -506,7 +507,7 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
         plan.keep([*turn[at].indices, *added], "latest_tool_call")
 
 
-def _any_true(flags: list[bool], run: range) -> bool:
+def _any_true(flags: bytearray, run: range) -> bool:
     """Whether any of ``flags`` in ``run`` is true (found in C, without a copy)."""
     try:
         flags.index(True, run.start, run.stop)
