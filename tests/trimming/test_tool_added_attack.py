@@ -1,0 +1,452 @@
+"""Attacks, from the user's side, on two changes: a user message a tool added with its result is
+a message of the tool's turn (4b58934, ``_rounds._Grouping._added_by_a_tool``), and a trim names
+its calibration's model, else the agent's own, looked for through bindings (d180863,
+``PromptCalibration(model=...)``, ``_cache_key.chat_model_of``, ``KeyedModels``). Real
+``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
+``httpx.MockTransport`` where OpenAI's own API is needed.
+
+Defects, each an ``xfail`` naming its cause and a fix:
+
+- A user's own question holding an image, asked right after a ``return_direct`` tool's result,
+  is taken for one the tool added: it is kept whole with the tool call, never shortened to fit,
+  and the trim goes over a budget the same question as text fits, blaming the tool.
+- A calibration named for the settings' model learns nothing, and says nothing, when the agent
+  calls the same server's model under another name (an alias, a deployment name).
+- A ``model.with_fallbacks([...])`` agent on OpenAI's API gets no ``prompt_cache_key``:
+  ``chat_model_of`` does not look through ``RunnableWithFallbacks``.
+
+What held is pinned: edits in place that give a question an image or take it away trim as a
+fresh trimmer does; both history selections, with and without ``compact_tool_results``, keep
+each injected turn whole over a growing conversation and never send an image without its
+question; a checkpointed agent whose tool injects an image sends what a fresh trimmer sends; a
+user's ``prompt_cache_key`` bound with ``model.bind`` is sent as given; ``bind_tools`` gets the
+conversation's key; an unnamed calibration under ``with_fallbacks`` learns nothing from the
+fallback's count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import httpx
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from opentelemetry.sdk.trace import TracerProvider
+from support.fakes import KeepsRequestBodies
+from support.simulators import QUICK, chat_openai_of, settings_of
+from support.wire import chat_completion
+
+from agent_latency import LatencyCallbackHandler, PriorityTrimmer, build_chat_model
+from agent_latency.sim import RunningSimulator, running_simulator
+from agent_latency.tokens import PromptCalibration, TokenCounter
+from agent_latency.trimming import TrimmingMiddleware, TrimResult
+
+# A 1x1 PNG: OpenAI's rule counts it as one tile.
+PNG = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
+    "GAWjR9awAAAABJRU5ErkJggg=="
+)
+IMAGE = {"type": "image_url", "image_url": {"url": PNG}}
+COUNTER = TokenCounter.for_model("gpt-4o")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[RunningSimulator]:
+    with running_simulator(QUICK) as running:
+        yield running
+
+
+def history(rounds: int) -> list[BaseMessage]:
+    """Earlier rounds of ~60 tokens."""
+    messages: list[BaseMessage] = []
+    for r in range(rounds):
+        messages += [
+            HumanMessage(f"Tell me about topic {r}. " + "more " * 25),
+            AIMessage("ok " * 25),
+        ]
+    return messages
+
+
+def is_sent(message: BaseMessage, sent: list[BaseMessage]) -> bool:
+    return any(m is message for m in sent)
+
+
+# --- (A) the current turn ------------------------------------------------------------------------
+
+
+@tool(return_direct=True)
+def lookup_order(number: str) -> str:
+    """Looks an order up in the shop's database."""
+    return f"Order {number}: shipped on Monday from the north warehouse. " + "Tracking. " * 6
+
+
+LONG_ASK = "What does this photo of my parcel show, is it damaged? " + "Details: dented box. " * 40
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "_rounds._Grouping._added_by_a_tool takes any user message with an image right after a "
+        "tool result for one the tool added, also the user's own question after a return_direct "
+        "tool's result: it becomes a 'message' kept whole with the newest tool call "
+        "(latest_tool_call), so it is never shortened to fit (the question shortened is the "
+        "earlier one) and the trim goes over a budget the same question as text fits, its "
+        "cause blaming 'the current tool call' ('make the tool return less'). Fix: a user "
+        "message after the result of a call whose turn ended (the result is the last message of "
+        "a finished turn: no AIMessage answered it, and the message is not in the tool's "
+        "Command update) cannot be told apart by position alone; shorten the text parts of a "
+        "tool-added message like the latest user message's when the turn does not fit, and "
+        "name it 'a user message with an image' in over_budget_cause, not the tool call"
+    ),
+)
+def test_a_users_image_question_after_a_return_direct_result_is_shortened_to_fit(
+    sim: RunningSimulator,
+) -> None:
+    settings = settings_of(sim)
+    agent = create_agent(build_chat_model(settings), tools=[lookup_order])
+    first = [*history(6), HumanMessage("Use lookup_order for order 1234.")]
+    before = agent.invoke({"messages": first})["messages"]
+    assert isinstance(before[-1], ToolMessage)  # the tool answered directly: the turn ended
+    text_only = HumanMessage(LONG_ASK)
+    with_image = HumanMessage([{"type": "text", "text": LONG_ASK}, IMAGE])
+    budget = 300  # below the question's ~400 tokens: it must be shortened
+
+    as_text = PriorityTrimmer(budget, token_counter=COUNTER).trim([*before, text_only])
+    result = PriorityTrimmer(budget, token_counter=COUNTER).trim([*before, with_image])
+
+    assert not as_text.over_budget  # the text question is shortened to fit
+    assert not result.over_budget, result.over_budget_cause
+    assert "tool" not in (result.over_budget_cause or "")
+
+
+ZEPHYR = HumanMessage("Note this: the Zephyr parcel insurance covers dents up to 200 euros.")
+ASK = "How much does the Zephyr parcel insurance cover for this dent?"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "The same cause: a user's question with an image right after a return_direct tool's "
+        "result is taken for one the tool added (_rounds._Grouping._added_by_a_tool), so the "
+        "latest user message, which the cache-first cut ranks history rounds by (and recall "
+        "queries), is the earlier question that called the tool: the round the new question "
+        "asks about is left out at budgets that keep it for the same question as text. Fix: as "
+        "above; failing that, query with the text of the tool-added user messages after the "
+        "latest question as well"
+    ),
+)
+@pytest.mark.parametrize("budget", [700, 900])
+def test_the_history_is_chosen_for_a_users_image_question_after_a_return_direct_result(
+    budget: int,
+) -> None:
+    call = {"name": "lookup_order", "args": {"number": "1234"}, "id": "c9", "type": "tool_call"}
+    messages = [
+        *history(3),
+        ZEPHYR,
+        AIMessage("Noted."),
+        *history(16),
+        HumanMessage("Use lookup_order for order 1234."),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("Order 1234: shipped Monday. " + "Tracking. " * 6, tool_call_id="c9"),
+    ]
+    as_text = PriorityTrimmer(budget, token_counter=COUNTER).trim([*messages, HumanMessage(ASK)])
+    asked = HumanMessage([{"type": "text", "text": ASK}, IMAGE])
+    result = PriorityTrimmer(budget, token_counter=COUNTER).trim([*messages, asked])
+
+    assert is_sent(ZEPHYR, as_text.messages)
+    assert is_sent(ZEPHYR, result.messages)
+
+
+@pytest.mark.parametrize("selection", ["cache_first", "age"])
+@pytest.mark.parametrize("compact", [False, True])
+def test_every_selection_keeps_each_injected_turn_whole_over_a_growing_chat(
+    selection: str, compact: bool
+) -> None:
+    def turn(i: int) -> list[BaseMessage]:
+        call = {"name": "get_chart", "args": {"m": str(i)}, "id": f"c{i}", "type": "tool_call"}
+        return [
+            HumanMessage(f"Show chart {i}. " + "why " * 10),
+            AIMessage("", tool_calls=[call]),
+            ToolMessage(f"Chart {i} attached. " + "data " * 80, tool_call_id=f"c{i}"),
+            HumanMessage([{"type": "text", "text": f"chart {i}"}, IMAGE]),
+        ]
+
+    def trimmer(budget: int) -> PriorityTrimmer:
+        return PriorityTrimmer(
+            budget,
+            token_counter=COUNTER,
+            history_selection=selection,  # type: ignore[arg-type]
+            compact_tool_results=compact,
+        )
+
+    for budget in (400, 700, 1_200):
+        reused = trimmer(budget)
+        messages: list[BaseMessage] = [SystemMessage("You chart sales."), *history(4)]
+        turns: list[list[BaseMessage]] = []
+        for i in range(5):
+            turns.append(turn(i))
+            messages = [*messages, *turns[-1]]
+            for answered in (False, True):
+                result = reused.trim(messages)
+                assert result.messages == trimmer(budget).trim(messages).messages
+                assert not result.over_budget, (budget, i)
+                assert is_sent(turns[-1][0], result.messages)  # the question
+                for question, *_, image in turns:  # never an image without its question
+                    if is_sent(image, result.messages):
+                        assert is_sent(question, result.messages), (budget, i)
+                if not answered:
+                    messages = [*messages, AIMessage(f"Answer {i}. " + "it " * 20)]
+
+
+@pytest.mark.parametrize("budget", [150, 250, 400, 900])
+def test_edits_in_place_giving_a_question_an_image_or_taking_it_trim_as_a_fresh_trimmer(
+    budget: int,
+) -> None:
+    call = {"name": "lookup", "args": {"q": "x"}, "id": "c9", "type": "tool_call"}
+    question = HumanMessage("And when will it arrive? " + "please " * 5)
+    messages = [
+        *history(6),
+        HumanMessage("Look order 1234 up."),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("Order 1234: shipped. " + "x " * 40, tool_call_id="c9"),
+        question,
+    ]
+    reused = PriorityTrimmer(budget, token_counter=COUNTER)
+    contents: list[Any] = [
+        question.content,
+        [{"type": "text", "text": "And when will it arrive? Look."}, IMAGE],
+        question.content,
+    ]
+    classes = []
+    for content in contents:
+        question.content = content  # a user's edit in place, between calls
+        result = reused.trim(messages)
+        fresh = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
+        assert result.messages == fresh.messages
+        assert result.decisions == fresh.decisions
+        classes.append(result.decisions[-1].priority_class)
+    assert classes == ["latest_user", "tool_result", "latest_user"]
+
+
+def test_a_checkpointed_agent_whose_tool_injects_an_image_sends_what_a_fresh_trimmer_sends(
+    sim: RunningSimulator,
+) -> None:
+    fetched: list[str] = []
+
+    @tool
+    def get_chart(month: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Fetches the sales chart of a month as an image."""
+        fetched.append(month)
+        result = ToolMessage(
+            "The chart is attached below. " + "axis " * 30, tool_call_id=tool_call_id
+        )
+        if len(fetched) % 2 == 0:  # the image every other call: then the model answers
+            return Command(update={"messages": [result]})
+        image = HumanMessage([{"type": "text", "text": f"Chart of {month}."}, IMAGE])
+        return Command(update={"messages": [result, image]})
+
+    budget = 700
+    seen: list[tuple[Any, TrimResult]] = []
+
+    class Watching(TrimmingMiddleware):
+        """Keeps each request and its trim."""
+
+        def _trim(self, request: Any) -> Any:
+            trimmed, result, runs = super()._trim(request)
+            assert result is not None
+            seen.append((request, result))
+            return trimmed, result, runs
+
+    trimmer = PriorityTrimmer.from_settings(settings_of(sim), budget=budget)
+    agent = create_agent(
+        build_chat_model(settings_of(sim)),
+        tools=[get_chart],
+        middleware=[Watching(trimmer, recall=False)],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "t"}}
+    for turn in range(4):
+        ask = f"Show me the chart of month {turn}. " + "context " * 40
+        agent.invoke({"messages": [HumanMessage(ask)]}, config)
+
+    assert len(seen) >= 8 and len(fetched) >= 4
+    for request, result in seen:
+        fresh = PriorityTrimmer.from_settings(settings_of(sim), budget=budget)
+        again = fresh.trim(list(request.messages), tools=request.tools)
+        assert result.messages == again.messages
+        assert result.decisions == again.decisions
+
+
+@pytest.mark.parametrize("budget", [600, 800])
+def test_a_tool_budget_keeps_the_question_with_the_tools_image(
+    sim: RunningSimulator, budget: int
+) -> None:
+    fetched: list[str] = []
+
+    @tool
+    def get_chart(month: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Fetches the sales chart of a month as an image."""
+        fetched.append(month)
+        result = ToolMessage("The chart is attached below.", tool_call_id=tool_call_id)
+        if len(fetched) > 1:  # the image once: then the model answers
+            return Command(update={"messages": [result]})
+        image = HumanMessage([{"type": "text", "text": "Here is the chart image."}, IMAGE])
+        return Command(update={"messages": [result, image]})
+
+    others = [
+        tool(f"widget_{i}", description=f"Tool {i} does things with widgets. " + "param " * 20)(
+            lambda x: "ok"
+        )
+        for i in range(6)
+    ]
+    bodies = KeepsRequestBodies()
+    model = chat_openai_of(sim, http_client=httpx.Client(transport=bodies))
+    trimmer = PriorityTrimmer.from_settings(
+        settings_of(sim), budget=budget, tool_budget=150, pinned_tools=("get_chart",)
+    )
+    agent = create_agent(
+        model, tools=[get_chart, *others], middleware=[TrimmingMiddleware(trimmer)]
+    )
+    question = "What does the sales chart for March show? Use get_chart."
+    agent.invoke({"messages": [*history(12), HumanMessage(question)]}, {"recursion_limit": 12})
+
+    assert len(bodies.sent) == 3
+    sent_image = [
+        any(isinstance(m.get("content"), list) for m in body["messages"]) for body in bodies.sent
+    ]
+    assert sent_image[:2] == [False, True]  # sent with the call that added it
+    for body in bodies.sent:
+        assert question in [m.get("content") for m in body["messages"]]
+        assert [t["function"]["name"] for t in body["tools"]] == ["get_chart"]
+
+
+# --- (B) the model a trim names, and the keyed model copies --------------------------------------
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up in the inventory."""
+    return f"value of {key}: " + "record " * 60
+
+
+QUESTION = {"messages": [HumanMessage('Use lookup for "k". ' + "pad " * 60)]}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "PriorityTrimmer.from_settings names its calibration for settings.llm.model "
+        "(calibration_for), the trim names that model, and PendingTrim.taken_by drops the "
+        "calibration of a call whose ls_model_name differs: an agent calling the same server's "
+        "model under another name (an alias the server serves, an Azure deployment, "
+        "build_chat_model(settings, model=...)) never teaches it, and nothing says so. Fix: "
+        "TrimmingMiddleware knows both names (_model_name(request.model) and "
+        "calibration.model): warn once per middleware when they differ (the calibration will "
+        "learn nothing from this agent), or name the agent's model when the settings' model "
+        "is not the one it calls"
+    ),
+)
+def test_a_calibration_under_another_name_of_the_model_learns_or_says_why_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    aliased = dataclasses.replace(QUICK, model=("qwen-7b-chat", "qwen-chat"), tokenizer="llama3")
+    with running_simulator(aliased) as server:
+        settings = settings_of(server)  # names "qwen-7b-chat"
+        trimmer = PriorityTrimmer.from_settings(settings, budget=1_500)
+        calibration = trimmer.options.calibration
+        assert calibration is not None and calibration.model == "qwen-7b-chat"
+        agent = create_agent(
+            build_chat_model(settings, model="qwen-chat"),  # the same model, its other name
+            [lookup],
+            middleware=[TrimmingMiddleware(trimmer)],
+        )
+        handler = LatencyCallbackHandler(tracer_provider=TracerProvider(), log_every_request=False)
+        with caplog.at_level(logging.WARNING):
+            agent.invoke(QUESTION, {"callbacks": [handler]})
+
+    warned = [
+        r for r in caplog.records if r.levelno >= logging.WARNING and "qwen-chat" in r.message
+    ]
+    assert calibration.observations > 0 or warned
+
+
+def openai_model(sent: list[dict[str, Any]]) -> ChatOpenAI:
+    """A ``ChatOpenAI`` on OpenAI's API keeping each body."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.read()))
+        return chat_completion("ok")
+
+    return ChatOpenAI(
+        model="gpt-4o",
+        api_key="sk-test",  # type: ignore[arg-type]
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+    )
+
+
+def run_once(model: Any) -> None:
+    middleware = TrimmingMiddleware(PriorityTrimmer(2_000), recall=False)
+    create_agent(model, middleware=[middleware]).invoke(
+        {"messages": [HumanMessage("Plan my trip to Porto.")]}
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "_cache_key.chat_model_of looks through bind/with_retry bindings only: for "
+        "model.with_fallbacks([...]) (a RunnableWithFallbacks) it finds no chat model, so "
+        "gives_cache_key says no and OpenAI's API gets no prompt_cache_key. Fix: look through "
+        "RunnableWithFallbacks.runnable (the primary) and have KeyedModels copy the wrapper "
+        "around a keyed copy of the primary, leaving its fallbacks unkeyed"
+    ),
+)
+def test_a_with_fallbacks_chatopenai_on_openais_api_sends_the_conversations_key() -> None:
+    sent: list[dict[str, Any]] = []
+    run_once(openai_model(sent).with_fallbacks([openai_model([])]))
+
+    (body,) = sent
+    assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
+
+
+def test_a_users_key_bound_with_bind_is_sent_as_given() -> None:
+    sent: list[dict[str, Any]] = []
+    run_once(openai_model(sent).bind(prompt_cache_key="tenant-7"))
+
+    assert [body.get("prompt_cache_key") for body in sent] == ["tenant-7"]
+
+
+def test_bind_tools_gets_the_conversations_key_and_keeps_its_tools() -> None:
+    sent: list[dict[str, Any]] = []
+    run_once(openai_model(sent).bind_tools([lookup]))
+
+    (body,) = sent
+    assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
+    assert [t["function"]["name"] for t in body["tools"]] == ["lookup"]
+
+
+def test_an_unnamed_calibration_learns_nothing_from_a_with_fallbacks_fallback() -> None:
+    llama = dataclasses.replace(QUICK, model="llama-3.1-8b", tokenizer="llama3")
+    down = dataclasses.replace(QUICK, error_rate=1.0)
+    with running_simulator(llama) as fallback, running_simulator(down) as primary:
+        calibration = PromptCalibration()  # names no model: the trim names none either
+        trimmer = PriorityTrimmer(1_500, calibration=calibration)
+        model = build_chat_model(settings_of(primary), max_retries=0).with_fallbacks(
+            [build_chat_model(settings_of(fallback), max_retries=0)]
+        )
+        agent = create_agent(model, [lookup], middleware=[TrimmingMiddleware(trimmer)])
+        handler = LatencyCallbackHandler(tracer_provider=TracerProvider(), log_every_request=False)
+        result = agent.invoke(QUESTION, {"callbacks": [handler]})
+
+    assert isinstance(result["messages"][-1], AIMessage)  # the fallback answered
+    assert calibration.observations == 0
