@@ -9,7 +9,8 @@ Defects, each an ``xfail`` naming its cause and a fix:
 
 - A user's own question holding an image, asked right after a ``return_direct`` tool's result,
   is taken for one the tool added: it is kept whole with the tool call, never shortened to fit,
-  and the trim goes over a budget the same question as text fits, blaming the tool.
+  and the trim goes over a budget the same question as text fits, blaming the tool; and the
+  history is chosen for the earlier question, leaving out the round the new one asks about.
 - A calibration named for the settings' model learns nothing, and says nothing, when the agent
   calls the same server's model under another name (an alias, a deployment name).
 - A ``model.with_fallbacks([...])`` agent on OpenAI's API gets no ``prompt_cache_key``:
@@ -18,10 +19,12 @@ Defects, each an ``xfail`` naming its cause and a fix:
 What held is pinned: edits in place that give a question an image or take it away trim as a
 fresh trimmer does; both history selections, with and without ``compact_tool_results``, keep
 each injected turn whole over a growing conversation and never send an image without its
-question; a checkpointed agent whose tool injects an image sends what a fresh trimmer sends; a
-user's ``prompt_cache_key`` bound with ``model.bind`` is sent as given; ``bind_tools`` gets the
+question; an earlier call of the turn is sent or left out with its image, the newest call and
+the question always sent; a ``tool_budget`` keeps the question with the tool's image; a
+checkpointed agent whose tool injects an image trims as a fresh trimmer does; a user's
+``prompt_cache_key`` bound with ``model.bind`` is sent as given; ``bind_tools`` gets the
 conversation's key; an unnamed calibration under ``with_fallbacks`` learns nothing from the
-fallback's count.
+fallback's count (the failed primary call takes the trim).
 """
 
 from __future__ import annotations
@@ -205,6 +208,33 @@ def test_every_selection_keeps_each_injected_turn_whole_over_a_growing_chat(
                         assert is_sent(question, result.messages), (budget, i)
                 if not answered:
                     messages = [*messages, AIMessage(f"Answer {i}. " + "it " * 20)]
+
+
+def test_an_earlier_calls_image_goes_with_its_call_and_the_newest_call_stays() -> None:
+    def call(i: int) -> dict[str, Any]:
+        return {"name": "get_chart", "args": {"m": str(i)}, "id": f"c{i}", "type": "tool_call"}
+
+    question = HumanMessage("Compare the March and April charts.")
+    earlier = [
+        AIMessage("", tool_calls=[call(1)]),
+        ToolMessage("March chart attached. " + "data " * 60, tool_call_id="c1"),
+        HumanMessage([{"type": "text", "text": "March chart"}, IMAGE]),
+    ]
+    newest = [
+        AIMessage("", tool_calls=[call(2)]),
+        ToolMessage("April chart attached. " + "data " * 60, tool_call_id="c2"),
+        HumanMessage([{"type": "text", "text": "April chart"}, IMAGE]),
+    ]
+    system = SystemMessage("You chart sales.")
+    messages = [system, *history(8), question, *earlier, *newest]
+    needed = COUNTER.count_messages([system, question, *newest])
+
+    for budget in range(needed, needed + 500, 25):
+        result = PriorityTrimmer(budget, token_counter=COUNTER).trim(messages)
+        assert not result.over_budget
+        assert result.messages[-3:] == newest
+        assert is_sent(question, result.messages)
+        assert [is_sent(m, result.messages) for m in earlier] in ([True] * 3, [False] * 3)
 
 
 @pytest.mark.parametrize("budget", [150, 250, 400, 900])
