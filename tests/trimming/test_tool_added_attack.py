@@ -11,6 +11,8 @@ Defects, each an ``xfail`` naming its cause and a fix:
   is taken for one the tool added: it is kept whole with the tool call, never shortened to fit,
   and the trim goes over a budget the same question as text fits, blaming the tool; and the
   history is chosen for the earlier question, leaving out the round the new one asks about.
+- An earlier tool call of the turn and the image it added are weighed apart: at some budgets
+  the image is sent without the call and result that fetched it.
 - A calibration named for the settings' model learns nothing, and says nothing, when the agent
   calls the same server's model under another name (an alias, a deployment name).
 - A ``model.with_fallbacks([...])`` agent, or one of ``init_chat_model(...,
@@ -20,8 +22,7 @@ Defects, each an ``xfail`` naming its cause and a fix:
 What held is pinned: edits in place that give a question an image or take it away trim as a
 fresh trimmer does; both history selections, with and without ``compact_tool_results``, keep
 each injected turn whole over a growing conversation and never send an image without its
-question; an earlier call of the turn is sent or left out with its image, the newest call and
-the question always sent; a ``tool_budget`` keeps the question with the tool's image; a
+question; a ``tool_budget`` keeps the question with the tool's image; a
 checkpointed agent whose tool injects an image trims as a fresh trimmer does; a user's
 ``prompt_cache_key`` bound with ``model.bind`` is sent as given; ``bind_tools`` gets the
 conversation's key; an unnamed calibration under ``with_fallbacks`` learns nothing from the
@@ -41,11 +42,12 @@ import pytest
 from langchain.agents import create_agent
 from langchain.chat_models import init_chat_model
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import InjectedToolCallId, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from opentelemetry.sdk.trace import TracerProvider
+from support.conversations import shelf_notes
 from support.fakes import KeepsRequestBodies
 from support.simulators import QUICK, chat_openai_of, settings_of
 from support.wire import chat_completion
@@ -68,17 +70,6 @@ COUNTER = TokenCounter.for_model("gpt-4o")
 def sim() -> Iterator[RunningSimulator]:
     with running_simulator(QUICK) as running:
         yield running
-
-
-def history(rounds: int) -> list[BaseMessage]:
-    """Earlier rounds of ~60 tokens."""
-    messages: list[BaseMessage] = []
-    for r in range(rounds):
-        messages += [
-            HumanMessage(f"Tell me about topic {r}. " + "more " * 25),
-            AIMessage("ok " * 25),
-        ]
-    return messages
 
 
 def is_sent(message: BaseMessage, sent: list[BaseMessage]) -> bool:
@@ -118,7 +109,7 @@ def test_a_users_image_question_after_a_return_direct_result_is_shortened_to_fit
 ) -> None:
     settings = settings_of(sim)
     agent = create_agent(build_chat_model(settings), tools=[lookup_order])
-    first = [*history(6), HumanMessage("Use lookup_order for order 1234.")]
+    first = [*shelf_notes(6), HumanMessage("Use lookup_order for order 1234.")]
     before = agent.invoke({"messages": first})["messages"]
     assert isinstance(before[-1], ToolMessage)  # the tool answered directly: the turn ended
     text_only = HumanMessage(LONG_ASK)
@@ -149,16 +140,17 @@ ASK = "How much does the Zephyr parcel insurance cover for this dent?"
         "latest question as well"
     ),
 )
-@pytest.mark.parametrize("budget", [700, 900])
+@pytest.mark.parametrize("budget", [600, 700, 800])
 def test_the_history_is_chosen_for_a_users_image_question_after_a_return_direct_result(
     budget: int,
 ) -> None:
     call = {"name": "lookup_order", "args": {"number": "1234"}, "id": "c9", "type": "tool_call"}
+    notes = shelf_notes(19)
     messages = [
-        *history(3),
+        *notes[:6],
         ZEPHYR,
         AIMessage("Noted."),
-        *history(16),
+        *notes[6:],
         HumanMessage("Use lookup_order for order 1234."),
         AIMessage("", tool_calls=[call]),
         ToolMessage("Order 1234: shipped Monday. " + "Tracking. " * 6, tool_call_id="c9"),
@@ -195,7 +187,7 @@ def test_every_selection_keeps_each_injected_turn_whole_over_a_growing_chat(
 
     for budget in (400, 700, 1_200):
         reused = trimmer(budget)
-        messages: list[BaseMessage] = [SystemMessage("You chart sales."), *history(4)]
+        messages: list[BaseMessage] = [SystemMessage("You chart sales."), *shelf_notes(4)]
         turns: list[list[BaseMessage]] = []
         for i in range(5):
             turns.append(turn(i))
@@ -212,6 +204,19 @@ def test_every_selection_keeps_each_injected_turn_whole_over_a_growing_chat(
                     messages = [*messages, AIMessage(f"Answer {i}. " + "it " * 20)]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "A user message a tool added is a unit of its own (kind 'message', class "
+        "'tool_result'), apart from its call's unit (the AIMessage with its results): only the "
+        "newest call's is kept with it (mark_kept); for an earlier call of the turn the fill "
+        "weighs the image and the call separately, so at budgets with room for the image (264 "
+        "tokens) but not for it and its call and result (89 more), here 669 and 694 tokens, "
+        "the image of the March chart is sent without the call and result that fetched it. Fix: in "
+        "_rounds, put a tool-added user message in its call's unit (its indices after the "
+        "results, as a late result is), so that it is kept or dropped with its call"
+    ),
+)
 def test_an_earlier_calls_image_goes_with_its_call_and_the_newest_call_stays() -> None:
     def call(i: int) -> dict[str, Any]:
         return {"name": "get_chart", "args": {"m": str(i)}, "id": f"c{i}", "type": "tool_call"}
@@ -228,7 +233,7 @@ def test_an_earlier_calls_image_goes_with_its_call_and_the_newest_call_stays() -
         HumanMessage([{"type": "text", "text": "April chart"}, IMAGE]),
     ]
     system = SystemMessage("You chart sales.")
-    messages = [system, *history(8), question, *earlier, *newest]
+    messages = [system, *shelf_notes(8), question, *earlier, *newest]
     needed = COUNTER.count_messages([system, question, *newest])
 
     for budget in range(needed, needed + 500, 25):
@@ -246,7 +251,7 @@ def test_edits_in_place_giving_a_question_an_image_or_taking_it_trim_as_a_fresh_
     call = {"name": "lookup", "args": {"q": "x"}, "id": "c9", "type": "tool_call"}
     question = HumanMessage("And when will it arrive? " + "please " * 5)
     messages = [
-        *history(6),
+        *shelf_notes(6),
         HumanMessage("Look order 1234 up."),
         AIMessage("", tool_calls=[call]),
         ToolMessage("Order 1234: shipped. " + "x " * 40, tool_call_id="c9"),
@@ -269,22 +274,31 @@ def test_edits_in_place_giving_a_question_an_image_or_taking_it_trim_as_a_fresh_
     assert classes == ["latest_user", "tool_result", "latest_user"]
 
 
-def test_a_checkpointed_agent_whose_tool_injects_an_image_sends_what_a_fresh_trimmer_sends(
-    sim: RunningSimulator,
-) -> None:
-    fetched: list[str] = []
+def chart_tool(fetched: list[str], *, every: int) -> BaseTool:
+    """``get_chart``, which adds an image beside its result on its first call and, with
+    ``every``, on every ``every``-th call after that (the model answers after a result alone);
+    each month asked for goes to ``fetched``."""
 
     @tool
     def get_chart(month: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
         """Fetches the sales chart of a month as an image."""
         fetched.append(month)
         result = ToolMessage(
-            "The chart is attached below. " + "axis " * 30, tool_call_id=tool_call_id
+            f"The chart of {month} is attached. " + "axis " * 30, tool_call_id=tool_call_id
         )
-        if len(fetched) % 2 == 0:  # the image every other call: then the model answers
+        if len(fetched) > 1 and (every == 0 or (len(fetched) - 1) % every):
             return Command(update={"messages": [result]})
         image = HumanMessage([{"type": "text", "text": f"Chart of {month}."}, IMAGE])
         return Command(update={"messages": [result, image]})
+
+    return get_chart
+
+
+def test_a_checkpointed_agent_whose_tool_injects_an_image_sends_what_a_fresh_trimmer_sends(
+    sim: RunningSimulator,
+) -> None:
+    fetched: list[str] = []
+    get_chart = chart_tool(fetched, every=2)
 
     budget = 700
     seen: list[tuple[Any, TrimResult]] = []
@@ -323,16 +337,7 @@ def test_a_tool_budget_keeps_the_question_with_the_tools_image(
     sim: RunningSimulator, budget: int
 ) -> None:
     fetched: list[str] = []
-
-    @tool
-    def get_chart(month: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
-        """Fetches the sales chart of a month as an image."""
-        fetched.append(month)
-        result = ToolMessage("The chart is attached below.", tool_call_id=tool_call_id)
-        if len(fetched) > 1:  # the image once: then the model answers
-            return Command(update={"messages": [result]})
-        image = HumanMessage([{"type": "text", "text": "Here is the chart image."}, IMAGE])
-        return Command(update={"messages": [result, image]})
+    get_chart = chart_tool(fetched, every=0)
 
     others = [
         tool(f"widget_{i}", description=f"Tool {i} does things with widgets. " + "param " * 20)(
@@ -349,7 +354,7 @@ def test_a_tool_budget_keeps_the_question_with_the_tools_image(
         model, tools=[get_chart, *others], middleware=[TrimmingMiddleware(trimmer)]
     )
     question = "What does the sales chart for March show? Use get_chart."
-    agent.invoke({"messages": [*history(12), HumanMessage(question)]}, {"recursion_limit": 12})
+    agent.invoke({"messages": [*shelf_notes(12), HumanMessage(question)]}, {"recursion_limit": 12})
 
     assert len(bodies.sent) == 3
     sent_image = [
