@@ -22,7 +22,7 @@ Defects, each an ``xfail`` naming its cause and a fix:
 What held is pinned: edits in place that give a question an image or take it away trim as a
 fresh trimmer does; both history selections, with and without ``compact_tool_results``, keep
 each injected turn whole over a growing conversation and never send an image without its
-question; a ``tool_budget`` keeps the question with the tool's image; a
+question, call and result; a ``tool_budget`` keeps the question with the tool's image; a
 checkpointed agent whose tool injects an image trims as a fresh trimmer does; a user's
 ``prompt_cache_key`` bound with ``model.bind`` is sent as given; ``bind_tools`` gets the
 conversation's key; an unnamed calibration under ``with_fallbacks`` learns nothing from the
@@ -197,9 +197,14 @@ def test_every_selection_keeps_each_injected_turn_whole_over_a_growing_chat(
                 assert result.messages == trimmer(budget).trim(messages).messages
                 assert not result.over_budget, (budget, i)
                 assert is_sent(turns[-1][0], result.messages)  # the question
-                for question, *_, image in turns:  # never an image without its question
+                answered_calls = {  # the results sent (a shortened one is a copy)
+                    m.tool_call_id for m in result.messages if isinstance(m, ToolMessage)
+                }
+                for question, call, _, image in turns:  # an image only with what it answers
                     if is_sent(image, result.messages):
                         assert is_sent(question, result.messages), (budget, i)
+                        assert is_sent(call, result.messages), (budget, i)
+                        assert call.tool_calls[0]["id"] in answered_calls, (budget, i)
                 if not answered:
                     messages = [*messages, AIMessage(f"Answer {i}. " + "it " * 20)]
 
