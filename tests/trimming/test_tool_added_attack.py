@@ -26,7 +26,8 @@ fresh trimmer does; both history selections, with and without ``compact_tool_res
 each injected turn whole over a growing conversation and never send an image without its
 question, call and result; a ``tool_budget`` keeps the question with the tool's image; a
 checkpointed agent whose tool injects an image trims as a fresh trimmer does; a user's
-``prompt_cache_key`` bound with ``model.bind`` is sent as given; ``bind_tools`` gets the
+``prompt_cache_key`` bound with ``model.bind`` (under ``with_retry``, with ``cache_key=True``)
+is sent as given on every turn, on OpenAI's API or a gateway; ``bind_tools`` gets the
 conversation's key; an unnamed calibration under ``with_fallbacks`` learns nothing from the
 fallback's count (the failed primary call takes the trim).
 """
@@ -456,18 +457,24 @@ def test_a_calibration_under_another_name_of_the_model_learns_or_says_why_not(
     assert calibration.observations > 0 or warned
 
 
-def openai_model(sent: list[dict[str, Any]]) -> ChatOpenAI:
-    """A ``ChatOpenAI`` on OpenAI's API keeping each body."""
+def keeping(sent: list[dict[str, Any]]) -> httpx.Client:
+    """A client answering every request "ok" and keeping its body in ``sent``."""
 
     def answer(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.read()))
         return chat_completion("ok")
 
+    return httpx.Client(transport=httpx.MockTransport(answer))
+
+
+def openai_model(sent: list[dict[str, Any]], base_url: str | None = None) -> ChatOpenAI:
+    """A ``ChatOpenAI`` (on OpenAI's API unless ``base_url``) keeping each body."""
     return ChatOpenAI(
         model="gpt-4o",
         api_key="sk-test",  # type: ignore[arg-type]
+        base_url=base_url,
         max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        http_client=keeping(sent),
     )
 
 
@@ -481,16 +488,11 @@ def run_once(model: Any) -> None:
 def configurable(sent: list[dict[str, Any]]) -> Any:
     """``init_chat_model`` with a configurable field: a ``_ConfigurableModel`` around a
     ``ChatOpenAI`` on OpenAI's API."""
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(json.loads(request.read()))
-        return chat_completion("ok")
-
     return init_chat_model(
         "openai:gpt-4o",
         api_key="sk-test",
         max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        http_client=keeping(sent),
         configurable_fields=("temperature",),
     )
 
@@ -538,11 +540,21 @@ def test_a_wrapped_chatopenai_on_openais_api_sends_the_conversations_key(wrap: A
     assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
 
 
-def test_a_users_key_bound_with_bind_is_sent_as_given() -> None:
+@pytest.mark.parametrize("base_url", [None, "http://gw.test/v1"], ids=["openai", "gateway"])
+def test_a_users_key_bound_with_bind_is_sent_as_given_on_every_turn(base_url: str | None) -> None:
     sent: list[dict[str, Any]] = []
-    run_once(openai_model(sent).bind(prompt_cache_key="tenant-7"))
+    bound = (
+        openai_model(sent, base_url)
+        .bind(prompt_cache_key="tenant-7")
+        .with_retry(stop_after_attempt=1)
+    )
+    middleware = TrimmingMiddleware(PriorityTrimmer(2_000), recall=False, cache_key=True)
+    agent = create_agent(bound, middleware=[middleware])  # type: ignore[arg-type]
+    messages: list[Any] = []
+    for question in ("Plan my trip.", "And the hotel?"):
+        messages = agent.invoke({"messages": [*messages, HumanMessage(question)]})["messages"]
 
-    assert [body.get("prompt_cache_key") for body in sent] == ["tenant-7"]
+    assert [body.get("prompt_cache_key") for body in sent] == ["tenant-7", "tenant-7"]
 
 
 def test_bind_tools_gets_the_conversations_key_and_keeps_its_tools() -> None:
