@@ -5,21 +5,24 @@ its calibration's model, else the agent's own, looked for through bindings (d180
 ``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
 ``httpx.MockTransport`` where OpenAI's own API is needed.
 
-Defects, each an ``xfail`` naming its cause and a fix:
+Defects left, each an ``xfail`` naming its cause and a fix:
 
 - A user's own question holding an image, asked right after a ``return_direct`` tool's result,
-  is taken for one the tool added: it is kept whole with the tool call, never shortened to fit,
-  and the trim goes over a budget the same question as text fits, blaming the tool; and the
-  history is chosen for the earlier question, leaving out the round the new one asks about.
+  is taken for one the tool added (the position is all there is to tell them apart): it is kept
+  whole with the tool call, never shortened to fit, and the trim goes over a budget the same
+  question as text fits, blaming the tool; and the history is chosen for the earlier question,
+  leaving out the round the new one asks about.
 - The recall tool reads the tool's image message back as the user's words, with no word of
   the image.
-- An earlier tool call of the turn and the image it added are weighed apart: at some budgets
-  the image is sent without the call and result that fetched it.
-- A calibration named for the settings' model learns nothing, and says nothing, when the agent
-  calls the same server's model under another name (an alias, a deployment name).
-- A ``model.with_fallbacks([...])`` agent, or one of ``init_chat_model(...,
-  configurable_fields=...)``, on OpenAI's API gets no ``prompt_cache_key``: ``chat_model_of``
-  does not look through ``RunnableWithFallbacks`` nor into a ``_ConfigurableModel``.
+- An ``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API gets no
+  ``prompt_cache_key``: ``chat_model_of`` does not look into a ``_ConfigurableModel``.
+
+Fixed, each a test here that failed before (xfail-strict, then passing): an earlier tool call of
+the turn and the image it added were weighed apart and the image could go without its call
+(now dropped and kept as one step, ``_plan._tool_steps``); a calibration named for the settings'
+model learnt nothing, and said nothing, when the agent called the same model under another name
+(now a warning says so); a ``model.with_fallbacks([...])`` agent got no ``prompt_cache_key`` on
+OpenAI's API (``chat_model_of`` looks through to the primary, keyed alone).
 
 What held is pinned: edits in place that give a question an image or take it away trim as a
 fresh trimmer does; both history selections, with and without ``compact_tool_results``, keep
@@ -245,19 +248,6 @@ def test_every_selection_keeps_each_injected_turn_whole_over_a_growing_chat(
                     messages = [*messages, AIMessage(f"Answer {i}. " + "it " * 20)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "A user message a tool added is a unit of its own (kind 'message', class "
-        "'tool_result'), apart from its call's unit (the AIMessage with its results): only the "
-        "newest call's is kept with it (mark_kept); for an earlier call of the turn the fill "
-        "weighs the image and the call separately, so at budgets with room for the image (264 "
-        "tokens) but not for it and its call and result (89 more), here 669 and 694 tokens, "
-        "the image of the March chart is sent without the call and result that fetched it. Fix: in "
-        "_rounds, put a tool-added user message in its call's unit (its indices after the "
-        "results, as a late result is), so that it is kept or dropped with its call"
-    ),
-)
 def test_an_earlier_calls_image_goes_with_its_call_and_the_newest_call_stays() -> None:
     def call(i: int) -> dict[str, Any]:
         return {"name": "get_chart", "args": {"m": str(i)}, "id": f"c{i}", "type": "tool_call"}
@@ -419,20 +409,6 @@ def lookup(key: str) -> str:
 QUESTION = {"messages": [HumanMessage('Use lookup for "k". ' + "pad " * 60)]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "PriorityTrimmer.from_settings names its calibration for settings.llm.model "
-        "(calibration_for), the trim names that model, and PendingTrim.taken_by drops the "
-        "calibration of a call whose ls_model_name differs: an agent calling the same server's "
-        "model under another name (an alias the server serves, an Azure deployment, "
-        "build_chat_model(settings, model=...)) never teaches it, and nothing says so. Fix: "
-        "TrimmingMiddleware knows both names (_model_name(request.model) and "
-        "calibration.model): warn once per middleware when they differ (the calibration will "
-        "learn nothing from this agent), or name the agent's model when the settings' model "
-        "is not the one it calls"
-    ),
-)
 def test_a_calibration_under_another_name_of_the_model_learns_or_says_why_not(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -502,17 +478,6 @@ def configurable(sent: list[dict[str, Any]]) -> Any:
     [
         pytest.param(
             lambda sent: openai_model(sent).with_fallbacks([openai_model([])]),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "_cache_key.chat_model_of looks through bind/with_retry bindings only: for "
-                    "model.with_fallbacks([...]) (a RunnableWithFallbacks) it finds no chat "
-                    "model, so gives_cache_key says no and OpenAI's API gets no "
-                    "prompt_cache_key (and the trim names no model). Fix: look through "
-                    "RunnableWithFallbacks.runnable (the primary) and have KeyedModels copy the "
-                    "wrapper around a keyed copy of the primary, leaving its fallbacks unkeyed"
-                ),
-            ),
             id="with_fallbacks",
         ),
         pytest.param(

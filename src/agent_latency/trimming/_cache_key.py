@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 from langchain_core.load import dumpd
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableWithFallbacks
 from langchain_core.runnables.base import RunnableBindingBase
 
 from agent_latency._caches import LRUCache
@@ -95,11 +95,16 @@ def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
 
 
 def chat_model_of(model: object) -> BaseChatModel | None:
-    """The chat model ``model`` is, or calls through bindings (``bind``, ``with_retry``, which
-    an agent runs as its model); ``None`` for anything else."""
-    while isinstance(model, RunnableBindingBase):
-        model = model.bound
-    return model if isinstance(model, BaseChatModel) else None
+    """The chat model ``model`` is, or calls first through bindings (``bind``, ``with_retry``)
+    and fallbacks (``with_fallbacks``: its primary), which an agent runs as its model; ``None``
+    for anything else."""
+    while True:
+        if isinstance(model, RunnableBindingBase):
+            model = model.bound
+        elif isinstance(model, RunnableWithFallbacks):
+            model = model.runnable
+        else:
+            return model if isinstance(model, BaseChatModel) else None
 
 
 def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
@@ -148,6 +153,9 @@ class KeyedModels:
         if isinstance(model, RunnableBindingBase):
             bound = self.keyed(model.bound, key)
             return None if bound is None else model.model_copy(update={"bound": bound})
+        if isinstance(model, RunnableWithFallbacks):  # the key for the primary's API only
+            primary = self.keyed(model.runnable, key)
+            return None if primary is None else model.model_copy(update={"runnable": primary})
         if not isinstance(model, BaseChatModel) or "model_kwargs" not in type(model).model_fields:
             return None
         model_kwargs = getattr(model, "model_kwargs", None) or {}

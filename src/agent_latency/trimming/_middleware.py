@@ -224,6 +224,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         runs: list[list[str]] = []
         if self._model is None:
             self._model, self._model_name = request.model, _model_name(request.model)
+            self._warn_of_another_name()
         request = self._keyed(request, messages)
         try:
             output_tools, response_format, strict = self._structured_output(request.response_format)
@@ -317,6 +318,23 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 with_session_header(settings, model, self.session_header, key)
             )
         return request.override(**changes)
+
+    def _warn_of_another_name(self) -> None:
+        """Warns once when the agent's model reports another name than the one its trimmer's
+        calibration is for: the callback handler teaches a calibration only the counts of calls
+        to its own model, so this agent's calls would teach it nothing, and nothing would say
+        so (an alias the server serves, an Azure deployment, ``model=`` given to the chat model
+        and not to the settings)."""
+        calibration = self.trimmer.options.calibration
+        named = None if calibration is None else calibration.model
+        if named is not None and self._model_name is not None and self._model_name != named:
+            logger.warning(
+                "TrimmingMiddleware: the agent's model reports the name %r, its trimmer's "
+                "calibration is for %r: the calibration learns nothing from this agent's calls. "
+                "Fix: name the same model in the settings (llm.model) and the chat model.",
+                self._model_name[:100],
+                named[:100],
+            )
 
 
 def recall_tool(hook: PreModelHook) -> BaseTool:

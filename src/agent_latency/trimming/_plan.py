@@ -647,9 +647,23 @@ def _drop_order(
             # The first system message usually holds the main instructions: it goes last.
             order.extend(block("system", [unit]) for unit in reversed(members))
         else:
-            order.extend(block(priority_class, [unit]) for unit in members)
+            order.extend(block(priority_class, step) for step in _tool_steps(plan, members))
         before += sum(_size(plan, unit) for unit in members)
     return order
+
+
+def _tool_steps(plan: Plan, members: list[Unit]) -> list[list[Unit]]:
+    """``members`` (units of one class, in order) a step each, but a user message a tool added
+    (an image: see ``_rounds``, "added by a tool") with the step before it, its call's: the
+    image goes with the call that fetched it, never without it."""
+    steps: list[list[Unit]] = []
+    for unit in members:
+        added = unit.kind == "message" and role_of(plan.messages[unit.indices[0]]) == "user"
+        if added and steps:
+            steps[-1].append(unit)
+        else:
+            steps.append([unit])
+    return steps
 
 
 def _size(plan: Plan, unit: Unit) -> int:
