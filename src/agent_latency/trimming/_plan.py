@@ -495,16 +495,11 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     if latest >= 0 and options.keep_latest_user:
         must_keep += facts.units[latest].indices
     plan.keep(must_keep, "must_keep")
-    turn = facts.units[latest + 1 :]
-    at = next((at for at in range(len(turn) - 1, -1, -1) if turn[at].kind == "tool_call"), None)
-    if at is not None and not plan.dropped[turn[at].indices[0]]:
-        # With what the tool added as user messages (an image: see _rounds, "added by a tool").
-        added = [
-            unit.indices[0]
-            for unit in turn[at + 1 :]
-            if unit.kind == "message" and role_of(plan.messages[unit.indices[0]]) == "user"
-        ]
-        plan.keep([*turn[at].indices, *added], "latest_tool_call")
+    # The newest tool call with what its tool added as user messages (an image: _tool_steps).
+    steps = _tool_steps(plan, facts.units[latest + 1 :])
+    call = next((step for step in reversed(steps) if step[0].kind == "tool_call"), None)
+    if call is not None and not plan.dropped[call[0].indices[0]]:
+        plan.keep([index for unit in call for index in unit.indices], "latest_tool_call")
 
 
 def _any_true(flags: bytearray, run: range) -> bool:
