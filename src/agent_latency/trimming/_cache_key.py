@@ -98,35 +98,34 @@ def chat_model_of(model: object) -> BaseChatModel | None:
     """The chat model ``model`` is, or calls first through bindings (``bind``, ``with_retry``)
     and fallbacks (``with_fallbacks``: its primary), which an agent runs as its model; ``None``
     for anything else."""
+    return _unwrapped(model)[0]
+
+
+def _unwrapped(model: object) -> tuple[BaseChatModel | None, list[Mapping[str, Any]]]:
+    """:func:`chat_model_of` ``model``, and the keywords each binding on the way to it adds to
+    its calls, outermost first."""
+    bound: list[Mapping[str, Any]] = []
     while True:
         if isinstance(model, RunnableBindingBase):
+            bound.append(model.kwargs)
             model = model.bound
         elif isinstance(model, RunnableWithFallbacks):
             model = model.runnable
         else:
-            return model if isinstance(model, BaseChatModel) else None
+            return (model if isinstance(model, BaseChatModel) else None), bound
 
 
 def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
     """Whether the caller already sends a ``prompt_cache_key`` (a tenant's, say): in the
     request's model ``settings``, or on the model, in its ``model_kwargs`` (which the request
     would otherwise override), either ``extra_body`` or the keywords a binding of it adds."""
-    chat = chat_model_of(model)
+    chat, bound = _unwrapped(model)
     model_kwargs = getattr(chat, "model_kwargs", None) or {}
-    given = [settings, model_kwargs, *_bound_kwargs(model)]
+    given = [settings, model_kwargs, *bound]
     bodies = [getattr(chat, "extra_body", None), *(found.get("extra_body") for found in given)]
     return any(CACHE_KEY_SETTING in found for found in given) or any(
         isinstance(body, Mapping) and CACHE_KEY_SETTING in body for body in bodies
     )
-
-
-def _bound_kwargs(model: object) -> list[Mapping[str, Any]]:
-    """The keywords each binding around a chat model adds to its calls, outermost first."""
-    found = []
-    while isinstance(model, RunnableBindingBase):
-        found.append(model.kwargs)
-        model = model.bound
-    return found
 
 
 class KeyedModels:

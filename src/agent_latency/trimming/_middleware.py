@@ -164,10 +164,10 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # by identity), by the strategy's id, with the strategy.
         self._outputs = LRUCache(_STRATEGIES)
         self._keyed_models = KeyedModels()
-        # The agent's own model, the first this middleware trims a request for (create_agent
-        # hands it every call, and a ModelFallbackMiddleware listed before this one tries it
-        # first), and its name: the trimmer's calibration learns from calls to it only.
-        self._model: object | None = None
+        # Whether the agent's own model was seen, the first this middleware trims a request for
+        # (create_agent hands it every call, and a ModelFallbackMiddleware listed before this one
+        # tries it first), and its name: the trimmer's calibration learns from calls to it only.
+        self._model_seen = False
         self._model_name: str | None = None
 
     @classmethod
@@ -222,8 +222,8 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
-        if self._model is None:
-            self._model, self._model_name = request.model, _model_name(request.model)
+        if not self._model_seen:
+            self._model_seen, self._model_name = True, _model_name(request.model)
             self._warn_of_another_name()
         request = self._keyed(request, messages)
         try:
