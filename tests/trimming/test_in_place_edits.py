@@ -269,6 +269,27 @@ def test_content_set_to_null_in_place_is_trimmed_or_named() -> None:
         assert "Message 1" in str(exc)
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["new trimmer", "after a trim"])
+def test_an_answer_whose_additional_kwargs_were_deleted_is_trimmed(warm: bool) -> None:
+    # The edit check holds an answer's empty additional_kwargs with its empty calls: a message
+    # whose __dict__ lost the field (deleted in place) made the analysis raise KeyError.
+    answer = AIMessage("ok")
+    messages: Messages = [
+        SystemMessage("sys"),
+        HumanMessage("question?"),
+        answer,
+        HumanMessage("now?"),
+    ]
+    trimmer = PriorityTrimmer(3000)
+    if warm:
+        trimmer.trim(messages)
+    del answer.__dict__["additional_kwargs"]
+
+    assert (
+        trimmer.trim(messages).messages == PriorityTrimmer(3000).trim(messages).messages == messages
+    )
+
+
 def _calls_set_to_none(message: AIMessage) -> None:
     message.tool_calls = None  # type: ignore[assignment]
 

@@ -307,8 +307,8 @@ class RecallingTrimmer(TrimRunnable):
         """``result`` against the whole budget, with the marker sent when history was left out
         for the budget and the request fits with it (a request that fits only without it goes
         without), made for ``model`` unless the trim names one already (its calibration's).
-        Orphan results and unanswered calls, dropped whatever the
-        budget, are no cut: the marker would tell the model of one that did not happen."""
+        Orphan results and unanswered calls, dropped whatever the budget, are no cut: the marker
+        would tell the model of one that did not happen."""
         budget = self.trimmer.options.budget
         effective = math.floor(budget / result.calibration_factor)
         messages, tokens = result.messages, result.tokens_after

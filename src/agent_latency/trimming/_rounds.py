@@ -751,7 +751,7 @@ class AnalysisMemo:
                 values = getter(fields)
                 lists = _lists(values)
                 held = all(type(each) is list and not each for each in lists)
-                if held and only is False and _KWARGS(fields) == {}:
+                if held and only is False and fields.get("additional_kwargs") == {}:
                     # Its calls and additional_kwargs all held empty: no raw calls while they
                     # stay so (one pass in C fewer per call than asking the kwargs).
                     getter, only = getter_also(getter, "additional_kwargs"), None
@@ -859,7 +859,12 @@ def _unchanged(
         length = raw.indices[_same_before(now, raw.values, len(now))]
     for (getter, held), group in memo.compared.items():
         group = group.cut(length)
-        values = list(map(getter, group.pick(seen.dicts)))
+        try:
+            values = list(map(getter, group.pick(seen.dicts)))
+        except KeyError:  # a field deleted from a message's __dict__: read anew from there
+            length = next(i for i in group.indices if not _readable(getter, seen.dicts[i]))
+            group = group.cut(length)
+            values = list(map(getter, group.pick(seen.dicts)))
         if held and by_value:  # lists that were empty (held no longer: _by_values_only)
             if any(_held_lists(values)):
                 length = next(
@@ -881,6 +886,15 @@ def _unchanged(
                 index for index, value, then in pairs if value != then or (held and _filled(then))
             )
     return length
+
+
+def _readable(getter: Callable[[dict[str, Any]], Any], fields: dict[str, Any]) -> bool:
+    """Whether ``getter`` finds its fields in ``fields`` (a message's ``__dict__``)."""
+    try:
+        getter(fields)
+    except KeyError:
+        return False
+    return True
 
 
 def _same_json(value: object, copy: object) -> bool:
