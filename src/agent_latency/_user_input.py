@@ -189,7 +189,7 @@ def tool_calls_of(message: AIMessage, index: int) -> tuple[Mapping[str, Any], ..
     """
     found: list[Mapping[str, Any]] = []
     for field, keys in _CALL_KEYS:
-        calls = getattr(message, field)
+        calls = getattr(message, field, None)  # None: deleted from the message in place
         if not isinstance(calls, list):
             raise ValueError(
                 f"Message {index} (ai): {field} must be a list of calls, got "

@@ -306,11 +306,21 @@ def _call_not_a_dict(message: AIMessage) -> None:
     message.tool_calls.append("search")  # type: ignore[arg-type]
 
 
+def _calls_deleted(message: AIMessage) -> None:
+    del message.__dict__["tool_calls"]
+
+
+def _invalid_calls_deleted(message: AIMessage) -> None:
+    del message.__dict__["invalid_tool_calls"]
+
+
 ODD_CALLS = {
     "tool_calls set to None": _calls_set_to_none,
     "a call without id": _call_without_id,
     "invalid_tool_calls set to None": _invalid_calls_set_to_none,
     "a call that is not a dict": _call_not_a_dict,
+    "tool_calls deleted": _calls_deleted,
+    "invalid_tool_calls deleted": _invalid_calls_deleted,
 }
 
 
