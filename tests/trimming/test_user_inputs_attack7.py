@@ -175,16 +175,17 @@ def test_a_number_stated_before_a_photo_is_recalled_by_the_question_naming_it() 
     assert fact in sent and sent[-1] is messages[-1]
 
 
-def test_recall_reads_a_photo_message_back_by_its_words_without_the_image() -> None:
+def test_recall_reads_a_photo_message_back_by_its_words_naming_the_image() -> None:
     """In a real agent: the recall tool found nothing for the order number (its message's text
-    parts glued), and reads back the text of a message with an image, never the image's data."""
+    parts glued), and reads back the text of a message with an image and names the image, never
+    its data."""
     fact = with_photo("My order number is 88123", "It arrived with a cracked screen", "u5")
     question = HumanMessage('Please recall "88123" and tell me what happened to that order.')
     state = recalled_by_agent([*support_chat(fact), question], 1200)
     answer = state["messages"][-2]
     assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
     assert answer.text == (
-        "[id u5] human: My order number is 88123\nIt arrived with a cracked screen"
+        "[id u5] human: My order number is 88123\nIt arrived with a cracked screen\n[image]"
     )
 
 

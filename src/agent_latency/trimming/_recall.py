@@ -25,7 +25,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from langchain_core.messages import (
@@ -46,6 +46,7 @@ from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._result import TrimResult, warn_if_over_budget
+from agent_latency.trimming._shortening import split_content
 from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 
 __all__ = [
@@ -63,6 +64,15 @@ __all__ = [
 ]
 
 TOOL_NAME: Final = "recall"
+_PART_NAMES: Final = {
+    "image_url": "image",
+    "image": "image",
+    "input_audio": "audio",
+    "audio": "audio",
+    "file": "file",
+}
+"""The names of content parts other than text the recall tool reads back (OpenAI's part types
+and LangChain's standard ones)."""
 MARKER_TEXT: Final = (
     "[Earlier messages of this conversation were left out of this prompt to keep it short. "
     f"Nothing is lost: call the `{TOOL_NAME}` tool with words of what you need to read them back.]"
@@ -422,8 +432,10 @@ def calling_message(messages: Sequence[BaseMessage], call_id: str | None) -> int
 
 
 def _text(message: BaseMessage) -> str:
-    """A message's text, with the calls of an AI message that made tool calls."""
-    text = text_of(message)
+    """A message's text, its other parts named (``[image]``: a chart a tool fetched reads as
+    one, not as nothing), with the calls of an AI message that made tool calls."""
+    texts, others = split_content(message.content)
+    text = "\n".join([*texts, *map(_part_name, others)])
     if isinstance(message, AIMessage) and message.tool_calls:
         calls = "; ".join(
             f"called {c['name']}({json.dumps(c['args'], ensure_ascii=False)})"
@@ -431,6 +443,13 @@ def _text(message: BaseMessage) -> str:
         )
         return f"{text} ({calls})" if text else calls
     return text
+
+
+def _part_name(part: Any) -> str:
+    """A content part other than text, as the recall tool names it: ``[image]``, ``[audio]``,
+    ``[file]``, else ``[<its type>]``."""
+    kind = part.get("type") if isinstance(part, Mapping) else None
+    return f"[{_PART_NAMES.get(kind, kind) if isinstance(kind, str) else 'part'}]"
 
 
 def _newer_first(query: str, texts: Sequence[str], terms: TermCache) -> list[float]:
