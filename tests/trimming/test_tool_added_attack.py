@@ -24,11 +24,12 @@ tool's only: never shortened to fit, the trim went over a budget the same questi
 blaming the tool, and the history was chosen for the question before it, leaving out the round
 the new one asks about (now what a turn asks is its question's text with that of the user
 messages a tool added after it, ``MessageFacts.asking``: the cut, also once the turn is history,
-recall and the relevance order use it; their text is shortened like the question's when the
-turn does not fit, before it, images kept; ``over_budget_cause`` names "user messages with
-images"). Its first test's budget went from 300 to 400: at 300 not even the image fits beside
-the call and result the position keeps it with (a position-based fix cannot send it within 300
-without dropping the newest tool call, which a tool's image needs); 300 now pins the cause.
+recall, the relevance order and ``question_retention`` use it; their text is shortened like the
+question's when the turn does not fit, before it, images kept; ``over_budget_cause`` names "user
+messages with images"). Its first test's budget went from 300 to 400: at 300 not even the image
+fits beside the call and result the position keeps it with (a position-based fix cannot send it
+within 300 without dropping the newest tool call, which a tool's image needs); 300 now pins the
+cause.
 
 What held is pinned: edits in place that give a question an image or take it away trim as a
 fresh trimmer does; both history selections, with and without ``compact_tool_results``, keep
@@ -195,6 +196,18 @@ def test_an_image_question_recalls_the_round_holding_a_term_only_it_asks() -> No
             [*messages, *looked_up(with_image(ASK))]
         )
         assert is_sent(ZEPHYR, result.messages) or not is_sent(ZEPHYR, as_text.messages), budget
+
+
+def test_the_retention_of_an_image_question_counts_what_it_asks() -> None:
+    # At 400 the image leaves the history no room for the round the question asks about: the
+    # retention says so (it measured the question before it, whose words were all sent: 1.0).
+    notes = shelf_notes(19)
+    messages = [*notes[:6], ZEPHYR, AIMessage("Noted."), *notes[6:], *looked_up(with_image(ASK))]
+
+    result = PriorityTrimmer(400, token_counter=COUNTER).trim(messages)
+
+    assert not is_sent(ZEPHYR, result.messages)
+    assert result.question_retention is not None and result.question_retention < 1
 
 
 @pytest.mark.parametrize(("rounds", "budget"), [(6, 425), (10, 900), (13, 880)])

@@ -778,12 +778,13 @@ def shorten_must_keep(plan: Plan) -> None:
 def question_retention(
     plan: Plan, terms: TermCache, occurrences: Callable[[], Occurrences]
 ) -> float | None:
-    """Of the latest user message's terms found elsewhere in the input, the share still sent.
+    """Of the question's terms found elsewhere in the input, the share still sent.
 
-    A term counts as still sent when another message sent holds it and, if the question was
-    shortened, the question's copy still asks it: the terms its shortening removed count as lost
-    (and among those wanted). 1.0 when nothing was dropped or shortened; ``None`` when there is
-    no such term.
+    The question is what the turn asks (:attr:`Plan.asked`: the latest user message, with the
+    user messages a tool added after it). A term counts as still sent when another message sent
+    holds it and one of the question's messages sent still asks it: the terms their shortening
+    (or the drop of one a tool added with an earlier call) removed count as lost (and among those
+    wanted). 1.0 when nothing was dropped or shortened; ``None`` when there is no such term.
 
     Args:
         plan: The decided plan.
@@ -794,22 +795,28 @@ def question_retention(
     question = plan.latest
     if question is None or plan.dropped[question]:
         return None
-    asked = terms.counts(plan.texts[question])
+    asked = terms.counts(plan.query)
     if not plan.shortened and not any(plan.dropped):
         return 1.0 if asked else None
-    copy = plan.shortened.get(question)
-    lost = asked.keys() - terms.counts(text_of(copy())).keys() if copy else set()
+    still: set[str] = set()  # what the question's messages ask as sent
+    for index in plan.asked:
+        if not plan.dropped[index]:
+            copy = plan.shortened.get(index)
+            still.update(terms.counts(text_of(copy()) if copy else plan.texts[index]))
+    lost = asked.keys() - still
     positions = occurrences().positions
     # Sent whole, other than the question (read in C); a shortened copy sends what it holds.
     whole = list(map(operator.not_, plan.dropped))
-    whole[question] = False
+    for index in plan.asked:
+        whole[index] = False
     copies = {i: terms.counts(text_of(c())) for i, c in plan.shortened.items() if whole[i]}
     for index in copies:
         whole[index] = False
+    own = set(plan.asked)
     wanted, kept = len(lost), 0
     for term in asked.keys() - lost:
         found = positions(term)
-        if len(found) > 1 or (len(found) == 1 and found[0] != question):  # found elsewhere
+        if not own.issuperset(found):  # found elsewhere
             wanted += 1
             # Newest first: the recent messages are the ones a trim sends.
             kept += any(map(whole.__getitem__, reversed(found))) or any(

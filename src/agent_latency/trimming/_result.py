@@ -213,9 +213,10 @@ class TrimResult:
 
     @cached_property
     def question_retention(self) -> float | None:
-        """A proxy for what the trim cost the answer: of the latest user message's terms that
-        occur elsewhere in the input, the share still in what is sent (1.0 when nothing was left
-        out); ``None`` without such terms."""
+        """A proxy for what the trim cost the answer: of the question's terms (the latest user
+        message's, with those of the user messages a tool added after it) that occur elsewhere
+        in the input, the share still in what is sent (1.0 when nothing was left out); ``None``
+        without such terms."""
         return self._retain()
 
     @cached_property
