@@ -109,6 +109,32 @@ def test_a_budget_below_the_turn_sends_the_turn_and_says_so() -> None:
     assert "the current tool call" in (result.over_budget_cause or "")
 
 
+def test_a_long_caption_a_tool_added_is_shortened_before_the_question() -> None:
+    # When the turn does not fit, the text of what the tool added (read as the user's next
+    # question, too, after a return_direct tool) is shortened as the question's is, its image
+    # kept: before the question, which is shortened only when that alone is not enough.
+    counter = TokenCounter.for_model("gpt-4o")
+    call = {"name": "get_chart", "args": {"month": "March"}, "id": "c1", "type": "tool_call"}
+    question = HumanMessage("What does the sales chart for March show? " + "context " * 150)
+    caption = HumanMessage([{"type": "text", "text": "Chart of March. " + "legend " * 200}, IMAGE])
+    turn = [
+        question,
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("The chart is attached below.", tool_call_id="c1"),
+        caption,
+    ]
+    whole = counter.count_messages(turn)
+
+    for short, question_whole in [(50, True), (150, True), (300, False)]:
+        result = PriorityTrimmer(whole - short, token_counter=counter).trim([*history(8), *turn])
+
+        assert not result.over_budget
+        assert (result.messages[0] is question) is question_whole
+        sent = result.messages[-1]
+        assert sent is not caption and sent.content[-1] == IMAGE
+        assert result.decisions[-1].rule == "shortened_to_fit"
+
+
 def test_the_turn_is_one_round_when_the_next_question_comes() -> None:
     # Once answered, the question, the tool call, its result, the image and the answer are one
     # history round: kept or dropped whole, never the image without its question.

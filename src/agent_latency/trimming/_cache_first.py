@@ -478,18 +478,20 @@ def _offered(hits: list[int], sizes: list[int], *, cheap: float) -> Iterator[int
 
 
 def _cut_query(history: _History, cut: int) -> str:
-    """The question asked where the cut falls: the first user message at or after it."""
+    """The question asked where the cut falls: what the turn of the first user message at or
+    after it asks (``MessageFacts.query``: with the user messages a tool added after it), the
+    same while that turn is the current one (``Plan.query``) and once it is history."""
     plan = history.plan
     for members in history.indices[cut:]:
         for index in members:
             if plan.classes[index] == "history" and role_of(plan.messages[index]) == "user":
-                return plan.texts[index]
-    question = plan.latest
-    return "" if question is None else plan.texts[question]
+                return plan.facts.query(index)
+    return plan.query
 
 
 def _recall(history: _History, room: int, cut: int) -> None:
-    """Brings back the left-out rounds the latest user message needs, before the current turn.
+    """Brings back the left-out rounds the question needs (what the current turn asks:
+    ``Plan.query``), before the current turn.
 
     Only when the question needs them: a left-out round holds a term of the question that no
     message still sent holds, or speaks to more of the question than any round sent, or as
@@ -502,10 +504,9 @@ def _recall(history: _History, room: int, cut: int) -> None:
     (:func:`_refocus`).
     """
     plan = history.plan
-    question = plan.latest
-    if question is None or room <= 0:
+    if not plan.asked or room <= 0:
         return
-    query = plan.texts[question]
+    query = plan.query
     weighed = history.weigh(query, history.occurrences.length)
     asks = _asks(query)
     if not history.may_reach(weighed, RECALL_MATCH if asks else STATEMENT_MATCH):
@@ -517,8 +518,11 @@ def _recall(history: _History, room: int, cut: int) -> None:
     dropped = plan.dropped
     out = [dropped[members[0]] for members in history.indices]
     bags = history.occurrences.bags
+    asked = set(plan.asked)  # the query's own messages hold its terms: not what answers it
     sent_bags = [
-        bags[p] for p in compress(range(len(dropped)), map(operator.not_, dropped)) if p != question
+        bags[p]
+        for p in compress(range(len(dropped)), map(operator.not_, dropped))
+        if p not in asked
     ]
     sent_terms = sum(
         1 << bit

@@ -77,12 +77,16 @@ class Plan:
         shortened: What makes the copies to send in place of shortened messages, by index
             (:data:`Copy`: made for the messages sent only).
         latest: The index of the latest user message, if any (a unit of its own: one message).
+        asked: The latest user message and the user messages a tool added after it (an image,
+            read both ways: see ``MessageFacts.asking``), by index; empty without the former.
+        query: Their text: what the history is chosen for.
         moved: Kept messages sent right before the latest user message rather than in their
             place (recalled history, which must not move the cached prefix), ascending.
     """
 
     __slots__ = (
         "as_analysed",
+        "asked",
         "budget",
         "classes",
         "counts",
@@ -96,6 +100,7 @@ class Plan:
         "moved",
         "must_keep",
         "must_keep_at",
+        "query",
         "rules",
         "shortened",
         "shortener",
@@ -145,7 +150,9 @@ class Plan:
         self.must_keep_at: set[int] = set()  # the same, as positions (a few of hundreds)
         self.shortened: dict[int, Copy] = {}
         self.moved: list[int] = []
-        self.latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
+        self.latest = latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
+        self.asked = [] if latest is None else facts.asking(latest)
+        self.query = "" if latest is None else facts.query(latest)
         # Whether no message was dropped but orphans, none brought back and none of the
         # history made must-keep: then the history rounds are the analysis' (history_rounds).
         self.as_analysed = True
@@ -321,6 +328,12 @@ class Plan:
             if not self.dropped[index]:
                 totals[self.classes[index]] += self.sizes[index]
         return totals
+
+    def must_keep_added(self) -> int:
+        """Tokens as sent of the must-keep user messages of :attr:`asked` but the latest (those a
+        tool added: the tool's own, or the user's next question)."""
+        asked, sizes = self.asked[1:], self.sizes
+        return sum(sizes[i] for i in asked if self.must_keep[i] and not self.dropped[i])
 
     def history_rounds(self) -> HistoryRounds | None:
         """The history rounds as planned now: the messages of class ``"history"`` that are
@@ -652,9 +665,9 @@ def _tool_steps(plan: Plan, members: list[Unit]) -> list[list[Unit]]:
     (an image: see ``_rounds``, "added by a tool") with the step before it, its call's: the
     image goes with the call that fetched it, never without it."""
     steps: list[list[Unit]] = []
+    facts = plan.facts
     for unit in members:
-        added = unit.kind == "message" and role_of(plan.messages[unit.indices[0]]) == "user"
-        if added and steps:
+        if steps and facts.added_by_a_tool(unit.indices[0]):
             steps[-1].append(unit)
         else:
             steps.append([unit])
@@ -673,8 +686,8 @@ def _history_drop_order(
 
     With ``history_selection="cache_first"`` (on every call with moving cuts, and after a
     cache-first cut that still leaves the request over budget) the middle rounds go least
-    relevant to the latest user message first (BM25; oldest first among equally relevant
-    ones), and the round that matches it best goes last, after the head and the tail. There
+    relevant to the question (:attr:`Plan.query`, BM25; oldest first among equally relevant
+    ones) first, and the round that matches it best goes last, after the head and the tail. There
     the head and tail rounds are a preference, not a wall: when they alone take more than
     ``room`` (what the budget leaves for the history), every round is ranked by relevance, so
     the round the question needs is not the one dropped (equally relevant rounds in the age
@@ -694,10 +707,8 @@ def _history_drop_order(
     by_age = middle + head[::-1] + tail  # the history erodes outwards from its middle
     if options.history_selection == "age" or not ordered:
         return by_age
-    question = plan.latest
-    query = "" if question is None else plan.texts[question]
     texts = [[plan.texts[i] for u in r for i in u.indices] for r in ordered]
-    scores = dict(zip(map(id, ordered), bm25_scores(query, texts, terms), strict=True))
+    scores = dict(zip(map(id, ordered), bm25_scores(plan.query, texts, terms), strict=True))
 
     def least_relevant_first(rounds: list[list[Unit]]) -> list[list[Unit]]:
         return sorted(rounds, key=lambda r: scores[id(r)])  # stable: the order given among equals
@@ -715,12 +726,16 @@ def _history_drop_order(
 
 
 def shorten_must_keep(plan: Plan) -> None:
-    """Shortens the largest must-keep tool results, then the latest user message if that fits.
+    """Shortens the largest must-keep tool results, then what the turn asks if that fits.
 
-    The latest user message is the question being answered: it is shortened only when that makes
-    the request fit, and never below :data:`MIN_SHORTENED_TOKENS`. When even that would not fit,
-    what no trim removes overflows the budget already, and the question is sent whole (the result
-    says ``over_budget`` and what overflows).
+    What the turn asks (:attr:`Plan.asked`) is the latest user message, the question being
+    answered, and the user messages a tool added after it: the tool's caption of an image, or,
+    after a ``return_direct`` tool's result, the user's own next question (by position the same).
+    Those are shortened only when that makes the request fit, the latter first (largest first,
+    each toward what is left to take off), their images kept, none below
+    :data:`MIN_SHORTENED_TOKENS`. When even that would not fit, what no trim removes overflows
+    the budget already, and they are sent whole (the result says ``over_budget`` and what
+    overflows).
     """
     excess = plan.tokens - plan.budget
     if excess <= 0:
@@ -734,27 +749,42 @@ def shorten_must_keep(plan: Plan) -> None:
             excess -= plan.shorten(index, target, "shortened_to_fit")
         if excess <= 0:
             return
+    shortener = plan.shortener
+    added = [i for i in plan.asked[1:] if plan.must_keep[i] and not plan.dropped[i]]
+    planned: list[tuple[int, int, int]] = []  # (index, target, size): made if they fit
+    for index in sorted(added, key=lambda i: (-plan.sizes[i], i)):
+        target = max(MIN_SHORTENED_TOKENS, plan.sizes[index] - excess)
+        size = shortener.size(plan.messages[index], target)
+        if size < plan.sizes[index]:
+            planned.append((index, target, size))
+            excess -= plan.sizes[index] - size
+        if excess <= 0:
+            break
     question = plan.latest
-    if question is None or not plan.must_keep[question]:
+    if excess > 0 and question is not None and plan.must_keep[question]:
+        target = plan.sizes[question] - excess
+        if target >= MIN_SHORTENED_TOKENS:
+            size = shortener.size(plan.messages[question], target)
+            if size <= target:
+                planned.append((question, target, size))
+                excess = 0
+    if excess > 0:
         return
-    target = plan.sizes[question] - excess
-    if target >= MIN_SHORTENED_TOKENS:
-        message, shortener = plan.messages[question], plan.shortener
-        size = shortener.size(message, target)
-        if size <= target:
-            copy = functools.partial(shortener.copy, message, target)
-            plan.substitute(question, copy, size, "shortened_to_fit")
+    for index, target, size in planned:
+        copy = functools.partial(shortener.copy, plan.messages[index], target)
+        plan.substitute(index, copy, size, "shortened_to_fit")
 
 
 def question_retention(
     plan: Plan, terms: TermCache, occurrences: Callable[[], Occurrences]
 ) -> float | None:
-    """Of the latest user message's terms found elsewhere in the input, the share still sent.
+    """Of the question's terms found elsewhere in the input, the share still sent.
 
-    A term counts as still sent when another message sent holds it and, if the question was
-    shortened, the question's copy still asks it: the terms its shortening removed count as lost
-    (and among those wanted). 1.0 when nothing was dropped or shortened; ``None`` when there is
-    no such term.
+    The question is what the turn asks (:attr:`Plan.asked`: the latest user message, with the
+    user messages a tool added after it). A term counts as still sent when another message sent
+    holds it and one of the question's messages sent still asks it: the terms their shortening
+    (or the drop of one a tool added with an earlier call) removed count as lost (and among those
+    wanted). 1.0 when nothing was dropped or shortened; ``None`` when there is no such term.
 
     Args:
         plan: The decided plan.
@@ -765,22 +795,28 @@ def question_retention(
     question = plan.latest
     if question is None or plan.dropped[question]:
         return None
-    asked = terms.counts(plan.texts[question])
+    asked = terms.counts(plan.query)
     if not plan.shortened and not any(plan.dropped):
         return 1.0 if asked else None
-    copy = plan.shortened.get(question)
-    lost = asked.keys() - terms.counts(text_of(copy())).keys() if copy else set()
+    still: set[str] = set()  # what the question's messages ask as sent
+    for index in plan.asked:
+        if not plan.dropped[index]:
+            copy = plan.shortened.get(index)
+            still.update(terms.counts(text_of(copy()) if copy else plan.texts[index]))
+    lost = asked.keys() - still
     positions = occurrences().positions
     # Sent whole, other than the question (read in C); a shortened copy sends what it holds.
     whole = list(map(operator.not_, plan.dropped))
-    whole[question] = False
+    for index in plan.asked:
+        whole[index] = False
     copies = {i: terms.counts(text_of(c())) for i, c in plan.shortened.items() if whole[i]}
     for index in copies:
         whole[index] = False
+    own = set(plan.asked)
     wanted, kept = len(lost), 0
     for term in asked.keys() - lost:
         found = positions(term)
-        if len(found) > 1 or (len(found) == 1 and found[0] != question):  # found elsewhere
+        if not own.issuperset(found):  # found elsewhere
             wanted += 1
             # Newest first: the recent messages are the ones a trim sends.
             kept += any(map(whole.__getitem__, reversed(found))) or any(

@@ -24,6 +24,8 @@ _FIXED_PARTS: Final = (
     ("response_format_tokens", "the response format schema", "use a smaller response schema"),
     ("system_tokens", "system messages", "shorten the system prompt"),
     ("latest_user_tokens", "the latest user message", "shorten the question"),
+    # After a tool result: the tool's image, or the user's next question (by position the same).
+    ("added_user_tokens", "user messages with images", "send smaller images or less text"),
     ("tool_call_tokens", "the current tool call", "make the tool return less"),
     ("framing_tokens", "request framing", ""),
 )
@@ -130,6 +132,8 @@ class TrimResult:
     sent_message_tokens: tuple[int, ...] = field(repr=False, compare=False)
     # Tokens of the must-keep messages as sent, per class: what the fixed part is made of.
     _must_keep_by_class: Mapping[PriorityClass, int] = field(repr=False, compare=False)
+    # Of those, the user messages with images after a tool result (Plan.must_keep_added).
+    _added_tokens: int = field(default=0, repr=False, compare=False)
     # Work the decisions and the retention out on first access (a trim in an agent loop rarely
     # reads them).
     _decide: Callable[[], tuple[MessageDecision, ...]] = field(repr=False, compare=False)
@@ -191,14 +195,15 @@ class TrimResult:
 
     def _fixed_parts(self) -> list[tuple[str, str, int]]:
         """The non-empty parts of the fixed part as (hint, name, tokens), largest first."""
-        must_keep = self._must_keep_by_class
+        must_keep, added = self._must_keep_by_class, self._added_tokens
         sizes = {
             "tool_tokens": self.tool_tokens,
             "response_format_tokens": self.response_format_tokens,
             "framing_tokens": self.framing_tokens,
             "system_tokens": must_keep["system"],
             "latest_user_tokens": must_keep["latest_user"],
-            "tool_call_tokens": must_keep["tool_result"] + must_keep["history"],
+            "added_user_tokens": added,
+            "tool_call_tokens": must_keep["tool_result"] + must_keep["history"] - added,
         }
         names = {key: name for key, name, _ in _FIXED_PARTS}
         if self._question_whole:
@@ -208,9 +213,10 @@ class TrimResult:
 
     @cached_property
     def question_retention(self) -> float | None:
-        """A proxy for what the trim cost the answer: of the latest user message's terms that
-        occur elsewhere in the input, the share still in what is sent (1.0 when nothing was left
-        out); ``None`` without such terms."""
+        """A proxy for what the trim cost the answer: of the question's terms (the latest user
+        message's, with those of the user messages a tool added after it) that occur elsewhere
+        in the input, the share still in what is sent (1.0 when nothing was left out); ``None``
+        without such terms."""
         return self._retain()
 
     @cached_property

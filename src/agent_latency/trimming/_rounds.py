@@ -48,7 +48,7 @@ import sys
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, count, pairwise, repeat
+from itertools import chain, compress, count, islice, pairwise, repeat, takewhile
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import (
@@ -133,6 +133,7 @@ class _Grouping:
     skipped: int = 0  # 1 when round 0 has no history message (the rounds start at round 1)
     unanswered: dict[int, tuple[str, ...]] = field(default_factory=dict)
     late: dict[int, int] = field(default_factory=dict)
+    added: list[int] = field(default_factory=list)  # the user messages a tool added (_user)
     calls_shared: bool = False  # unit_of_call is another grouping's too: copy it to change it
     # Which grouping this is: new for each one worked out from units (a first call, or after an
     # edit), kept by copies extended with new messages (which change no earlier round's
@@ -164,6 +165,7 @@ class _Grouping:
             self.skipped,
             self.unanswered.copy(),
             self.late.copy(),
+            self.added.copy(),
             calls_shared=True,
             generation=self.generation,
         )
@@ -181,6 +183,7 @@ class _Grouping:
             self.round_tokens,
             self.unanswered,
             self.late,
+            self.added,
             self.generation,
             len(self.issued),
         )
@@ -251,6 +254,7 @@ class _Grouping:
         added it with its result (:meth:`_added_by_a_tool`): then a ``"message"`` of the turn it
         came in, as the result is."""
         if self._added_by_a_tool(messages, index):
+            self.added.append(index)
             return "message"
         self.round += 1
         return "user"
@@ -268,17 +272,10 @@ class _Grouping:
         before = index - 1
         if self.orphans and self.orphans[-1] == before:  # answers no call: no tool's
             return False
-        if role_of(messages[before]) == "tool":
+        if role_of(messages[before]) == "tool" or (self.added and self.added[-1] == before):
             return True
         last = self.units[-1] if self.units else None  # the unit of the message before
-        return (
-            last is not None
-            and last.indices[0] == before
-            and (
-                last.kind == "tool_call"
-                or (last.kind == "message" and role_of(messages[before]) == "user")
-            )
-        )
+        return last is not None and last.indices[0] == before and last.kind == "tool_call"
 
     def _add(self, unit: Unit, counts: list[int]) -> None:
         """Adds a unit after the others (its messages' classes and owners already listed)."""
@@ -399,6 +396,8 @@ class MessageFacts(NamedTuple):
         late: Per tool result that came apart from its call (another message between it and
             the message of its unit before it, such as a user message sent while the tool
             ran), by position, the position of its call.
+        added: The positions of the user messages a tool added with its result (see
+            ``_Grouping._added_by_a_tool``), ascending.
         generation: Which grouping of the messages these are: the same while a conversation only
             grows, another after an edit (what was derived from the rounds before may be stale).
         issuers: How many units issued tool-call ids (a tool result is in one of those, or an
@@ -416,8 +415,31 @@ class MessageFacts(NamedTuple):
     round_tokens: list[int]
     unanswered: dict[int, tuple[str, ...]]
     late: dict[int, int]
+    added: list[int]
     generation: int
     issuers: int
+
+    def added_by_a_tool(self, index: int) -> bool:
+        """Whether the message at ``index`` is a user message a tool added (:attr:`added`)."""
+        at = bisect.bisect_left(self.added, index)
+        return at < len(self.added) and self.added[at] == index
+
+    def asking(self, question: int) -> list[int]:
+        """The user message at ``question`` and those a tool added after it in its round: what
+        its turn asks.
+
+        A user message a tool added (an image) is the tool's, or, right after a
+        ``return_direct`` tool's result, the user's own next question: the position is all there
+        is to tell them apart, so its text is asked either way (a tool's caption says what the
+        turn fetched).
+        """
+        added, owner = self.added, self.owner
+        after = islice(added, bisect.bisect_right(added, question), None)
+        return [question, *takewhile(lambda index: owner[index] == owner[question], after)]
+
+    def query(self, question: int) -> str:
+        """What the turn of the user message at ``question`` asks (:meth:`asking`), as text."""
+        return "\n".join(map(self.texts.__getitem__, self.asking(question)))
 
 
 def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
@@ -1004,6 +1026,8 @@ def _truncated(memo: _Memo, length: int) -> _Memo:
         grouping.calls_shared = False
     grouping.round = kept[-1].round if kept else 0
     grouping.unanswered = _unanswered(memo, kept, length)
+    added = memo.grouping.added
+    grouping.added = added[: bisect.bisect_left(added, length)]
     compared = {getter: group.cut(length) for getter, group in memo.compared.items()}
     snapshots = (group.values for (_, held), group in compared.items() if not held)
     weight = text_bytes(texts) + sum(map(_weight, chain.from_iterable(snapshots)))

@@ -386,6 +386,7 @@ class PriorityTrimmer(TrimRunnable):
             message_tokens=tuple(counts),
             sent_message_tokens=sent_sizes,
             _must_keep_by_class=must_keep,
+            _added_tokens=plan.must_keep_added(),
             _question_whole=plan.latest is not None and plan.latest not in plan.shortened,
             _decide=plan.decisions,
             _left_out=plan.left_out,
