@@ -5,14 +5,13 @@ its calibration's model, else the agent's own, looked for through bindings (d180
 ``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
 ``httpx.MockTransport`` where OpenAI's own API is needed.
 
-Defects left, each an ``xfail`` naming its cause and a fix:
-
-- The recall tool reads the tool's image message back as the user's words, with no word of
-  the image.
-- An ``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API gets no
-  ``prompt_cache_key``: ``chat_model_of`` does not look into a ``_ConfigurableModel``.
-
-Fixed, each a test here that failed before (xfail-strict, then passing): an earlier tool call of
+Fixed, each a test here that failed before (xfail-strict, then passing): the recall tool read
+the tool's image message back as the user's words, with no word of the image (now ``[id <id>]
+added by a tool: <text>`` with ``[image]``, through the hook and a real agent); an
+``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API got no
+``prompt_cache_key`` and its trims named no model (the middleware now builds the model for the
+call's config, as the model's own call does, and one that cannot be built fails with its own
+error); an earlier tool call of
 the turn and the image it added were weighed apart and the image could go without its call
 (now dropped and kept as one step, ``_plan._tool_steps``); a calibration named for the settings'
 model learnt nothing, and said nothing, when the agent called the same model under another name
@@ -54,6 +53,7 @@ import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain.chat_models import init_chat_model
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langchain_openai import ChatOpenAI
@@ -230,37 +230,36 @@ def test_the_cut_chosen_for_an_image_question_stays_once_its_turn_is_history(
     assert after == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "The recall tool reads a message back as '[id <id>] <message.type>: <its text>' "
-        "(_recall._text, text_of): the user message the tool added with the chart reads "
-        "'human: Chart of March sales.', as if the user had said it, and nothing says it held "
-        "an image (an image-only message reads back empty). Fix: in _recall._text, name the "
-        "parts other than text ('[image]', '[file]') and label a user message the analysis "
-        "counts as a tool's (_added_by_a_tool) as added by the tool"
-    ),
-)
-def test_recall_reads_back_a_tools_image_as_an_image_the_tool_added() -> None:
+@pytest.mark.parametrize("where", ["hook", "agent"])
+def test_recall_reads_back_a_tools_image_as_an_image_the_tool_added(
+    where: str, sim: RunningSimulator
+) -> None:
+    # Before: "[id chart-image] human: Chart of March sales." (the user's words, no image).
     call = {"name": "get_chart", "args": {"month": "March"}, "id": "c1", "type": "tool_call"}
-    recall = {"name": "recall", "args": {"query": "March chart"}, "id": "r1", "type": "tool_call"}
     messages = [
-        HumanMessage("Show me the March sales chart.", id="q1"),
-        AIMessage("", tool_calls=[call], id="a1"),
-        ToolMessage("The chart is attached.", tool_call_id="c1", id="t1"),
-        HumanMessage([{"type": "text", "text": "Chart of March sales."}, IMAGE], id="i1"),
-        AIMessage("March sales doubled.", id="a2"),
-        *shelf_notes(30),
-        HumanMessage("What did the March chart show?", id="q2"),
-        AIMessage("", tool_calls=[recall], id="a3"),
+        HumanMessage("Show me the March sales chart.", id="chart-ask"),
+        AIMessage("", tool_calls=[call], id="chart-call"),
+        ToolMessage("The chart is attached.", tool_call_id="c1", id="chart-result"),
+        HumanMessage([{"type": "text", "text": "Chart of March sales."}, IMAGE], id="chart-image"),
+        AIMessage("March sales doubled.", id="chart-answer"),
+        *shelf_notes(30),  # ids h0, a0, ...: others here (the agent's state keeps one per id)
     ]
-    hook = PriorityTrimmer(400, token_counter=COUNTER).as_pre_model_hook()
+    if where == "hook":
+        recall = {"name": "recall", "args": {"query": "x"}, "id": "r1", "type": "tool_call"}
+        asked = [HumanMessage("What did the March chart show?"), AIMessage("", tool_calls=[recall])]
+        hook = PriorityTrimmer(400, token_counter=COUNTER).as_pre_model_hook()
+        answer = hook.read_back([*messages, *asked], "r1", "March sales chart")
+    else:  # the simulator calls recall with the words the question quotes
+        agent = create_agent(
+            chat_openai_of(sim),
+            middleware=[TrimmingMiddleware(PriorityTrimmer(400, token_counter=COUNTER))],
+        )
+        asked = [HumanMessage('Please recall "March sales chart" and tell me what it showed.')]
+        state = agent.invoke({"messages": [*messages, *asked]})
+        (reply,) = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.name]
+        answer = reply.text  # the recall tool's (the earlier result has no name)
 
-    answer = hook.read_back(messages, "r1", "March sales chart")
-
-    (line,) = [line for line in answer.splitlines() if line.startswith("[id i1]")]
-    assert "image" in line
-    assert "human:" not in line
+    assert "[id chart-image] added by a tool: Chart of March sales.\n[image]\n" in answer + "\n"
 
 
 @pytest.mark.parametrize("selection", ["cache_first", "age"])
@@ -541,21 +540,7 @@ def configurable(sent: list[dict[str, Any]]) -> Any:
             lambda sent: openai_model(sent).with_fallbacks([openai_model([])]),
             id="with_fallbacks",
         ),
-        pytest.param(
-            configurable,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "init_chat_model(..., configurable_fields=...) gives a _ConfigurableModel, "
-                    "which _cache_key.chat_model_of does not look into: OpenAI's API gets no "
-                    "prompt_cache_key and the trim names no model. Fix: resolve it with the "
-                    "call's config (_ConfigurableModel._model(config)) or, failing that, send "
-                    "the key as a call keyword (model.bind(prompt_cache_key=...)), which "
-                    "ChatOpenAI puts in its payload"
-                ),
-            ),
-            id="configurable",
-        ),
+        pytest.param(configurable, id="configurable"),
     ],
 )
 def test_a_wrapped_chatopenai_on_openais_api_sends_the_conversations_key(wrap: Any) -> None:
@@ -564,6 +549,45 @@ def test_a_wrapped_chatopenai_on_openais_api_sends_the_conversations_key(wrap: A
 
     (body,) = sent
     assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
+
+
+class Trims(BaseCallbackHandler):
+    """Keeps the trims the middleware reports."""
+
+    def __init__(self) -> None:
+        self.results: list[TrimResult] = []
+
+    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
+        if isinstance(data, TrimResult):
+            self.results.append(data)
+
+
+def test_a_configurable_model_is_built_for_the_calls_config_keyed_and_named() -> None:
+    sent: list[dict[str, Any]] = []
+    trims = Trims()
+    middleware = TrimmingMiddleware(PriorityTrimmer(2_000), recall=False)
+    create_agent(configurable(sent), middleware=[middleware]).invoke(
+        {"messages": [HumanMessage("Plan my trip to Porto.")]},
+        {"configurable": {"temperature": 0.3}, "callbacks": [trims]},
+    )
+
+    (body,) = sent
+    assert body["temperature"] == 0.3  # the call's config, not the default
+    assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
+    assert [result.model for result in trims.results] == ["gpt-4o"]
+
+
+def test_a_configurable_model_that_cannot_be_built_fails_with_its_own_error() -> None:
+    model = init_chat_model(configurable_fields=("model",), api_key="sk-test")
+    errors = []
+    for middleware in ([], [TrimmingMiddleware(PriorityTrimmer(2_000), recall=False)]):
+        with pytest.raises(ValueError) as raised:
+            create_agent(model, middleware=middleware).invoke(
+                {"messages": [HumanMessage("Hi.")]},
+                {"configurable": {"model": "no-such-provider:x"}},
+            )
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
 
 
 @pytest.mark.parametrize("base_url", [None, "http://gw.test/v1"], ids=["openai", "gateway"])

@@ -46,6 +46,7 @@ from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
 from agent_latency.trimming._result import TrimResult, warn_if_over_budget
+from agent_latency.trimming._rounds import analysis
 from agent_latency.trimming._shortening import split_content
 from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim_span
 
@@ -209,7 +210,13 @@ class RecallingTrimmer(TrimRunnable):
         """The messages a trim of ``messages`` drops or shortens (no span, no marker)."""
         return left_out_of(messages, self._quiet_trim(messages, request))
 
-    def read(self, left_out: Sequence[BaseMessage], query: str) -> str:
+    def read(
+        self,
+        left_out: Sequence[BaseMessage],
+        query: str,
+        *,
+        conversation: Sequence[BaseMessage] = (),
+    ) -> str:
         """What the recall tool answers: the left-out messages asked for, as text.
 
         Args:
@@ -218,9 +225,13 @@ class RecallingTrimmer(TrimRunnable):
                 messages whose ids it names come first, in conversation order, then the best
                 BM25 matches of its words, the newer first on a tie (and a message holding the
                 same words of it as an older one ranks at least as high: a correction first).
+            conversation: The messages ``left_out`` were left out of: a user message a tool
+                added there with its result (an image it fetched) reads back as the tool's,
+                not as the user's words.
 
         Returns:
-            The messages, each as ``[id <id>] <role>: <text>``, within a quarter of the budget
+            The messages, each as ``[id <id>] <role>: <text>`` (a user message a tool added:
+            ``[id <id>] added by a tool: <text>``), within a quarter of the budget
             (the best one, if it alone is longer, from the stretch of it that matches best),
             and how many more matched, with their ids. The
             tool's own earlier calls and answers are not read.
@@ -244,9 +255,12 @@ class RecallingTrimmer(TrimRunnable):
                 f"No left-out message matches {query!r}; {len(left_out)} messages were left out: "
                 "ask with other words."
             )
-        return self._within_limit(chosen, query)
+        added = {
+            id(conversation[i]) for i in analysis(self.trimmer.token_counter, conversation).added
+        }
+        return self._within_limit(chosen, query, added)
 
-    def _within_limit(self, chosen: list[BaseMessage], query: str) -> str:
+    def _within_limit(self, chosen: list[BaseMessage], query: str, added: set[int]) -> str:
         """``chosen`` as text within a quarter of the budget, the note on the rest included.
 
         The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
@@ -260,11 +274,12 @@ class RecallingTrimmer(TrimRunnable):
         parts: list[str] = []
         used = 0
         for message in chosen:
-            part = f"[id {message.id}] {message.type}: {_text(message)}"
+            head = _head(message, added)
+            part = head + _text(message)
             tokens = counter.count_text(part) + 1  # the line break
             if used + tokens > limit:
                 if not parts:  # the best match alone is too long: send what matches of it
-                    parts.append(_passage(message, query, limit - 8, counter) + " [cut]")
+                    parts.append(_passage(message, head, query, limit - 8, counter) + " [cut]")
                 break
             parts.append(part)
             used += tokens
@@ -510,13 +525,20 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     ]
 
 
-def _passage(message: BaseMessage, query: str, tokens: int, counter: TokenCounting) -> str:
-    """``message`` as the recall tool writes it, within about ``tokens`` tokens: from the
-    stretch of its text that best matches ``query`` (BM25 over overlapping windows of half
-    that, what is sent beginning a quarter of it before the best; the start when no stretch
-    matches). A shortened tool result's start was sent: what a recall asks for of it is in
-    the middle that was cut."""
-    head = f"[id {message.id}] {message.type}: "
+def _head(message: BaseMessage, added: set[int]) -> str:
+    """What the recall tool writes before a message's text: its id and who said it (``added
+    by a tool`` for a user message a tool added, whose id is in ``added``)."""
+    return f"[id {message.id}] {'added by a tool' if id(message) in added else message.type}: "
+
+
+def _passage(
+    message: BaseMessage, head: str, query: str, tokens: int, counter: TokenCounting
+) -> str:
+    """``message`` as the recall tool writes it after ``head``, within about ``tokens`` tokens:
+    from the stretch of its text that best matches ``query`` (BM25 over overlapping windows of
+    half that, what is sent beginning a quarter of it before the best; the start when no stretch
+    matches). A shortened tool result's start was sent: what a recall asks for of it is in the
+    middle that was cut."""
     ids = counter.encode(_text(message))
     room = max(tokens - counter.count_text(head) - 2, 1)  # the lead, and a cut's retokenising
     width = max(room // 2, 1)
