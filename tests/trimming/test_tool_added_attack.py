@@ -5,13 +5,13 @@ its calibration's model, else the agent's own, looked for through bindings (d180
 ``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
 ``httpx.MockTransport`` where OpenAI's own API is needed.
 
+Left, an ``xfail``: an ``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API
+gets no ``prompt_cache_key`` and its trims name no model.
+
 Fixed, each a test here that failed before (xfail-strict, then passing): the recall tool read
 the tool's image message back as the user's words, with no word of the image (now ``[id <id>]
-added by a tool: <text>`` with ``[image]``, through the hook and a real agent); an
-``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API got no
-``prompt_cache_key`` and its trims named no model (the middleware now builds the model for the
-call's config, as the model's own call does, and one that cannot be built fails with its own
-error); an earlier tool call of
+added by a tool: <text>`` with ``[image]``, through the hook and a real agent); an earlier tool
+call of
 the turn and the image it added were weighed apart and the image could go without its call
 (now dropped and kept as one step, ``_plan._tool_steps``); a calibration named for the settings'
 model learnt nothing, and said nothing, when the agent called the same model under another name
@@ -53,7 +53,6 @@ import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain.chat_models import init_chat_model
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langchain_openai import ChatOpenAI
@@ -540,7 +539,23 @@ def configurable(sent: list[dict[str, Any]]) -> Any:
             lambda sent: openai_model(sent).with_fallbacks([openai_model([])]),
             id="with_fallbacks",
         ),
-        pytest.param(configurable, id="configurable"),
+        pytest.param(
+            configurable,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "init_chat_model(..., configurable_fields=...) gives a _ConfigurableModel, "
+                    "which builds its chat model from each call's config: _cache_key."
+                    "chat_model_of does not look into it, so OpenAI's API gets no "
+                    "prompt_cache_key and the trim names no model. Handing create_agent the "
+                    "model built for the call (tried in 868d977, reverted) changes its "
+                    "structured-output mode (test_asked_attack), names one model for every "
+                    "call and misses wrapped ones. Fix: a keyed copy of the _ConfigurableModel "
+                    "(model_kwargs in its default config), its name read per call"
+                ),
+            ),
+            id="configurable",
+        ),
     ],
 )
 def test_a_wrapped_chatopenai_on_openais_api_sends_the_conversations_key(wrap: Any) -> None:
@@ -549,45 +564,6 @@ def test_a_wrapped_chatopenai_on_openais_api_sends_the_conversations_key(wrap: A
 
     (body,) = sent
     assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
-
-
-class Trims(BaseCallbackHandler):
-    """Keeps the trims the middleware reports."""
-
-    def __init__(self) -> None:
-        self.results: list[TrimResult] = []
-
-    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
-        if isinstance(data, TrimResult):
-            self.results.append(data)
-
-
-def test_a_configurable_model_is_built_for_the_calls_config_keyed_and_named() -> None:
-    sent: list[dict[str, Any]] = []
-    trims = Trims()
-    middleware = TrimmingMiddleware(PriorityTrimmer(2_000), recall=False)
-    create_agent(configurable(sent), middleware=[middleware]).invoke(
-        {"messages": [HumanMessage("Plan my trip to Porto.")]},
-        {"configurable": {"temperature": 0.3}, "callbacks": [trims]},
-    )
-
-    (body,) = sent
-    assert body["temperature"] == 0.3  # the call's config, not the default
-    assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
-    assert [result.model for result in trims.results] == ["gpt-4o"]
-
-
-def test_a_configurable_model_that_cannot_be_built_fails_with_its_own_error() -> None:
-    model = init_chat_model(configurable_fields=("model",), api_key="sk-test")
-    errors = []
-    for middleware in ([], [TrimmingMiddleware(PriorityTrimmer(2_000), recall=False)]):
-        with pytest.raises(ValueError) as raised:
-            create_agent(model, middleware=middleware).invoke(
-                {"messages": [HumanMessage("Hi.")]},
-                {"configurable": {"model": "no-such-provider:x"}},
-            )
-        errors.append(str(raised.value))
-    assert errors[0] == errors[1]
 
 
 @pytest.mark.parametrize("base_url", [None, "http://gw.test/v1"], ids=["openai", "gateway"])

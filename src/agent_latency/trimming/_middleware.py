@@ -19,7 +19,6 @@ from typing import Any, Final, cast
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool
@@ -224,9 +223,6 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = request.system_message
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
-        built = _built_for_this_call(request.model)
-        if built is not request.model:
-            request = request.override(model=built)
         if not self._model_seen:
             self._model_seen, self._model_name = True, _model_name(request.model)
             self._warn_of_another_name()
@@ -410,26 +406,6 @@ def _with_left_out(response: ModelResponse[Any], runs: list[list[str]]) -> Model
         for m in response.result
     ]
     return dataclasses.replace(response, result=answers)
-
-
-def _built_for_this_call(model: BaseChatModel) -> BaseChatModel:
-    """``model``, or for the configurable model of ``init_chat_model(...,
-    configurable_fields=...)`` the chat model it builds for this call's run config, as its own
-    call would (it builds one on each call): the trim can then name the model, and a
-    ``ChatOpenAI`` on OpenAI's API gets the conversation's key. If building it fails, ``model``
-    is left to fail in its own call, with its own error."""
-    if type(model).__name__ != "_ConfigurableModel":  # not importing langchain's chat models
-        return model
-    from langchain.chat_models.base import _ConfigurableModel
-
-    if not isinstance(model, _ConfigurableModel):
-        return model
-    try:
-        # A chat model, or a binding of one (declared operations such as bind_tools applied)
-        return cast("BaseChatModel", model._model(ensure_config()))
-    except Exception:
-        logger.debug("Building the configurable model for this call failed", exc_info=True)
-        return model
 
 
 def _model_name(model: object) -> str | None:

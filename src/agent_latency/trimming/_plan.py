@@ -505,14 +505,28 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
     must_keep: list[int] = []
     if options.keep_system:
         must_keep += _positions(classes, "system")
+    steps = _tool_steps(plan, facts.units[latest + 1 :])
     if latest >= 0 and options.keep_latest_user:
         must_keep += facts.units[latest].indices
+        # A user message after a call no result answers (a tool that crashed or was
+        # interrupted: the call is left out) was no tool's: the user's own next question.
+        must_keep += [
+            index
+            for step in steps
+            if len(step) > 1 and step[0].kind == "tool_call" and _unanswered_alone(step[0], facts)
+            for unit in step[1:]
+            for index in unit.indices
+        ]
     plan.keep(must_keep, "must_keep")
     # The newest tool call with what its tool added as user messages (an image: _tool_steps).
-    steps = _tool_steps(plan, facts.units[latest + 1 :])
     call = next((step for step in reversed(steps) if step[0].kind == "tool_call"), None)
     if call is not None and not plan.dropped[call[0].indices[0]]:
         plan.keep([index for unit in call for index in unit.indices], "latest_tool_call")
+
+
+def _unanswered_alone(call: Unit, facts: MessageFacts) -> bool:
+    """Whether no result answers any call of ``call`` (a tool-call unit)."""
+    return len(call.indices) == 1 and call.indices[0] in facts.unanswered
 
 
 def _any_true(flags: bytearray, run: range) -> bool:
