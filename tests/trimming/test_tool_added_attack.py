@@ -10,7 +10,7 @@ gets no ``prompt_cache_key`` and its trims name no model.
 
 Fixed, each a test here that failed before (xfail-strict, then passing): the recall tool read
 the tool's image message back as the user's words, with no word of the image (now ``[id <id>]
-added by a tool: <text>`` with ``[image]``, through the hook and a real agent); an earlier tool
+added by a tool: [image] <text>``, through the hook and a real agent); an earlier tool
 call of
 the turn and the image it added were weighed apart and the image could go without its call
 (now dropped and kept as one step, ``_plan._tool_steps``); a calibration named for the settings'
@@ -258,7 +258,7 @@ def test_recall_reads_back_a_tools_image_as_an_image_the_tool_added(
         (reply,) = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.name]
         answer = reply.text  # the recall tool's (the earlier result has no name)
 
-    assert "[id chart-image] added by a tool: Chart of March sales.\n[image]\n" in answer + "\n"
+    assert "[id chart-image] added by a tool: [image] Chart of March sales.\n" in answer + "\n"
 
 
 @pytest.mark.parametrize("selection", ["cache_first", "age"])

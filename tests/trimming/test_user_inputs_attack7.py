@@ -185,7 +185,7 @@ def test_recall_reads_a_photo_message_back_by_its_words_naming_the_image() -> No
     answer = state["messages"][-2]
     assert isinstance(answer, ToolMessage) and answer.name == TOOL_NAME
     assert answer.text == (
-        "[id u5] human: My order number is 88123\nIt arrived with a cracked screen\n[image]"
+        "[id u5] human: [image] My order number is 88123\nIt arrived with a cracked screen"
     )
 
 

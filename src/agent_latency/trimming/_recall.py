@@ -243,7 +243,7 @@ class RecallingTrimmer(TrimRunnable):
             return "Nothing was left out of this conversation's prompt."
         wanted = set(_ID_WORDS.findall(query))  # "h1", "h1, h2", or "[id h1]" as it answers
         chosen = [m for m in left_out if m.id is not None and m.id in wanted]
-        texts = [_text(m) for m in left_out]
+        texts = [_parts(m) + _text(m) for m in left_out]  # "image" finds an image
         scores = _newer_first(query, texts, self.trimmer.term_cache)
         ranked = sorted(
             (i for i, score in enumerate(scores) if score > 0),
@@ -447,10 +447,8 @@ def calling_message(messages: Sequence[BaseMessage], call_id: str | None) -> int
 
 
 def _text(message: BaseMessage) -> str:
-    """A message's text, its other parts named (``[image]``: a chart a tool fetched reads as
-    one, not as nothing), with the calls of an AI message that made tool calls."""
-    texts, others = split_content(message.content)
-    text = "\n".join([*texts, *map(_part_name, others)])
+    """A message's text, with the calls of an AI message that made tool calls."""
+    text = text_of(message)
     if isinstance(message, AIMessage) and message.tool_calls:
         calls = "; ".join(
             f"called {c['name']}({json.dumps(c['args'], ensure_ascii=False)})"
@@ -460,11 +458,16 @@ def _text(message: BaseMessage) -> str:
     return text
 
 
+def _parts(message: BaseMessage) -> str:
+    """A message's parts other than text as the recall tool names them before its text (a chart
+    a tool fetched reads as one, not as nothing; a long text cut to a passage keeps them):
+    ``[image] ``, ``[audio] ``, ``[file] ``, else ``[<its type>] `` each; ``""`` for none."""
+    return "".join(f"[{_part_name(part)}] " for part in split_content(message.content)[1])
+
+
 def _part_name(part: Any) -> str:
-    """A content part other than text, as the recall tool names it: ``[image]``, ``[audio]``,
-    ``[file]``, else ``[<its type>]``."""
     kind = part.get("type") if isinstance(part, Mapping) else None
-    return f"[{_PART_NAMES.get(kind, kind) if isinstance(kind, str) else 'part'}]"
+    return _PART_NAMES.get(kind, kind) if isinstance(kind, str) else "part"
 
 
 def _newer_first(query: str, texts: Sequence[str], terms: TermCache) -> list[float]:
@@ -526,9 +529,10 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _head(message: BaseMessage, added: set[int]) -> str:
-    """What the recall tool writes before a message's text: its id and who said it (``added
-    by a tool`` for a user message a tool added, whose id is in ``added``)."""
-    return f"[id {message.id}] {'added by a tool' if id(message) in added else message.type}: "
+    """What the recall tool writes before a message's text: its id, who said it (``added by a
+    tool`` for a user message a tool added, whose id is in ``added``) and its other parts."""
+    said = "added by a tool" if id(message) in added else message.type
+    return f"[id {message.id}] {said}: {_parts(message)}"
 
 
 def _passage(
