@@ -1,38 +1,31 @@
 """Attacks, from the user's side, on the changes of fac30e7..868d977: what the turn asks
 (``Plan.asked``: the latest user question with the user messages a tool added after it in its
-round, ``MessageFacts.asking``), the configurable model the middleware builds for the call's
-config (``_middleware._built_for_this_call``), the recall tool reading back parts other than text
+round, ``MessageFacts.asking``), the configurable model the middleware built for the call's
+config (868d977, since reverted), the recall tool reading back parts other than text
 and a tool's user messages (``RecallingTrimmer.read(..., conversation=...)``). Real
 ``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
 ``httpx.MockTransport`` where OpenAI's own API is needed.
 
-Defects, each an ``xfail(strict=True)`` test here:
+Defects left, each an ``xfail(strict=True)`` test here:
 
 * A user's own photo question, asked after a ``return_direct`` tool's result, is read both ways,
   but kept only while its tool call is the newest: once the agent calls a tool for it, the
   question goes with the earlier step (``_plan._tool_steps``), which may be dropped. The model
   then gets the tool call and result made for the question without the question, in 292
   tokens of a 600 budget that also holds the question's 278 (the same question as text is
-  kept).
-* A user's photo question after an unanswered tool call (a tool that crashed or was
-  interrupted: a dangling call) is taken for one the tool added
-  (``_rounds._Grouping._added_by_a_tool``: "right after a tool call"), though no tool ran; the
-  unanswered call is left out, and the question with it. The request ends with the question
-  before it, not over budget (the rule predates fac30e7; the same question as text is sent).
-* The middleware names the model of its first call on every trim (``_model_seen``, set once in
-  ``TrimmingMiddleware._trim``): an ``init_chat_model(..., configurable_fields=("model", ...))``
-  agent whose config picks another model per call has its trims name the first one.
-* A configurable model under ``with_retry``, ``bind`` or ``with_fallbacks`` is not built
-  (``_built_for_this_call`` looks at the request's model only, not through bindings as
-  ``chat_model_of`` does): on OpenAI's API it gets no ``prompt_cache_key`` and its trims name
-  no model.
-* Building the configurable model changes how ``create_agent`` asks for structured output: it
-  resolves ``response_format=Schema`` (``AutoStrategy``) by the built ``ChatOpenAI``'s profile,
-  so the agent sends a ``json_schema`` response format where without the middleware it sends
-  the schema as a tool.
-* The recall tool's passage of a long message (the best match alone over its limit) cuts off
-  the part names (``[audio]``) that ``_recall._text`` writes after the text: a long transcript a
-  tool added with a recording reads back with no word of the recording.
+  kept). Position alone cannot tell it from a tool's screenshot, which must stay droppable;
+  the tools' ``return_direct`` flags (which the middleware sees) could.
+* A configurable model (``init_chat_model(..., configurable_fields=...)``) gets no
+  ``prompt_cache_key`` on OpenAI's API and its trims name no model, alone or wrapped in
+  ``with_retry``, ``bind`` or ``with_fallbacks``; a fix must name the model each call picks.
+
+Fixed, each failing on 868d977: a user's photo question after an unanswered tool call (a tool
+that crashed or was interrupted) was taken for one the tool added and left out with the call,
+the request ending with the question before it (5209765: such messages are must-keep with the
+question); handing ``create_agent`` the model built for the call's config (868d977, reverted in
+5209765) changed its structured-output mode from a tool to ``json_schema``, named the first
+call's model on every call and missed wrapped models; the recall tool's passage of a long
+message cut off the part names written after its text (d706333: named before it).
 
 What held is pinned: a reused trimmer trims as a fresh one (a replica) on every call of growing
 conversations with tool-added images (``HumanMessage`` and ``ChatMessage(role="user")``, OpenAI
@@ -163,16 +156,7 @@ def test_a_photo_question_after_a_return_direct_result_stays_while_the_agent_wor
         assert PHOTO_ASK in texts_of(body)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A user's photo question right after an unanswered tool call (a dangling call) is "
-    "taken for one the tool added (_rounds._Grouping._added_by_a_tool: 'right after a tool "
-    "call, the result listed after it'), though no result ever follows; the trim leaves the "
-    "unanswered call out and the photo question with it, and sends the question before it, "
-    "not over budget. Fix: a user message after a call counts as the tool's only when that "
-    "call is answered (reclassify it as a question where _unanswered finds the call has no "
-    "result).",
-)
+# Failed before 5209765 (the photo question was glued to the unanswered call and left out).
 def test_a_photo_question_after_a_dangling_tool_call_is_the_question(
     sim: RunningSimulator,
 ) -> None:
@@ -360,10 +344,11 @@ TRIP = {"messages": [HumanMessage("Plan my trip to Porto.")]}
 
 @pytest.mark.xfail(
     strict=True,
-    reason="TrimmingMiddleware._trim reads the model's name once (_model_seen): a configurable "
-    "model whose call config picks another model has every trim name the first call's model. "
-    "Fix: for a model built for the call (_built_for_this_call), name the built model on each "
-    "call (and warn of another name per name, not once).",
+    reason='A configurable model (init_chat_model(..., configurable_fields=("model", ...))) '
+    "builds its chat model from each call's config; the middleware names the model it finds "
+    "once (TrimmingMiddleware._model_seen, _cache_key.chat_model_of), which for a configurable "
+    "model is none. Fix: name the model built for each call's config (without handing it to "
+    "create_agent: test_adding_the_middleware_keeps_a_configurable_models_structured_output_mode)",
 )
 def test_a_configurable_models_trims_name_the_model_each_call_picks() -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
@@ -378,12 +363,11 @@ def test_a_configurable_models_trims_name_the_model_each_call_picks() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="_middleware._built_for_this_call builds the configurable model only when it is the "
-    "request's model itself, not under bindings and fallbacks (which chat_model_of and "
-    "KeyedModels look through): init_chat_model(..., configurable_fields=...).with_retry() (or "
-    ".bind(), .with_fallbacks()) on OpenAI's API gets no prompt_cache_key and its trims name no "
-    "model. Fix: build the innermost _ConfigurableModel for the call and copy the bindings and "
-    "fallbacks around it, as KeyedModels.keyed does.",
+    reason="A configurable model gets no prompt_cache_key on OpenAI's API and its trims name no "
+    "model (see test_tool_added_attack's configurable case), and wrapped in with_retry, bind "
+    "or with_fallbacks neither. Fix: a keyed copy of the innermost _ConfigurableModel (the key "
+    "in its default config's model_kwargs), with the bindings and fallbacks copied around it "
+    "as KeyedModels.keyed does",
 )
 @pytest.mark.parametrize(
     "wrap",
@@ -412,16 +396,7 @@ class Trip(BaseModel):
     city: str
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="The middleware hands create_agent the ChatOpenAI it built from the configurable "
-    "model (_built_for_this_call), and create_agent resolves response_format=Schema "
-    "(AutoStrategy) by that model's profile: the agent now sends a json_schema response "
-    "format where without the middleware it sends the schema as a tool (a structured-output "
-    "mode the server or the schema may not support). Fix: when the request's model is a "
-    "configurable model, resolve an AutoStrategy to ToolStrategy on the request, as create_agent "
-    "would for it, before handing it the built model.",
-)
+# Failed on 868d977, which handed create_agent the model built for the call (reverted).
 def test_adding_the_middleware_keeps_a_configurable_models_structured_output_mode() -> None:
     def sent_with(middlewares: list[Any]) -> dict[str, Any]:
         bodies: list[dict[str, Any]] = []
@@ -458,7 +433,7 @@ def test_adding_the_middleware_keeps_a_configurable_models_structured_output_mod
     assert "response_format" not in trimmed
 
 
-def test_a_configurable_models_async_calls_get_their_config_another_server_no_key() -> None:
+def test_a_configurable_models_async_calls_get_their_config_and_a_gateway_no_key() -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
     agent = create_agent(configurable(sent, ("temperature", "base_url")), middleware=[middleware()])
 
@@ -477,9 +452,8 @@ def test_a_configurable_models_async_calls_get_their_config_another_server_no_ke
     for question, temperature in (("Rome", 0.1), ("Oslo", 0.9)):
         _, body = by_question[f"Plan my trip to {question}."]
         assert body["temperature"] == temperature
-        assert str(body.get("prompt_cache_key")).startswith("agent-latency-")
     (openai, gateway) = [(url, body) for url, body in sent if "Porto" in texts_of(body)[-1]]
-    assert openai[1]["temperature"] == 0.3 and "prompt_cache_key" in openai[1]
+    assert openai[1]["temperature"] == 0.3
     assert gateway[0].startswith("http://gw.test/v1/")
     assert "prompt_cache_key" not in gateway[1]
 
@@ -526,17 +500,11 @@ def test_recall_reads_a_tools_file_and_audio_back_through_an_agent(sim: RunningS
     (reply,) = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.name]
     answer = reply.text + "\n"
 
-    assert "[id file] added by a tool: The walrus invoice.\n[file]\n" in answer
-    assert "[id clip] added by a tool: The walrus call.\n[audio]\n" in answer
+    assert "[id file] added by a tool: [file] The walrus invoice.\n" in answer + "\n"
+    assert "[id clip] added by a tool: [audio] The walrus call.\n" in answer + "\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_recall._passage reads the best stretch of _recall._text(message), which writes the "
-    "part names ([audio], [image]) after the text: the passage of a long tool-added transcript "
-    "ends before them, and the model reads no word of the recording. Fix: name the parts in "
-    "the head (before the text), or append them to the passage.",
-)
+# Failed before d706333 (the part names came after the text, past the passage).
 def test_recall_names_the_recording_of_a_long_transcript_it_reads_a_passage_of() -> None:
     transcript = (
         "Transcript of the call. "
