@@ -19,6 +19,13 @@ from langchain_core.messages import (
 from agent_latency.sim import SimulatorConfig
 from agent_latency.trimming import TrimResult
 
+# A 1x1 PNG as an OpenAI image part: OpenAI's rule counts it as one tile.
+PNG = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
+    "GAWjR9awAAAABJRU5ErkJggg=="
+)
+IMAGE: dict[str, Any] = {"type": "image_url", "image_url": {"url": PNG}}
+
 INSTANT = SimulatorConfig(
     overhead_ms=0,
     prefill_ms_per_token=0,

@@ -65,7 +65,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 from pydantic import BaseModel
-from support.conversations import shelf_notes
+from support.conversations import IMAGE, shelf_notes
 from support.fakes import KeepsRequestBodies
 from support.simulators import chat_openai_of
 from support.wire import chat_completion
@@ -75,12 +75,6 @@ from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import TrimmingMiddleware, TrimResult
 
-# A 1x1 PNG: OpenAI's rule counts it as one tile.
-PNG = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
-    "GAWjR9awAAAABJRU5ErkJggg=="
-)
-IMAGE = {"type": "image_url", "image_url": {"url": PNG}}
 STANDARD_IMAGE = {"type": "image", "source_type": "url", "url": "https://example.com/chart.png"}
 COUNTER = TokenCounter.for_model("gpt-4o")
 

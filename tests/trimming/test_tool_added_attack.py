@@ -59,7 +59,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from opentelemetry.sdk.trace import TracerProvider
-from support.conversations import shelf_notes
+from support.conversations import IMAGE, shelf_notes
 from support.fakes import KeepsRequestBodies
 from support.simulators import QUICK, chat_openai_of, settings_of
 from support.wire import chat_completion
@@ -69,12 +69,6 @@ from agent_latency.sim import RunningSimulator, running_simulator
 from agent_latency.tokens import PromptCalibration, TokenCounter
 from agent_latency.trimming import TrimmingMiddleware, TrimResult
 
-# A 1x1 PNG: OpenAI's rule counts it as one tile.
-PNG = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
-    "GAWjR9awAAAABJRU5ErkJggg=="
-)
-IMAGE = {"type": "image_url", "image_url": {"url": PNG}}
 COUNTER = TokenCounter.for_model("gpt-4o")
 
 

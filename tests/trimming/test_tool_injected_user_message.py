@@ -20,6 +20,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.types import Command
+from support.conversations import IMAGE
 from support.fakes import KeepsRequestBodies
 from support.simulators import chat_openai_of, settings_of
 
@@ -28,12 +29,6 @@ from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import TrimmingMiddleware
 
-# A 1x1 PNG: OpenAI's rule counts it as one tile.
-PNG = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
-    "GAWjR9awAAAABJRU5ErkJggg=="
-)
-IMAGE = {"type": "image_url", "image_url": {"url": PNG}}
 QUESTION = "What does the sales chart for March show? Use get_chart."
 
 

@@ -72,6 +72,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import InjectedState
 from langgraph.types import Command
 from opentelemetry.sdk.trace import TracerProvider
+from support.conversations import IMAGE
 from support.fakes import Recorder
 from support.simulators import QUICK, settings_of
 from support.wire import chat_completion
@@ -82,12 +83,6 @@ from agent_latency.tokens import PromptCalibration, TokenCounter
 from agent_latency.trimming import TrimmingMiddleware, recall_tool
 from agent_latency.trimming._cache_key import conversation_cache_key
 
-# A 1x1 PNG: OpenAI's rule counts it as one tile.
-PNG = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
-    "GAWjR9awAAAABJRU5ErkJggg=="
-)
-IMAGE = {"type": "image_url", "image_url": {"url": PNG}}
 FACT = "the Zephyr project budget is 4.2 million euros"
 QUESTION = "What was the Zephyr project budget? Show me its chart."
 
