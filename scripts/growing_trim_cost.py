@@ -101,7 +101,11 @@ def as_middleware(trimmer: PriorityTrimmer) -> Callable[[list[BaseMessage]], obj
         assert isinstance(system, SystemMessage)
         history: Any = rest  # an agent's state holds these very messages
         request = ModelRequest(
-            model=model, messages=history, system_message=system, state={"messages": history}
+            model=model,
+            messages=history,
+            system_message=system,
+            tools=list(middleware.tools),  # its recall tool, as create_agent hands it
+            state={"messages": history},
         )
         return middleware.wrap_model_call(request, lambda _: answer)
 
