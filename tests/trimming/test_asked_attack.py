@@ -15,9 +15,6 @@ Defects left, each an ``xfail(strict=True)`` test here:
   tokens of a 600 budget that also holds the question's 278 (the same question as text is
   kept). Position alone cannot tell it from a tool's screenshot, which must stay droppable;
   the tools' ``return_direct`` flags (which the middleware sees) could.
-* A configurable model (``init_chat_model(..., configurable_fields=...)``) gets no
-  ``prompt_cache_key`` on OpenAI's API and its trims name no model, alone or wrapped in
-  ``with_retry``, ``bind`` or ``with_fallbacks``; a fix must name the model each call picks.
 
 Fixed, each failing on 868d977: a user's photo question after an unanswered tool call (a tool
 that crashed or was interrupted) was taken for one the tool added and left out with the call,
@@ -25,7 +22,10 @@ the request ending with the question before it (5209765: such messages are must-
 question); handing ``create_agent`` the model built for the call's config (868d977, reverted in
 5209765) changed its structured-output mode from a tool to ``json_schema``, named the first
 call's model on every call and missed wrapped models; the recall tool's passage of a long
-message cut off the part names written after its text (d706333: named before it).
+message cut off the part names written after its text (d706333: named before it); a
+configurable model got no ``prompt_cache_key`` and named no model, alone or wrapped in
+``with_retry``, ``bind`` or ``with_fallbacks``, nor the model each call's config picks (now a
+keyed copy of the configurable model, its name read from the model built for each call).
 
 What held is pinned: a reused trimmer trims as a fresh one (a replica) on every call of growing
 conversations with tool-added images (``HumanMessage`` and ``ChatMessage(role="user")``, OpenAI
@@ -336,14 +336,6 @@ def middleware() -> TrimmingMiddleware:
 TRIP = {"messages": [HumanMessage("Plan my trip to Porto.")]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='A configurable model (init_chat_model(..., configurable_fields=("model", ...))) '
-    "builds its chat model from each call's config; the middleware names the model it finds "
-    "once (TrimmingMiddleware._model_seen, _cache_key.chat_model_of), which for a configurable "
-    "model is none. Fix: name the model built for each call's config (without handing it to "
-    "create_agent: test_adding_the_middleware_keeps_a_configurable_models_structured_output_mode)",
-)
 def test_a_configurable_models_trims_name_the_model_each_call_picks() -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
     results: list[TrimResult] = []
@@ -355,14 +347,6 @@ def test_a_configurable_models_trims_name_the_model_each_call_picks() -> None:
     assert [result.model for result in results] == ["gpt-4o", "gpt-4o-mini"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A configurable model gets no prompt_cache_key on OpenAI's API and its trims name no "
-    "model (see test_tool_added_attack's configurable case), and wrapped in with_retry, bind "
-    "or with_fallbacks neither. Fix: a keyed copy of the innermost _ConfigurableModel (the key "
-    "in its default config's model_kwargs), with the bindings and fallbacks copied around it "
-    "as KeyedModels.keyed does",
-)
 @pytest.mark.parametrize(
     "wrap",
     [
@@ -425,6 +409,18 @@ def test_adding_the_middleware_keeps_a_configurable_models_structured_output_mod
     assert "response_format" not in plain
     assert [t["function"]["name"] for t in trimmed.get("tools", [])] == ["Trip"]
     assert "response_format" not in trimmed
+
+
+def test_a_configurable_model_that_cannot_be_built_fails_with_its_own_error() -> None:
+    model = init_chat_model(configurable_fields=("model",), api_key="sk-test")
+    errors = []
+    for middlewares in ([], [middleware()]):
+        with pytest.raises(ValueError) as raised:
+            create_agent(model, middleware=middlewares).invoke(
+                TRIP, {"configurable": {"model": "no-such-provider:x"}}
+            )
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
 
 
 def test_a_configurable_models_async_calls_get_their_config_and_a_gateway_no_key() -> None:

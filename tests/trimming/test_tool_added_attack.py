@@ -5,13 +5,13 @@ its calibration's model, else the agent's own, looked for through bindings (d180
 ``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
 ``httpx.MockTransport`` where OpenAI's own API is needed.
 
-Left, an ``xfail``: an ``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API
-gets no ``prompt_cache_key`` and its trims name no model.
-
 Fixed, each a test here that failed before (xfail-strict, then passing): the recall tool read
 the tool's image message back as the user's words, with no word of the image (now ``[id <id>]
-added by a tool: [image] <text>``, through the hook and a real agent); an earlier tool
-call of
+added by a tool: [image] <text>``, through the hook and a real agent); an
+``init_chat_model(..., configurable_fields=...)`` agent on OpenAI's API got no
+``prompt_cache_key`` and its trims named no model (the key now goes in a copy of the
+configurable model's default config, its name read per call from the model it builds for the
+call's config: ``_cache_key._keyed_configurable``); an earlier tool call of
 the turn and the image it added were weighed apart and the image could go without its call
 (now dropped and kept as one step, ``_plan._tool_steps``); a calibration named for the settings'
 model learnt nothing, and said nothing, when the agent called the same model under another name
@@ -533,23 +533,7 @@ def configurable(sent: list[dict[str, Any]]) -> Any:
             lambda sent: openai_model(sent).with_fallbacks([openai_model([])]),
             id="with_fallbacks",
         ),
-        pytest.param(
-            configurable,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "init_chat_model(..., configurable_fields=...) gives a _ConfigurableModel, "
-                    "which builds its chat model from each call's config: _cache_key."
-                    "chat_model_of does not look into it, so OpenAI's API gets no "
-                    "prompt_cache_key and the trim names no model. Handing create_agent the "
-                    "model built for the call (tried in 868d977, reverted) changes its "
-                    "structured-output mode (test_asked_attack), names one model for every "
-                    "call and misses wrapped ones. Fix: a keyed copy of the _ConfigurableModel "
-                    "(model_kwargs in its default config), its name read per call"
-                ),
-            ),
-            id="configurable",
-        ),
+        pytest.param(configurable, id="configurable"),
     ],
 )
 def test_a_wrapped_chatopenai_on_openais_api_sends_the_conversations_key(wrap: Any) -> None:

@@ -39,6 +39,7 @@ from langchain_core.load import dumpd
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableWithFallbacks
 from langchain_core.runnables.base import RunnableBindingBase
+from langchain_core.runnables.config import ensure_config
 
 from agent_latency._caches import LRUCache
 from agent_latency._chat_format import role_of
@@ -61,7 +62,13 @@ _SERIALIZED: Final = "_serialized"
 """Where a LangChain chat model keeps its serialisation for its callbacks, made on first use
 (``BaseChatModel._serialized``, a cached property)."""
 _MODELS: Final = 8
-"""How many chat models a :class:`KeyedModels` remembers the serialisation of."""
+"""How many chat models a :class:`KeyedModels` remembers the serialisation of, and how many
+models built by configurable models are remembered."""
+_CONFIGURABLE: Final = ("langchain.chat_models.base", "_ConfigurableModel")
+"""Where langchain defines the configurable model ``init_chat_model`` returns."""
+_BUILT: Final = LRUCache(_MODELS)
+"""Models built by configurable models (see :func:`_built`), by the configurable model's id and
+the fields a call's config gives, with the configurable model."""
 
 
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
@@ -96,30 +103,68 @@ def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
 
 def chat_model_of(model: object) -> BaseChatModel | None:
     """The chat model ``model`` is, or calls first through bindings (``bind``, ``with_retry``)
-    and fallbacks (``with_fallbacks``: its primary), which an agent runs as its model; ``None``
-    for anything else."""
+    and fallbacks (``with_fallbacks``: its primary), which an agent runs as its model, or, for
+    a configurable model on the way, the one it builds for this call's run config; ``None`` for
+    anything else."""
     return _unwrapped(model)[0]
 
 
-def _unwrapped(model: object) -> tuple[BaseChatModel | None, list[Mapping[str, Any]]]:
-    """:func:`chat_model_of` ``model``, and the keywords each binding on the way to it adds to
-    its calls, outermost first."""
+def builds_per_call(model: object) -> bool:
+    """Whether ``model`` reaches its chat model through a configurable model
+    (``init_chat_model(..., configurable_fields=...)``), which builds one from each call's run
+    config: another call may build another."""
+    return _unwrapped(model)[2]
+
+
+def _unwrapped(model: object) -> tuple[BaseChatModel | None, list[Mapping[str, Any]], bool]:
+    """:func:`chat_model_of` ``model``, the keywords each binding on the way to it adds to its
+    calls, outermost first, and :func:`builds_per_call` ``model``."""
     bound: list[Mapping[str, Any]] = []
+    built = False
     while True:
         if isinstance(model, RunnableBindingBase):
             bound.append(model.kwargs)
             model = model.bound
         elif isinstance(model, RunnableWithFallbacks):
             model = model.runnable
+        elif (configurable := _configurable(model)) is not None:
+            model, built = _built(configurable), True
+            if model is None:
+                return None, bound, built
         else:
-            return (model if isinstance(model, BaseChatModel) else None), bound
+            return (model if isinstance(model, BaseChatModel) else None), bound, built
+
+
+def _configurable(model: object) -> Any:
+    """``model`` if it is the configurable model of ``init_chat_model(...,
+    configurable_fields=...)`` (langchain's ``_ConfigurableModel``), else ``None``: told by its
+    class's name and module, so that the trimmer imports no agent framework."""
+    kind = type(model)
+    return model if (kind.__module__, kind.__qualname__) == _CONFIGURABLE else None
+
+
+def _built(configurable: Any) -> object:
+    """The model ``configurable`` builds for this call's run config (LangChain's, in this
+    context), as its own call will; ``None`` if that fails (it fails in its own call, with its
+    own error). Read, never called: one built for the same fields is reused (a build takes
+    about 0.2 ms, and a call's key and name ask for it several times)."""
+    try:
+        config = ensure_config()
+        key = (id(configurable), repr(sorted(configurable._model_params(config).items())))
+        found: tuple[Any, object] | None = _BUILT.get(key)
+        if found is None or found[0] is not configurable:
+            found = (configurable, configurable._model(config))
+            _BUILT.put(key, found)
+        return found[1]
+    except Exception:
+        return None
 
 
 def gives_cache_key(settings: Mapping[str, Any], model: object) -> bool:
     """Whether the caller already sends a ``prompt_cache_key`` (a tenant's, say): in the
     request's model ``settings``, or on the model, in its ``model_kwargs`` (which the request
     would otherwise override), either ``extra_body`` or the keywords a binding of it adds."""
-    chat, bound = _unwrapped(model)
+    chat, bound, _ = _unwrapped(model)
     model_kwargs = getattr(chat, "model_kwargs", None) or {}
     given = [settings, model_kwargs, *bound]
     bodies = [getattr(chat, "extra_body", None), *(found.get("extra_body") for found in given)]
@@ -155,6 +200,8 @@ class KeyedModels:
         if isinstance(model, RunnableWithFallbacks):  # the key for the primary's API only
             primary = self.keyed(model.runnable, key)
             return None if primary is None else model.model_copy(update={"runnable": primary})
+        if (configurable := _configurable(model)) is not None:
+            return _keyed_configurable(configurable, key)
         if not isinstance(model, BaseChatModel) or "model_kwargs" not in type(model).model_fields:
             return None
         model_kwargs = getattr(model, "model_kwargs", None) or {}
@@ -168,6 +215,26 @@ class KeyedModels:
             found = (model, dumpd(model))
             self._serialized.put(id(model), found)
         return found[1]
+
+
+def _keyed_configurable(model: Any, key: str) -> Runnable[Any, Any] | None:
+    """A copy of a configurable model whose every chat model sends ``key``: the key in the
+    ``model_kwargs`` of its default config (a call's config naming ``model_kwargs`` replaces
+    them). Still a configurable model, so an agent asks it for structured output as it asks
+    the model (``create_agent`` reads a built model's profile); ``None`` when the model it
+    builds for this call has no ``model_kwargs``."""
+    built = chat_model_of(model)
+    if built is None or "model_kwargs" not in type(built).model_fields:
+        return None
+    default = model._default_config
+    model_kwargs = {**(default.get("model_kwargs") or {}), CACHE_KEY_SETTING: key}
+    copy: Runnable[Any, Any] = type(model)(
+        default_config={**default, "model_kwargs": model_kwargs},
+        configurable_fields=model._configurable_fields,
+        config_prefix=model._config_prefix,
+        queued_declarative_operations=model._queued_declarative_operations,
+    )
+    return copy
 
 
 def takes_cache_key(model: object) -> bool:

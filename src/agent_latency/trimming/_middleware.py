@@ -25,13 +25,14 @@ from langchain_core.tools import BaseTool, StructuredTool
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
-from agent_latency._caches import LRUCache
+from agent_latency._caches import FirstTimes, LRUCache
 from agent_latency._trace_link import TRIM_EVENT, find_run_context, find_trim_tracer
 from agent_latency._validation import checked_bool
 from agent_latency.config import Settings
 from agent_latency.trimming._cache_key import (
     CACHE_KEY_SETTING,
     KeyedModels,
+    builds_per_call,
     chat_model_of,
     checked_session_header,
     conversation_cache_key,
@@ -78,6 +79,8 @@ of the first and last message of each run of left-out messages (the recall tool 
 
 _STRATEGIES: Final = 16
 """How many structured-output strategies a middleware remembers what they add for."""
+_NAMES: Final = 16
+"""How many model names the warning of another name than the calibration's remembers."""
 
 Reader = Callable[[list[BaseMessage], str | None, str], str]
 """Answers the recall tool from the state's messages, its call's id and the query."""
@@ -167,8 +170,11 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Whether the agent's own model was seen, the first this middleware trims a request for
         # (create_agent hands it every call, and a ModelFallbackMiddleware listed before this one
         # tries it first), and its name: the trimmer's calibration learns from calls to it only.
+        # A configurable model builds one from each call's config: named on each call.
         self._model_seen = False
         self._model_name: str | None = None
+        self._named_per_call = False
+        self._other_names = FirstTimes(_NAMES)  # the names warned of
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -224,8 +230,11 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = [system, *request.messages] if system is not None else list(request.messages)
         runs: list[list[str]] = []
         if not self._model_seen:
-            self._model_seen, self._model_name = True, _model_name(request.model)
-            self._warn_of_another_name()
+            self._named_per_call = builds_per_call(request.model)
+            self._model_name = None if self._named_per_call else _model_name(request.model)
+            self._model_seen = True
+        name = _model_name(request.model) if self._named_per_call else self._model_name
+        self._warn_of_another_name(name)
         request = self._keyed(request, messages)
         try:
             output_tools, response_format, strict = self._structured_output(request.response_format)
@@ -238,7 +247,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "strict_tools": strict,
                 "output_tools": output_tools,
             }
-            model = self._model_name  # named on the trim, for the callback handler
+            model = name  # named on the trim, for the callback handler
             if self.recalling is not None:
                 result = self._recalling(request.tools).trim(messages, model=model, **options)
                 runs = left_out_runs(messages, result) if result.changed else []
@@ -320,20 +329,22 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             )
         return request.override(**changes)
 
-    def _warn_of_another_name(self) -> None:
-        """Warns once when the agent's model reports another name than the one its trimmer's
-        calibration is for: the callback handler teaches a calibration only the counts of calls
-        to its own model, so this agent's calls would teach it nothing, and nothing would say
-        so (an alias the server serves, an Azure deployment, ``model=`` given to the chat model
-        and not to the settings)."""
+    def _warn_of_another_name(self, name: str | None) -> None:
+        """Warns once per name when the agent's model reports another name than the one its
+        trimmer's calibration is for: the callback handler teaches a calibration only the counts
+        of calls to its own model, so this agent's calls would teach it nothing, and nothing
+        would say so (an alias the server serves, an Azure deployment, ``model=`` given to the
+        chat model and not to the settings)."""
         calibration = self.trimmer.options.calibration
         named = None if calibration is None else calibration.model
-        if named is not None and self._model_name is not None and self._model_name != named:
+        if named is None or name is None or name == named:
+            return
+        if self._other_names.first(name):
             logger.warning(
                 "TrimmingMiddleware: the agent's model reports the name %r, its trimmer's "
-                "calibration is for %r: the calibration learns nothing from this agent's calls. "
+                "calibration is for %r: the calibration learns nothing from these calls. "
                 "Fix: name the same model in the settings (llm.model) and the chat model.",
-                self._model_name[:100],
+                name[:100],
                 named[:100],
             )
 
