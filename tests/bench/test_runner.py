@@ -354,6 +354,31 @@ def test_ctrl_c_keeps_the_modes_replays_and_calls_that_finished(
         load_baseline(path)
 
 
+@pytest.mark.parametrize("signalled", [True, False], ids=["after a signal", "no signal"])
+def test_an_error_after_a_stopping_signal_keeps_the_calls_that_finished(
+    instant_sim: RunningSimulator, signalled: bool
+) -> None:
+    # Ctrl-C's KeyboardInterrupt can land in an import a call makes, and the call then fails
+    # otherwise (a message class loaded twice): the bench lost every finished call (a CI run).
+    def fails_after(step: str) -> None:
+        if step == "run 1/2: trimmed + blocking":
+            raise ValueError("Input should be a valid dictionary or instance of BaseMessage")
+
+    messages = convert_to_messages(agent_conversation())
+    options = BenchOptions(runs=2, budget=300)
+    settings = settings_for(instant_sim)
+    if not signalled:
+        with pytest.raises(ValueError, match="valid dictionary"):
+            run_bench(settings, messages, options, on_call=fails_after, stopped=lambda: False)
+        return
+    with pytest.raises(BenchInterrupted) as stopped:
+        run_bench(settings, messages, options, on_call=fails_after, stopped=lambda: True)
+
+    report = stopped.value.report
+    assert report.interrupted
+    assert sum(len(result.samples) for result in report.modes) == 3
+
+
 def test_every_call_lists_our_count_next_to_the_servers() -> None:
     # The simulator counts in the model's tokenizer and template, as the trimmer does.
     config = replace(INSTANT, tokenizer=Settings().llm.model)

@@ -97,6 +97,7 @@ def test_ctrl_c_keeps_the_runs_that_finished_in_the_table_and_the_json(tmp_path:
 
     assert status == INTERRUPTED, err
     assert "Traceback" not in err
+    assert (tmp_path / "out.json").exists(), err
     document = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert document["interrupted"] is True
     runs = [mode["runs"] for mode in document["modes"]]

@@ -482,6 +482,7 @@ def run_bench(
     simulator: SimulatorConfig | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
     on_call: ProgressCallback | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> BenchReport:
     """Measures what ``options`` ask for on the endpoint of ``settings``; returns what it measured.
 
@@ -493,6 +494,10 @@ def run_bench(
         simulator: The endpoint's latency model, when it is a simulator (see
             :func:`open_endpoint`); recorded in the report.
         on_call: Called after each model call.
+        stopped: Whether a stopping signal was taken (the command's Ctrl-C handler): an error
+            raised after one is the signal's doing and stops the bench as Ctrl-C does (its
+            ``KeyboardInterrupt`` can land inside a call, in an import half done, and the call
+            then fails otherwise).
 
     Raises:
         ValueError: For options the conversation cannot serve (checked before any call), or an
@@ -523,4 +528,8 @@ def run_bench(
         # keeps the calls (it was taken for one before any call).
         return bench.report(options)
     except KeyboardInterrupt:
+        raise BenchInterrupted(bench.report(options, interrupted=True)) from None
+    except Exception:
+        if stopped is None or not stopped():
+            raise
         raise BenchInterrupted(bench.report(options, interrupted=True)) from None

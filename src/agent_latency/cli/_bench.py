@@ -282,7 +282,7 @@ def bench(options: BenchFlags) -> None:
     with stopping_signals() as stops:
         files = ", no --json or --plot file" if options.json_file or options.plot else ""
         try:
-            results = _measure(options, settings, request, measured, workloads)
+            results = _measure(options, settings, request, measured, workloads, stops.taken)
         except (ValueError, OSError) as error:
             if stops.first is None:
                 raise
@@ -376,8 +376,10 @@ def _measure(
     request: RequestFile,
     measured: BenchOptions,
     workloads: WorkloadOptions | None,
+    stopped: Callable[[], bool],
 ) -> BenchResults | None:
-    """Runs the bench, then ``--quality``, then the workloads, each with its progress line.
+    """Runs the bench, then ``--quality``, then the workloads, each with its progress line
+    (``stopped``: whether a stopping signal was taken, see :func:`run_bench`).
 
     Returns:
         The results; after Ctrl-C or SIGTERM, those of what finished (``interrupted``), or
@@ -398,6 +400,7 @@ def _measure(
                 simulator=simulator,
                 tools=request.tools,
                 on_call=_counted(advance, measured.calls()),
+                stopped=stopped,
             )
         if options.quality:
             retention = run_quality()

@@ -58,6 +58,10 @@ class Stops:
         own SIGINT handler, where this one could not be installed)."""
         return self._first or CTRL_C
 
+    def taken(self) -> bool:
+        """Whether a signal was taken."""
+        return self._first is not None
+
     def hold(self) -> None:
         """From now on a signal is only noted: the results are being written and printed."""
         self._held = True
