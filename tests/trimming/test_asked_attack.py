@@ -6,17 +6,12 @@ and a tool's user messages (``RecallingTrimmer.read(..., conversation=...)``). R
 ``create_agent`` agents with ``ChatOpenAI`` over HTTP to the simulator, or over
 ``httpx.MockTransport`` where OpenAI's own API is needed.
 
-Defects left, each an ``xfail(strict=True)`` test here:
-
-* A user's own photo question, asked after a ``return_direct`` tool's result, is read both ways,
-  but kept only while its tool call is the newest: once the agent calls a tool for it, the
-  question goes with the earlier step (``_plan._tool_steps``), which may be dropped. The model
-  then gets the tool call and result made for the question without the question, in 292
-  tokens of a 600 budget that also holds the question's 278 (the same question as text is
-  kept). Position alone cannot tell it from a tool's screenshot, which must stay droppable;
-  the tools' ``return_direct`` flags (which the middleware sees) could.
-
-Fixed, each failing on 868d977: a user's photo question after an unanswered tool call (a tool
+Fixed, each failing on 868d977: a user's own photo question, asked after a ``return_direct``
+tool's result, was kept only while its tool call was the newest: once the agent called a tool
+for it, the question went with the earlier step, which may be dropped (the model got the call
+and result made for the question without it). Position alone cannot tell it from a tool's
+screenshot, which must stay droppable: the trim now reads the tools' ``return_direct`` flags
+(``test_return_direct.py``). A user's photo question after an unanswered tool call (a tool
 that crashed or was interrupted) was taken for one the tool added and left out with the call,
 the request ending with the question before it (5209765: such messages are must-keep with the
 question); handing ``create_agent`` the model built for the call's config (868d977, reverted in
@@ -112,16 +107,6 @@ def check_warranty(product: str) -> str:
 PHOTO_ASK = "Is the parcel in this photo damaged? Use check_warranty to see if it is covered."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A user's photo question after a return_direct result is kept with that tool call "
-    "(_plan._tool_steps glues a user message a tool added to the step before it) and is "
-    "must-keep only while that call is the newest: once the agent calls check_warranty for it, "
-    "its step is droppable history of the turn and goes, question and all, though it fits "
-    "(292 tokens sent of 600; the text question is kept). Fix: never drop a message of "
-    "Plan.asked while the question is kept (drop or shorten the earlier call and result around "
-    "it instead).",
-)
 def test_a_photo_question_after_a_return_direct_result_stays_while_the_agent_works_on_it(
     sim: RunningSimulator,
 ) -> None:

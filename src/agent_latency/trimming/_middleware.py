@@ -175,6 +175,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._model_name: str | None = None
         self._named_per_call = False
         self._other_names = FirstTimes(_NAMES)  # the names warned of
+        self._tools: Sequence[object] = ()  # the latest request's: read back from its trim
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
@@ -221,7 +222,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         runs = None if calling is None else messages[calling].response_metadata.get(LEFT_OUT_KEY)
         before = messages[:calling]
         left_out = in_runs(before, runs) if isinstance(runs, list) else []
-        return self.recalling.read(left_out, query, conversation=before)
+        return self.recalling.read(left_out, query, conversation=before, tools=self._tools)
 
     def _trim(
         self, request: ModelRequest[Any]
@@ -236,6 +237,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         name = _model_name(request.model) if self._named_per_call else self._model_name
         self._warn_of_another_name(name)
         request = self._keyed(request, messages)
+        self._tools = request.tools
         try:
             output_tools, response_format, strict = self._structured_output(request.response_format)
             context, tracer = _current_run()

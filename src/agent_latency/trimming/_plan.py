@@ -744,7 +744,8 @@ def shorten_must_keep(plan: Plan) -> None:
 
     What the turn asks (:attr:`Plan.asked`) is the latest user message, the question being
     answered, and the user messages a tool added after it: the tool's caption of an image, or,
-    after a ``return_direct`` tool's result, the user's own next question (by position the same).
+    after a ``return_direct`` tool's result when the trim is not told the tools, the user's own
+    next question (by position the same).
     Those are shortened only when that makes the request fit, the latter first (largest first,
     each toward what is left to take off), their images kept, none below
     :data:`MIN_SHORTENED_TOKENS`. When even that would not fit, what no trim removes overflows

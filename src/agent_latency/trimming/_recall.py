@@ -45,6 +45,7 @@ from agent_latency._user_input import coerce_messages
 from agent_latency.tokens import TokenCounting
 from agent_latency.trimming._options import TrimOptions
 from agent_latency.trimming._relevance import TermCache, bm25_scores, text_of
+from agent_latency.trimming._request import returning_directly
 from agent_latency.trimming._result import TrimResult, warn_if_over_budget
 from agent_latency.trimming._rounds import analysis
 from agent_latency.trimming._shortening import split_content
@@ -216,6 +217,7 @@ class RecallingTrimmer(TrimRunnable):
         query: str,
         *,
         conversation: Sequence[BaseMessage] = (),
+        tools: Sequence[object] | None = None,
     ) -> str:
         """What the recall tool answers: the left-out messages asked for, as text.
 
@@ -228,6 +230,9 @@ class RecallingTrimmer(TrimRunnable):
             conversation: The messages ``left_out`` were left out of: a user message a tool
                 added there with its result (an image it fetched) reads back as the tool's,
                 not as the user's words.
+            tools: The tools of the request ``left_out`` were left out of (whose
+                ``return_direct`` flags tell a user's message after a result from one the tool
+                added). Default: the trimmer's own.
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>`` (a user message a tool added:
@@ -255,9 +260,9 @@ class RecallingTrimmer(TrimRunnable):
                 f"No left-out message matches {query!r}; {len(left_out)} messages were left out: "
                 "ask with other words."
             )
-        added = {
-            id(conversation[i]) for i in analysis(self.trimmer.token_counter, conversation).added
-        }
+        direct = returning_directly(self.trimmer.options.tools or () if tools is None else tools)
+        counter = self.trimmer.token_counter
+        added = {id(conversation[i]) for i in analysis(counter, conversation, direct).added}
         return self._within_limit(chosen, query, added)
 
     def _within_limit(self, chosen: list[BaseMessage], query: str, added: set[int]) -> str:

@@ -83,6 +83,12 @@ def extras(
     return RequestExtras(tuple(tools), response_format, strict, tuple(output_tools))
 
 
+def returning_directly(tools: Sequence[object]) -> frozenset[str]:
+    """The names of the ``tools`` whose result ends an agent's run (a ``BaseTool`` made with
+    ``return_direct=True``; a tool given as a dict, function or model has no such flag)."""
+    return frozenset(t.name for t in tools if isinstance(t, BaseTool) and t.return_direct)
+
+
 def extras_of_model(model: object) -> RequestExtras:
     """Returns the tools and response format bound to ``model`` (see the module docstring).
 

@@ -49,7 +49,7 @@ import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, count, islice, pairwise, repeat, takewhile
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -193,6 +193,7 @@ class _Grouping:
         messages: Sequence[BaseMessage],
         counts: list[int],
         count: Callable[[BaseMessage], int],
+        direct: frozenset[str],
     ) -> None:
         """Groups the messages after those grouped so far.
 
@@ -201,6 +202,8 @@ class _Grouping:
             counts: The tokens of the messages grouped so far; extended with ``count``.
             count: Counts a message (after its content and tool calls are checked: a message
                 spoiled in place is named).
+            direct: The names of the tools whose result ends the agent's run
+                (``return_direct``), when known.
         """
         for index in range(len(self.owner), len(messages)):
             message = messages[index]
@@ -228,7 +231,7 @@ class _Grouping:
                 kind = "message"  # the common types first: see below
             elif isinstance(message, HumanMessage):
                 # The common types first: role_of looks at ChatMessage roles and their aliases.
-                kind = self._user(messages, index)
+                kind = self._user(messages, index, direct)
             elif isinstance(message, SystemMessage):
                 kind = "system"
             else:
@@ -239,7 +242,7 @@ class _Grouping:
                         continue
                     kind = "orphan"
                 elif role == "user":
-                    kind = self._user(messages, index)
+                    kind = self._user(messages, index, direct)
                 else:
                     kind = "system" if role in _SYSTEM_ROLES else "message"
             counts.append(count(message))
@@ -249,33 +252,51 @@ class _Grouping:
             if ids:
                 self.issued.append((len(self.units) - 1, ids))
 
-    def _user(self, messages: Sequence[BaseMessage], index: int) -> UnitKind:
+    def _user(
+        self, messages: Sequence[BaseMessage], index: int, direct: frozenset[str]
+    ) -> UnitKind:
         """The kind of the user message at ``index``: ``"user"``, a new round, unless a tool
         added it with its result (:meth:`_added_by_a_tool`): then a ``"message"`` of the turn it
         came in, as the result is."""
-        if self._added_by_a_tool(messages, index):
+        if self._added_by_a_tool(messages, index, direct):
             self.added.append(index)
             return "message"
         self.round += 1
         return "user"
 
-    def _added_by_a_tool(self, messages: Sequence[BaseMessage], index: int) -> bool:
+    def _added_by_a_tool(
+        self, messages: Sequence[BaseMessage], index: int, direct: frozenset[str]
+    ) -> bool:
         """Whether the user message at ``index`` is one a tool added with its result: it holds
         other parts than text (an image, a file: chat endpoints take those in a user message
         only, so a tool fetching a chart returns a ``Command`` adding its result and one) and
         comes right after a tool result, a tool call (the result listed after it) or another
-        such message. A text alone is a question, also right after a ``return_direct`` tool's
-        result."""
+        such message. A text alone is a question, and so is any user message right after the
+        result of a tool in ``direct`` (``return_direct``: the agent's run ended there)."""
         content = messages[index].content
         if index == 0 or type(content) is not list or not split_content(content)[1]:
             return False
         before = index - 1
         if self.orphans and self.orphans[-1] == before:  # answers no call: no tool's
             return False
-        if role_of(messages[before]) == "tool" or (self.added and self.added[-1] == before):
+        if role_of(messages[before]) == "tool":
+            return not direct or self._tool_of(messages, before) not in direct
+        if self.added and self.added[-1] == before:
             return True
         last = self.units[-1] if self.units else None  # the unit of the message before
         return last is not None and last.indices[0] == before and last.kind == "tool_call"
+
+    def _tool_of(self, messages: Sequence[BaseMessage], index: int) -> str | None:
+        """The name of the tool whose result is at ``index`` (joined to its call): the result's
+        own name, as LangGraph's agents read it, else its call's."""
+        result = messages[index]
+        call_id = _answered_call(result)
+        if result.name or call_id is None:
+            return result.name
+        call = self.units[self.unit_of_call[call_id]].indices[0]
+        calls = tool_calls_of(cast("AIMessage", messages[call]), call)  # a tool call's unit
+        name = next(c["name"] for c in calls if c["id"] == call_id)
+        return name if isinstance(name, str) else None  # an invalid call's may be None
 
     def _add(self, unit: Unit, counts: list[int]) -> None:
         """Adds a unit after the others (its messages' classes and owners already listed)."""
@@ -429,9 +450,9 @@ class MessageFacts(NamedTuple):
         its turn asks.
 
         A user message a tool added (an image) is the tool's, or, right after a
-        ``return_direct`` tool's result, the user's own next question: the position is all there
-        is to tell them apart, so its text is asked either way (a tool's caption says what the
-        turn fetched).
+        ``return_direct`` tool's result when the trim was not told which tools return directly,
+        the user's own next question: the position is all there is to tell them apart then, so
+        its text is asked either way (a tool's caption says what the turn fetched).
         """
         added, owner = self.added, self.owner
         after = islice(added, bisect.bisect_right(added, question), None)
@@ -442,11 +463,16 @@ class MessageFacts(NamedTuple):
         return "\n".join(map(self.texts.__getitem__, self.asking(question)))
 
 
-def analysis(counter: TokenCounting, messages: Sequence[BaseMessage]) -> MessageFacts:
-    """The facts of ``messages``, worked out afresh (what :class:`AnalysisMemo` remembers)."""
+def analysis(
+    counter: TokenCounting,
+    messages: Sequence[BaseMessage],
+    direct: frozenset[str] = frozenset(),
+) -> MessageFacts:
+    """The facts of ``messages``, worked out afresh (what :class:`AnalysisMemo` remembers);
+    ``direct``: the names of the ``return_direct`` tools, when known."""
     counts: list[int] = []
     grouping = _Grouping()
-    grouping.extend(messages, counts, counter.count_message)
+    grouping.extend(messages, counts, counter.count_message, direct)
     return grouping.facts(counts, list(map(text_of, messages)))
 
 
@@ -578,10 +604,13 @@ class AnalysisMemo:
 
     Args:
         counter: Counts the messages' tokens.
+        direct: The names of the tools whose result ends the agent's run (``return_direct``),
+            when known: a user message right after such a result is the user's question.
     """
 
-    def __init__(self, counter: TokenCounting) -> None:
+    def __init__(self, counter: TokenCounting, direct: frozenset[str] = frozenset()) -> None:
         self._counter = counter
+        self._direct = direct
         # A memo is cut before its first message that died (whose content, copies of list
         # content and text it would otherwise hold), at the next call.
         self._memos = LRUCache(_CONVERSATIONS, on_death=_alive_part)
@@ -644,7 +673,7 @@ class AnalysisMemo:
         try:
             memo = self._extended(_truncated(memo, unchanged), messages, seen, key)
         except _Uncopyable:  # edits in place could not be told later: nothing is remembered
-            return analysis(self._counter, messages), key
+            return analysis(self._counter, messages, self._direct), key
         self._memos.put(key, memo)
         if len(messages) >= _KEY_MESSAGES:
             remembered_as = _opening_values(memo.types, memo.dicts, memo.facts.texts)
@@ -795,7 +824,7 @@ class AnalysisMemo:
         counts = memo.facts.counts.copy()
         # A conversation's first grouping is a new one (a generation of its own), not _EMPTY's.
         grouping = memo.grouping.copy() if memo.refs else _Grouping()
-        grouping.extend(messages, counts, self._counter.count_message)
+        grouping.extend(messages, counts, self._counter.count_message, self._direct)
         facts = grouping.facts(counts, memo.facts.texts + new_texts)
         refs = memo.refs + list(map(weakref.ref, new, repeat(self._memos.on_death(key))))
         call_ids, raw_calls = memo.call_ids.plus(*calls), memo.raw_calls.plus(*raw)

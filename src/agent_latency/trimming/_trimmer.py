@@ -27,6 +27,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from agent_latency import semconv
+from agent_latency._caches import LRUCache
 from agent_latency._user_input import ConvertedDicts, coerce_messages
 from agent_latency._validation import checked_bool
 from agent_latency.config import TRIM_MODES, Settings, removed_value
@@ -53,7 +54,13 @@ from agent_latency.trimming._plan import (
 )
 from agent_latency.trimming._recall import TOOL_DEFINITION
 from agent_latency.trimming._relevance import Occurrences, TermCache, TermIndex
-from agent_latency.trimming._request import ExtrasCounter, RequestExtras, extras, extras_of_model
+from agent_latency.trimming._request import (
+    ExtrasCounter,
+    RequestExtras,
+    extras,
+    extras_of_model,
+    returning_directly,
+)
 from agent_latency.trimming._result import TrimResult, warn_if_over_budget
 from agent_latency.trimming._rounds import AnalysisMemo
 from agent_latency.trimming._shortening import MessageShortener
@@ -64,6 +71,8 @@ __all__ = ["PriorityTrimmer", "TrimResult"]
 
 _UNSET: Any = object()
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
+_TOOL_SETS = 4
+"""The sets of ``return_direct`` tools whose conversations a trimmer remembers apart."""
 
 
 class PriorityTrimmer(TrimRunnable):
@@ -109,7 +118,8 @@ class PriorityTrimmer(TrimRunnable):
         self.term_cache = TermCache()
         self._term_index = TermIndex(self.term_cache)
         self._shortener = MessageShortener(counter)
-        self._analyses = AnalysisMemo(counter)
+        # Per set of return_direct tools' names (an agent has one: most have none).
+        self._analyses = LRUCache(_TOOL_SETS)
         self._converted = ConvertedDicts()
         self.compactor = Compactor(counter)
         self._extras_counter = ExtrasCounter(counter)
@@ -225,7 +235,9 @@ class PriorityTrimmer(TrimRunnable):
             messages: A list of LangChain messages and/or OpenAI-format dicts, a
                 ``PromptValue``, or a dict with a ``"messages"`` key. Never modified.
             context: The OpenTelemetry context to start the span in. Default: the current one.
-            tools: The tools this request sends. Default: the trimmer's own.
+            tools: The tools this request sends. Default: the trimmer's own. A user message
+                right after the result of one made with ``return_direct=True`` (which ends an
+                agent's run) is the user's question, whatever parts it holds.
             response_format: The ``response_format`` this request sends. Default: the
                 trimmer's own.
             strict_tools: Whether ``tools`` are sent with ``strict: true``.
@@ -309,11 +321,21 @@ class PriorityTrimmer(TrimRunnable):
             changes["tools"] = [*changes.get("tools", self.options.tools or ()), TOOL_DEFINITION]
         return PreModelHook(self._with(**changes) if changes else self, system, recall=recall)
 
+    def _analysis_memo(self, direct: frozenset[str]) -> AnalysisMemo:
+        """The analyses of conversations trimmed with ``direct`` as their return_direct tools."""
+        memo: AnalysisMemo | None = self._analyses.get(direct)
+        if memo is None:
+            memo = AnalysisMemo(self.token_counter, direct)
+            self._analyses.put(direct, memo)
+        return memo
+
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         # The analysis checks content; dicts met before are the messages made of them then.
         messages = coerce_messages(value, check_content=False, converted=self._converted)
-        facts, conversation = self._analyses.analyse(messages)
+        facts, conversation = self._analysis_memo(returning_directly(request.tools)).analyse(
+            messages
+        )
         counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
         # What the request weighed as given, before a tool budget left tools out.
