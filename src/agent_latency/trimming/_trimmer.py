@@ -118,8 +118,9 @@ class PriorityTrimmer(TrimRunnable):
         self.term_cache = TermCache()
         self._term_index = TermIndex(self.term_cache)
         self._shortener = MessageShortener(counter)
-        # Per set of return_direct tools' names (an agent has one: most have none).
-        self._analyses = LRUCache(_TOOL_SETS)
+        self._analyses = AnalysisMemo(counter)
+        # Per set of return_direct tools' names, for the agents that have some.
+        self._direct_analyses = LRUCache(_TOOL_SETS)
         self._converted = ConvertedDicts()
         self.compactor = Compactor(counter)
         self._extras_counter = ExtrasCounter(counter)
@@ -321,21 +322,23 @@ class PriorityTrimmer(TrimRunnable):
             changes["tools"] = [*changes.get("tools", self.options.tools or ()), TOOL_DEFINITION]
         return PreModelHook(self._with(**changes) if changes else self, system, recall=recall)
 
-    def _analysis_memo(self, direct: frozenset[str]) -> AnalysisMemo:
-        """The analyses of conversations trimmed with ``direct`` as their return_direct tools."""
-        memo: AnalysisMemo | None = self._analyses.get(direct)
+    def _analysis_memo(self, tools: Sequence[object]) -> AnalysisMemo:
+        """The analyses of conversations trimmed with ``tools``: one per set of return_direct
+        tools among them (which tell a user's question from a message a tool added)."""
+        direct = returning_directly(tools) if tools else None
+        if not direct:
+            return self._analyses
+        memo: AnalysisMemo | None = self._direct_analyses.get(direct)
         if memo is None:
             memo = AnalysisMemo(self.token_counter, direct)
-            self._analyses.put(direct, memo)
+            self._direct_analyses.put(direct, memo)
         return memo
 
     def _trim(self, value: object, request: RequestExtras) -> TrimResult:
         started = time.perf_counter()
         # The analysis checks content; dicts met before are the messages made of them then.
         messages = coerce_messages(value, check_content=False, converted=self._converted)
-        facts, conversation = self._analysis_memo(returning_directly(request.tools)).analyse(
-            messages
-        )
+        facts, conversation = self._analysis_memo(request.tools).analyse(messages)
         counts, texts, units = facts.counts, facts.texts, facts.units
         dropped_tools: tuple[str, ...] = ()
         # What the request weighed as given, before a tool budget left tools out.
