@@ -286,7 +286,8 @@ class PriorityTrimmer(TrimRunnable):
         The hook trims the state's messages into ``llm_input_messages``, so the model sees the
         trimmed list while the graph state keeps the full history. LangGraph adds its
         ``prompt=`` after the hook and sends the agent's tools with every call: pass the same
-        ``prompt`` and ``tools`` here so they count against the budget.
+        ``prompt`` and ``tools`` here so they count against the budget (and so that a user
+        message after a ``return_direct`` tool's result is read as the user's question).
 
         With ``recall`` (the default) what the hook cuts stays readable: an elision marker goes
         where history was cut (its tokens reserved in the budget), and the ``recall`` tool reads
