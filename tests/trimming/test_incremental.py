@@ -95,9 +95,14 @@ def test_history_rounds_read_from_the_analysis_are_those_walked_from_the_units(s
         rounds = plan.history_rounds()
 
         # A call still waiting for its result is not sent (OpenAI: 400); dropping it leaves the
-        # analysis' rounds, which hold it, for the walked ones.
+        # analysis' rounds, which hold it, for the walked ones. So does keeping a call whose
+        # result came after the latest user message (written while the tool ran) with its
+        # question: history kept as must-keep.
         left_out = [r == "unanswered_tool_call" for r in compress(plan.rules, plan.dropped)]
-        assert plan.as_analysed is not any(left_out)
+        facts = plan.facts
+        asked = facts.units[facts.users[-1]].indices[0] if facts.users else -1
+        wrote_while_a_tool_ran = any(call < asked < late for late, call in facts.late.items())
+        assert plan.as_analysed is not (any(left_out) or wrote_while_a_tool_ran)
         if walked is None:
             assert rounds is None
         else:

@@ -308,15 +308,7 @@ def test_an_image_listed_before_its_tool_result_keeps_the_question(
     "between",
     [
         "image",
-        pytest.param(
-            "user writing",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a text the user writes while a tool runs is a question of its own (a "
-                "tool adds other parts than text): the turn it opens leaves the question before "
-                "it, the call and its late result to the history, which a cut may drop",
-            ),
-        ),
+        "user writing",
     ],
 )
 def test_a_user_message_between_a_call_and_its_result_keeps_the_question_and_the_result(

@@ -32,8 +32,10 @@ RULE_EXPLANATIONS: Final[Mapping[Rule, tuple[str, str]]] = {
     "fits": ("all fits the budget", "the whole request fits the budget; kept unchanged."),
     "must_keep": (
         "always kept",
-        "a system message (`keep_system`) or the latest user message (`keep_latest_user`); "
-        "never dropped.",
+        "a system message (`keep_system`) or the latest user message (`keep_latest_user`), "
+        "with what the agent was working on when the user wrote it while a tool ran (the tool "
+        "call whose result came after it, its results and the question it was made for) or a "
+        "user message after a call no result answers; never dropped.",
     ),
     "latest_tool_call": (
         "current tool call",

@@ -517,11 +517,32 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
             for unit in step[1:]
             for index in unit.indices
         ]
+        if facts.late:
+            must_keep += _worked_on(facts, latest)
     plan.keep(must_keep, "must_keep")
     # The newest tool call with what its tool added as user messages (an image: _tool_steps).
     call = next((step for step in reversed(steps) if step[0].kind == "tool_call"), None)
     if call is not None and not plan.dropped[call[0].indices[0]]:
         plan.keep([index for unit in call for index in unit.indices], "latest_tool_call")
+
+
+def _worked_on(facts: MessageFacts, latest: int) -> list[int]:
+    """What the agent was working on when the user wrote the user message of the unit at
+    ``latest`` while a tool ran (its result came after it): each such tool call with its
+    results, and the user message it was made for."""
+    asked = facts.units[latest].indices[0]
+    calls = {call for result, call in facts.late.items() if call < asked < result}
+    found: list[int] = []
+    for position in range(latest - 1, -1, -1):  # the calls are recent
+        if not calls:
+            break
+        unit = facts.units[position]
+        if unit.indices[0] in calls:
+            calls.discard(unit.indices[0])
+            found += unit.indices
+            user = bisect.bisect_left(facts.users, position) - 1
+            found += facts.units[facts.users[user]].indices if user >= 0 else ()
+    return found
 
 
 def _unanswered_alone(call: Unit, facts: MessageFacts) -> bool:
