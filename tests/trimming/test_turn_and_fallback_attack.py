@@ -14,8 +14,10 @@ question; a long question before the image was no longer shortened. The rule now
 analysis (``_rounds._Grouping._added_by_a_tool``): a user message with other parts than text
 right after a tool result, a tool call or another such message is a message of the tool's turn,
 not a question: the question stays the latest user message (the query, the one shortened), the
-round holds the whole turn, and the image is kept with the newest tool call. What it leaves: a
-text a user writes while a tool runs is a question of its own (``xfail``).
+round holds the whole turn, and the image is kept with the newest tool call. A text a user
+writes while a tool runs is a question of its own; it lost the question, the call and the late
+result the agent was working on (an ``xfail`` here until db7506a: now kept with it,
+``_plan._worked_on``).
 
 Defects of the fallback work, each a test here that failed on it: a primary bound with
 ``bind``/``with_retry`` named no model on its trims, so a fallback's count taught the primary's
