@@ -6,7 +6,8 @@ what it corrects, however short the old statement was"). Defects left, ``xfail(s
 tests here, where the correction is not a short message of its own:
 
 * said inside a long user message (an update covering many things), the correction's round is
-  dropped and the one-line old statement kept: at 85 of the 145 budgets from 150 to 1,590 (steps of 10);
+  dropped and the one-line old statement kept: at 85 of the 145 budgets from 150 to 1,590
+  (steps of 10);
 * returned in a tool result (a config dump read after the statement), the result is sent
   shortened to its head and tail, which cuts out the corrected line, beside the old statement:
   at 106 of them, up to 34 tokens short of the whole conversation.
