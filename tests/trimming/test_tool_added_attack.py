@@ -447,7 +447,7 @@ def test_a_tool_budget_keeps_the_question_with_the_tools_image(
     assert sent_image[:2] == [False, True]  # sent with the call that added it
     for body in bodies.sent:
         assert question in [m.get("content") for m in body["messages"]]
-        assert [t["function"]["name"] for t in body["tools"]] == ["get_chart"]
+        assert [t["function"]["name"] for t in body["tools"]] == ["recall", "get_chart"]
 
 
 # --- (B) the model a trim names, and the keyed model copies --------------------------------------

@@ -158,7 +158,9 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.recalling: RecallingTrimmer | None = None
         self.tools: list[BaseTool] = []
         if recall:
-            self.recalling = RecallingTrimmer(trimmer)
+            # The marker invites a call to the tool: a tool budget never leaves it out.
+            pinned = [*trimmer.options.pinned_tools, TOOL_NAME]
+            self.recalling = RecallingTrimmer(trimmer._with(pinned_tools=pinned))
             self.tools = [_recall_tool(self._read_back)]
         # Where the agent has no tool of ours (another tool took its name): the marker that
         # invites no call.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -68,6 +69,8 @@ from agent_latency.trimming._span import TrimRunnable, end_trim_span, start_trim
 from agent_latency.trimming._tools import select_tools
 
 __all__ = ["PriorityTrimmer", "TrimResult"]
+
+logger = logging.getLogger("agent_latency.trimming")
 
 _UNSET: Any = object()
 """Marks ``trim(tools=...)`` / ``response_format`` not given: the trimmer's own apply."""
@@ -122,6 +125,10 @@ class PriorityTrimmer(TrimRunnable):
         # Per set of return_direct tools' names, for the agents that have some.
         self._direct_analyses = LRUCache(_TOOL_SETS)
         self._converted = ConvertedDicts()
+        # Whether its tools are bound to a model that sends them all (for_model, a hook's): a
+        # tool budget cannot choose them then.
+        self._tools_bound = False
+        self._warned_of_tools = False  # that tool_budget is not used (_warn_of_tools_sent_whole)
         self.compactor = Compactor(counter)
         self._extras_counter = ExtrasCounter(counter)
         self._extras = extras(options.tools, options.response_format)
@@ -201,14 +208,24 @@ class PriorityTrimmer(TrimRunnable):
             TypeError: When ``model`` is not a LangChain Runnable.
         """
         bound = extras_of_model(model)
-        return self._with(tools=bound.tools, response_format=bound.response_format)
+        return self._with(
+            tools=bound.tools, response_format=bound.response_format
+        )._with_tools_bound()
+
+    def _with_tools_bound(self) -> PriorityTrimmer:
+        """This trimmer, noted as trimming for a model its tools are bound to (see
+        :meth:`_warn_of_tools_sent_whole`)."""
+        self._tools_bound = True
+        return self
 
     def _with(self, *, cut_budget: int | None = None, **changes: Any) -> PriorityTrimmer:
         """A trimmer with the same options and token counter, but for ``changes`` (and the
-        budget its cuts are drawn on, see :meth:`_build`)."""
-        return self._from_options(
+        budget its cuts are drawn on, see :meth:`_build`), for the same kind of model."""
+        trimmer = self._from_options(
             dataclasses.replace(self.options, **changes), cut_budget=cut_budget
         )
+        trimmer._tools_bound = self._tools_bound
+        return trimmer
 
     def __repr__(self) -> str:
         options = self.options
@@ -321,7 +338,21 @@ class PriorityTrimmer(TrimRunnable):
             changes["keep_system"] = True  # LangGraph sends the prompt whatever the hook returns
         if recall:
             changes["tools"] = [*changes.get("tools", self.options.tools or ()), TOOL_DEFINITION]
-        return PreModelHook(self._with(**changes) if changes else self, system, recall=recall)
+        # LangGraph sends every tool of the agent: a tool budget cannot choose them.
+        trimmer = self._with(**changes)._with_tools_bound()
+        return PreModelHook(trimmer, system, recall=recall)
+
+    def _warn_of_tools_sent_whole(self) -> None:
+        """Warns, once per trimmer, that its ``tool_budget`` is not used: its tools are bound
+        to a model that sends them all (``for_model``, ``as_pre_model_hook``)."""
+        if self._warned_of_tools:
+            return
+        self._warned_of_tools = True
+        logger.warning(
+            "PriorityTrimmer: tool_budget is not used by for_model or as_pre_model_hook: the "
+            "tools are bound to the model, which sends them all, so they are counted whole. To "
+            "send fewer, use TrimmingMiddleware, or trim() and send result.tools."
+        )
 
     def _analysis_memo(self, tools: Sequence[object]) -> AnalysisMemo:
         """The analyses of conversations trimmed with ``tools``: one per set of return_direct
@@ -345,7 +376,9 @@ class PriorityTrimmer(TrimRunnable):
         # What the request weighed as given, before a tool budget left tools out.
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
         tools_given = tool_tokens + response_format_tokens
-        if self.options.tool_budget is not None and request.tools:
+        if self.options.tool_budget is not None and request.tools and self._tools_bound:
+            self._warn_of_tools_sent_whole()
+        elif self.options.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
                 request,
                 messages,
