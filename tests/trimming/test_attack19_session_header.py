@@ -2,8 +2,8 @@
 
 docs/trimming.md: "A value the model already sends in that header (`default_headers`,
 `extra_headers`) is kept", and the model "is looked for through bindings (`bind`,
-`with_retry`)". Defect left, an ``xfail(strict=True)`` test here: a ``ChatOpenAI`` wrapped with
-``with_retry`` (as ``create_agent`` takes it) has its own session header replaced by the
+`with_retry`)". Defect fixed (its tests failed before): a ``ChatOpenAI`` wrapped with
+``with_retry`` (as ``create_agent`` takes it) had its own session header replaced by the
 middleware's key, on the wire (the real ``ChatOpenAI`` sends to the simulator, which records the
 headers that arrive). Bare, bound with ``bind`` or with ``with_fallbacks``, it is kept.
 """
@@ -52,12 +52,21 @@ def test_a_bound_models_own_session_header_is_kept(model_options: dict[str, Any]
     assert headers.get("x-session-id") == "mine"
 
 
+# Failed before the headers were read from the chat model the binding wraps.
 @OPTIONS
-@pytest.mark.xfail(
-    strict=True,
-    reason="the model settings' extra_headers are built from the request's model as it is, "
-    "not from the chat model a with_retry wraps: the user's own header is replaced",
-)
 def test_a_with_retry_models_own_session_header_is_kept(model_options: dict[str, Any]) -> None:
     (headers,) = headers_sent(lambda model: model.with_retry(stop_after_attempt=1), model_options)
     assert headers.get("x-session-id") == "mine", headers.get("x-session-id")
+
+
+def test_a_header_a_binding_sends_is_kept_with_the_bindings_other_headers() -> None:
+    # The model settings' extra_headers replace a binding's when sent: both go in them.
+    own = {**OWN, "X-Team": "blue"}
+    (headers,) = headers_sent(lambda model: model.bind(extra_headers=own).with_retry(), {})
+    assert (headers.get("x-session-id"), headers.get("x-team")) == ("mine", "blue")
+
+
+def test_a_binding_without_the_header_keeps_its_others_beside_the_key() -> None:
+    (headers,) = headers_sent(lambda model: model.bind(extra_headers={"X-Team": "blue"}), {})
+    assert headers.get("x-team") == "blue"
+    assert headers.get("x-session-id", "").startswith("agent-latency-")

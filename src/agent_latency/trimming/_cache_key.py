@@ -282,22 +282,29 @@ def with_session_header(
 ) -> Mapping[str, Any]:
     """Model settings that also send ``key`` in the request header ``header``.
 
-    A value the caller already gives that header (in ``settings``' or ``model.model_kwargs``'
-    ``extra_headers``, or in ``model.default_headers``, in any case) is kept, and so are the
-    other headers they give: the settings' ``extra_headers`` replace the model's when sent.
+    A value the caller already gives that header (in the ``extra_headers`` of ``settings``, of
+    a binding on the way to the chat model or of its ``model_kwargs``, or in its
+    ``default_headers``, in any case) is kept, and so are the other headers they give: the
+    settings' ``extra_headers`` replace the others when sent.
 
     Args:
         settings: The request's model settings (keywords of the model call).
-        model: The chat model, a ``ChatOpenAI`` or another.
+        model: The request's model: a chat model (a ``ChatOpenAI`` or another), or one wrapped
+            (``bind``, ``with_retry``, ``with_fallbacks``: see :func:`chat_model_of`).
         header: The header's name.
         key: The conversation's key.
     """
-    model_kwargs = getattr(model, "model_kwargs", None) or {}
-    defaults = getattr(model, "default_headers", None) or {}
-    headers = {
-        **(model_kwargs.get(HEADERS_SETTING) or {}),
-        **(settings.get(HEADERS_SETTING) or {}),
-    }
+    chat_model, bindings, _ = _unwrapped(model)
+    model_kwargs = getattr(chat_model, "model_kwargs", None) or {}
+    defaults = getattr(chat_model, "default_headers", None) or {}
+    given = [model_kwargs, *reversed(bindings), settings]  # the outer win
+    headers = {name: value for each in given for name, value in _headers(each).items()}
     if header.lower() in {name.lower() for name in (*headers, *defaults)}:
         return settings
     return {**settings, HEADERS_SETTING: {**headers, header: key}}
+
+
+def _headers(keywords: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``extra_headers`` ``keywords`` give (none when not a mapping)."""
+    headers = keywords.get(HEADERS_SETTING)
+    return headers if isinstance(headers, Mapping) else {}
