@@ -1,9 +1,9 @@
 """Attacks on how ``TrimmingMiddleware`` takes its options (helper attack19).
 
-Defect left, an ``xfail(strict=True)`` test here: ``TrimmingMiddleware.from_settings(settings,
+Defect fixed (the test failed before): ``TrimmingMiddleware.from_settings(settings,
 recall=False)`` (or ``cache_key=``, ``session_header=``), the middleware's own documented
-keywords, is refused as "PriorityTrimmer: unknown option 'recall'. Fix: remove it.": the fix
-given drops the user's intent (recall stays on) instead of saying where the keyword goes.
+keywords, was refused as "PriorityTrimmer: unknown option 'recall'. Fix: remove it.": the fix
+given dropped the user's intent (recall stays on). ``from_settings`` now takes them.
 """
 
 from __future__ import annotations
@@ -20,11 +20,6 @@ from agent_latency.trimming import TrimmingMiddleware
     "option",
     [{"recall": False}, {"cache_key": False}, {"session_header": "x-session-id"}],
     ids=["recall", "cache_key", "session_header"],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_settings passes the middleware's own keywords to the trimmer, whose error "
-    "says to remove them",
 )
 def test_from_settings_takes_the_middlewares_own_options_or_says_where_they_go(
     option: dict[str, Any],

@@ -180,14 +180,30 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._tools: Sequence[object] = ()  # the latest request's: read back from its trim
 
     @classmethod
-    def from_settings(cls, settings: Settings, **options: Any) -> TrimmingMiddleware:
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        recall: bool = True,
+        cache_key: bool | None = None,
+        session_header: str | None = None,
+        **options: Any,
+    ) -> TrimmingMiddleware:
         """The middleware with the trimmer of ``settings.prompt.mode``.
 
         Args:
             settings: Loaded settings.
+            recall: As for the constructor.
+            cache_key: As for the constructor.
+            session_header: As for the constructor.
             **options: Keyword options of the trimmer (see :func:`trimmer_from_settings`).
         """
-        return cls(trimmer_from_settings(settings, **options))
+        return cls(
+            trimmer_from_settings(settings, **options),
+            recall=recall,
+            cache_key=cache_key,
+            session_header=session_header,
+        )
 
     def wrap_model_call(
         self,
