@@ -2,10 +2,10 @@
 
 docs/trimming.md: every call of a conversation carries one key "derived from its system prompt
 and first user message", so that calls sharing a key share a prefix (``_cache_key``:
-"Conversations that begin alike share a key, as they share a prefix"). Defect left, an
-``xfail(strict=True)`` test here: a second system message before the first user message (the
-customer's profile an app puts in each conversation's input, after the agent's system prompt)
-is left out of the key. Every customer's conversation opening with "Hi" then sends the same key
+"Conversations that begin alike share a key, as they share a prefix"). Defect fixed (the test
+failed before): a second system message before the first user message (the customer's profile
+an app puts in each conversation's input, after the agent's system prompt) was left out of the
+key. Every customer's conversation opening with "Hi" then sent the same key
 on OpenAI's API, whose prefixes part after the system prompt: OpenAI routes a key's requests to
 the same machines and spreads them once a key passes about 15 requests a minute, so the key
 routes a whole service's traffic as one conversation.
@@ -17,7 +17,6 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
@@ -52,10 +51,7 @@ def keys_sent(*profiles: str) -> list[str | None]:
     return [body.get("prompt_cache_key") for body in bodies]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="only the first system message before the first user message goes into the key",
-)
+# Failed before every system message before the first user message went into the key.
 def test_conversations_opening_with_other_system_messages_send_other_keys() -> None:
     alice, bob = keys_sent(
         "Customer: Alice Jones, plan Gold, account 1183.",
