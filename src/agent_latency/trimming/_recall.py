@@ -239,7 +239,8 @@ class RecallingTrimmer(TrimRunnable):
             ``[id <id>] added by a tool: <text>``), within a quarter of the budget
             (the best one, if it alone is longer, from the stretch of it that matches best),
             and how many more matched, with their ids. The
-            tool's own earlier calls and answers are not read.
+            tool's own earlier calls and answers are not read (a model message that made one
+            beside text or other calls reads as those).
         """
         # Its own earlier calls and answers hold the words of earlier queries, and what came
         # back then: not what was said.
@@ -511,8 +512,9 @@ def _more(rest: Sequence[BaseMessage], within: int, counter: TokenCounting) -> s
 
 
 def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """``messages`` without the recall tool's calls (an AI message calling only it, with no
-    text) and answers."""
+    """``messages`` without the recall tool's calls and answers: an AI message that called it
+    reads as a copy without those calls (its text and other calls kept), or not at all where
+    nothing else is left of it."""
     calls = {
         call["id"]
         for m in messages
@@ -520,17 +522,28 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         for call in m.tool_calls
         if call["name"] == TOOL_NAME
     }
-    return [
-        m
-        for m in messages
-        if not (isinstance(m, ToolMessage) and (m.tool_call_id in calls or m.name == TOOL_NAME))
-        and not (
-            isinstance(m, AIMessage)
-            and m.tool_calls
-            and not text_of(m)
-            and all(call["name"] == TOOL_NAME for call in m.tool_calls)
-        )
-    ]
+    kept: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, ToolMessage) and (m.tool_call_id in calls or m.name == TOOL_NAME):
+            continue
+        if isinstance(m, AIMessage) and any(call["name"] == TOOL_NAME for call in m.tool_calls):
+            m = _without_calls(m, calls)
+            if not (_parts(m) or _text(m)):  # nothing else to read
+                continue
+        kept.append(m)
+    return kept
+
+
+def _without_calls(message: AIMessage, calls: set[str | None]) -> AIMessage:
+    """A copy of ``message`` without its tool calls whose ids are in ``calls``, in its tool
+    calls and in its content (an Anthropic-style ``tool_use`` part)."""
+    content = message.content
+    if isinstance(content, list):
+        content = [
+            part for part in content if not (isinstance(part, Mapping) and part.get("id") in calls)
+        ]
+    tool_calls = [call for call in message.tool_calls if call["id"] not in calls]
+    return message.model_copy(update={"content": content, "tool_calls": tool_calls})
 
 
 def _head(message: BaseMessage, added: set[int]) -> str:
