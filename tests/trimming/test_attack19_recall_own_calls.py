@@ -1,11 +1,12 @@
 """Attacks on what the recall tool reads back (helper attack19).
 
 docs/trimming.md: the tool's "own earlier calls and answers are not read back (they hold the
-words of earlier queries, not what was said)". Defect left, an ``xfail(strict=True)`` test
-here: an earlier call the model made with a line of text beside it ("Let me look that up.", as
-models often write) is read back, first, as ``[id call1] ai: Let me look that up. (called
-recall({"query": "database port"}))``, since only calls with no text are left out
-(``_without_recalls``): the words of the earlier query outrank what was said.
+words of earlier queries, not what was said)". An earlier call the model made with a line of
+text beside it ("Let me look that up.", as models often write) was read back, first, as
+``[id call1] ai: Let me look that up. (called recall({"query": "database port"}))``, since only
+calls with no text were left out (``_without_recalls``): the words of the earlier query
+outranked what was said (an ``xfail`` here until dd68b8f). Now such a message reads as a copy
+without its recall calls, its text and other calls kept.
 """
 
 from __future__ import annotations
