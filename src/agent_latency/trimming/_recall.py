@@ -13,7 +13,9 @@ per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
-newer first on a tie, a correction before what it corrects), within a quarter of the budget.
+newer first on a tie, a correction before what it corrects), within the tool-result cap the
+trimmer applies to the answer when it sends it (``max_tool_result_tokens``, by default a quarter
+of the budget), the answer's message counted as sent: its framing and the call's id included.
 The agents' ``recall`` tool (:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the
 pre-model hook register it.
 """
@@ -103,8 +105,10 @@ TOOL_DEFINITION: Final = {
 ``TrimmingMiddleware``'s tool converts to)."""
 _MARKER_GAP: Final = "\n\n"
 """What separates the marker from the user's text where it heads the first user message."""
-READ_SHARE: Final = 4
-"""What the tool returns takes at most a ``READ_SHARE``-th of the budget's tokens."""
+_UNKNOWN_CALL_ID: Final = "5e0b9c1f-7a3d-4c2e-9f8b-d61a04e7b3c9"
+"""The call id an answer is sized for when its own is not given: a random UUID's (as LangChain
+makes for some providers), as many tokens as OpenAI's ``call_...`` and Anthropic's ``toolu_...``
+or more."""
 _LISTED: Final = 50
 """How many ids of the matches not shown the tool names."""
 _ID_WORDS: Final = re.compile(r"[^\s,\[\]]+")
@@ -218,6 +222,7 @@ class RecallingTrimmer(TrimRunnable):
         *,
         conversation: Sequence[BaseMessage] = (),
         tools: Sequence[object] | None = None,
+        call_id: str | None = None,
     ) -> str:
         """What the recall tool answers: the left-out messages asked for, as text.
 
@@ -233,14 +238,18 @@ class RecallingTrimmer(TrimRunnable):
             tools: The tools of the request ``left_out`` were left out of (whose
                 ``return_direct`` flags tell a user's message after a result from one the tool
                 added). Default: the trimmer's own.
+            call_id: The id of the tool call the answer is for: the answer's message sends
+                it, so it counts against the cap. Default: not known, counted as a random
+                UUID (:data:`_UNKNOWN_CALL_ID`).
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>`` (a user message a tool added:
-            ``[id <id>] added by a tool: <text>``), within a quarter of the budget
-            (the best one, if it alone is longer, from the stretch of it that matches best),
-            and how many more matched, with their ids. The
-            tool's own earlier calls and answers are not read (a model message that made one
-            beside text or other calls reads as those).
+            ``[id <id>] added by a tool: <text>``), within the trimmer's tool-result cap as
+            the answer's message is sent, so that the next call sends it whole (the best one,
+            if it alone is longer, from the stretch of it that matches best, where its id line
+            fits), and how many more matched, with their ids. The tool's own earlier calls and
+            answers are not read (a model message that made one beside text or other calls
+            reads as those).
         """
         # Its own earlier calls and answers hold the words of earlier queries, and what came
         # back then: not what was said.
@@ -264,16 +273,27 @@ class RecallingTrimmer(TrimRunnable):
         direct = returning_directly(self.trimmer.options.tools or () if tools is None else tools)
         counter = self.trimmer.token_counter
         added = {id(conversation[i]) for i in analysis(counter, conversation, direct).added}
-        return self._within_limit(chosen, query, added)
+        return self._within_limit(chosen, query, added, self._room(call_id))
 
-    def _within_limit(self, chosen: list[BaseMessage], query: str, added: set[int]) -> str:
-        """``chosen`` as text within a quarter of the budget, the note on the rest included.
+    def _room(self, call_id: str | None) -> int:
+        """The tokens the answer's text may take: the cap the trimmer applies to it as a tool
+        result (:attr:`TrimOptions.tool_result_cap`, the one the reserving trimmer keeps) less
+        what its message adds to it, as the call ``call_id`` gets it."""
+        answer = ToolMessage(
+            "", tool_call_id=_UNKNOWN_CALL_ID if call_id is None else call_id, name=TOOL_NAME
+        )
+        framing = self.trimmer.token_counter.count_message(answer)
+        return max(self.trimmer.options.tool_result_cap - framing, 1)
+
+    def _within_limit(
+        self, chosen: list[BaseMessage], query: str, added: set[int], room: int
+    ) -> str:
+        """``chosen`` as text within ``room`` tokens, the note on the rest included.
 
         The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
         each): the rest reads messages back.
         """
         counter = self.trimmer.token_counter
-        room = max(self.trimmer.options.budget // READ_SHARE, 1)
         # The note on the rest lists at most what this one on all the chosen takes.
         reserved = counter.count_text(_more(chosen, room // 2, counter))
         limit = room - reserved
@@ -285,7 +305,9 @@ class RecallingTrimmer(TrimRunnable):
             tokens = counter.count_text(part) + 1  # the line break
             if used + tokens > limit:
                 if not parts:  # the best match alone is too long: send what matches of it
-                    parts.append(_passage(message, head, query, limit - 8, counter) + " [cut]")
+                    passage = _passage(message, head, query, limit - 8, counter) + " [cut]"
+                    if counter.count_text(passage) + 1 <= limit:  # not where its head is over
+                        parts.append(passage)
                 break
             parts.append(part)
             used += tokens
