@@ -1,11 +1,14 @@
 """Attacks on the recall tool's answer as the next model call sends it (helper attack19).
 
-Defect left, an ``xfail(strict=True)`` test here: the answer is sized to "a quarter of the
-budget's tokens" by its text, and the default tool-result cap is a quarter of the budget by the
-message (its framing and call id included), so an answer that fills its room is sent shortened
-on the very next call: ``[... 15 tokens removed ...]`` cut into what the model asked to read
-back. With these notes, at 4 of the 27 budgets from 300 to 2,900 (steps of 100): the answer
-fills its room closely enough at those, the cap's framing then tips it over.
+The answer was sized to "a quarter of the budget's tokens" by its text, and the default
+tool-result cap is a quarter of the budget by the message (its framing and call id included),
+so an answer that filled its room was sent shortened on the very next call: ``[... 15 tokens
+removed ...]`` cut into what the model asked to read back. With these notes, at 4 of the 27
+budgets from 300 to 2,900 (steps of 100): the answer filled its room closely enough at those,
+the cap's framing then tipped it over (an ``xfail`` here until 7f9ff5f). Now the answer is sized
+to the cap itself (``tool_result_cap``), less its message's framing with the call's id; the
+cases through the hook check a cap set below a quarter, a cap whose room a message's id line
+outgrows, and a long call id.
 """
 
 from __future__ import annotations
