@@ -22,6 +22,7 @@ pre-model hook register it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import json
@@ -111,8 +112,10 @@ makes for some providers), as many tokens as OpenAI's ``call_...`` and Anthropic
 or more."""
 _LISTED: Final = 50
 """How many ids of the matches not shown the tool names."""
-_ID_WORDS: Final = re.compile(r"[^\s,\[\]]+")
-"""The words of a query that can be message ids: brackets and commas apart."""
+_ID_START: Final = re.compile(r"(?<![\w-])(?<!\w\.)")
+_ID_END: Final = re.compile(r"(?![\w-]|\.\w)")
+"""Where a message id the query names may start and end: not inside a word, an id (letters,
+digits, ``_`` and ``-``) or a number (``h1.5`` names no ``h1``)."""
 
 
 class Trimming(Protocol):
@@ -228,7 +231,8 @@ class RecallingTrimmer(TrimRunnable):
 
         Args:
             left_out: The messages a trim left out, in conversation order.
-            query: Words of what is needed, or message ids (also as ``[id <id>]``): the
+            query: Words of what is needed, or message ids (as the tool writes them,
+                ``[id <id>]``, quoted, in a JSON list: see :func:`_named_ids`): the
                 messages whose ids it names come first, in conversation order, then the best
                 BM25 matches of its words, the newer first on a tie (and a message holding the
                 same words of it as an older one ranks at least as high: a correction first).
@@ -256,8 +260,8 @@ class RecallingTrimmer(TrimRunnable):
         left_out = _without_recalls(left_out)
         if not left_out:
             return "Nothing was left out of this conversation's prompt."
-        wanted = set(_ID_WORDS.findall(query))  # "h1", "h1, h2", or "[id h1]" as it answers
-        chosen = [m for m in left_out if m.id is not None and m.id in wanted]
+        wanted = _named_ids(query, left_out)
+        chosen = [m for m in left_out if m.id in wanted]
         texts = [_parts(m) + _text(m) for m in left_out]  # "image" finds an image
         scores = _newer_first(query, texts, self.trimmer.term_cache)
         ranked = sorted(
@@ -566,6 +570,30 @@ def _without_calls(message: AIMessage, calls: set[str | None]) -> AIMessage:
         ]
     tool_calls = [call for call in message.tool_calls if call["id"] not in calls]
     return message.model_copy(update={"content": content, "tool_calls": tool_calls})
+
+
+def _named_ids(query: str, messages: Sequence[BaseMessage]) -> set[str]:
+    """The ids of ``messages`` that ``query`` names: each where it stands on its own, however
+    it is written around (``h1``, ``[id h1]`` as the tool answers, quoted, in a JSON list, at
+    the end of a sentence), not inside a longer word or id (``h12``, ``xh1``, ``h1-2``,
+    ``h1.5`` name no ``h1``).
+
+    The stretches of the query between where an id may start and where one may end are looked
+    up, none longer than the longest id: as quick for thousands of ids as for one.
+    """
+    ids = {m.id for m in messages if m.id}
+    if not ids:
+        return set()
+    longest = max(map(len, ids))
+    ends = [end.start() for end in _ID_END.finditer(query)]  # ascending
+    return {
+        query[start:end]
+        for start in (match.start() for match in _ID_START.finditer(query))
+        for end in ends[
+            bisect.bisect_right(ends, start) : bisect.bisect_right(ends, start + longest)
+        ]
+        if query[start:end] in ids
+    }
 
 
 def _head(message: BaseMessage, added: set[int]) -> str:
