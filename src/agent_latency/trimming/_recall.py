@@ -294,8 +294,8 @@ class RecallingTrimmer(TrimRunnable):
     ) -> str:
         """``chosen`` as text within ``room`` tokens, the note on the rest included.
 
-        The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
-        each): the rest reads messages back.
+        Half of it is kept for the note's ids (an agent's ids are UUIDs, some 25 tokens each),
+        the rest reads messages back; the note's ids then take what the messages left.
         """
         counter = self.trimmer.token_counter
         # The note on the rest lists at most what this one on all the chosen takes.
@@ -310,13 +310,16 @@ class RecallingTrimmer(TrimRunnable):
             if used + tokens > limit:
                 if not parts:  # the best match alone is too long: send what matches of it
                     passage = _passage(message, head, query, limit - 8, counter) + " [cut]"
-                    if counter.count_text(passage) + 1 <= limit:  # not where its head is over
+                    tokens = counter.count_text(passage) + 1
+                    if tokens <= limit:  # not where its head alone is over
                         parts.append(passage)
+                        used = tokens
                 break
             parts.append(part)
             used += tokens
         rest = chosen[len(parts) :]
-        return "\n".join([*parts, _more(rest, reserved, counter)] if rest else parts)
+        # The note takes what the messages leave: at least what was reserved for it.
+        return "\n".join([*parts, _more(rest, room - used, counter)] if rest else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
         """The trim to the budget less the marker's tokens, with no span or warning of its own;
