@@ -1,11 +1,13 @@
 """Attacks on the recall tool from the user's side (helper attack19).
 
-Defects left, each an ``xfail(strict=True)`` test here:
+Defect left, an ``xfail(strict=True)`` test here: with a ``tool_budget``,
+``TrimmingMiddleware`` can leave its own ``recall`` tool out of the request while the elision
+marker tells the model to call it.
 
-* With a ``tool_budget``, ``TrimmingMiddleware`` can leave its own ``recall`` tool out of the
-  request while the elision marker tells the model to call it.
-* The tool reads ids back only when the query writes them bare or as ``[id ...]``: the ids the
-  tool lists, asked for as a JSON list, quoted, or at the end of a sentence, match nothing.
+Fixed: the tool read ids back only when the query wrote them bare or as ``[id ...]``: the ids
+the tool lists, asked for as a JSON list, quoted, or at the end of a sentence, matched nothing
+(an ``xfail`` here until 746b82b). Now the left-out ids are looked up in the query wherever
+they stand on their own (``_recall._named_ids``), and none inside a longer word or number.
 """
 
 from __future__ import annotations
@@ -95,11 +97,6 @@ def uuid_conversation() -> list[BaseMessage]:
         f"Read back {IDS[2]}.",  # the end of a sentence
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="ids quoted, in a JSON list or followed by a full stop are not read as ids: the "
-    "recall tool answers that nothing matches",
-)
 def test_the_recall_tool_finds_ids_written_as_models_write_them(query: str) -> None:
     recalling = RecallingTrimmer(PriorityTrimmer(400))
     messages = uuid_conversation()
@@ -109,3 +106,25 @@ def test_the_recall_tool_finds_ids_written_as_models_write_them(query: str) -> N
     # The tool answers what it was asked for by id, as it does for the bare id.
     assert recalling.read(left_out, IDS[2], conversation=messages).startswith(f"[id {IDS[2]}]")
     assert answer.startswith(f"[id {IDS[2]}]"), answer
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("Read back (h1), please.", "h1"),
+        ('{"ids": ["h1"]}', "h1"),  # as JSON
+        ("Read back `h1`; nothing else.", "h1"),
+        ("Read back h1.5, h12b, xh12 and h1-2.", None),  # in longer words and numbers
+    ],
+)
+def test_the_recall_tool_reads_back_only_the_ids_named(query: str, named: str | None) -> None:
+    recalling = RecallingTrimmer(PriorityTrimmer(400))
+    messages = [*history(30), HumanMessage("What is on shelf 3?", id="q")]
+    left_out = recalling.left_out(messages)
+    assert {"h1", "h12"} <= {m.id for m in left_out}
+    answer = recalling.read(left_out, query, conversation=messages)
+    if named is not None:
+        assert answer.startswith(f"[id {named}] human: Note 1: "), answer
+    else:
+        assert "[id h1]" not in answer, answer
+    assert "[id h12]" not in answer, answer

@@ -103,4 +103,4 @@ class PreModelHook:
         inputs = before if self.prompt is None else [self.prompt, *before]
         cut = self.recalling.left_out(inputs) if before else []
         left_out = [m for m in cut if m is not self.prompt]
-        return self.recalling.read(left_out, query, conversation=before)
+        return self.recalling.read(left_out, query, conversation=before, call_id=call_id)

@@ -13,13 +13,16 @@ per call and the same cut decisions on every call of a conversation.
 
 What was left out (dropped or shortened) is read back by :meth:`RecallingTrimmer.read`: the
 messages whose ids are asked for, or those that best match the words asked for (Okapi BM25, the
-newer first on a tie, a correction before what it corrects), within a quarter of the budget.
+newer first on a tie, a correction before what it corrects), within the tool-result cap the
+trimmer applies to the answer when it sends it (``max_tool_result_tokens``, by default a quarter
+of the budget), the answer's message counted as sent: its framing and the call's id included.
 The agents' ``recall`` tool (:data:`TOOL_NAME`) calls it; ``TrimmingMiddleware`` and the
 pre-model hook register it.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import json
@@ -103,12 +106,16 @@ TOOL_DEFINITION: Final = {
 ``TrimmingMiddleware``'s tool converts to)."""
 _MARKER_GAP: Final = "\n\n"
 """What separates the marker from the user's text where it heads the first user message."""
-READ_SHARE: Final = 4
-"""What the tool returns takes at most a ``READ_SHARE``-th of the budget's tokens."""
+_UNKNOWN_CALL_ID: Final = "5e0b9c1f-7a3d-4c2e-9f8b-d61a04e7b3c9"
+"""The call id an answer is sized for when its own is not given: a random UUID's (as LangChain
+makes for some providers), as many tokens as OpenAI's ``call_...`` and Anthropic's ``toolu_...``
+or more."""
 _LISTED: Final = 50
 """How many ids of the matches not shown the tool names."""
-_ID_WORDS: Final = re.compile(r"[^\s,\[\]]+")
-"""The words of a query that can be message ids: brackets and commas apart."""
+_ID_START: Final = re.compile(r"(?<![\w-])(?<!\w\.)")
+_ID_END: Final = re.compile(r"(?![\w-]|\.\w)")
+"""Where a message id the query names may start and end: not inside a word, an id (letters,
+digits, ``_`` and ``-``) or a number (``h1.5`` names no ``h1``)."""
 
 
 class Trimming(Protocol):
@@ -218,12 +225,14 @@ class RecallingTrimmer(TrimRunnable):
         *,
         conversation: Sequence[BaseMessage] = (),
         tools: Sequence[object] | None = None,
+        call_id: str | None = None,
     ) -> str:
         """What the recall tool answers: the left-out messages asked for, as text.
 
         Args:
             left_out: The messages a trim left out, in conversation order.
-            query: Words of what is needed, or message ids (also as ``[id <id>]``): the
+            query: Words of what is needed, or message ids (as the tool writes them,
+                ``[id <id>]``, quoted, in a JSON list: see :func:`_named_ids`): the
                 messages whose ids it names come first, in conversation order, then the best
                 BM25 matches of its words, the newer first on a tie (and a message holding the
                 same words of it as an older one ranks at least as high: a correction first).
@@ -233,21 +242,26 @@ class RecallingTrimmer(TrimRunnable):
             tools: The tools of the request ``left_out`` were left out of (whose
                 ``return_direct`` flags tell a user's message after a result from one the tool
                 added). Default: the trimmer's own.
+            call_id: The id of the tool call the answer is for: the answer's message sends
+                it, so it counts against the cap. Default: not known, counted as a random
+                UUID (:data:`_UNKNOWN_CALL_ID`).
 
         Returns:
             The messages, each as ``[id <id>] <role>: <text>`` (a user message a tool added:
-            ``[id <id>] added by a tool: <text>``), within a quarter of the budget
-            (the best one, if it alone is longer, from the stretch of it that matches best),
-            and how many more matched, with their ids. The
-            tool's own earlier calls and answers are not read.
+            ``[id <id>] added by a tool: <text>``), within the trimmer's tool-result cap as
+            the answer's message is sent, so that the next call sends it whole (the best one,
+            if it alone is longer, from the stretch of it that matches best, where its id line
+            fits), and how many more matched, with their ids. The tool's own earlier calls and
+            answers are not read (a model message that made one beside text or other calls
+            reads as those).
         """
         # Its own earlier calls and answers hold the words of earlier queries, and what came
         # back then: not what was said.
         left_out = _without_recalls(left_out)
         if not left_out:
             return "Nothing was left out of this conversation's prompt."
-        wanted = set(_ID_WORDS.findall(query))  # "h1", "h1, h2", or "[id h1]" as it answers
-        chosen = [m for m in left_out if m.id is not None and m.id in wanted]
+        wanted = _named_ids(query, left_out)
+        chosen = [m for m in left_out if m.id in wanted]
         texts = [_parts(m) + _text(m) for m in left_out]  # "image" finds an image
         scores = _newer_first(query, texts, self.trimmer.term_cache)
         ranked = sorted(
@@ -263,16 +277,27 @@ class RecallingTrimmer(TrimRunnable):
         direct = returning_directly(self.trimmer.options.tools or () if tools is None else tools)
         counter = self.trimmer.token_counter
         added = {id(conversation[i]) for i in analysis(counter, conversation, direct).added}
-        return self._within_limit(chosen, query, added)
+        return self._within_limit(chosen, query, added, self._room(call_id))
 
-    def _within_limit(self, chosen: list[BaseMessage], query: str, added: set[int]) -> str:
-        """``chosen`` as text within a quarter of the budget, the note on the rest included.
+    def _room(self, call_id: str | None) -> int:
+        """The tokens the answer's text may take: the cap the trimmer applies to it as a tool
+        result (:attr:`TrimOptions.tool_result_cap`, the one the reserving trimmer keeps) less
+        what its message adds to it, as the call ``call_id`` gets it."""
+        answer = ToolMessage(
+            "", tool_call_id=_UNKNOWN_CALL_ID if call_id is None else call_id, name=TOOL_NAME
+        )
+        framing = self.trimmer.token_counter.count_message(answer)
+        return max(self.trimmer.options.tool_result_cap - framing, 1)
 
-        The note's ids take at most half of it (an agent's ids are UUIDs, some 25 tokens
-        each): the rest reads messages back.
+    def _within_limit(
+        self, chosen: list[BaseMessage], query: str, added: set[int], room: int
+    ) -> str:
+        """``chosen`` as text within ``room`` tokens, the note on the rest included.
+
+        Half of it is kept for the note's ids (an agent's ids are UUIDs, some 25 tokens each),
+        the rest reads messages back; the note's ids then take what the messages left.
         """
         counter = self.trimmer.token_counter
-        room = max(self.trimmer.options.budget // READ_SHARE, 1)
         # The note on the rest lists at most what this one on all the chosen takes.
         reserved = counter.count_text(_more(chosen, room // 2, counter))
         limit = room - reserved
@@ -284,12 +309,17 @@ class RecallingTrimmer(TrimRunnable):
             tokens = counter.count_text(part) + 1  # the line break
             if used + tokens > limit:
                 if not parts:  # the best match alone is too long: send what matches of it
-                    parts.append(_passage(message, head, query, limit - 8, counter) + " [cut]")
+                    passage = _passage(message, head, query, limit - 8, counter) + " [cut]"
+                    tokens = counter.count_text(passage) + 1
+                    if tokens <= limit:  # not where its head alone is over
+                        parts.append(passage)
+                        used = tokens
                 break
             parts.append(part)
             used += tokens
         rest = chosen[len(parts) :]
-        return "\n".join([*parts, _more(rest, reserved, counter)] if rest else parts)
+        # The note takes what the messages leave: at least what was reserved for it.
+        return "\n".join([*parts, _more(rest, room - used, counter)] if rest else parts)
 
     def _quiet_trim(self, messages: object, request: dict[str, Any]) -> TrimResult:
         """The trim to the budget less the marker's tokens, with no span or warning of its own;
@@ -511,8 +541,9 @@ def _more(rest: Sequence[BaseMessage], within: int, counter: TokenCounting) -> s
 
 
 def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """``messages`` without the recall tool's calls (an AI message calling only it, with no
-    text) and answers."""
+    """``messages`` without the recall tool's calls and answers: an AI message that called it
+    reads as a copy without those calls (its text and other calls kept), or not at all where
+    nothing else is left of it."""
     calls = {
         call["id"]
         for m in messages
@@ -520,17 +551,52 @@ def _without_recalls(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         for call in m.tool_calls
         if call["name"] == TOOL_NAME
     }
-    return [
-        m
-        for m in messages
-        if not (isinstance(m, ToolMessage) and (m.tool_call_id in calls or m.name == TOOL_NAME))
-        and not (
-            isinstance(m, AIMessage)
-            and m.tool_calls
-            and not text_of(m)
-            and all(call["name"] == TOOL_NAME for call in m.tool_calls)
-        )
-    ]
+    kept: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, ToolMessage) and (m.tool_call_id in calls or m.name == TOOL_NAME):
+            continue
+        if isinstance(m, AIMessage) and any(call["name"] == TOOL_NAME for call in m.tool_calls):
+            m = _without_calls(m, calls)
+            if not (_parts(m) or _text(m)):  # nothing else to read
+                continue
+        kept.append(m)
+    return kept
+
+
+def _without_calls(message: AIMessage, calls: set[str | None]) -> AIMessage:
+    """A copy of ``message`` without its tool calls whose ids are in ``calls``, in its tool
+    calls and in its content (an Anthropic-style ``tool_use`` part)."""
+    content = message.content
+    if isinstance(content, list):
+        content = [
+            part for part in content if not (isinstance(part, Mapping) and part.get("id") in calls)
+        ]
+    tool_calls = [call for call in message.tool_calls if call["id"] not in calls]
+    return message.model_copy(update={"content": content, "tool_calls": tool_calls})
+
+
+def _named_ids(query: str, messages: Sequence[BaseMessage]) -> set[str]:
+    """The ids of ``messages`` that ``query`` names: each where it stands on its own, however
+    it is written around (``h1``, ``[id h1]`` as the tool answers, quoted, in a JSON list, at
+    the end of a sentence), not inside a longer word or id (``h12``, ``xh1``, ``h1-2``,
+    ``h1.5`` name no ``h1``).
+
+    The stretches of the query between where an id may start and where one may end are looked
+    up, none longer than the longest id: as quick for thousands of ids as for one.
+    """
+    ids = {m.id for m in messages if m.id}
+    if not ids:
+        return set()
+    longest = max(map(len, ids))
+    ends = [end.start() for end in _ID_END.finditer(query)]  # ascending
+    return {
+        query[start:end]
+        for start in (match.start() for match in _ID_START.finditer(query))
+        for end in ends[
+            bisect.bisect_right(ends, start) : bisect.bisect_right(ends, start + longest)
+        ]
+        if query[start:end] in ids
+    }
 
 
 def _head(message: BaseMessage, added: set[int]) -> str:
