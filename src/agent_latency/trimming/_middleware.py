@@ -240,7 +240,9 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         runs = None if calling is None else messages[calling].response_metadata.get(LEFT_OUT_KEY)
         before = messages[:calling]
         left_out = in_runs(before, runs) if isinstance(runs, list) else []
-        return self.recalling.read(left_out, query, conversation=before, tools=self._tools)
+        return self.recalling.read(
+            left_out, query, conversation=before, tools=self._tools, call_id=call_id
+        )
 
     def _trim(
         self, request: ModelRequest[Any]
