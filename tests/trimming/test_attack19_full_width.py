@@ -48,16 +48,10 @@ def test_the_order_is_left_out_at_the_cut_and_an_ascii_question_recalls_it() -> 
 
 
 @pytest.mark.parametrize("question", ["Where is ＸＫ７７３１ now?", "ＸＫ７７３１は今どこ？"])
-@pytest.mark.xfail(
-    strict=True, reason="full-width letters and digits are not folded to ASCII (no NFKC)"
-)
 def test_a_question_typed_in_full_width_recalls_what_its_ascii_form_recalls(question: str) -> None:
     assert sends_the_order(question)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="full-width letters and digits are not folded to ASCII (no NFKC)"
-)
 def test_the_recall_tool_finds_an_order_named_in_full_width() -> None:
     recalling = RecallingTrimmer(PriorityTrimmer(1500))
     messages = orders_chat("How is the weather today?")
