@@ -4,7 +4,7 @@ When the newest tool call was over the budget because of what the model wrote in
 agent's ``write_file`` arguments, a long text beside the call), the warning's fix said "make the
 tool return less", though the tool returned three tokens and no tool change can help. Likewise a
 question whose bulk is its photo was told "shorten the question", though its four words are all
-the text there is. ``xfail(strict=True)`` tests here until this fix: the fix now names what takes
+the text there is. ``xfail(strict=True)`` tests here until 3359b00: the fix now names what takes
 most of the part (``TrimResult._bulk``: the call's arguments, the model's text, the question's
 images), and the tool's results or the question's text keep their fix where they take most.
 """
