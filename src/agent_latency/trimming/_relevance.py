@@ -73,33 +73,45 @@ _POINTS: Final = re.compile(
     + "\u0670\u0640]+"
 )
 # The compatibility forms that are the same letters and digits in another shape, folded as NFKC
-# folds them: full- and half-width forms (``ＸＫ７７３１``, as a Chinese or Japanese input method
-# types it, is ``XK7731``; half-width katakana), math and letterlike fonts (``𝐛𝐨𝐥𝐝``), Arabic
-# presentation forms, and the Latin, Armenian and Hebrew ligatures (``ﬁ`` in text copied from a
-# PDF). The rest of NFKC is left out: it makes letters or digits of what stands for other text,
-# glued to the word beside it: ``Acme™`` would be ``acmetm`` and no longer meet ``Acme``, ``5㎞``
-# ``5km``, ``10⁶`` ``106``, ``①`` ``1``.
+# folds them: full- and half-width letters and digits (``ＸＫ７７３１``, as a Chinese or Japanese
+# input method types it, is ``XK7731``; half-width katakana), math and letterlike fonts
+# (``𝐛𝐨𝐥𝐝``), Arabic presentation forms, and the Latin, Armenian and Hebrew ligatures (``ﬁ`` in
+# text copied from a PDF). The rest of NFKC is left out: it makes letters or digits of what
+# stands for other text, glued to the word beside it: ``Acme™`` would be ``acmetm`` and no longer
+# meet ``Acme``, ``5㎞`` ``5km``, ``10⁶`` ``106``, ``①`` ``1``.
 _SHAPES: Final = frozenset(
     ("<wide>", "<narrow>", "<font>", "<initial>", "<medial>", "<final>", "<isolated>")
 )
 _LIGATURES: Final = range(0xFB00, 0xFB50)
+# The blocks that hold those forms (a scan of every code point would slow the import).
+_FOLD_BLOCKS: Final = (
+    (0x2100, 0x214F),
+    (0xFB00, 0xFEFF),
+    (0xFF00, 0xFFEF),
+    (0x1D400, 0x1D7FF),
+    (0x1EE00, 0x1EEFF),
+    (0x1FBF0, 0x1FBF9),
+)
 _FOLDS: Final = {
     code: unicodedata.normalize("NFKC", chr(code))
-    # The blocks that hold those forms (a scan of every code point would slow the import).
-    for first, last in (
-        (0x2100, 0x214F),
-        (0x3000, 0x3000),
-        (0xFB00, 0xFEFF),
-        (0xFF00, 0xFFEF),
-        (0x1D400, 0x1D7FF),
-        (0x1EE00, 0x1EEFF),
-        (0x1FBF0, 0x1FBF9),
-    )
+    for first, last in _FOLD_BLOCKS
     for code in range(first, last + 1)
-    if (tag := unicodedata.decomposition(chr(code)).partition(" ")[0]) in _SHAPES
-    or (tag == "<compat>" and code in _LIGATURES)
+    if chr(code).isalnum()  # punctuation and spaces of another width part words as they are
+    and (
+        (tag := unicodedata.decomposition(chr(code)).partition(" ")[0]) in _SHAPES
+        or (tag == "<compat>" and code in _LIGATURES)
+    )
 }
-_FOLDABLE = re.compile("[" + "".join(map(re.escape, map(chr, _FOLDS))) + "]")
+# The forms of the Basic Multilingual Plane one by one (a bitmap: Chinese and Japanese text,
+# full of full-width punctuation, is not folded), the blocks past it whole (their characters one
+# by one would be tried in turn, 250 times slower on a chat's text; the translate folds only the
+# forms).
+_FOLDABLE = re.compile(
+    "["
+    + "".join(re.escape(chr(code)) for code in _FOLDS if code <= 0xFFFF)
+    + "".join(f"{chr(first)}-{chr(last)}" for first, last in _FOLD_BLOCKS if first > 0xFFFF)
+    + "]"
+)
 # Runs of letters, digits and marks (one alternation, at the start: a third quicker).
 _WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])[^\W_]*(?:[{_MARKS}]+[^\W_]*)*", re.UNICODE)
 _VOWELLESS = re.compile(r"[^aeiouy]+")
