@@ -1,11 +1,13 @@
 """Attacks on recall with text typed through a Chinese or Japanese input method (helper attack19).
 
 An IME in full-width mode writes letters and digits as their full-width forms (``ＸＫ７７３１``
-for ``XK7731``), which NFKC folds to ASCII; tools and systems write the ASCII forms. Defect
-left, ``xfail(strict=True)`` tests here: the terms keep the full-width forms apart
-(``ｘｋ７７３１`` against ``xk7731``; NFD accents and Hangul are folded, widths are not), so a
-question naming an order in full width recalls nothing, and the recall tool finds nothing for
-it, where the same question in ASCII recalls the tool result that names the order.
+for ``XK7731``), which NFKC folds to ASCII; tools and systems write the ASCII forms. The terms
+kept the full-width forms apart (``ｘｋ７７３１`` against ``xk7731``; NFD accents and Hangul
+were folded, widths were not), so a question naming an order in full width recalled nothing,
+and the recall tool found nothing for it, where the same question in ASCII recalls the tool
+result that names the order (``xfail(strict=True)`` tests here until 5a2a997: letters and
+digits in another shape, widths among them, are now folded to their plain form,
+``_relevance._FOLDS``).
 """
 
 from __future__ import annotations
@@ -48,16 +50,10 @@ def test_the_order_is_left_out_at_the_cut_and_an_ascii_question_recalls_it() -> 
 
 
 @pytest.mark.parametrize("question", ["Where is ＸＫ７７３１ now?", "ＸＫ７７３１は今どこ？"])
-@pytest.mark.xfail(
-    strict=True, reason="full-width letters and digits are not folded to ASCII (no NFKC)"
-)
 def test_a_question_typed_in_full_width_recalls_what_its_ascii_form_recalls(question: str) -> None:
     assert sends_the_order(question)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="full-width letters and digits are not folded to ASCII (no NFKC)"
-)
 def test_the_recall_tool_finds_an_order_named_in_full_width() -> None:
     recalling = RecallingTrimmer(PriorityTrimmer(1500))
     messages = orders_chat("How is the weather today?")

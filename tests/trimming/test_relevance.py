@@ -71,6 +71,17 @@ def test_a_question_meets_its_answer_in_other_forms_of_a_word() -> None:
     assert terms("bus gas naïve v2s") == ["bus", "gas", "naïve", "v2s"]
 
 
+def test_letters_and_digits_in_another_shape_are_the_same_terms_and_symbols_stay_apart() -> None:
+    # Full width (as an input method types it), half width, a math font, a ligature.
+    assert terms("ＸＫ７７３１は今どこ？") == terms("XK7731は今どこ?")
+    assert terms("Ｏｒｄｅｒ ＸＫ－７７３１") == terms("order XK-7731")
+    assert terms("ｶﾞｲﾄﾞ") == terms("ガイド")
+    assert terms("𝐁𝐨𝐥𝐝 ﬁles") == terms("Bold files")
+    # What stands for other text is not made letters glued to the word beside it (as NFKC does).
+    assert terms("Acme™ 5㎞") == terms("Acme 5")
+    assert terms("10⁶") != terms("106")
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.text(

@@ -1,7 +1,8 @@
 """Lexical relevance of history rounds to the latest user message, with no model and no network.
 
 Terms are lower-cased words of letters and digits (with their combining marks: accents, the
-vowel signs of Hindi or Bengali; in NFC; Hebrew and Arabic vowel points left out), and for
+vowel signs of Hindi or Bengali; in NFC; Hebrew and Arabic vowel points left out; letters and
+digits written in another shape folded to their plain form, see :data:`_FOLDS`), and for
 Chinese, Japanese and Korean text, whose words are not separated by spaces, overlapping
 character pairs (a one-character run is its own term). Rounds are ranked by Okapi BM25 against
 the terms of the latest user message, so a round that mentions the rare words of the question
@@ -70,6 +71,46 @@ _POINTS: Final = re.compile(
         if unicodedata.category(chr(code)) == "Mn"
     )
     + "\u0670\u0640]+"
+)
+# The compatibility forms that are the same letters and digits in another shape, folded as NFKC
+# folds them: full- and half-width letters and digits (``ＸＫ７７３１``, as a Chinese or Japanese
+# input method types it, is ``XK7731``; half-width katakana), math and letterlike fonts
+# (``𝐛𝐨𝐥𝐝``), Arabic presentation forms, and the Latin, Armenian and Hebrew ligatures (``ﬁ`` in
+# text copied from a PDF). The rest of NFKC is left out: it makes letters or digits of what
+# stands for other text, glued to the word beside it: ``Acme™`` would be ``acmetm`` and no longer
+# meet ``Acme``, ``5㎞`` ``5km``, ``10⁶`` ``106``, ``①`` ``1``.
+_SHAPES: Final = frozenset(
+    ("<wide>", "<narrow>", "<font>", "<initial>", "<medial>", "<final>", "<isolated>")
+)
+_LIGATURES: Final = range(0xFB00, 0xFB50)
+# The blocks that hold those forms (a scan of every code point would slow the import).
+_FOLD_BLOCKS: Final = (
+    (0x2100, 0x214F),
+    (0xFB00, 0xFEFF),
+    (0xFF00, 0xFFEF),
+    (0x1D400, 0x1D7FF),
+    (0x1EE00, 0x1EEFF),
+    (0x1FBF0, 0x1FBF9),
+)
+_FOLDS: Final = {
+    code: unicodedata.normalize("NFKC", chr(code))
+    for first, last in _FOLD_BLOCKS
+    for code in range(first, last + 1)
+    if chr(code).isalnum()  # punctuation and spaces of another width part words as they are
+    and (
+        (tag := unicodedata.decomposition(chr(code)).partition(" ")[0]) in _SHAPES
+        or (tag == "<compat>" and code in _LIGATURES)
+    )
+}
+# The forms of the Basic Multilingual Plane one by one (a bitmap: Chinese and Japanese text,
+# full of full-width punctuation, is not folded), the blocks past it whole (their characters one
+# by one would be tried in turn, 250 times slower on a chat's text; the translate folds only the
+# forms).
+_FOLDABLE = re.compile(
+    "["
+    + "".join(re.escape(chr(code)) for code in _FOLDS if code <= 0xFFFF)
+    + "".join(f"{chr(first)}-{chr(last)}" for first, last in _FOLD_BLOCKS if first > 0xFFFF)
+    + "]"
 )
 # Runs of letters, digits and marks (one alternation, at the start: a third quicker).
 _WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])[^\W_]*(?:[{_MARKS}]+[^\W_]*)*", re.UNICODE)
@@ -176,7 +217,7 @@ def terms(text: str) -> list[str]:
 def _word_terms(text: str) -> Iterator[str]:
     """Per word of ``text``, in order, its term, or ``""`` when it is none (see
     :class:`_WordTerms`); a CJK run's words are its character pairs."""
-    lowered = text if text.isascii() else _composed(text.lower())
+    lowered = text if text.isascii() else _plain(text)
     # In C: ASCII letters lower-cased, other ASCII but digits made spaces (UTF-8 keeps every
     # other character's bytes above 127), split at spaces.
     parts = (
@@ -202,9 +243,13 @@ def _word_terms(text: str) -> Iterator[str]:
     return map(_TERMS.__getitem__, words)
 
 
-def _composed(text: str) -> str:
-    """``text`` in NFC: a letter and its accent typed apart (macOS, text copied from a PDF)
-    meet the same letter typed whole."""
+def _plain(text: str) -> str:
+    """``text`` with its letters and digits in another shape folded (:data:`_FOLDS`; before
+    lower-casing: ``𝐀`` folds to ``A``), lower-cased, in NFC: a letter and its accent typed apart
+    (macOS, text copied from a PDF) meet the same letter typed whole."""
+    if _FOLDABLE.search(text):
+        text = text.translate(_FOLDS)
+    text = text.lower()
     return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 

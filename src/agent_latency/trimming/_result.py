@@ -12,10 +12,13 @@ from langchain_core.messages import BaseMessage
 from opentelemetry.util.types import AttributeValue
 
 from agent_latency import semconv
+from agent_latency._chat_format import role_of, wire_message
 from agent_latency._trace_link import TRIM_FIELDS
 from agent_latency.config import PRIORITY_CLASSES, PriorityClass
 from agent_latency.tokens import PromptCalibration
 from agent_latency.trimming._decisions import MessageDecision
+from agent_latency.trimming._relevance import text_of
+from agent_latency.trimming._shortening import split_content
 
 logger = logging.getLogger("agent_latency.trimming")
 
@@ -29,7 +32,20 @@ _FIXED_PARTS: Final = (
     ("tool_call_tokens", "the current tool call", "make the tool return less"),
     ("framing_tokens", "request framing", ""),
 )
-"""The parts of a request that no trim removes: (field, name, how to make it smaller)."""
+"""The parts of a request that no trim removes: (field, name, how to make it smaller when its
+text takes most of it: the question's, the tool's results)."""
+_BULK_HINTS: Final = {
+    "images": "send smaller or fewer images with the question (they take most of it)",
+    "arguments": "have the model write its tool-call arguments in smaller parts (they take most "
+    "of the call)",
+    "text": "have the model write less beside its tool calls (its text takes most of the call)",
+}
+"""How to make the question or the current tool call smaller when what takes most of it is not
+its text or the tool's results, but the question's images, the call's arguments or the text the
+model wrote beside the call: no shorter question or tool result can help then."""
+_BYTES_PER_TOKEN: Final = 4
+"""About how many bytes of text a token holds (English; fewer for other scripts): what an image
+leaves of its message's tokens is the image."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +185,11 @@ class TrimResult:
         """
         if not self.over_budget:
             return None
-        parts = self._fixed_parts() or [("", "the request", self.tokens_after)]
-        (_, name, tokens), *rest = parts
+        parts = self._fixed_parts() or [("", "", "the request", self.tokens_after)]
+        (_, _, name, tokens), *rest = parts
         return "; ".join(
             [f"{name}: {tokens:,} of {self.tokens_after:,} tokens"]
-            + [f"{other}: {count:,}" for _, other, count in rest]
+            + [f"{other}: {count:,}" for _, _, other, count in rest]
         )
 
     @property
@@ -190,11 +206,57 @@ class TrimResult:
         if not self.over_budget:
             return None
         parts = self._fixed_parts()
-        hint = parts[0][0] if parts else ""
+        key, hint = parts[0][:2] if parts else ("", "")
+        if bulk := self._bulk(key):
+            hint = _BULK_HINTS[bulk]
         return f"{hint}, or raise the budget" if hint else "raise the budget"
 
-    def _fixed_parts(self) -> list[tuple[str, str, int]]:
-        """The non-empty parts of the fixed part as (hint, name, tokens), largest first."""
+    def _bulk(self, key: str) -> str | None:
+        """What takes most of the part ``key`` (of :data:`_FIXED_PARTS`) when it is not what its
+        hint shortens: the question's ``"images"``, the current tool call's ``"arguments"`` or
+        the model's ``"text"`` beside it; else ``None``.
+
+        Read from the messages sent, which are the must-keep ones (over budget, every other one
+        is dropped). A message's tokens are split between its text and its calls' arguments by
+        their bytes; a question's images are what its text, at :data:`_BYTES_PER_TOKEN`, leaves
+        of its tokens.
+        """
+        if key == "latest_user_tokens":
+            question = self._sent_question()
+            texts, others = split_content(question.content if question else "")
+            text = sum(map(_bytes, texts)) / _BYTES_PER_TOKEN
+            images = self._must_keep_by_class["latest_user"] - text
+            return "images" if others and images > text else None
+        if key != "tool_call_tokens":
+            return None
+        results = arguments = said = 0.0
+        for message, tokens in zip(self.messages, self.sent_message_tokens, strict=True):
+            if role_of(message) == "tool":
+                results += tokens
+            elif role_of(message) == "assistant":
+                text = _bytes(text_of(message))
+                calls = wire_message(message).get("tool_calls", ())
+                passed = sum(_bytes(call["function"]["arguments"]) for call in calls)
+                arguments += tokens * passed / ((text + passed) or 1)
+                said += tokens * text / ((text + passed) or 1)
+        if max(arguments, said) <= results:
+            return None
+        return "arguments" if arguments >= said else "text"
+
+    def _sent_question(self) -> BaseMessage | None:
+        """The latest user message as sent: a trim moves only tool results and recalled rounds
+        (sent before it), so as many user messages are sent before it as were kept before it."""
+        decisions = self.decisions
+        latest = next((d.index for d in decisions if d.priority_class == "latest_user"), None)
+        if latest is None:
+            return None
+        kept = [d for d in decisions[:latest] if d.role == "user" and d.action != "dropped"]
+        users = [message for message in self.messages if role_of(message) == "user"]
+        return users[len(kept)] if len(kept) < len(users) else None
+
+    def _fixed_parts(self) -> list[tuple[str, str, str, int]]:
+        """The non-empty parts of the fixed part as (field, hint, name, tokens), largest
+        first."""
         must_keep, added = self._must_keep_by_class, self._added_tokens
         sizes = {
             "tool_tokens": self.tool_tokens,
@@ -208,8 +270,8 @@ class TrimResult:
         names = {key: name for key, name, _ in _FIXED_PARTS}
         if self._question_whole:
             names["latest_user_tokens"] += " (sent whole)"
-        parts = [(hint, names[key], sizes[key]) for key, _, hint in _FIXED_PARTS if sizes[key]]
-        return sorted(parts, key=lambda part: -part[2])
+        parts = [(key, hint, names[key], sizes[key]) for key, _, hint in _FIXED_PARTS if sizes[key]]
+        return sorted(parts, key=lambda part: -part[3])
 
     @cached_property
     def question_retention(self) -> float | None:
@@ -276,6 +338,11 @@ def warn_if_over_budget(result: TrimResult) -> None:
             result.over_budget_cause,
             result.over_budget_hint,
         )
+
+
+def _bytes(text: str) -> int:
+    """The bytes of ``text`` in UTF-8 (a lone surrogate as it is sent)."""
+    return len(text.encode(errors="surrogatepass"))
 
 
 def _figures(decisions: list[MessageDecision]) -> ClassFigures:
