@@ -190,6 +190,8 @@ def test_malformed_baseline_fails_before_any_call(scenario: Path, tmp_path: Path
     ("args", "message"),
     [
         (["--max-regression", "5"], "--max-regression needs --baseline"),
+        # inf passes click's min=0 and makes a gate that can never fail.
+        (["--max-regression", "inf", "--baseline", "b.json"], "--max-regression inf"),
         (["--base-url", "localhost:8000"], "--base-url: 'localhost:8000' is not an http(s) URL"),
         (["--turns", "99"], "--turns 99"),
         (["--json", "/nonexistent-folder/out.json"], "does not exist"),

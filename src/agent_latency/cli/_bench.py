@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -335,6 +336,11 @@ def _check_flags(options: BenchFlags) -> None:
     """Refuses flags that contradict each other, before anything is read or called."""
     if options.max_regression is not None and options.baseline is None:
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
+    if options.max_regression is not None and not math.isfinite(options.max_regression):
+        raise ValueError(
+            f"--max-regression {options.max_regression:g}: a gate without a finite limit never "
+            "fails. Fix: give a percentage, e.g. 10."
+        )
     if options.workload not in (None, "mixed"):
         raise ValueError(f"--workload {options.workload!r}: the only workload is 'mixed'.")
     if options.runs == 0 and not (options.quality or options.workload or options.turns):
