@@ -345,8 +345,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._tree.record_tool_result(run_id, output)
-        self._tree.end(run_id, None)
+        try:
+            self._tree.record_tool_result(run_id, output)
+        finally:  # a result that cannot be recorded must not leave the span open
+            self._tree.end(run_id, None)
 
     @guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
