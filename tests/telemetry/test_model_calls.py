@@ -406,6 +406,15 @@ def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
     assert not [r for r in caplog.records if "slow first token" in r.getMessage()]
 
 
+async def _save_record_later(record: LatencyRecord) -> None:
+    await asyncio.sleep(0)
+
+
+class _RecordSink:
+    async def __call__(self, record: LatencyRecord) -> None:
+        await asyncio.sleep(0)
+
+
 @pytest.mark.parametrize(
     ("options", "named", "raised"),
     [
@@ -415,6 +424,9 @@ def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
         ({"chunk_timeout_ms": True}, "chunk_timeout_ms", TypeError),
         ({"capture_content": "yes"}, "capture_content", TypeError),
         ({"on_record": 3}, "on_record", TypeError),
+        # Called, it returns a coroutine nothing awaits: every record was lost without a word.
+        ({"on_record": _save_record_later}, "on_record", TypeError),
+        ({"on_record": _RecordSink()}, "on_record", TypeError),
         ({"max_open_runs": 0}, "max_open_runs", ValueError),
     ],
 )

@@ -8,6 +8,7 @@ the calls.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, cast
 from uuid import UUID
@@ -91,8 +92,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             logger passes INFO).
         record_ttft: Measure time to first token. When off, calls get durations, chunk and stall
             figures but no TTFT attributes, first-chunk event, TTFT metric or threshold logs.
-        on_record: Called with a :class:`LatencyRecord` after each model call; its exceptions
-            are logged and swallowed.
+        on_record: Called with a :class:`LatencyRecord` after each model call, in the callback:
+            a plain function, not an ``async`` one (nothing would await it); its exceptions are
+            logged and swallowed.
         max_open_runs: Most runs tracked at once; past it the oldest open run is ended (a run
             whose end never comes, such as a stream kept but never read, cannot leak memory).
 
@@ -127,6 +129,16 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             )
         if on_record is not None and not callable(on_record):
             raise TypeError(f"{_OWNER}: on_record must be callable or None, got {on_record!r}.")
+        if on_record is not None and (
+            inspect.iscoroutinefunction(on_record)
+            or inspect.iscoroutinefunction(type(on_record).__call__)
+        ):
+            raise TypeError(
+                f"{_OWNER}: on_record must be a plain function, got the async {on_record!r}: the "
+                "handler calls it in the callback and would await nothing, so every record "
+                "would be lost. Fix: pass a function that queues the record (e.g. "
+                "queue.put_nowait) and await it elsewhere."
+            )
         options = CallOptions(
             ttft_warn_ms=warn_ms,
             ttft_error_ms=error_ms,
