@@ -62,6 +62,30 @@ def test_per_signal_environment_variables_win_over_the_base_one(
     assert [span.name for span in otlp_receiver.wait_for_spans(1)] == ["chat"]
 
 
+@pytest.mark.parametrize(
+    ("variable", "path"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "/v1/metrics"),
+    ],
+)
+def test_an_endpoint_variable_without_http_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, otlp_receiver: OTLPReceiver, variable: str, path: str
+) -> None:
+    # "127.0.0.1:4318" was used as it was: the collector listened there and got nothing, while
+    # the log said it did not answer ("No connection adapters were found" at ERROR).
+    address = otlp_receiver.endpoint.removeprefix("http://")
+    monkeypatch.setenv(variable, f"user:{PASSWORD}@{address}{path}")
+
+    with pytest.raises(ValueError) as raised:
+        configure_telemetry(exporter="otlp-http", set_global=False)
+
+    message = str(raised.value)
+    assert f"{variable} must be a URL such as http://localhost:4318" in message
+    assert address in message and PASSWORD not in message
+
+
 def test_a_signal_url_given_as_the_base_endpoint_is_refused_with_the_fix() -> None:
     # It was accepted, then every export went to /v1/traces/v1/traces (404).
     endpoint = f"http://user:{PASSWORD}@collector.example:4318/v1/traces?token={TOKEN}"

@@ -270,11 +270,7 @@ def configure_telemetry(
         ("metrics_endpoint", metrics_endpoint),
     ):
         if value is not None and not is_http_url(value):
-            shown = display_url(value) if isinstance(value, str) else repr(value)
-            raise ValueError(
-                f"configure_telemetry: {name} must be a URL such as http://localhost:4318, "
-                f"got {shown}."
-            )
+            raise _not_a_url(name, value)
     if endpoint is not None and kind != "otlp-grpc":
         _check_base_endpoint(endpoint)
 
@@ -401,6 +397,23 @@ def _check_base_endpoint(endpoint: str) -> None:
         )
 
 
+def _not_a_url(name: str, value: object) -> ValueError:
+    """The error for an endpoint option or variable ``name`` that is no http(s) URL."""
+    shown = display_url(value) if isinstance(value, str) else repr(value)
+    return ValueError(
+        f"configure_telemetry: {name} must be a URL such as http://localhost:4318, got {shown}."
+    )
+
+
+def _url_from_environment(variable: str) -> str:
+    """An endpoint variable's URL (empty when unset), refused by name when it is no http(s) URL:
+    the exporters would take ``127.0.0.1:4318`` as it is and send nothing to it."""
+    value = os.environ.get(variable, "").strip()
+    if value and not is_http_url(value):
+        raise _not_a_url(variable, value)
+    return value
+
+
 def _signal_urls(
     kind: str, endpoint: str | None, traces_endpoint: str | None, metrics_endpoint: str | None
 ) -> tuple[str, str]:
@@ -409,12 +422,12 @@ def _signal_urls(
     grpc = kind == "otlp-grpc"
     base = (
         endpoint
-        or os.environ.get(_ENDPOINT_ENV, "").strip()
+        or _url_from_environment(_ENDPOINT_ENV)
         or (_DEFAULT_GRPC_ENDPOINT if grpc else _DEFAULT_HTTP_ENDPOINT)
     )
 
     def url(given: str | None, variable: str, signal: str) -> str:
-        chosen = given or os.environ.get(variable, "").strip()
+        chosen = given or _url_from_environment(variable)
         if chosen:
             return chosen
         return base if grpc else _with_signal_path(base, signal)
