@@ -99,6 +99,33 @@ def test_a_signal_url_given_as_the_base_endpoint_is_refused_with_the_fix() -> No
     assert TOKEN not in message and PASSWORD not in message
 
 
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    ],
+)
+def test_a_header_variable_opentelemetry_cannot_read_is_quoted_without_its_token(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    otlp_receiver: OTLPReceiver,
+    variable: str,
+) -> None:
+    # "Name: value" instead of "name=value": OpenTelemetry's header parser warned with the
+    # header as written, token and all, as configure_telemetry made the exporters.
+    monkeypatch.setenv(variable, f"x-tenant=blue, Authorization: Bearer {TOKEN}")
+    with caplog.at_level(logging.DEBUG):
+        telemetry = configure_telemetry(
+            exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+        )
+        telemetry.shutdown()
+
+    assert "Header format invalid" in caplog.text  # the warning itself still says what is wrong
+    assert TOKEN not in caplog.text
+
+
 def test_credentials_in_the_endpoint_are_in_no_log_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -43,6 +43,7 @@ from agent_latency.telemetry._export import (
     ReportingMetricExporter,
     ReportingSpanExporter,
     limit_exporter_warnings,
+    mask_header_variables,
     refuses_connections,
 )
 from agent_latency.telemetry._handler import LatencyCallbackHandler
@@ -303,10 +304,20 @@ def configure_telemetry(
         )
     elif kind in ("otlp-http", "otlp-grpc"):
         traces_url, metrics_url = _signal_urls(kind, endpoint, traces_endpoint, metrics_endpoint)
-        span_exporter, metric_exporter = _otlp_exporters(kind, traces_url, metrics_url, timeout_s)
+        headers_log, headers_filter = mask_header_variables()
+        try:
+            span_exporter, metric_exporter = _otlp_exporters(
+                kind, traces_url, metrics_url, timeout_s
+            )
+        except BaseException:
+            headers_log.removeFilter(headers_filter)
+            raise
         used_endpoint = display_url(traces_url)
-        log_filters = limit_exporter_warnings(
-            span_exporter, metric_exporter, urls=(traces_url, metrics_url)
+        log_filters = (
+            (headers_log, headers_filter),
+            *limit_exporter_warnings(
+                span_exporter, metric_exporter, urls=(traces_url, metrics_url)
+            ),
         )
         spans = ReportingSpanExporter(
             span_exporter, ExportHealth("spans", used_endpoint), traces_url
