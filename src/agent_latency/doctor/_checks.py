@@ -41,6 +41,7 @@ _BURST_GAP_MS: Final = 0.25
 # A prefix cache shows as a second identical prompt answered in at most half the time, and at
 # least this much sooner (a smaller drop is within a fast server's noise).
 _MIN_CACHE_GAIN_MS: Final = 20.0
+_NO_ANSWER_FIX: Final = "check that llm.model is a chat model that answers; run doctor again"
 _TOML_LIMIT_FIX = 'set llm.max_tokens_param = "{field}" in config.toml ([llm] table)'
 _BUFFERING_FIX: Final = (
     "disable response buffering between client and server: nginx `proxy_buffering off;` "
@@ -153,6 +154,14 @@ def check_output_limit(probe: LimitProbe) -> CheckResult:
         else f"got {probe.received}"
     )
     found = f"asked for {probe.requested} tokens via {probe.field}, {got}"
+    if probe.received == 0:
+        return CheckResult(
+            "output limit",
+            CheckStatus.WARN,
+            f"asked for {probe.requested} tokens via {probe.field}, got no answer, so whether "
+            f"the server stops at {probe.field} cannot be told",
+            _NO_ANSWER_FIX,
+        )
     if probe.received <= probe.requested and not probe.cut_off:
         return CheckResult("output limit", CheckStatus.PASS, found)
     other = _other_limit_field(probe.field)
@@ -196,7 +205,7 @@ def check_streaming(probe: StreamProbe, *, enabled: bool = True) -> CheckResult:
             CheckStatus.WARN,
             "the model answered nothing to the streaming probe (an empty answer), so streaming "
             "could not be judged",
-            "check that llm.model is a chat model that answers; run doctor again",
+            _NO_ANSWER_FIX,
         )
     if count < MIN_STREAM_CHUNKS:
         return CheckResult(
