@@ -164,6 +164,31 @@ def test_an_unexpanded_key_placeholder_is_named_with_the_way_to_pass_the_key(
     assert SECRET not in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "placeholder"),
+    [
+        ("AGENT_LATENCY_BASE_URL", "${OPENAI_BASE_URL}"),
+        ("AGENT_LATENCY_MODEL", "$MODEL"),
+        ("AGENT_LATENCY_API_KEY", "${OPENAI_API_KEY}"),
+        ("OPENAI_API_KEY", "${OPENAI_API_KEY}"),
+    ],
+)
+def test_a_placeholder_in_the_environment_is_not_blamed_on_a_file(
+    variable: str, placeholder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An env file given to `docker run --env-file` or systemd is taken as written. The message
+    # said TOML and JSON expand nothing, and its fix was to set the very variable that held it.
+    monkeypatch.setenv(variable, placeholder)
+
+    message = config_error()
+
+    assert message.startswith(f"environment {variable}: holds the placeholder")
+    assert "TOML" not in message and "file sets a key" not in message
+    assert "(it wins over the files)" not in message
+    assert "was not expanded where the environment was set" in message
+    assert message.endswith("Fix: write the value itself where the variable is set.")
+
+
 def test_a_placeholder_the_environment_overrides_is_no_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
