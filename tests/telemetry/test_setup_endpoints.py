@@ -99,6 +99,31 @@ def test_a_signal_url_given_as_the_base_endpoint_is_refused_with_the_fix() -> No
     assert TOKEN not in message and PASSWORD not in message
 
 
+def test_a_signal_url_in_the_base_endpoint_variable_is_refused_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, otlp_receiver: OTLPReceiver
+) -> None:
+    # Refused as an argument, taken from the variable: every export went to
+    # /v1/traces/v1/traces, answered 404, while the collector listened.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"{otlp_receiver.endpoint}/v1/traces")
+
+    with pytest.raises(ValueError) as raised:
+        configure_telemetry(exporter="otlp-http", set_global=False)
+
+    message = str(raised.value)
+    assert message.startswith("configure_telemetry: OTEL_EXPORTER_OTLP_ENDPOINT is the collector")
+    assert f"Fix: OTEL_EXPORTER_OTLP_ENDPOINT={otlp_receiver.endpoint} " in message
+    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in message
+
+    # Unused when both signals have a URL of their own.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{otlp_receiver.endpoint}/v1/traces")
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"{otlp_receiver.endpoint}/v1/metrics"
+    )
+    with configure_telemetry(exporter="otlp-http", set_global=False) as telemetry:
+        call_fake_model(telemetry.handler())
+    assert [span.name for span in otlp_receiver.wait_for_spans(1)] == ["chat"]
+
+
 @pytest.mark.parametrize(
     "variable",
     [

@@ -394,18 +394,33 @@ def _exporter_kind(exporter: str | None) -> str:
     )
 
 
-def _check_base_endpoint(endpoint: str) -> None:
+def _check_base_endpoint(endpoint: str, *, variable: bool = False) -> None:
+    """Refuses an OTLP/HTTP base URL that ends in a signal's path, which would be doubled: the
+    ``endpoint`` argument, or with ``variable`` :data:`_ENDPOINT_ENV`."""
     parts = urlsplit(endpoint)
     path = parts.path.rstrip("/")
     suffix = next((suffix for suffix in _SIGNAL_PATHS if path.endswith(suffix)), None)
-    if suffix is not None:
-        base = display_url(urlunsplit(parts._replace(path=path.removesuffix(suffix))))
-        raise ValueError(
-            f"configure_telemetry: endpoint is the collector's base URL (as {_ENDPOINT_ENV}) "
-            f"and gets /v1/traces and /v1/metrics appended; {display_url(endpoint)} would send "
-            f"to {suffix}{suffix}. Fix: endpoint={base!r} (any query is kept), or "
-            "traces_endpoint= and metrics_endpoint= for URLs used as given."
+    if suffix is None:
+        return
+    base = display_url(urlunsplit(parts._replace(path=path.removesuffix(suffix))))
+    name, fix, per_signal = (
+        (
+            _ENDPOINT_ENV,
+            f"{_ENDPOINT_ENV}={base}",
+            f"{_TRACES_ENDPOINT_ENV} and {_METRICS_ENDPOINT_ENV}",
         )
+        if variable
+        else (
+            f"endpoint (as {_ENDPOINT_ENV})",
+            f"endpoint={base!r}",
+            "traces_endpoint= and metrics_endpoint=",
+        )
+    )
+    raise ValueError(
+        f"configure_telemetry: {name} is the collector's base URL and gets /v1/traces and "
+        f"/v1/metrics appended; {display_url(endpoint)} would send to {suffix}{suffix}. Fix: "
+        f"{fix} (any query is kept), or {per_signal} for URLs used as given."
+    )
 
 
 def _not_a_url(name: str, value: object) -> ValueError:
@@ -431,17 +446,22 @@ def _signal_urls(
     """Where the spans and the metrics go, by OpenTelemetry's rules (an argument wins over its
     environment variable; see :func:`configure_telemetry`), localhost by default."""
     grpc = kind == "otlp-grpc"
-    base = (
-        endpoint
-        or _url_from_environment(_ENDPOINT_ENV)
-        or (_DEFAULT_GRPC_ENDPOINT if grpc else _DEFAULT_HTTP_ENDPOINT)
-    )
+
+    def base() -> str:  # read only for a signal without a URL of its own
+        from_environment = "" if endpoint else _url_from_environment(_ENDPOINT_ENV)
+        if from_environment and not grpc:
+            _check_base_endpoint(from_environment, variable=True)
+        return (
+            endpoint
+            or from_environment
+            or (_DEFAULT_GRPC_ENDPOINT if grpc else _DEFAULT_HTTP_ENDPOINT)
+        )
 
     def url(given: str | None, variable: str, signal: str) -> str:
         chosen = given or _url_from_environment(variable)
         if chosen:
             return chosen
-        return base if grpc else _with_signal_path(base, signal)
+        return base() if grpc else _with_signal_path(base(), signal)
 
     return (
         url(traces_endpoint, _TRACES_ENDPOINT_ENV, "traces"),
