@@ -17,6 +17,7 @@ from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import StatusCode
 
 from agent_latency import semconv
+from agent_latency.telemetry._log import logger
 
 _INDENT: Final = "  "
 _MAX_HELD_TRACES: Final = 1000
@@ -66,7 +67,7 @@ class TreeSpanExporter(SpanExporter):
     remote one, or one ``roots`` noted (their processor on the same provider)."""
 
     def __init__(self, out: TextIO, roots: LocalRoots | None = None) -> None:
-        self._out = out
+        self._out: TextIO | None = out
         self._roots = roots
         self._held: dict[int, list[ReadableSpan]] = {}
         self._lock = threading.Lock()
@@ -97,9 +98,18 @@ class TreeSpanExporter(SpanExporter):
         # An empty line before each trace: it sets the trees apart, and ends a line the
         # application left open (a streamed answer printed without its newline).
         lines = [line for spans in traces for line in ["", *trace_lines(spans)]]
-        if lines:
+        if not lines or self._out is None:
+            return
+        try:
             self._out.write("\n".join(lines) + "\n")
             self._out.flush()
+        except (OSError, ValueError) as exc:  # a closed pipe (`app | head`), a closed file
+            self._out = None
+            logger.warning(
+                "agent-latency: the console exporter cannot write to stdout (%s); it prints no "
+                "more traces",
+                type(exc).__name__,
+            )
 
 
 def trace_lines(spans: Sequence[ReadableSpan]) -> list[str]:
