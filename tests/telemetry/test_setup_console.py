@@ -143,15 +143,17 @@ class _ClosedPipe:
         raise BrokenPipeError(32, "Broken pipe")
 
 
+@pytest.mark.parametrize("exporter", ["console", "console-json"])
 def test_a_stdout_that_cannot_be_written_is_one_warning_not_a_traceback_per_export(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, exporter: str
 ) -> None:
-    # Each export logged "Exception while exporting Span." with the BrokenPipeError's traceback.
+    # Each export logged "Exception while exporting Span." (and metrics) with the
+    # BrokenPipeError's traceback.
     monkeypatch.setattr(sys, "stdout", _ClosedPipe())
     with (
         running_simulator(QUICK) as sim,
         caplog.at_level(logging.WARNING),
-        configure_telemetry(exporter="console", set_global=False) as telemetry,
+        configure_telemetry(exporter=exporter, set_global=False) as telemetry,
     ):
         handler = telemetry.handler(log_every_request=False)
         for _ in range(3):
@@ -161,5 +163,5 @@ def test_a_stdout_that_cannot_be_written_is_one_warning_not_a_traceback_per_expo
     assert "Exception while exporting" not in caplog.text
     assert [record.getMessage() for record in caplog.records] == [
         "agent-latency: the console exporter cannot write to stdout (BrokenPipeError); it "
-        "prints no more traces"
+        "prints nothing more"
     ]

@@ -24,6 +24,40 @@ _MAX_HELD_TRACES: Final = 1000
 """Traces waiting for their root at most; past it the oldest is printed as it is."""
 
 
+class GuardedOutput:
+    """What the console exporters print to: ``out`` (``sys.stdout`` as the caller found it)
+    until a write or flush fails (a pipe ``head`` closed, a closed file), then nothing, after one
+    WARNING: the SDK would log the error's traceback on every export. Only ``write`` and
+    ``flush``, which is all they call (no ``io`` base class: its finaliser flushes, which would
+    warn about a file long closed, such as a test's captured stdout)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out: TextIO | None = out
+
+    def write(self, text: str) -> int:
+        if self._out is not None:
+            try:
+                self._out.write(text)
+            except (OSError, ValueError) as exc:  # ValueError: a closed file
+                self._give_up(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._out is not None:
+            try:
+                self._out.flush()
+            except (OSError, ValueError) as exc:
+                self._give_up(exc)
+
+    def _give_up(self, exc: Exception) -> None:
+        self._out = None
+        logger.warning(
+            "agent-latency: the console exporter cannot write to stdout (%s); it prints nothing "
+            "more",
+            type(exc).__name__,
+        )
+
+
 class LocalRoots(SpanProcessor):
     """Notes the spans that start under no open span of their provider: the roots of the trees
     :class:`TreeSpanExporter` prints, whether their parent is another provider's or none.
@@ -67,7 +101,7 @@ class TreeSpanExporter(SpanExporter):
     remote one, or one ``roots`` noted (their processor on the same provider)."""
 
     def __init__(self, out: TextIO, roots: LocalRoots | None = None) -> None:
-        self._out: TextIO | None = out
+        self._out = out
         self._roots = roots
         self._held: dict[int, list[ReadableSpan]] = {}
         self._lock = threading.Lock()
@@ -98,18 +132,9 @@ class TreeSpanExporter(SpanExporter):
         # An empty line before each trace: it sets the trees apart, and ends a line the
         # application left open (a streamed answer printed without its newline).
         lines = [line for spans in traces for line in ["", *trace_lines(spans)]]
-        if not lines or self._out is None:
-            return
-        try:
+        if lines:
             self._out.write("\n".join(lines) + "\n")
             self._out.flush()
-        except (OSError, ValueError) as exc:  # a closed pipe (`app | head`), a closed file
-            self._out = None
-            logger.warning(
-                "agent-latency: the console exporter cannot write to stdout (%s); it prints no "
-                "more traces",
-                type(exc).__name__,
-            )
 
 
 def trace_lines(spans: Sequence[ReadableSpan]) -> list[str]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TextIO, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import metrics, trace
@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import (
 
 from agent_latency._redaction import display_url, host_and_port
 from agent_latency.config import Settings, is_http_url
-from agent_latency.telemetry._console import LocalRoots, TreeSpanExporter
+from agent_latency.telemetry._console import GuardedOutput, LocalRoots, TreeSpanExporter
 from agent_latency.telemetry._export import (
     PROBE_TIMEOUT_S,
     ExporterLogFilter,
@@ -289,17 +289,17 @@ def configure_telemetry(
     interval = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else _METRIC_INTERVAL_MS
 
     if kind == "console":
-        # sys.stdout as it is now (the exporters' default is the one at import time).
         roots = LocalRoots()  # a run under the application's own span is a tree of its own
         tracer_provider.add_span_processor(roots)
         tracer_provider.add_span_processor(
-            BatchSpanProcessor(TreeSpanExporter(out=sys.stdout, roots=roots))
+            BatchSpanProcessor(TreeSpanExporter(out=_console_output(), roots=roots))
         )
     elif kind == "console-json":
-        tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
+        out = _console_output()
+        tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=out)))
         readers.append(
             PeriodicExportingMetricReader(
-                ConsoleMetricExporter(out=sys.stdout), export_interval_millis=interval
+                ConsoleMetricExporter(out=out), export_interval_millis=interval
             )
         )
     elif kind in ("otlp-http", "otlp-grpc"):
@@ -350,6 +350,11 @@ def configure_telemetry(
     )
     atexit.register(telemetry.shutdown)
     return telemetry
+
+
+def _console_output() -> TextIO:
+    """``sys.stdout`` as it is now (the exporters' default is the one at import time), guarded."""
+    return cast("TextIO", GuardedOutput(sys.stdout))
 
 
 def _timeout_from_environment() -> float:
