@@ -11,6 +11,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import contextlib
+import copy
 import gc
 import itertools
 import json
@@ -374,6 +375,24 @@ def test_a_chain_run_with_its_own_config_inside_a_lambda_nests_and_ends_once(
     assert inner_root.parent.span_id == by_name["chain outer"].context.span_id
     assert {outcome_of(span) for span in spans} == {"ok"}
     assert len(spans) == 4
+    assert handler.open_runs == 0
+
+
+def test_a_config_deep_copied_per_request_keeps_the_one_handler(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # copy.deepcopy(config) per request (to set a thread id) raised "cannot pickle
+    # '_thread.lock' object" in the application: LangChain's own tracers copy as themselves.
+    base: Any = {"callbacks": [handler], "configurable": {"thread_id": "base"}}
+    config = copy.deepcopy(base)
+    config["configurable"]["thread_id"] = "request-1"
+
+    assert config["callbacks"][0] is handler
+    assert copy.copy(handler) is handler
+    chat_openai(sim).invoke("hi", config=config)
+    assert [span.name for span in span_exporter.get_finished_spans()] == [
+        f"chat {sim.config.models[0]}"
+    ]
     assert handler.open_runs == 0
 
 

@@ -206,6 +206,15 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         """How many runs have started and not yet ended (0 when everything is finished)."""
         return len(self._tree)
 
+    def __copy__(self) -> LatencyCallbackHandler:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LatencyCallbackHandler:
+        # A config copied per request (copy.deepcopy(config)) keeps the one handler, as
+        # LangChain's own tracers do: its open runs are shared state, and its locks cannot be
+        # copied (the copy raised in the application).
+        return self
+
     def __repr__(self) -> str:
         return (
             f"LatencyCallbackHandler(ttft_warn_ms={self.ttft_warn_ms:g}, "
