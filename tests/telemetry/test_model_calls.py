@@ -422,6 +422,11 @@ class _RecordSink:
         ({"ttft_error_ms": float("nan")}, "ttft_error_ms", ValueError),
         ({"ttft_warn_ms": 500, "ttft_error_ms": 400}, "ttft_error_ms", ValueError),
         ({"chunk_timeout_ms": True}, "chunk_timeout_ms", TypeError),
+        # An OverflowError ("cannot convert float infinity to integer") named nothing.
+        ({"chunk_timeout_ms": 1e308}, "chunk_timeout_ms", ValueError),
+        # AttributeErrors ("'int' object has no attribute 'get_tracer'") named nothing.
+        ({"tracer_provider": 5}, "tracer_provider", TypeError),
+        ({"meter_provider": "global"}, "meter_provider", TypeError),
         ({"capture_content": "yes"}, "capture_content", TypeError),
         ({"on_record": 3}, "on_record", TypeError),
         # Called, it returns a coroutine nothing awaits: every record was lost without a word.

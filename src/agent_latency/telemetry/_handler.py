@@ -62,8 +62,25 @@ def _option(name: str, doc: str) -> Any:
     return property(lambda handler: getattr(handler._calls.options, name), doc=doc)
 
 
-def _check_ms(option: str, value: object) -> float:
-    return checked_number(_OWNER, option, value, minimum=0, above=True, hint="milliseconds")
+def _check_ms(option: str, value: object, *, maximum: float | None = None) -> float:
+    return checked_number(
+        _OWNER, option, value, minimum=0, above=True, maximum=maximum, hint="milliseconds"
+    )
+
+
+_A_DAY_MS: Final = 86_400_000
+"""The longest chunk timeout, as ``streaming.chunk_timeout_ms`` allows (in nanoseconds, a far
+longer one overflows the integer clock readings it is compared with)."""
+
+
+def _check_provider(option: str, provider: object, method: str) -> None:
+    """Refuses a provider without ``method`` (any object with it will do, as for OpenTelemetry's
+    ``get_tracer``), which would fail unnamed when the handler asks it."""
+    if provider is not None and not callable(getattr(provider, method, None)):
+        raise TypeError(
+            f"{_OWNER}: {option} must be an OpenTelemetry provider (with {method}()) or None, "
+            f"got {provider!r}."
+        )
 
 
 class LatencyCallbackHandler(BaseCallbackHandler):
@@ -84,7 +101,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             ``agent_latency.ttft_level=warn``. A blocking call's first text comes with its whole
             answer: its total is measured against the thresholds, and its log hints at streaming.
         ttft_error_ms: Above this, an ERROR and ``ttft_level=error``. At least ``ttft_warn_ms``.
-        chunk_timeout_ms: A wait between streamed chunks longer than this is a stall.
+        chunk_timeout_ms: A wait between streamed chunks longer than this is a stall (at most
+            a day).
         capture_content: Record prompts, answers and tool arguments and results on the spans
             (``gen_ai.input.messages`` and friends). Off by default: they may be confidential.
         log_every_request: Log one INFO line per model call (on by default, like
@@ -142,13 +160,15 @@ class LatencyCallbackHandler(BaseCallbackHandler):
         options = CallOptions(
             ttft_warn_ms=warn_ms,
             ttft_error_ms=error_ms,
-            chunk_timeout_ms=_check_ms("chunk_timeout_ms", chunk_timeout_ms),
+            chunk_timeout_ms=_check_ms("chunk_timeout_ms", chunk_timeout_ms, maximum=_A_DAY_MS),
             capture_content=checked_bool(_OWNER, "capture_content", capture_content),
             log_every_request=checked_bool(_OWNER, "log_every_request", log_every_request),
             record_ttft=checked_bool(_OWNER, "record_ttft", record_ttft),
             on_record=on_record,
         )
         max_runs = checked_int(_OWNER, "max_open_runs", max_open_runs, minimum=1)
+        _check_provider("tracer_provider", tracer_provider, "get_tracer")
+        _check_provider("meter_provider", meter_provider, "get_meter")
         super().__init__()
         self.failures = FailureLog()
         self._tracer_provider = tracer_provider
