@@ -642,9 +642,14 @@ def http_failure(name: str, reply: HttpReply, *, limit_field: str | None = None)
         )
     if reply.status in (401, 403):
         return replace(check_api_key(reply, key_configured=True), name=name)
-    said = _server_message(reply)
+    said = _server_message(reply) or reply.error or ""
     found = f"{display_url(reply.url)} answered {reply.status}" + (f": {said}" if said else "")
-    if reply.status == 404:
+    if reply.ok:  # an answer that is no chat completion
+        fix = (
+            "llm.base_url must be the API root of an OpenAI-compatible server (e.g. "
+            "https://host/v1), not a website; `agent-latency sim` serves http://127.0.0.1:8000/v1"
+        )
+    elif reply.status == 404:
         fix = "set llm.model to a model the server runs (see the model check above)"
     elif reply.status in (400, 422) and limit_field is not None and limit_field in said:
         fix = _TOML_LIMIT_FIX.format(field=_other_limit_field(limit_field))
