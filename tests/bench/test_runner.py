@@ -224,6 +224,10 @@ def test_load_baseline_reads_the_gated_mode(tmp_path: Path, report: BenchReport)
         ("[1, 2]", "no mode"),
         ('{"modes": [{"trimmed": true, "streaming": true, "ttft_ms": {"p50": "fast"}}]}', "p50"),
         ('{"modes": [{"trimmed": true, "streaming": true, "ttft_ms": {"p50": 0}}]}', "p50"),
+        # Python's json reads both as inf: every run would be 100% faster, a gate never failing.
+        ('{"modes": [{"trimmed": true, "streaming": true, "ttft_ms": {"p50": Infinity}}]}', "p50"),
+        ('{"modes": [{"trimmed": true, "streaming": true, "ttft_ms": {"p50": 1e999}}]}', "p50"),
+        ('{"modes": [{"trimmed": true, "streaming": true, "ttft_ms": {"p50": NaN}}]}', "p50"),
     ],
 )
 def test_malformed_baseline_is_a_value_error_naming_the_file(

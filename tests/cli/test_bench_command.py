@@ -6,10 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import typer
 from langchain_core.messages import convert_to_messages
@@ -190,6 +193,8 @@ def test_malformed_baseline_fails_before_any_call(scenario: Path, tmp_path: Path
     ("args", "message"),
     [
         (["--max-regression", "5"], "--max-regression needs --baseline"),
+        # inf passes click's min=0 and makes a gate that can never fail.
+        (["--max-regression", "inf", "--baseline", "b.json"], "--max-regression inf"),
         (["--base-url", "localhost:8000"], "--base-url: 'localhost:8000' is not an http(s) URL"),
         (["--turns", "99"], "--turns 99"),
         (["--json", "/nonexistent-folder/out.json"], "does not exist"),
@@ -267,3 +272,81 @@ def test_a_fifo_as_messages_is_refused_in_one_line_instead_of_hanging(tmp_path: 
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith(f"agent-latency: error: {fifo}: not a regular file")
+
+
+class _FallsOverAfter:
+    """An endpoint that hands its first ``calls`` chat completions to the simulator and answers
+    every later one 500 (a provider falling over during a run); anything else goes through."""
+
+    def __init__(self, sim: RunningSimulator, calls: int) -> None:
+        self.left = calls
+        target = sim.base_url.removesuffix("/v1")
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._answer(httpx.get(f"{target}{self.path}", headers=self._passed_on()))
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.endswith("/chat/completions"):
+                    if endpoint.left == 0:
+                        self._answer(httpx.Response(500, json={"error": {"message": "down"}}))
+                        return
+                    endpoint.left -= 1
+                headers = {"Content-Type": "application/json", **self._passed_on()}
+                self._answer(httpx.post(f"{target}{self.path}", content=body, headers=headers))
+
+            def _passed_on(self) -> dict[str, str]:
+                return {"Authorization": self.headers.get("Authorization", "")}
+
+            def _answer(self, response: httpx.Response) -> None:
+                content = response.content
+                self.send_response(response.status_code)
+                self.send_header("Content-Type", response.headers.get("content-type", "text/plain"))
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> _FallsOverAfter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_an_endpoint_failing_midway_keeps_the_runs_that_finished(
+    sim: RunningSimulator, scenario: Path, tmp_path: Path
+) -> None:
+    # A 500 after a run of answers lost every finished call: one line, exit 2, no table and no
+    # --json, as for an endpoint that never answered.
+    out = tmp_path / "out.json"
+    with _FallsOverAfter(sim, calls=3) as endpoint:  # the warm-up and two modes' first run
+        result = run_cli(
+            *["--base-url", endpoint.base_url, "--api-key", KEY, "--messages", scenario],
+            *["--runs", "2", "--json", out],
+        )
+
+    assert result.exit_code == 2, result.output
+    document = json.loads(out.read_text("utf-8"))
+    assert document["interrupted"] is True
+    assert [mode["runs"] for mode in document["modes"]] == [1, 1, 0, 0]
+    assert document["missing"][0] == "1 of 2 runs of untrimmed + blocking"
+    output = " ".join(result.output.split())
+    assert "Partial results: a call failed (http://127.0.0.1:" in output
+    assert "answered HTTP 500: Error code: 500 - down Fix: check the endpoint's logs)." in output
+    assert "Traceback" not in output
+    assert output.endswith("down Fix: check the endpoint's logs): the results above are partial.")

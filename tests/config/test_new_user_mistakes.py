@@ -164,6 +164,47 @@ def test_an_unexpanded_key_placeholder_is_named_with_the_way_to_pass_the_key(
     assert SECRET not in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "placeholder"),
+    [
+        ("AGENT_LATENCY_BASE_URL", "${OPENAI_BASE_URL}"),
+        ("AGENT_LATENCY_MODEL", "$MODEL"),
+        ("AGENT_LATENCY_API_KEY", "${OPENAI_API_KEY}"),
+        ("OPENAI_API_KEY", "${OPENAI_API_KEY}"),
+    ],
+)
+def test_a_placeholder_in_the_environment_is_not_blamed_on_a_file(
+    variable: str, placeholder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An env file given to `docker run --env-file` or systemd is taken as written. The message
+    # said TOML and JSON expand nothing, and its fix was to set the very variable that held it.
+    monkeypatch.setenv(variable, placeholder)
+
+    message = config_error()
+
+    assert message.startswith(f"environment {variable}: holds the placeholder")
+    assert "TOML" not in message and "file sets a key" not in message
+    assert "(it wins over the files)" not in message
+    assert "was not expanded where the environment was set" in message
+    assert message.endswith("Fix: write the value itself where the variable is set.")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Found by tele19, not fixed: llm.tokenizer naming a file that exists but is no "
+    "tokenizer.json (empty, not JSON, another JSON) loads; the first count then fails with "
+    "\"tokenizer 'tok.json': not a readable tokenizer.json (Exception)\", naming neither "
+    "config.toml nor llm.tokenizer. Loading checks only that the file can be read, by design "
+    "without parsing it (a tokenizer.json is megabytes); a cheap check of its shape would do.",
+)
+def test_a_tokenizer_file_that_is_no_tokenizer_is_named_at_load() -> None:
+    Path("tok.json").write_text('{"not": "a tokenizer"}', encoding="utf-8")
+
+    message = config_error(config='[llm]\ntokenizer = "tok.json"\n')
+
+    assert message.startswith("config.toml: llm.tokenizer: 'tok.json'")
+
+
 def test_a_placeholder_the_environment_overrides_is_no_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

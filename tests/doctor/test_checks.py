@@ -490,6 +490,23 @@ def test_a_limit_error_naming_the_field_suggests_the_other_field() -> None:
     )
 
 
+@pytest.mark.parametrize("event_stream", [True, False])
+def test_an_answer_without_any_token_cannot_pass_the_limit(event_stream: bool) -> None:
+    # A server answering 200 with no completion (an error body, a stream of data lines that
+    # are not JSON) passed: "asked for 2 tokens via max_tokens, got 0".
+    stream = StreamProbe(HttpReply("u", 200, body={}), is_event_stream=event_stream)
+    probe = LimitProbe(stream, 2, "max_tokens", 0)
+
+    result = check_output_limit(probe)
+
+    assert result.status is CheckStatus.WARN
+    assert result.message == (
+        "asked for 2 tokens via max_tokens, got no answer, so whether the server stops at "
+        "max_tokens cannot be told"
+    )
+    assert result.fix == "check that llm.model is a chat model that answers; run doctor again"
+
+
 def test_a_runaway_answer_is_cut_off_and_fails() -> None:
     probe = LimitProbe(StreamProbe(HttpReply("u", 200)), 2, "max_tokens", 48, cut_off=True)
 

@@ -1,11 +1,14 @@
-"""Doctor's prefill probes feed the endpoint's latency model (real probes on the simulator)."""
+"""Doctor's prefill probes feed the endpoint's latency model (real probes on the simulator; a
+website's pages, which must teach it nothing, from a mock transport)."""
 
 import uuid
 
+import httpx
 from support.simulators import settings_of
 
 from agent_latency import LLMSettings, Settings
 from agent_latency.doctor._check_result import CheckStatus
+from agent_latency.doctor._checks import http_failure
 from agent_latency.doctor._latency import (
     LatencyModel,
     check_latency_model,
@@ -13,7 +16,7 @@ from agent_latency.doctor._latency import (
     learn_from_probes,
     seed_latency_model,
 )
-from agent_latency.doctor._probes import PrefillSample
+from agent_latency.doctor._probes import Endpoint, HttpReply, PrefillSample
 from agent_latency.sim import SimulatorConfig, running_simulator
 
 
@@ -63,3 +66,26 @@ def test_the_check_says_what_a_budget_size_prompt_costs_cold_and_warm() -> None:
     assert "after 3 probes" in result.message
     assert "with nothing cached" in result.message
     assert check_latency_model([], Settings(), _fresh_model()).status is CheckStatus.WARN
+
+
+def _website(request: httpx.Request) -> httpx.Response:
+    """A web server's answer to anything: the page base_url names when it is no API root."""
+    return httpx.Response(200, html="<html><body>Welcome</body></html>")
+
+
+def test_a_website_at_base_url_seeds_nothing() -> None:
+    # Its pages were taken for one-token answers: the endpoint's model learned the page's
+    # serving time as the prefill of 200 to 2,000 tokens, and the seeding returned them as probes.
+    settings = Settings(llm=LLMSettings(base_url="http://www.example.test/", model="m"))
+    model = _fresh_model()
+    with Endpoint(settings, transport=httpx.MockTransport(_website)) as endpoint:
+        reply = seed_latency_model(settings, endpoint=endpoint, model=model)
+
+    assert isinstance(reply, HttpReply)
+    assert reply.url == "http://www.example.test/chat/completions"
+    assert model.observations == 0
+    result = http_failure("prefill", reply)
+    assert result.status is CheckStatus.FAIL
+    assert result.message == (
+        "http://www.example.test/chat/completions answered 200: a web page, no chat completion"
+    )

@@ -406,6 +406,15 @@ def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
     assert not [r for r in caplog.records if "slow first token" in r.getMessage()]
 
 
+async def _save_record_later(record: LatencyRecord) -> None:
+    await asyncio.sleep(0)
+
+
+class _RecordSink:
+    async def __call__(self, record: LatencyRecord) -> None:
+        await asyncio.sleep(0)
+
+
 @pytest.mark.parametrize(
     ("options", "named", "raised"),
     [
@@ -413,8 +422,16 @@ def test_record_ttft_off_keeps_durations_and_stalls_but_no_ttft(
         ({"ttft_error_ms": float("nan")}, "ttft_error_ms", ValueError),
         ({"ttft_warn_ms": 500, "ttft_error_ms": 400}, "ttft_error_ms", ValueError),
         ({"chunk_timeout_ms": True}, "chunk_timeout_ms", TypeError),
+        # An OverflowError ("cannot convert float infinity to integer") named nothing.
+        ({"chunk_timeout_ms": 1e308}, "chunk_timeout_ms", ValueError),
+        # AttributeErrors ("'int' object has no attribute 'get_tracer'") named nothing.
+        ({"tracer_provider": 5}, "tracer_provider", TypeError),
+        ({"meter_provider": "global"}, "meter_provider", TypeError),
         ({"capture_content": "yes"}, "capture_content", TypeError),
         ({"on_record": 3}, "on_record", TypeError),
+        # Called, it returns a coroutine nothing awaits: every record was lost without a word.
+        ({"on_record": _save_record_later}, "on_record", TypeError),
+        ({"on_record": _RecordSink()}, "on_record", TypeError),
         ({"max_open_runs": 0}, "max_open_runs", ValueError),
     ],
 )

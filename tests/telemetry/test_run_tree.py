@@ -324,6 +324,74 @@ def _fail_with_secret(value: str) -> str:
     raise ValueError(f"bad input {SECRET_TEXT}")
 
 
+def _contains_itself() -> list[object]:
+    looped: list[object] = []
+    looped.append(looped)
+    return looped
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{(48.86, 2.35): "Paris"}, _contains_itself()],
+    ids=["keys that are no strings", "a value that contains itself"],
+)
+def test_captured_tool_content_json_cannot_hold_still_ends_the_span_ok(
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+    value: object,
+) -> None:
+    # json.dumps(default=str) raises on both; the tool span was left open: a root one for good
+    # (open_runs grew with every call), a nested one ended "abandoned" with its parent.
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, capture_content=True)
+
+    @tool
+    def locate(table: dict[str, Any] | list[Any]) -> object:
+        """Returns what it is given."""
+        return value
+
+    argument = value if isinstance(value, list) else {"Paris": value}
+    with caplog.at_level(logging.WARNING, logger="agent_latency"):
+        for _ in range(3):
+            assert locate.invoke({"table": argument}, config={"callbacks": [handler]}) is value
+        RunnableLambda(lambda _: locate.invoke({"table": argument})).invoke(
+            "x", config={"callbacks": [handler]}
+        )
+    assert handler.open_runs == 0
+    spans = [s for s in span_exporter.get_finished_spans() if s.name == "execute_tool locate"]
+    assert len(spans) == 4
+    for span in spans:
+        assert span.attributes is not None
+        assert span.attributes[semconv.OUTCOME] == "ok"
+        assert gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS in span.attributes
+        assert str(value) in str(span.attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT])
+    assert not caplog.records
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_tool_result_that_cannot_be_recorded_still_ends_the_span(
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    handler = LatencyCallbackHandler(tracer_provider=tracer_provider, capture_content=True)
+    result = _Unprintable()
+
+    @tool
+    def make(name: str) -> object:
+        """Makes an object."""
+        return result
+
+    assert make.invoke({"name": "x"}, config={"callbacks": [handler]}) is result
+    assert handler.open_runs == 0
+    (span,) = span_exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes[semconv.OUTCOME] == "ok"
+    assert gen_ai.GEN_AI_TOOL_CALL_RESULT not in span.attributes
+
+
 class _OpenSpanCounter(SpanProcessor):
     def __init__(self) -> None:
         self.started = 0

@@ -6,6 +6,7 @@ Real ``ChatOpenAI`` streaming over HTTP from the embedded simulator.
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_openai import ChatOpenAI
 from support.ports import refused_port
-from support.simulators import settings_of
+from support.simulators import QUICK, chat_openai_of, settings_of
 
 from agent_latency import (
     LatencyRecord,
@@ -130,3 +131,37 @@ def test_a_failed_call_says_so_on_its_line(capsys: pytest.CaptureFixture[str]) -
 
     (chat,) = [line for line in lines if line.strip().startswith("chat m ")]
     assert re.search(r"  error: \w*ConnectionError$", chat), lines  # the class, not its module
+
+
+class _ClosedPipe:
+    """stdout once the program it was piped to has exited (``app | head``)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("exporter", ["console", "console-json"])
+def test_a_stdout_that_cannot_be_written_is_one_warning_not_a_traceback_per_export(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, exporter: str
+) -> None:
+    # Each export logged "Exception while exporting Span." (and metrics) with the
+    # BrokenPipeError's traceback.
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    with (
+        running_simulator(QUICK) as sim,
+        caplog.at_level(logging.WARNING),
+        configure_telemetry(exporter=exporter, set_global=False) as telemetry,
+    ):
+        handler = telemetry.handler(log_every_request=False)
+        for _ in range(3):
+            chat_openai_of(sim).invoke("hi", config={"callbacks": [handler]})
+            telemetry.tracer_provider.force_flush()
+
+    assert "Exception while exporting" not in caplog.text
+    assert [record.getMessage() for record in caplog.records] == [
+        "agent-latency: the console exporter cannot write to stdout (BrokenPipeError); it "
+        "prints nothing more"
+    ]

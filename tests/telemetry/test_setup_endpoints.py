@@ -62,6 +62,30 @@ def test_per_signal_environment_variables_win_over_the_base_one(
     assert [span.name for span in otlp_receiver.wait_for_spans(1)] == ["chat"]
 
 
+@pytest.mark.parametrize(
+    ("variable", "path"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "/v1/metrics"),
+    ],
+)
+def test_an_endpoint_variable_without_http_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, otlp_receiver: OTLPReceiver, variable: str, path: str
+) -> None:
+    # "127.0.0.1:4318" was used as it was: the collector listened there and got nothing, while
+    # the log said it did not answer ("No connection adapters were found" at ERROR).
+    address = otlp_receiver.endpoint.removeprefix("http://")
+    monkeypatch.setenv(variable, f"user:{PASSWORD}@{address}{path}")
+
+    with pytest.raises(ValueError) as raised:
+        configure_telemetry(exporter="otlp-http", set_global=False)
+
+    message = str(raised.value)
+    assert f"{variable} must be a URL such as http://localhost:4318" in message
+    assert address in message and PASSWORD not in message
+
+
 def test_a_signal_url_given_as_the_base_endpoint_is_refused_with_the_fix() -> None:
     # It was accepted, then every export went to /v1/traces/v1/traces (404).
     endpoint = f"http://user:{PASSWORD}@collector.example:4318/v1/traces?token={TOKEN}"
@@ -73,6 +97,58 @@ def test_a_signal_url_given_as_the_base_endpoint_is_refused_with_the_fix() -> No
     assert "endpoint='http://collector.example:4318'" in message
     assert "traces_endpoint=" in message
     assert TOKEN not in message and PASSWORD not in message
+
+
+def test_a_signal_url_in_the_base_endpoint_variable_is_refused_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, otlp_receiver: OTLPReceiver
+) -> None:
+    # Refused as an argument, taken from the variable: every export went to
+    # /v1/traces/v1/traces, answered 404, while the collector listened.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"{otlp_receiver.endpoint}/v1/traces")
+
+    with pytest.raises(ValueError) as raised:
+        configure_telemetry(exporter="otlp-http", set_global=False)
+
+    message = str(raised.value)
+    assert message.startswith("configure_telemetry: OTEL_EXPORTER_OTLP_ENDPOINT is the collector")
+    assert f"Fix: OTEL_EXPORTER_OTLP_ENDPOINT={otlp_receiver.endpoint} " in message
+    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in message
+
+    # Unused when both signals have a URL of their own.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{otlp_receiver.endpoint}/v1/traces")
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"{otlp_receiver.endpoint}/v1/metrics"
+    )
+    with configure_telemetry(exporter="otlp-http", set_global=False) as telemetry:
+        call_fake_model(telemetry.handler())
+    assert [span.name for span in otlp_receiver.wait_for_spans(1)] == ["chat"]
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    ],
+)
+def test_a_header_variable_opentelemetry_cannot_read_is_quoted_without_its_token(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    otlp_receiver: OTLPReceiver,
+    variable: str,
+) -> None:
+    # "Name: value" instead of "name=value": OpenTelemetry's header parser warned with the
+    # header as written, token and all, as configure_telemetry made the exporters.
+    monkeypatch.setenv(variable, f"x-tenant=blue, Authorization: Bearer {TOKEN}")
+    with caplog.at_level(logging.DEBUG):
+        telemetry = configure_telemetry(
+            exporter="otlp-http", endpoint=otlp_receiver.endpoint, set_global=False
+        )
+        telemetry.shutdown()
+
+    assert "Header format invalid" in caplog.text  # the warning itself still says what is wrong
+    assert TOKEN not in caplog.text
 
 
 def test_credentials_in_the_endpoint_are_in_no_log_line(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import contextlib
+import copy
 import gc
 import itertools
 import json
@@ -194,6 +195,24 @@ async def test_a_streaming_ainvoke_cut_short_in_a_task_that_goes_on_still_ends(
 # -- a sync chain stream the consumer stops reading ---------------------------------------------
 
 
+async def leave_after_the_first_chunk(
+    stream: AsyncIterator[Any], handler: LatencyCallbackHandler
+) -> None:
+    """Reads one chunk of ``stream``, closes it and waits for the runs under it to end (asyncio's
+    finaliser closes the inner generators a little later)."""
+    async for _ in stream:
+        break
+    await stream.aclose()  # type: ignore[attr-defined]
+    await until_no_open_runs(handler)
+
+
+def unfailed_outcomes(exporter: InMemorySpanExporter) -> dict[str, object]:
+    """Each finished span's outcome by name, none of them with status ERROR."""
+    spans = exporter.get_finished_spans()
+    assert all(span.status.status_code is StatusCode.UNSET for span in spans)
+    return {span.name: outcome_of(span) for span in spans}
+
+
 @pytest.mark.parametrize("way", ["stream", "astream"])
 async def test_leaving_a_chain_stream_marks_the_chain_abandoned_sync_or_async(
     way: str,
@@ -210,23 +229,34 @@ async def test_leaving_a_chain_stream_marks_the_chain_abandoned_sync_or_async(
         for _ in chain.stream({"question": "hi"}, config=config):
             break
     else:
-        stream = chain.astream({"question": "hi"}, config=config)
-        async for _ in stream:
-            break
-        await stream.aclose()  # type: ignore[attr-defined]
-        # The chain's inner generators are closed by asyncio's finaliser, a little later.
-        await until_no_open_runs(handler)
+        await leave_after_the_first_chunk(chain.astream({"question": "hi"}, config=config), handler)
 
-    outcomes = {span.name: outcome_of(span) for span in span_exporter.get_finished_spans()}
-    assert outcomes == {
+    assert unfailed_outcomes(span_exporter) == {
         "chain RunnableSequence": "abandoned",
         "chain ChatPromptTemplate": "ok",
         "chain RunnableLambda": "ok",
         f"chat {sim.config.models[0]}": "abandoned",
     }
-    for span in span_exporter.get_finished_spans():
-        assert span.status.status_code is StatusCode.UNSET
     assert handler.open_runs == 0
+
+
+async def test_leaving_an_agents_astream_abandons_its_nodes_too(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # LangGraph cancels its node tasks when the consumer closes the graph's stream (a chat UI
+    # closed mid-answer): the model node and its call said 'cancelled', with status ERROR and
+    # error.type on the duration metric, under an 'abandoned' agent.
+    agent = create_agent(chat_openai(sim), tools=[], name="clerk")
+    stream = agent.astream(
+        {"messages": [("user", "hi")]}, config={"callbacks": [handler]}, stream_mode="messages"
+    )
+    await leave_after_the_first_chunk(stream, handler)
+
+    assert unfailed_outcomes(span_exporter) == {
+        "invoke_agent clerk": "abandoned",
+        "chain model": "abandoned",
+        f"chat {sim.config.models[0]}": "abandoned",
+    }
 
 
 def test_a_chain_stream_read_to_its_end_stays_ok(
@@ -345,6 +375,24 @@ def test_a_chain_run_with_its_own_config_inside_a_lambda_nests_and_ends_once(
     assert inner_root.parent.span_id == by_name["chain outer"].context.span_id
     assert {outcome_of(span) for span in spans} == {"ok"}
     assert len(spans) == 4
+    assert handler.open_runs == 0
+
+
+def test_a_config_deep_copied_per_request_keeps_the_one_handler(
+    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
+) -> None:
+    # copy.deepcopy(config) per request (to set a thread id) raised "cannot pickle
+    # '_thread.lock' object" in the application: LangChain's own tracers copy as themselves.
+    base: Any = {"callbacks": [handler], "configurable": {"thread_id": "base"}}
+    config = copy.deepcopy(base)
+    config["configurable"]["thread_id"] = "request-1"
+
+    assert config["callbacks"][0] is handler
+    assert copy.copy(handler) is handler
+    chat_openai(sim).invoke("hi", config=config)
+    assert [span.name for span in span_exporter.get_finished_spans()] == [
+        f"chat {sim.config.models[0]}"
+    ]
     assert handler.open_runs == 0
 
 

@@ -6,8 +6,9 @@ prompt sizes to fit the endpoint's prefill cost, all measured with the project's
 handler; it returns a :class:`BenchReport` (``to_json()`` is the file ``--json`` writes). A
 request the endpoint refuses, or one too long for ``llm.context_window``, fails only its mode
 (the report says why); Ctrl-C raises :class:`BenchInterrupted`, a ``KeyboardInterrupt`` holding
-the report of what finished. :func:`check_regression` turns a report and a baseline into the
-``--baseline`` gate; :func:`saving_breakdown` explains the saving.
+the report of what finished, and an endpoint that fails :class:`BenchFailed`, an
+:class:`EndpointError` holding it too. :func:`check_regression` turns a report and a baseline
+into the ``--baseline`` gate; :func:`saving_breakdown` explains the saving.
 
 :func:`run_mixed_workload` replays interleaved conversations that state facts and ask about
 them later, once per strategy (ours and the peers, :func:`workload_strategies`) and, for the
@@ -29,7 +30,7 @@ budget; :func:`evidence_retention` gives an :class:`EvidenceRow` per strategy an
 evidence kept), :func:`growing_replay` a :class:`ReplayRow` (tokens sent and uncached per call
 with a one-slot prefix cache, the prompts rendered by a :class:`PromptRenderer`).
 
-Exports: ``BenchInterrupted``, ``BenchOptions``, ``BenchReport``, ``Conversation``,
+Exports: ``BenchFailed``, ``BenchInterrupted``, ``BenchOptions``, ``BenchReport``, ``Conversation``,
 ``EndpointError``, ``EvidenceRow``, ``MixedWorkload``, ``Mode``, ``ModeResult``, ``NeedleCase``,
 ``ProgressCallback``, ``PromptRenderer``, ``QualityRow``, ``Question``, ``ReplayRow``,
 ``RequestRefused``, ``Sample``, ``Strategy``, ``StrategyFactory``, ``StrategyResult``,
@@ -73,6 +74,7 @@ from agent_latency.bench._report import (
     warm_cut_advice,
 )
 from agent_latency.bench._runner import (
+    BenchFailed,
     BenchInterrupted,
     BenchOptions,
     ProgressCallback,
@@ -89,6 +91,7 @@ from agent_latency.bench._workload import WorkloadProgress, run_mixed_workload
 from agent_latency.bench._workload_report import StrategyRun, WorkloadReport, combined_frontier
 
 __all__ = [
+    "BenchFailed",
     "BenchInterrupted",
     "BenchOptions",
     "BenchReport",

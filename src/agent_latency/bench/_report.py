@@ -166,10 +166,11 @@ def load_baseline(path: str | Path) -> float:
         ):
             ttft = entry.get("ttft_ms")
             p50 = ttft.get("p50") if isinstance(ttft, Mapping) else None
-            if isinstance(p50, int | float) and not isinstance(p50, bool) and p50 > 0:
+            # json reads Infinity and 1e999 as inf, against which every run is 100% faster.
+            if isinstance(p50, int | float) and not isinstance(p50, bool) and 0 < p50 < math.inf:
                 return float(p50)
             raise ValueError(
-                f"{path}: baseline's trimmed + streaming mode has no positive ttft_ms.p50; "
+                f"{path}: baseline's trimmed + streaming mode has no positive finite ttft_ms.p50; "
                 "give a --json file written by `agent-latency bench`."
             )
     raise ValueError(

@@ -40,6 +40,7 @@ from agent_latency._redaction import display_url
 from agent_latency._validation import is_integer
 from agent_latency.bench._calls import CallMeter
 from agent_latency.bench._errors import (
+    EndpointError,
     RequestRefused,
     explain_api_error,
     explain_unreadable_answer,
@@ -118,6 +119,20 @@ class BenchInterrupted(KeyboardInterrupt):
 
     def __init__(self, report: BenchReport) -> None:
         super().__init__("the bench was interrupted")
+        self.report = report
+
+
+class BenchFailed(EndpointError):
+    """The endpoint failed a call once :func:`run_bench` had started (a 500 after answers, a
+    connection lost): the :class:`EndpointError`, holding what was measured until then.
+
+    Attributes:
+        report: As :class:`BenchInterrupted`'s: ``report.interrupted`` is true and
+            ``report.missing`` says what was not measured.
+    """
+
+    def __init__(self, error: EndpointError, report: BenchReport) -> None:
+        super().__init__(str(error))
         self.report = report
 
 
@@ -500,9 +515,10 @@ def run_bench(
             then fails otherwise).
 
     Raises:
-        ValueError: For options the conversation cannot serve (checked before any call), or an
-            :class:`EndpointError` when the endpoint fails as a whole (unreachable, key refused,
-            unknown model). A request it refuses is recorded in the report instead.
+        ValueError: For options the conversation cannot serve (checked before any call).
+        BenchFailed: An :class:`EndpointError`, when the endpoint fails as a whole (unreachable,
+            key refused, unknown model) or falls over during the run; its report holds the
+            calls that finished. A request it refuses is recorded in the report instead.
         BenchInterrupted: On Ctrl-C once the bench has started: its report holds the calls
             that finished.
     """
@@ -529,7 +545,9 @@ def run_bench(
         return bench.report(options)
     except KeyboardInterrupt:
         raise BenchInterrupted(bench.report(options, interrupted=True)) from None
-    except Exception:
-        if stopped is None or not stopped():
-            raise
-        raise BenchInterrupted(bench.report(options, interrupted=True)) from None
+    except Exception as error:
+        if stopped is not None and stopped():
+            raise BenchInterrupted(bench.report(options, interrupted=True)) from None
+        if isinstance(error, EndpointError):
+            raise BenchFailed(error, bench.report(options, interrupted=True)) from None
+        raise

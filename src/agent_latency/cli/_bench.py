@@ -5,13 +5,15 @@ flags, configuration, an endpoint that refuses requests) raises ``ValueError``; 
 regression gate exits with status 1. Ctrl-C (or SIGTERM: see ``_stops``) keeps what was
 measured: the tables of what finished, marked partial with what is missing, the ``--json`` file
 marked ``"interrupted": true`` (no ``--plot``: a figure would not say it is partial), the gate
-not passed, exit 130 (143 after SIGTERM).
+not passed, exit 130 (143 after SIGTERM). An endpoint that fails a call once some have finished
+stops the run alike, the failure said where the signal would be, and exits 2.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -30,6 +32,7 @@ from rich.text import Text
 from agent_latency._server_usage import MAX_REPORTED_TOKENS
 from agent_latency._user_input import RequestFile
 from agent_latency.bench import (
+    BenchFailed,
     BenchInterrupted,
     BenchOptions,
     BenchReport,
@@ -69,6 +72,9 @@ DEFAULT_MAX_REGRESSION_PCT: Final = 10.0
 ALL_PROFILES: Final = "all"
 _PROGRESS_LINES: Final = 10
 """Without a terminal, each phase prints at most this many progress lines (one per tenth)."""
+_FAILED: Final = 2
+"""The exit status of a run a failed call stopped: that of bad input, as the endpoint's failure
+before any call."""
 
 
 @dataclass(frozen=True)
@@ -225,9 +231,11 @@ class BenchResults:
         report: The four modes, the turns and the prefill sweep.
         retention: The ``--quality`` rows, if asked for (and measured).
         workloads: One report per workload profile run (none without ``--workload``).
-        interrupted: A signal stopped the run before all was measured: what is here is what
-            finished.
+        interrupted: A signal, or a call the endpoint failed, stopped the run before all was
+            measured: what is here is what finished.
         missing: With ``interrupted``: what was asked for and not measured.
+        failed: With ``interrupted``: the failed call that stopped it, as a stop (``None``: a
+            signal did).
     """
 
     report: BenchReport
@@ -235,6 +243,7 @@ class BenchResults:
     workloads: list[WorkloadReport]
     interrupted: bool = False
     missing: tuple[str, ...] = ()
+    failed: Stop | None = None
 
     @property
     def measured(self) -> bool:
@@ -296,15 +305,16 @@ def bench(options: BenchFlags) -> None:
         if results is None or (results.interrupted and not results.measured):
             _say(f"{stops.cause.said} before any call was measured: no table{files}.")
             raise typer.Exit(code=stops.cause.exit_code)
+        cause = results.failed or stops.cause
         console = Console()
         try:
             written = _write_outputs(results, options)  # first: a closed stdout loses none of them
         finally:
-            _print_results(console, results, settings, stops.cause)  # and a failed file, none
+            _print_results(console, results, settings, cause)  # and a failed file, none
         for path in written:
             console.print(f"Wrote {path}")
         if results.interrupted:
-            _stop_interrupted(console, options, stops.cause)
+            _stop_interrupted(console, options, cause)
         if stops.first is not None:  # the results are whole: the gate is checked as usual
             _say(f"{stops.first.said} after the last measurement: the results above are complete.")
         if baseline_ms is not None:
@@ -335,6 +345,11 @@ def _check_flags(options: BenchFlags) -> None:
     """Refuses flags that contradict each other, before anything is read or called."""
     if options.max_regression is not None and options.baseline is None:
         raise ValueError("--max-regression needs --baseline FILE.json to compare with.")
+    if options.max_regression is not None and not math.isfinite(options.max_regression):
+        raise ValueError(
+            f"--max-regression {options.max_regression:g}: a gate without a finite limit never "
+            "fails. Fix: give a percentage, e.g. 10."
+        )
     if options.workload not in (None, "mixed"):
         raise ValueError(f"--workload {options.workload!r}: the only workload is 'mixed'.")
     if options.runs == 0 and not (options.quality or options.workload or options.turns):
@@ -413,6 +428,14 @@ def _measure(
             mixed.append(run)
     except BenchInterrupted as stop:
         report = stop.report
+    except BenchFailed as failure:
+        said = f"a call failed ({' '.join(str(failure).split()).rstrip('.')})"
+        results = _interrupted(
+            failure.report, retention, mixed, options, workloads, failed=Stop(said, _FAILED)
+        )
+        if not results.measured:
+            raise  # the endpoint failed from the start: its one line, as for bad input
+        return results
     except KeyboardInterrupt:  # before the bench's calls, or after them (the simulator stopping)
         if report is None:
             return None
@@ -427,8 +450,11 @@ def _interrupted(
     mixed: list[WorkloadReport],
     options: BenchFlags,
     workloads: WorkloadOptions | None,
+    *,
+    failed: Stop | None = None,
 ) -> BenchResults:
-    """The results of a run a signal stopped: what finished, and what was not measured.
+    """The results of a run a signal (or the ``failed`` call) stopped: what finished, and what
+    was not measured.
 
     A signal after the last measurement (the simulator stopping, the last progress line)
     missed nothing: those results are complete, and not marked interrupted.
@@ -440,7 +466,9 @@ def _interrupted(
     missing += [f"the workload{f' on {p}' if p else ''}" for p in profiles]
     if not missing:
         return BenchResults(replace(report, interrupted=False), retention, mixed)
-    return BenchResults(report, retention, mixed, interrupted=True, missing=tuple(missing))
+    return BenchResults(
+        report, retention, mixed, interrupted=True, missing=tuple(missing), failed=failed
+    )
 
 
 def _print_results(console: Console, results: BenchResults, settings: Settings, stop: Stop) -> None:

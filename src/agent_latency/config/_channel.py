@@ -14,6 +14,7 @@ from agent_latency.config._sources import (
     ENV_API_KEY,
     ENV_BASE_URL,
     ENV_OPENAI_API_KEY,
+    ENV_PLACE,
     ConfigError,
 )
 
@@ -35,6 +36,10 @@ def checked_key(key: str, place: str) -> str:
     placeholder = _PLACEHOLDER.fullmatch(stripped)
     if placeholder is not None:
         variable = placeholder["braced"] or placeholder["bare"]
+        if place.startswith(ENV_PLACE):
+            raise _unexpanded_in_environment(
+                place, f"${{{variable}}}", "the server would refuse it (401)"
+            )
         copy = (
             ""
             if variable in (ENV_OPENAI_API_KEY, ENV_API_KEY)
@@ -79,6 +84,8 @@ def refuse_placeholder(value: str, place: str, variable: str) -> None:
         variable: The environment variable that sets it, e.g. ``AGENT_LATENCY_BASE_URL``.
     """
     placeholder = _PLACEHOLDER.fullmatch(value.strip())
+    if placeholder is not None and place.startswith(ENV_PLACE):
+        raise _unexpanded_in_environment(place, repr(value.strip()), "it would be sent as it is")
     if placeholder is not None:
         raise ConfigError(
             f"{place}: holds the placeholder {value.strip()!r}, which nothing here expands "
@@ -86,6 +93,15 @@ def refuse_placeholder(value: str, place: str, variable: str) -> None:
             f"Fix: write the value itself, or set {variable} in the environment (it wins over "
             "the files)."
         )
+
+
+def _unexpanded_in_environment(place: str, shown: str, harm: str) -> ConfigError:
+    """The error for a placeholder an environment variable holds as its value."""
+    return ConfigError(
+        f"{place}: holds the placeholder {shown}, which was not expanded where the environment "
+        "was set (an env file read by docker run --env-file or systemd's EnvironmentFile= is "
+        f"taken as written), so {harm}. Fix: write the value itself where the variable is set."
+    )
 
 
 def is_http_url(url: object) -> bool:

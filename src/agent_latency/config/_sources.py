@@ -23,6 +23,8 @@ ENV_BASE_URL: Final = "AGENT_LATENCY_BASE_URL"
 ENV_API_KEY: Final = "AGENT_LATENCY_API_KEY"
 ENV_MODEL: Final = "AGENT_LATENCY_MODEL"
 ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
+ENV_PLACE: Final = "environment "
+"""What the place of a value set in the environment starts with: ``environment VARIABLE``."""
 
 
 class ConfigError(ValueError):
@@ -350,9 +352,9 @@ def apply_environment(found: Found) -> None:
     ):
         value = os.environ.get(variable)
         if value:
-            found[target] = (value, f"environment {variable}")
+            found[target] = (value, f"{ENV_PLACE}{variable}")
     # OPENAI_API_KEY only fills a gap: it must not replace a key configured for another endpoint
     # (that would send the OpenAI key to a third party and fail authentication there).
     openai_key = os.environ.get(ENV_OPENAI_API_KEY)
     if openai_key and "llm.api_key" not in found:
-        found["llm.api_key"] = (openai_key, f"environment {ENV_OPENAI_API_KEY}")
+        found["llm.api_key"] = (openai_key, f"{ENV_PLACE}{ENV_OPENAI_API_KEY}")

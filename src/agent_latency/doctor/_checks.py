@@ -41,6 +41,7 @@ _BURST_GAP_MS: Final = 0.25
 # A prefix cache shows as a second identical prompt answered in at most half the time, and at
 # least this much sooner (a smaller drop is within a fast server's noise).
 _MIN_CACHE_GAIN_MS: Final = 20.0
+_NO_ANSWER_FIX: Final = "check that llm.model is a chat model that answers; run doctor again"
 _TOML_LIMIT_FIX = 'set llm.max_tokens_param = "{field}" in config.toml ([llm] table)'
 _BUFFERING_FIX: Final = (
     "disable response buffering between client and server: nginx `proxy_buffering off;` "
@@ -153,6 +154,14 @@ def check_output_limit(probe: LimitProbe) -> CheckResult:
         else f"got {probe.received}"
     )
     found = f"asked for {probe.requested} tokens via {probe.field}, {got}"
+    if probe.received == 0:
+        return CheckResult(
+            "output limit",
+            CheckStatus.WARN,
+            f"asked for {probe.requested} tokens via {probe.field}, got no answer, so whether "
+            f"the server stops at {probe.field} cannot be told",
+            _NO_ANSWER_FIX,
+        )
     if probe.received <= probe.requested and not probe.cut_off:
         return CheckResult("output limit", CheckStatus.PASS, found)
     other = _other_limit_field(probe.field)
@@ -196,7 +205,7 @@ def check_streaming(probe: StreamProbe, *, enabled: bool = True) -> CheckResult:
             CheckStatus.WARN,
             "the model answered nothing to the streaming probe (an empty answer), so streaming "
             "could not be judged",
-            "check that llm.model is a chat model that answers; run doctor again",
+            _NO_ANSWER_FIX,
         )
     if count < MIN_STREAM_CHUNKS:
         return CheckResult(
@@ -633,9 +642,14 @@ def http_failure(name: str, reply: HttpReply, *, limit_field: str | None = None)
         )
     if reply.status in (401, 403):
         return replace(check_api_key(reply, key_configured=True), name=name)
-    said = _server_message(reply)
+    said = _server_message(reply) or reply.error or ""
     found = f"{display_url(reply.url)} answered {reply.status}" + (f": {said}" if said else "")
-    if reply.status == 404:
+    if reply.ok:  # an answer that is no chat completion
+        fix = (
+            "llm.base_url must be the API root of an OpenAI-compatible server (e.g. "
+            "https://host/v1), not a website; `agent-latency sim` serves http://127.0.0.1:8000/v1"
+        )
+    elif reply.status == 404:
         fix = "set llm.model to a model the server runs (see the model check above)"
     elif reply.status in (400, 422) and limit_field is not None and limit_field in said:
         fix = _TOML_LIMIT_FIX.format(field=_other_limit_field(limit_field))

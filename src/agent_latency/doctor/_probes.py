@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -96,7 +96,8 @@ class HttpReply:
     Attributes:
         url: The URL requested.
         status: The HTTP status, or ``None`` when no answer came (see ``error``).
-        error: Why no answer came: connection refused, timeout, TLS failure.
+        error: Why no answer came: connection refused, timeout, TLS failure; or, with a 2xx
+            status, why the answer is not what was asked for (no chat completion).
         is_html: The body is a web page rather than an API answer.
         body: The decoded JSON body (of a non-streamed answer or an error), else ``None``.
     """
@@ -387,6 +388,10 @@ class Endpoint:
         elapsed_ms = (time.perf_counter() - started) * 1000
         if not reply.ok:
             return reply
+        if not _is_completion(reply.body):
+            # A web page, another API's body, an error answered 200: its time is no prefill's.
+            shown = "a web page" if reply.is_html else "an answer"
+            return replace(reply, error=f"{shown}, no chat completion")
         usage = usage_of_body(reply.body)
         prompt_tokens = usage.prompt_tokens
         return PrefillSample(
@@ -544,6 +549,12 @@ def _delta_text(event: dict[str, Any]) -> str | None:
     if delta.get("tool_calls"):
         return json.dumps(delta["tool_calls"])
     return None
+
+
+def _is_completion(body: Any) -> bool:
+    """Whether a blocking answer's body is a chat completion: an object with choices."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    return isinstance(choices, list) and bool(choices)
 
 
 def _message_text(body: dict[str, Any]) -> str:

@@ -17,10 +17,45 @@ from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import StatusCode
 
 from agent_latency import semconv
+from agent_latency.telemetry._log import logger
 
 _INDENT: Final = "  "
 _MAX_HELD_TRACES: Final = 1000
 """Traces waiting for their root at most; past it the oldest is printed as it is."""
+
+
+class GuardedOutput:
+    """What the console exporters print to: ``out`` (``sys.stdout`` as the caller found it)
+    until a write or flush fails (a pipe ``head`` closed, a closed file), then nothing, after one
+    WARNING: the SDK would log the error's traceback on every export. Only ``write`` and
+    ``flush``, which is all they call (no ``io`` base class: its finaliser flushes, which would
+    warn about a file long closed, such as a test's captured stdout)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out: TextIO | None = out
+
+    def write(self, text: str) -> int:
+        if self._out is not None:
+            try:
+                self._out.write(text)
+            except (OSError, ValueError) as exc:  # ValueError: a closed file
+                self._give_up(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._out is not None:
+            try:
+                self._out.flush()
+            except (OSError, ValueError) as exc:
+                self._give_up(exc)
+
+    def _give_up(self, exc: Exception) -> None:
+        self._out = None
+        logger.warning(
+            "agent-latency: the console exporter cannot write to stdout (%s); it prints nothing "
+            "more",
+            type(exc).__name__,
+        )
 
 
 class LocalRoots(SpanProcessor):

@@ -14,8 +14,14 @@ from agent_latency.telemetry._langchain import first_str
 
 
 def to_json(value: object) -> str:
-    """``value`` as JSON; what JSON cannot hold is written as its ``str``."""
-    return escape_surrogates(json.dumps(value, default=str, ensure_ascii=False))
+    """``value`` as JSON; what JSON cannot hold is written as its ``str``: a part of it (an
+    object), or the whole value when JSON cannot hold its shape (keys that are not strings, a
+    value that contains itself), where ``default`` is not asked and ``json.dumps`` raises."""
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = json.dumps(str(value), ensure_ascii=False)
+    return escape_surrogates(text)
 
 
 def _parts(message: BaseMessage) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ the endpoints' credentials masked. At shutdown, a collector whose port refuses c
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +20,13 @@ from agent_latency._redaction import redact, url_secrets
 from agent_latency.telemetry._log import logger
 
 _R = TypeVar("_R")
+
+HEADER_VARIABLES: Final = (
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+)
+"""The variables of the headers the OTLP exporters send, credentials among them."""
 
 PROBE_TIMEOUT_S: Final = 0.25
 """How long :func:`refuses_connections` waits at most: a refusal comes in one round trip."""
@@ -192,6 +200,21 @@ def mask(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         text = redact(text, secret)
     return text
+
+
+def mask_header_variables() -> tuple[logging.Logger, MaskingFilter]:
+    """Puts a :class:`MaskingFilter` masking each header of the :data:`HEADER_VARIABLES` on the
+    logger of OpenTelemetry's header parser, which quotes a header it cannot read as written
+    (``Authorization: Bearer ...`` with a colon, not ``=``), when an exporter is made."""
+    headers = {
+        header
+        for variable in HEADER_VARIABLES
+        for header in os.environ.get(variable, "").split(",")
+        if header.strip()
+    }
+    log, log_filter = logging.getLogger("opentelemetry.util.re"), MaskingFilter(headers)
+    log.addFilter(log_filter)
+    return log, log_filter
 
 
 def limit_exporter_warnings(

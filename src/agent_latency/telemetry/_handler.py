@@ -8,6 +8,7 @@ the calls.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, cast
 from uuid import UUID
@@ -61,8 +62,25 @@ def _option(name: str, doc: str) -> Any:
     return property(lambda handler: getattr(handler._calls.options, name), doc=doc)
 
 
-def _check_ms(option: str, value: object) -> float:
-    return checked_number(_OWNER, option, value, minimum=0, above=True, hint="milliseconds")
+def _check_ms(option: str, value: object, *, maximum: float | None = None) -> float:
+    return checked_number(
+        _OWNER, option, value, minimum=0, above=True, maximum=maximum, hint="milliseconds"
+    )
+
+
+_A_DAY_MS: Final = 86_400_000
+"""The longest chunk timeout, as ``streaming.chunk_timeout_ms`` allows (in nanoseconds, a far
+longer one overflows the integer clock readings it is compared with)."""
+
+
+def _check_provider(option: str, provider: object, method: str) -> None:
+    """Refuses a provider without ``method`` (any object with it will do, as for OpenTelemetry's
+    ``get_tracer``), which would fail unnamed when the handler asks it."""
+    if provider is not None and not callable(getattr(provider, method, None)):
+        raise TypeError(
+            f"{_OWNER}: {option} must be an OpenTelemetry provider (with {method}()) or None, "
+            f"got {provider!r}."
+        )
 
 
 class LatencyCallbackHandler(BaseCallbackHandler):
@@ -83,7 +101,8 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             ``agent_latency.ttft_level=warn``. A blocking call's first text comes with its whole
             answer: its total is measured against the thresholds, and its log hints at streaming.
         ttft_error_ms: Above this, an ERROR and ``ttft_level=error``. At least ``ttft_warn_ms``.
-        chunk_timeout_ms: A wait between streamed chunks longer than this is a stall.
+        chunk_timeout_ms: A wait between streamed chunks longer than this is a stall (at most
+            a day).
         capture_content: Record prompts, answers and tool arguments and results on the spans
             (``gen_ai.input.messages`` and friends). Off by default: they may be confidential.
         log_every_request: Log one INFO line per model call (on by default, like
@@ -91,8 +110,9 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             logger passes INFO).
         record_ttft: Measure time to first token. When off, calls get durations, chunk and stall
             figures but no TTFT attributes, first-chunk event, TTFT metric or threshold logs.
-        on_record: Called with a :class:`LatencyRecord` after each model call; its exceptions
-            are logged and swallowed.
+        on_record: Called with a :class:`LatencyRecord` after each model call, in the callback:
+            a plain function, not an ``async`` one (nothing would await it); its exceptions are
+            logged and swallowed.
         max_open_runs: Most runs tracked at once; past it the oldest open run is ended (a run
             whose end never comes, such as a stream kept but never read, cannot leak memory).
 
@@ -127,16 +147,28 @@ class LatencyCallbackHandler(BaseCallbackHandler):
             )
         if on_record is not None and not callable(on_record):
             raise TypeError(f"{_OWNER}: on_record must be callable or None, got {on_record!r}.")
+        if on_record is not None and (
+            inspect.iscoroutinefunction(on_record)
+            or inspect.iscoroutinefunction(type(on_record).__call__)
+        ):
+            raise TypeError(
+                f"{_OWNER}: on_record must be a plain function, got the async {on_record!r}: the "
+                "handler calls it in the callback and would await nothing, so every record "
+                "would be lost. Fix: pass a function that queues the record (e.g. "
+                "queue.put_nowait) and await it elsewhere."
+            )
         options = CallOptions(
             ttft_warn_ms=warn_ms,
             ttft_error_ms=error_ms,
-            chunk_timeout_ms=_check_ms("chunk_timeout_ms", chunk_timeout_ms),
+            chunk_timeout_ms=_check_ms("chunk_timeout_ms", chunk_timeout_ms, maximum=_A_DAY_MS),
             capture_content=checked_bool(_OWNER, "capture_content", capture_content),
             log_every_request=checked_bool(_OWNER, "log_every_request", log_every_request),
             record_ttft=checked_bool(_OWNER, "record_ttft", record_ttft),
             on_record=on_record,
         )
         max_runs = checked_int(_OWNER, "max_open_runs", max_open_runs, minimum=1)
+        _check_provider("tracer_provider", tracer_provider, "get_tracer")
+        _check_provider("meter_provider", meter_provider, "get_meter")
         super().__init__()
         self.failures = FailureLog()
         self._tracer_provider = tracer_provider
@@ -193,6 +225,15 @@ class LatencyCallbackHandler(BaseCallbackHandler):
     def open_runs(self) -> int:
         """How many runs have started and not yet ended (0 when everything is finished)."""
         return len(self._tree)
+
+    def __copy__(self) -> LatencyCallbackHandler:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LatencyCallbackHandler:
+        # A config copied per request (copy.deepcopy(config)) keeps the one handler, as
+        # LangChain's own tracers do: its open runs are shared state, and its locks cannot be
+        # copied (the copy raised in the application).
+        return self
 
     def __repr__(self) -> str:
         return (
@@ -345,8 +386,10 @@ class LatencyCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._tree.record_tool_result(run_id, output)
-        self._tree.end(run_id, None)
+        try:
+            self._tree.record_tool_result(run_id, output)
+        finally:  # a result that cannot be recorded must not leave the span open
+            self._tree.end(run_id, None)
 
     @guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

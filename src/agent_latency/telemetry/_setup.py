@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TextIO, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import metrics, trace
@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import (
 
 from agent_latency._redaction import display_url, host_and_port
 from agent_latency.config import Settings, is_http_url
-from agent_latency.telemetry._console import LocalRoots, TreeSpanExporter
+from agent_latency.telemetry._console import GuardedOutput, LocalRoots, TreeSpanExporter
 from agent_latency.telemetry._export import (
     PROBE_TIMEOUT_S,
     ExporterLogFilter,
@@ -43,6 +43,7 @@ from agent_latency.telemetry._export import (
     ReportingMetricExporter,
     ReportingSpanExporter,
     limit_exporter_warnings,
+    mask_header_variables,
     refuses_connections,
 )
 from agent_latency.telemetry._handler import LatencyCallbackHandler
@@ -270,11 +271,7 @@ def configure_telemetry(
         ("metrics_endpoint", metrics_endpoint),
     ):
         if value is not None and not is_http_url(value):
-            shown = display_url(value) if isinstance(value, str) else repr(value)
-            raise ValueError(
-                f"configure_telemetry: {name} must be a URL such as http://localhost:4318, "
-                f"got {shown}."
-            )
+            raise _not_a_url(name, value)
     if endpoint is not None and kind != "otlp-grpc":
         _check_base_endpoint(endpoint)
 
@@ -292,25 +289,35 @@ def configure_telemetry(
     interval = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else _METRIC_INTERVAL_MS
 
     if kind == "console":
-        # sys.stdout as it is now (the exporters' default is the one at import time).
         roots = LocalRoots()  # a run under the application's own span is a tree of its own
         tracer_provider.add_span_processor(roots)
         tracer_provider.add_span_processor(
-            BatchSpanProcessor(TreeSpanExporter(out=sys.stdout, roots=roots))
+            BatchSpanProcessor(TreeSpanExporter(out=_console_output(), roots=roots))
         )
     elif kind == "console-json":
-        tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
+        out = _console_output()
+        tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=out)))
         readers.append(
             PeriodicExportingMetricReader(
-                ConsoleMetricExporter(out=sys.stdout), export_interval_millis=interval
+                ConsoleMetricExporter(out=out), export_interval_millis=interval
             )
         )
     elif kind in ("otlp-http", "otlp-grpc"):
         traces_url, metrics_url = _signal_urls(kind, endpoint, traces_endpoint, metrics_endpoint)
-        span_exporter, metric_exporter = _otlp_exporters(kind, traces_url, metrics_url, timeout_s)
+        headers_log, headers_filter = mask_header_variables()
+        try:
+            span_exporter, metric_exporter = _otlp_exporters(
+                kind, traces_url, metrics_url, timeout_s
+            )
+        except BaseException:
+            headers_log.removeFilter(headers_filter)
+            raise
         used_endpoint = display_url(traces_url)
-        log_filters = limit_exporter_warnings(
-            span_exporter, metric_exporter, urls=(traces_url, metrics_url)
+        log_filters = (
+            (headers_log, headers_filter),
+            *limit_exporter_warnings(
+                span_exporter, metric_exporter, urls=(traces_url, metrics_url)
+            ),
         )
         spans = ReportingSpanExporter(
             span_exporter, ExportHealth("spans", used_endpoint), traces_url
@@ -343,6 +350,11 @@ def configure_telemetry(
     )
     atexit.register(telemetry.shutdown)
     return telemetry
+
+
+def _console_output() -> TextIO:
+    """``sys.stdout`` as it is now (the exporters' default is the one at import time), guarded."""
+    return cast("TextIO", GuardedOutput(sys.stdout))
 
 
 def _timeout_from_environment() -> float:
@@ -387,18 +399,50 @@ def _exporter_kind(exporter: str | None) -> str:
     )
 
 
-def _check_base_endpoint(endpoint: str) -> None:
+def _check_base_endpoint(endpoint: str, *, variable: bool = False) -> None:
+    """Refuses an OTLP/HTTP base URL that ends in a signal's path, which would be doubled: the
+    ``endpoint`` argument, or with ``variable`` :data:`_ENDPOINT_ENV`."""
     parts = urlsplit(endpoint)
     path = parts.path.rstrip("/")
     suffix = next((suffix for suffix in _SIGNAL_PATHS if path.endswith(suffix)), None)
-    if suffix is not None:
-        base = display_url(urlunsplit(parts._replace(path=path.removesuffix(suffix))))
-        raise ValueError(
-            f"configure_telemetry: endpoint is the collector's base URL (as {_ENDPOINT_ENV}) "
-            f"and gets /v1/traces and /v1/metrics appended; {display_url(endpoint)} would send "
-            f"to {suffix}{suffix}. Fix: endpoint={base!r} (any query is kept), or "
-            "traces_endpoint= and metrics_endpoint= for URLs used as given."
+    if suffix is None:
+        return
+    base = display_url(urlunsplit(parts._replace(path=path.removesuffix(suffix))))
+    name, fix, per_signal = (
+        (
+            _ENDPOINT_ENV,
+            f"{_ENDPOINT_ENV}={base}",
+            f"{_TRACES_ENDPOINT_ENV} and {_METRICS_ENDPOINT_ENV}",
         )
+        if variable
+        else (
+            f"endpoint (as {_ENDPOINT_ENV})",
+            f"endpoint={base!r}",
+            "traces_endpoint= and metrics_endpoint=",
+        )
+    )
+    raise ValueError(
+        f"configure_telemetry: {name} is the collector's base URL and gets /v1/traces and "
+        f"/v1/metrics appended; {display_url(endpoint)} would send to {suffix}{suffix}. Fix: "
+        f"{fix} (any query is kept), or {per_signal} for URLs used as given."
+    )
+
+
+def _not_a_url(name: str, value: object) -> ValueError:
+    """The error for an endpoint option or variable ``name`` that is no http(s) URL."""
+    shown = display_url(value) if isinstance(value, str) else repr(value)
+    return ValueError(
+        f"configure_telemetry: {name} must be a URL such as http://localhost:4318, got {shown}."
+    )
+
+
+def _url_from_environment(variable: str) -> str:
+    """An endpoint variable's URL (empty when unset), refused by name when it is no http(s) URL:
+    the exporters would take ``127.0.0.1:4318`` as it is and send nothing to it."""
+    value = os.environ.get(variable, "").strip()
+    if value and not is_http_url(value):
+        raise _not_a_url(variable, value)
+    return value
 
 
 def _signal_urls(
@@ -407,17 +451,22 @@ def _signal_urls(
     """Where the spans and the metrics go, by OpenTelemetry's rules (an argument wins over its
     environment variable; see :func:`configure_telemetry`), localhost by default."""
     grpc = kind == "otlp-grpc"
-    base = (
-        endpoint
-        or os.environ.get(_ENDPOINT_ENV, "").strip()
-        or (_DEFAULT_GRPC_ENDPOINT if grpc else _DEFAULT_HTTP_ENDPOINT)
-    )
+
+    def base() -> str:  # read only for a signal without a URL of its own
+        from_environment = "" if endpoint else _url_from_environment(_ENDPOINT_ENV)
+        if from_environment and not grpc:
+            _check_base_endpoint(from_environment, variable=True)
+        return (
+            endpoint
+            or from_environment
+            or (_DEFAULT_GRPC_ENDPOINT if grpc else _DEFAULT_HTTP_ENDPOINT)
+        )
 
     def url(given: str | None, variable: str, signal: str) -> str:
-        chosen = given or os.environ.get(variable, "").strip()
+        chosen = given or _url_from_environment(variable)
         if chosen:
             return chosen
-        return base if grpc else _with_signal_path(base, signal)
+        return base() if grpc else _with_signal_path(base(), signal)
 
     return (
         url(traces_endpoint, _TRACES_ENDPOINT_ENV, "traces"),
