@@ -9,7 +9,7 @@ import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models import chat_models
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from agent_latency.trimming import PriorityTrimmer
@@ -79,3 +79,17 @@ def test_the_per_call_copies_that_carry_the_key_are_not_serialised_again(
 def test_a_cache_key_option_is_checked() -> None:
     with pytest.raises(TypeError, match="cache_key"):
         TrimmingMiddleware(PriorityTrimmer(2000), cache_key="yes")  # type: ignore[arg-type]
+
+
+def test_conversations_opening_with_other_system_messages_send_other_keys() -> None:
+    # An app's system prompt, then each customer's profile, then "Hi": their prompts part at the
+    # profile. Before (attack19), only the first system message went into the key, and every
+    # customer sent one key on OpenAI's API, which spreads a key's requests past about 15 a
+    # minute: the key routed a whole service's traffic as one conversation.
+    bodies: list[dict[str, Any]] = []
+    agent = _agent("https://api.openai.com/v1", bodies)
+    for profile in ("Customer: Alice Jones, plan Gold.", "Customer: Bob Smith, plan Free."):
+        agent.invoke({"messages": [SystemMessage(profile), HumanMessage("Hi")]})
+    alice, bob = (body.get("prompt_cache_key") for body in bodies)
+    assert alice is not None and bob is not None
+    assert alice != bob
