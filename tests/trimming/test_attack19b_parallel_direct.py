@@ -20,16 +20,26 @@ is what ends the run.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import json
+from typing import Annotated, Any
 
+import httpx
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.errors import GraphRecursionError
+from langgraph.types import Command
 from support.conversations import IMAGE, shelf_notes
+from support.fakes import KeepsRequestBodies
+from support.simulators import chat_openai_of
 
 from agent_latency import PriorityTrimmer
+from agent_latency.sim import RunningSimulator
 from agent_latency.tokens import TokenCounter
+from agent_latency.trimming import TrimmingMiddleware
 
 COUNTER = TokenCounter.for_model("gpt-4o")
 
@@ -95,3 +105,52 @@ def test_attack19b_an_image_after_a_direct_result_beside_another_call_is_not_the
     classes = {d.index: d.priority_class for d in told.decisions}
     assert classes[len(messages) - 5] == "latest_user"  # the user's question, not history
     assert not told.over_budget
+
+
+def chart_tool(*, direct: bool) -> BaseTool:
+    """The chart tool, adding its chart as an image after its result (a ``Command``)."""
+
+    @tool("show_chart", return_direct=direct)
+    def show_chart(name: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Shows a sales chart to the user."""
+        result = ToolMessage("Chart shown.", tool_call_id=tool_call_id, name="show_chart")
+        chart = HumanMessage([{"type": "text", "text": "Chart image:"}, IMAGE])
+        return Command(update={"messages": [result, chart]})
+
+    return show_chart
+
+
+def second_request(sim: RunningSimulator, budget: int, *, direct: bool) -> str:
+    """The body of the model call after both tools ran, through a real agent."""
+    bodies = KeepsRequestBodies()
+    model = chat_openai_of(sim, http_client=httpx.Client(transport=bodies))
+    trimmer = PriorityTrimmer(budget, token_counter=COUNTER)
+    agent = create_agent(
+        model,
+        tools=[chart_tool(direct=direct), lookup_order],
+        middleware=[TrimmingMiddleware(trimmer, recall=False)],
+    )
+    messages = conversation()[1:-4]  # up to the question, with no system message
+    messages[-1] = HumanMessage(
+        "Which freight company ships order 1234 from the Harbour warehouse? Use show_chart "
+        "and lookup_order."
+    )
+    # The simulator calls tools again whenever the prompt ends with a user message (the image):
+    # only the first two calls matter here.
+    with contextlib.suppress(GraphRecursionError):
+        agent.invoke({"messages": messages}, {"recursion_limit": 6})
+    return json.dumps(bodies.sent[1])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="through create_agent, the call after a return_direct chart tool and a lookup ran in "
+    "parallel drops the note the question asks about, which it keeps when the chart tool is not "
+    "return_direct",
+)
+@pytest.mark.parametrize("budget", [700, 800])
+def test_attack19b_through_an_agent_the_call_after_parallel_tools_keeps_what_was_asked(
+    sim: RunningSimulator, budget: int
+) -> None:
+    assert "Lyra freight" in second_request(sim, budget, direct=False)
+    assert "Lyra freight" in second_request(sim, budget, direct=True)
