@@ -19,6 +19,7 @@ of every tool a conversation's results came from, would say it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -70,16 +71,6 @@ class NamedToolsOnly(AgentMiddleware[Any, Any, Any]):
         return handler(request.override(tools=tools) if self.select else request)
 
 
-def texts_of(body: dict[str, Any]) -> str:
-    parts = []
-    for message in body["messages"]:
-        content = message.get("content")
-        if isinstance(content, list):
-            content = " ".join(p["text"] for p in content if isinstance(p, dict) and "text" in p)
-        parts.append(content or "")
-    return "\n".join(parts)
-
-
 def second_turn(sim: RunningSimulator, *, select: bool, budget: int) -> list[dict[str, Any]]:
     """The request bodies of the photo question's turn."""
     bodies = KeepsRequestBodies()
@@ -105,7 +96,7 @@ def test_with_every_tool_sent_the_photo_question_is_in_every_call(
 ) -> None:
     bodies = second_turn(sim, select=False, budget=budget)
     assert len(bodies) == 2  # the call to check_warranty, then the answer
-    assert [PHOTO_ASK in texts_of(body) for body in bodies] == [True, True]
+    assert [PHOTO_ASK in json.dumps(body) for body in bodies] == [True, True]
 
 
 @pytest.mark.xfail(
@@ -119,4 +110,4 @@ def test_attack19b_with_tools_selected_the_photo_question_is_in_every_call(
 ) -> None:
     bodies = second_turn(sim, select=True, budget=budget)
     assert len(bodies) == 2
-    assert [PHOTO_ASK in texts_of(body) for body in bodies] == [True, True]
+    assert [PHOTO_ASK in json.dumps(body) for body in bodies] == [True, True]

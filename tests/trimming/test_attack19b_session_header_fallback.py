@@ -22,6 +22,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
+from support.wire import chat_completion
 
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 
@@ -37,10 +38,7 @@ def headers_by_host(*, own: str, session_header: str | None) -> dict[str, httpx.
         seen[request.url.host] = request.headers
         if request.url.host == "primary.example":
             return httpx.Response(500, json={"error": {"message": "down"}})
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
-        return httpx.Response(200, json={**created, "choices": [choice]})
+        return chat_completion("ok")
 
     def chat(host: str, **options: Any) -> ChatOpenAI:
         return ChatOpenAI(

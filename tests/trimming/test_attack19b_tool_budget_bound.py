@@ -26,6 +26,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, tool
 from langchain_openai import ChatOpenAI
+from support.wire import chat_completion
 
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 
@@ -51,10 +52,7 @@ def tools_sent(trimmer: PriorityTrimmer) -> list[str]:
 
     def answer(request: httpx.Request) -> httpx.Response:
         bodies.append(json.loads(request.content))
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
-        return httpx.Response(200, json={**created, "choices": [choice]})
+        return chat_completion("ok")
 
     agent = create_agent(
         model(answer), TOOLS, middleware=[TrimmingMiddleware(trimmer, recall=False)]
