@@ -1,0 +1,82 @@
+"""Attack on 5f969c4 (helper attack19b): ``prompt_cache_key`` takes every system message before
+the first user message.
+
+docs/trimming.md: every call of a conversation carries one key. An app that puts what it
+retrieved for the question in a system message at the head of the conversation, on the calls
+that found something (a memory middleware listed before ``TrimmingMiddleware``; the app's system
+prompt stays first), now sends another key on those calls: one conversation's calls carry two
+keys (here, its first turn one, its second another), and OpenAI's API routes them apart, so the
+system prompt and tools the calls share are cached twice. Before 5f969c4 the key took the first
+system message only, and the conversation kept one key.
+
+This is the other side of 5f969c4's fix (a customer profile given as a second system message
+parted conversations that share only the app's prompt): what the key should take is a trade-off
+for the lead to judge. Likely cause: ``_cache_key.conversation_cache_key`` cannot tell a system
+message that opens a conversation from one added to some of its calls; the middleware could
+remember the key a conversation's first call sent (by its first user message).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+from support.wire import chat_completion
+
+from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
+
+
+class Memories(AgentMiddleware[Any, Any, Any]):
+    """Puts what it recalls of the user at the head of the conversation, when the question
+    asks about something it knows."""
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        if "units" not in request.messages[-1].text:
+            return handler(request)
+        memory = SystemMessage("What you know of the user: prefers metric units.")
+        return handler(request.override(messages=[memory, *request.messages]))
+
+
+def keys_sent() -> list[str | None]:
+    """The ``prompt_cache_key`` of each call of one conversation of two turns."""
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return chat_completion("ok")
+
+    model = ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key="sk-test",  # type: ignore[arg-type]
+        base_url="https://api.openai.com/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        max_retries=0,
+    )
+    middleware = [Memories(), TrimmingMiddleware(PriorityTrimmer(2000), recall=False)]
+    agent = create_agent(model, [], system_prompt="You plan trips.", middleware=middleware)
+    messages: list[BaseMessage] = [HumanMessage("Plan my trip to Porto.")]
+    messages = agent.invoke({"messages": messages})["messages"]
+    agent.invoke({"messages": [*messages, HumanMessage("Which units are the distances in?")]})
+    return [body.get("prompt_cache_key") for body in bodies]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a system message an app adds before the conversation on some calls changes the "
+    "conversation's prompt_cache_key on those calls",
+)
+def test_attack19b_one_conversation_sends_one_key() -> None:
+    first, second = keys_sent()
+    assert first is not None
+    assert second == first
