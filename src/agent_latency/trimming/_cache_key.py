@@ -280,13 +280,17 @@ def checked_session_header(owner: str, name: object) -> str | None:
 
 def with_session_header(
     settings: Mapping[str, Any], model: object, header: str, key: str
-) -> Mapping[str, Any]:
-    """Model settings that also send ``key`` in the request header ``header``.
+) -> Mapping[str, Any] | None:
+    """Model settings that also send ``key`` in the request header ``header``; ``None`` when it
+    cannot be sent so.
 
     A value the caller already gives that header (in the ``extra_headers`` of ``settings``, of
     a binding on the way to the chat model or of its ``model_kwargs``, or in its
     ``default_headers``, in any case) is kept, and so are the other headers they give: the
-    settings' ``extra_headers`` replace the others when sent.
+    settings' ``extra_headers`` replace the others when sent. Behind ``with_fallbacks`` the
+    settings go to every model tried: a primary's own ``extra_headers`` (a credential, say) would
+    reach its fallbacks' servers, or be replaced on its own calls, so then none is sent
+    (``None``).
 
     Args:
         settings: The request's model settings (keywords of the model call).
@@ -295,11 +299,19 @@ def with_session_header(
         header: The header's name.
         key: The conversation's key.
     """
-    chat_model, bindings, _ = _unwrapped(model)
+    outside: list[Mapping[str, Any]] = []  # the bindings' keywords, the outermost first
+    while isinstance(model, RunnableBindingBase):
+        outside.append(model.kwargs)
+        model = model.bound
+    behind_fallbacks = isinstance(model, RunnableWithFallbacks)
+    chat_model, inside, _ = _unwrapped(model)
     model_kwargs = getattr(chat_model, "model_kwargs", None) or {}
-    defaults = getattr(chat_model, "default_headers", None) or {}
-    given = [model_kwargs, *reversed(bindings), settings]  # the outer win
+    own = [model_kwargs, *reversed(inside)]
+    if behind_fallbacks and any(map(_headers, own)):
+        return None
+    given = [*own, *reversed(outside), settings]  # the outer win
     headers = {name: value for each in given for name, value in _headers(each).items()}
+    defaults = getattr(chat_model, "default_headers", None) or {}
     if header.lower() in {name.lower() for name in (*headers, *defaults)}:
         return settings
     return {**settings, HEADERS_SETTING: {**headers, header: key}}

@@ -177,6 +177,7 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._model_name: str | None = None
         self._named_per_call = False
         self._other_names = FirstTimes(_NAMES)  # the names warned of
+        self._warned = FirstTimes(1)  # that the session header cannot be sent
         self._tools: Sequence[object] = ()  # the latest request's: read back from its trim
 
     @classmethod
@@ -346,10 +347,18 @@ class TrimmingMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 changes["model_settings"] = {**settings, CACHE_KEY_SETTING: key}
         if self.session_header is not None:
             settings = changes.get("model_settings", settings)
-            changes["model_settings"] = dict(
-                with_session_header(settings, model, self.session_header, key)
-            )
-        return request.override(**changes)
+            headed = with_session_header(settings, model, self.session_header, key)
+            if headed is not None:
+                changes["model_settings"] = dict(headed)
+            elif self._warned.first("session_header"):
+                logger.warning(
+                    "TrimmingMiddleware: the %s header is not sent: the agent's model has "
+                    "fallbacks and its primary sends extra_headers of its own, which would reach "
+                    "the fallbacks' servers with it. Give the primary those headers as "
+                    "default_headers instead.",
+                    self.session_header,
+                )
+        return request.override(**changes) if changes else request
 
     def _warn_of_another_name(self, name: str | None) -> None:
         """Warns once per name when the agent's model reports another name than the one its
