@@ -10,9 +10,9 @@ only the tools kept"), yet every tool is sent, and the warning logged says "To s
 TrimmingMiddleware", which the user does. A trimmer's mark of a bound model belongs to the
 trims it makes for that model, not to the middleware's (which chooses the tools it sends).
 
-Likely cause: ``TrimmingMiddleware.__init__`` derives its recalling trimmer with ``_with``,
-which copies ``_tools_bound``, and ``_trim`` skips ``select_tools`` whenever that flag is set,
-whatever the request's tools are.
+Fixed: a trim given the request's tools (``trim(tools=...)``, as the middleware does) chooses
+from them whatever trimmer makes it; only a trim of the trimmer's own bound tools counts them
+all.
 """
 
 from __future__ import annotations
@@ -78,11 +78,7 @@ def test_the_middleware_uses_a_tool_budget() -> None:
     assert len(sent) < len(TOOLS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a trimmer from for_model given to TrimmingMiddleware sends every tool: the "
-    "middleware's trims keep the bound mark and skip the tool budget",
-)
+# Failed before a request's own tools were always chosen from (the bound mark skipped them).
 def test_attack19b_a_for_model_trimmer_in_the_middleware_uses_its_tool_budget(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

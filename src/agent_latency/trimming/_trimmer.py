@@ -282,7 +282,9 @@ class PriorityTrimmer(TrimRunnable):
             )
         span = start_trim_span(tracer or self._tracer, context)
         try:
-            result = self._trim(messages, request)
+            # Tools given for the request are those it sends: a tool budget chooses them.
+            chooses = tools is not _UNSET or not self._tools_bound
+            result = self._trim(messages, request, chooses_tools=chooses)
         except BaseException as exc:
             end_trim_span(span, exc)
             raise
@@ -366,7 +368,9 @@ class PriorityTrimmer(TrimRunnable):
             self._direct_analyses.put(direct, memo)
         return memo
 
-    def _trim(self, value: object, request: RequestExtras) -> TrimResult:
+    def _trim(self, value: object, request: RequestExtras, *, chooses_tools: bool) -> TrimResult:
+        """:meth:`trim` but for its span; ``chooses_tools``: whether a tool budget may leave
+        out some of the request's tools (not where they are bound to the model, all sent)."""
         started = time.perf_counter()
         # The analysis checks content; dicts met before are the messages made of them then.
         messages = coerce_messages(value, check_content=False, converted=self._converted)
@@ -376,7 +380,7 @@ class PriorityTrimmer(TrimRunnable):
         # What the request weighed as given, before a tool budget left tools out.
         tool_tokens, response_format_tokens = self._extras_counter.count(request)
         tools_given = tool_tokens + response_format_tokens
-        if self.options.tool_budget is not None and request.tools and self._tools_bound:
+        if self.options.tool_budget is not None and request.tools and not chooses_tools:
             self._warn_of_tools_sent_whole()
         elif self.options.tool_budget is not None and request.tools:
             request, dropped_tools = select_tools(
