@@ -10,10 +10,10 @@ system prompt and tools the calls share are cached twice. Before 5f969c4 the key
 system message only, and the conversation kept one key.
 
 This is the other side of 5f969c4's fix (a customer profile given as a second system message
-parted conversations that share only the app's prompt): what the key should take is a trade-off
-for the lead to judge. Likely cause: ``_cache_key.conversation_cache_key`` cannot tell a system
-message that opens a conversation from one added to some of its calls; the middleware could
-remember the key a conversation's first call sent (by its first user message).
+parted conversations that share only the app's prompt): a trade-off. 5f969c4 is reverted: a
+conversation's calls share one key (the promise), and conversations told apart only by a second
+system message share one too (a strict xfail in test_cache_key.py). Remembering the key of a
+conversation's first call would take state the replicas do not share.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -71,11 +70,7 @@ def keys_sent() -> list[str | None]:
     return [body.get("prompt_cache_key") for body in bodies]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a system message an app adds before the conversation on some calls changes the "
-    "conversation's prompt_cache_key on those calls",
-)
+# Failed on 5f969c4 (every system message before the first user message went into the key).
 def test_attack19b_one_conversation_sends_one_key() -> None:
     first, second = keys_sent()
     assert first is not None

@@ -74,22 +74,24 @@ the fields a call's config gives, with the configurable model."""
 def conversation_cache_key(messages: Sequence[BaseMessage]) -> str | None:
     """The key of the conversation ``messages`` belong to; ``None`` before its first user message.
 
-    Conversations that begin alike (the texts of the system messages before the first user
-    message, such as an app's system prompt and then a customer's profile, and that user
-    message's text, images and files, and name) share a key, as they share a prefix. A system
-    message further on (a reminder added later) does not change it.
+    Conversations that begin alike (the text of the first system message before the first user
+    message, and that user message's text, images and files, and name) share a key, as they
+    share a prefix. A system message further on (a reminder added later) does not change it,
+    nor does a second one before the first user message: an app may add one on some calls only
+    (memories it found), and a conversation's calls must share its key. So conversations told
+    apart only there (each customer's profile after one system prompt) share a key.
     """
-    systems: list[str] = []
+    system: str | None = None
     for message in messages:
         role = role_of(message)
         if role == "user":
             first_user = message
             break
-        if role == "system":
-            systems.append(text_of(message))
+        if role == "system" and system is None:
+            system = text_of(message)
     else:
         return None
-    said = "\0".join([*(systems or [""]), text_of(first_user)])
+    said = f"{system or ''}\0{text_of(first_user)}"
     # Its images and files: conversations opening with the same words on other photos share
     # no prefix past the words. And the speaker's name, which is sent too.
     others = split_content(first_user.content)[1]
