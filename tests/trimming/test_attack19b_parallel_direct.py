@@ -13,9 +13,8 @@ is demoted to history, and relevance ranks the history by the image's caption ("
 so the note the user asked about is dropped. With the same tools given as dicts (no flags, the
 position read both ways), the note is kept at the same budgets.
 
-Likely cause: ``_rounds._Grouping._added_by_a_tool`` looks at the one result before the message
-(``_tool_of``) and not at whether every call of that tool-call message returns directly, which
-is what ends the run.
+Fixed: a result ends the run only when every tool its call's message called returns directly
+(``_rounds._Grouping._ends_the_run``), as ``create_agent`` decides.
 """
 
 from __future__ import annotations
@@ -86,11 +85,7 @@ def conversation() -> list[BaseMessage]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tool's image after a return_direct result is read as the user's question though "
-    "a parallel call kept the run going: the question and the note it asks about are dropped",
-)
+# Failed before a result ended the run only when every call of its message returns directly.
 @pytest.mark.parametrize("budget", [650, 700, 750])
 def test_attack19b_an_image_after_a_direct_result_beside_another_call_is_not_the_question(
     budget: int,
@@ -142,12 +137,7 @@ def second_request(sim: RunningSimulator, budget: int, *, direct: bool) -> str:
     return json.dumps(bodies.sent[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="through create_agent, the call after a return_direct chart tool and a lookup ran in "
-    "parallel drops the note the question asks about, which it keeps when the chart tool is not "
-    "return_direct",
-)
+# Failed before the fix of the test above.
 @pytest.mark.parametrize("budget", [700, 800])
 def test_attack19b_through_an_agent_the_call_after_parallel_tools_keeps_what_was_asked(
     sim: RunningSimulator, budget: int

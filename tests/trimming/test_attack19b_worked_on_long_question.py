@@ -10,10 +10,8 @@ result. The same question as the latest user message is shortened to fit
 (``shorten_must_keep``: test_turn_and_fallback_attack's long question), and with the user's text
 after the result the request fits by leaving the finished turn out.
 
-Likely cause: ``_worked_on`` adds the question to the must-keep set, but ``Plan.asked`` (what
-``shorten_must_keep`` may shorten) holds only the latest user message and what tools added after
-it, so no rule may shorten the worked-on question; the over-budget hint then blames the largest
-fixed part, the current tool call, by its class.
+Fixed: the questions worked on (``Plan.worked_on``) are shortened as the user messages of
+``Plan.asked`` are, before the latest question.
 """
 
 from __future__ import annotations
@@ -48,11 +46,7 @@ def conversation() -> list[BaseMessage]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a long question kept because the user wrote while its tool ran is never shortened: "
-    "the request is over the budget by up to 1,400 tokens, blamed on the tool's 5-token result",
-)
+# Failed before the questions worked on were shortened as what the turn asks is.
 @pytest.mark.parametrize("budget", [500, 800, 1_200])
 def test_attack19b_a_long_question_worked_on_is_shortened_to_fit(budget: int) -> None:
     messages = conversation()

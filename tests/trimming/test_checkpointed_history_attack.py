@@ -211,14 +211,15 @@ class FreshlyChecked(PriorityTrimmer):
     differences: list[str]
     changed: list[bool]  # per trim, whether it left anything out or shortened it
 
-    def _trim(self, value: object, request: RequestExtras) -> TrimResult:
-        result = super()._trim(value, request)
+    def _trim(self, value: object, request: RequestExtras, *, chooses_tools: bool) -> TrimResult:
+        result = super()._trim(value, request, chooses_tools=chooses_tools)
         options = dataclasses.replace(self.options, token_counter=TokenCounter())
         fresh = PriorityTrimmer._from_options(
             options, cut_budget=None if self._warns else self._cut_budget
         )
         inputs = list(value) if isinstance(value, list) else []
-        ours, theirs = figures(result, inputs), figures(fresh._trim(value, request), inputs)
+        again = fresh._trim(value, request, chooses_tools=chooses_tools)
+        ours, theirs = figures(result, inputs), figures(again, inputs)
         if ours != theirs:
             FreshlyChecked.differences.append(f"{ours} != {theirs}")
         FreshlyChecked.changed.append(result.changed)

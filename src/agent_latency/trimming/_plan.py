@@ -80,6 +80,9 @@ class Plan:
         asked: The latest user message and the user messages a tool added after it (an image,
             read both ways: see ``MessageFacts.asking``), by index; empty without the former.
         query: Their text: what the history is chosen for.
+        worked_on: The questions the agent was still working on when the latest user message
+            came (written while a tool ran: see :func:`mark_kept`), by index; must-keep with
+            it, and shortened as the user messages of ``asked`` are.
         moved: Kept messages sent right before the latest user message rather than in their
             place (recalled history, which must not move the cached prefix), ascending.
     """
@@ -107,6 +110,7 @@ class Plan:
         "sizes",
         "texts",
         "tokens",
+        "worked_on",
     )
 
     def __init__(
@@ -153,6 +157,7 @@ class Plan:
         self.latest = latest = facts.units[facts.users[-1]].indices[0] if facts.users else None
         self.asked = [] if latest is None else facts.asking(latest)
         self.query = "" if latest is None else facts.query(latest)
+        self.worked_on: list[int] = []
         # Whether no message was dropped but orphans, none brought back and none of the
         # history made must-keep: then the history rounds are the analysis' (history_rounds).
         self.as_analysed = True
@@ -518,7 +523,8 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
             for index in unit.indices
         ]
         if facts.late:
-            must_keep += _worked_on(facts, latest)
+            calls, plan.worked_on = _worked_on(facts, latest)
+            must_keep += [*calls, *plan.worked_on]
     plan.keep(must_keep, "must_keep")
     # The newest tool call with what its tool added as user messages (an image: _tool_steps).
     call = next((step for step in reversed(steps) if step[0].kind == "tool_call"), None)
@@ -526,13 +532,14 @@ def mark_kept(plan: Plan, options: TrimOptions) -> None:
         plan.keep([index for unit in call for index in unit.indices], "latest_tool_call")
 
 
-def _worked_on(facts: MessageFacts, latest: int) -> list[int]:
+def _worked_on(facts: MessageFacts, latest: int) -> tuple[list[int], list[int]]:
     """What the agent was working on when the user wrote the user message of the unit at
     ``latest`` while a tool ran (its result came after it): each such tool call with its
-    results, and the user message it was made for."""
+    results, and the user messages they were made for."""
     asked = facts.units[latest].indices[0]
     calls = {call for result, call in facts.late.items() if call < asked < result}
     found: list[int] = []
+    questions: list[int] = []
     for position in range(latest - 1, -1, -1):  # the calls are recent
         if not calls:
             break
@@ -541,8 +548,10 @@ def _worked_on(facts: MessageFacts, latest: int) -> list[int]:
             calls.discard(unit.indices[0])
             found += unit.indices
             user = bisect.bisect_left(facts.users, position) - 1
-            found += facts.units[facts.users[user]].indices if user >= 0 else ()
-    return found
+            question = facts.units[facts.users[user]].indices[0] if user >= 0 else None
+            if question is not None and question not in questions:
+                questions.append(question)
+    return found, questions
 
 
 def _unanswered_alone(call: Unit, facts: MessageFacts) -> bool:
@@ -786,7 +795,9 @@ def shorten_must_keep(plan: Plan) -> None:
         if excess <= 0:
             return
     shortener = plan.shortener
-    added = [i for i in plan.asked[1:] if plan.must_keep[i] and not plan.dropped[i]]
+    added = [
+        i for i in (*plan.asked[1:], *plan.worked_on) if plan.must_keep[i] and not plan.dropped[i]
+    ]
     planned: list[tuple[int, int, int]] = []  # (index, target, size): made if they fit
     for index in sorted(added, key=lambda i: (-plan.sizes[i], i)):
         target = max(MIN_SHORTENED_TOKENS, plan.sizes[index] - excess)

@@ -271,8 +271,8 @@ class _Grouping:
         other parts than text (an image, a file: chat endpoints take those in a user message
         only, so a tool fetching a chart returns a ``Command`` adding its result and one) and
         comes right after a tool result, a tool call (the result listed after it) or another
-        such message. A text alone is a question, and so is any user message right after the
-        result of a tool in ``direct`` (``return_direct``: the agent's run ended there)."""
+        such message. A text alone is a question, and so is any user message right after a
+        result that ended the agent's run (:meth:`_ends_the_run`)."""
         content = messages[index].content
         if index == 0 or type(content) is not list or not split_content(content)[1]:
             return False
@@ -280,23 +280,23 @@ class _Grouping:
         if self.orphans and self.orphans[-1] == before:  # answers no call: no tool's
             return False
         if role_of(messages[before]) == "tool":
-            return not direct or self._tool_of(messages, before) not in direct
+            return not direct or not self._ends_the_run(messages, before, direct)
         if self.added and self.added[-1] == before:
             return True
         last = self.units[-1] if self.units else None  # the unit of the message before
         return last is not None and last.indices[0] == before and last.kind == "tool_call"
 
-    def _tool_of(self, messages: Sequence[BaseMessage], index: int) -> str | None:
-        """The name of the tool whose result is at ``index`` (joined to its call): the result's
-        own name, as LangGraph's agents read it, else its call's."""
-        result = messages[index]
-        call_id = _answered_call(result)
-        if result.name or call_id is None:
-            return result.name
+    def _ends_the_run(
+        self, messages: Sequence[BaseMessage], index: int, direct: frozenset[str]
+    ) -> bool:
+        """Whether the tool result at ``index`` (joined to its call) ends the agent's run: every
+        tool its call's message called is in ``direct``, as ``create_agent`` ends a run."""
+        call_id = _answered_call(messages[index])
+        if call_id is None:
+            return False
         call = self.units[self.unit_of_call[call_id]].indices[0]
         calls = tool_calls_of(cast("AIMessage", messages[call]), call)  # a tool call's unit
-        name = next(c["name"] for c in calls if c["id"] == call_id)
-        return name if isinstance(name, str) else None  # an invalid call's may be None
+        return all(c["name"] in direct for c in calls)
 
     def _add(self, unit: Unit, counts: list[int]) -> None:
         """Adds a unit after the others (its messages' classes and owners already listed)."""
