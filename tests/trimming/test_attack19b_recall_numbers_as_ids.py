@@ -9,8 +9,8 @@ all it gets: the note that answers the question (shelf 24, lamps, aisle 3) is on
 Before 746b82b, ``3?`` was no id (only whitespace-separated words were); a bare ``3`` was, so the
 query without its question mark fails in the same way, before and now.
 
-Likely cause: ``_named_ids`` matches any stretch of the query standing alone that equals an id,
-whatever the ids look like; an id made of a common word or a number is then named by prose.
+Fixed: an id that is a plain number or word names a message in prose only where the query says
+so (``[id 3]``, ``id 3``), or when the query names nothing else (``3, 5``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from agent_latency import PriorityTrimmer
 from agent_latency.tokens import TokenCounter
+from agent_latency.trimming._recall import _named_ids
 
 COUNTER = TokenCounter.for_model("gpt-4o")
 GOODS = ["lamps", "chairs", "desks", "rugs"]
@@ -42,11 +43,7 @@ def conversation() -> list[BaseMessage]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a number in a recall query is read as a message id: the unrelated message '3' is "
-    "read back instead of the note the words match",
-)
+# Failed before plain ids (numbers, words) in prose stopped naming messages.
 @pytest.mark.parametrize(
     "query",
     ["Which shelf holds the lamps in aisle 3?", "lamps in aisle 3."],
@@ -56,3 +53,20 @@ def test_attack19b_a_number_in_a_recall_query_is_not_a_message_id(query: str) ->
     answer = trimmer.as_pre_model_hook().read_back(conversation(), "call_1", query)
     assert "Shelf 24 holds lamps in aisle 3." in answer  # message 49, the one that answers
     assert not answer.startswith("[id 3]")
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("[id 3] and [id 5]", {"3", "5"}),  # as the tool writes them
+        ("3, 5", {"3", "5"}),  # nothing but ids
+        ("read id 3 back", {"3"}),
+        ("read id 30 back", {"30"}),  # not the 3 it begins with
+        ("lamps in aisle 3", set()),
+    ],
+)
+def test_a_plain_id_is_named_where_the_query_says_so_or_names_nothing_else(
+    query: str, named: set[str]
+) -> None:
+    messages = [HumanMessage(f"note {n}", id=str(n)) for n in range(1, 41)]
+    assert _named_ids(query, messages) == named

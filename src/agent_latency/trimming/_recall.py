@@ -114,6 +114,10 @@ _LISTED: Final = 50
 """How many ids of the matches not shown the tool names."""
 _ID_START: Final = re.compile(r"(?<![\w-])(?<!\w\.)")
 _ID_END: Final = re.compile(r"(?![\w-]|\.\w)")
+# An id that says it is one: letters and digits both (a UUID, "h12"), or long.
+_ID_LIKE: Final = re.compile(r"(?=.*[^\W\d_])(?=.*\d)|.{16}")
+# What a query made of ids only holds besides them: punctuation, and "id", "ids", "and".
+_PROSE: Final = re.compile(r"[\W_]+|\b(?:ids?|and)\b", re.IGNORECASE)
 """Where a message id the query names may start and end: not inside a word, an id (letters,
 digits, ``_`` and ``-``) or a number (``h1.5`` names no ``h1``)."""
 
@@ -589,7 +593,7 @@ def _named_ids(query: str, messages: Sequence[BaseMessage]) -> set[str]:
         return set()
     longest = max(map(len, ids))
     ends = [end.start() for end in _ID_END.finditer(query)]  # ascending
-    return {
+    named = {
         query[start:end]
         for start in (match.start() for match in _ID_START.finditer(query))
         for end in ends[
@@ -597,6 +601,20 @@ def _named_ids(query: str, messages: Sequence[BaseMessage]) -> set[str]:
         ]
         if query[start:end] in ids
     }
+    # An id that is a plain number or word (a chat store's row numbers) is one in prose only
+    # where the query says so ("[id 3]", "id 3"), or names nothing else.
+    plain = {id_ for id_ in named if not _ID_LIKE.search(id_)}
+    if plain and _PROSE.sub(" ", _without(query, named)).strip():
+        said = {id_ for id_ in plain if re.search(rf"\bid\W*{re.escape(id_)}(?![\w-])", query)}
+        named -= plain - said
+    return named
+
+
+def _without(query: str, ids: set[str]) -> str:
+    """``query`` with the ``ids`` in it blanked out (the longest first)."""
+    for id_ in sorted(ids, key=len, reverse=True):
+        query = query.replace(id_, " ")
+    return query
 
 
 def _head(message: BaseMessage, added: set[int]) -> str:
