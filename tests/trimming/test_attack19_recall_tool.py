@@ -1,13 +1,12 @@
 """Attacks on the recall tool from the user's side (helper attack19).
 
-Defect left, an ``xfail(strict=True)`` test here: with a ``tool_budget``,
-``TrimmingMiddleware`` can leave its own ``recall`` tool out of the request while the elision
-marker tells the model to call it.
-
-Fixed: the tool read ids back only when the query wrote them bare or as ``[id ...]``: the ids
-the tool lists, asked for as a JSON list, quoted, or at the end of a sentence, matched nothing
-(an ``xfail`` here until 746b82b). Now the left-out ids are looked up in the query wherever
-they stand on their own (``_recall._named_ids``), and none inside a longer word or number.
+Fixed: with a ``tool_budget``, ``TrimmingMiddleware`` could leave its own ``recall`` tool out
+of the request while the elision marker told the model to call it (an ``xfail`` here until
+fdef395: the tool is pinned). The tool read ids back only when the query wrote them bare or
+as ``[id ...]``: the ids the tool lists, asked for as a JSON list, quoted, or at the end of a
+sentence, matched nothing (an ``xfail`` here until 746b82b). Now the left-out ids are looked up
+in the query wherever they stand on their own (``_recall._named_ids``), and none inside a
+longer word or number.
 """
 
 from __future__ import annotations
