@@ -230,31 +230,6 @@ async def test_leaving_a_chain_stream_marks_the_chain_abandoned_sync_or_async(
     assert handler.open_runs == 0
 
 
-async def test_leaving_an_agents_astream_abandons_its_nodes_too(
-    sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
-) -> None:
-    # LangGraph cancels its node tasks when the consumer closes the graph's stream (a chat UI
-    # closed mid-answer): the model node and its call said 'cancelled', with status ERROR and
-    # error.type on the duration metric, under an 'abandoned' agent.
-    agent = create_agent(chat_openai(sim), tools=[], name="clerk")
-    stream = agent.astream(
-        {"messages": [("user", "hi")]}, config={"callbacks": [handler]}, stream_mode="messages"
-    )
-    async for _ in stream:
-        break
-    await stream.aclose()  # type: ignore[attr-defined]
-    await until_no_open_runs(handler)
-
-    outcomes = {span.name: outcome_of(span) for span in span_exporter.get_finished_spans()}
-    assert outcomes == {
-        "invoke_agent clerk": "abandoned",
-        "chain model": "abandoned",
-        f"chat {sim.config.models[0]}": "abandoned",
-    }
-    for span in span_exporter.get_finished_spans():
-        assert span.status.status_code is StatusCode.UNSET
-
-
 def test_a_chain_stream_read_to_its_end_stays_ok(
     sim: RunningSimulator, handler: LatencyCallbackHandler, span_exporter: InMemorySpanExporter
 ) -> None:

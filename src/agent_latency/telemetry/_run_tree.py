@@ -292,10 +292,7 @@ class RunTree:
     def end(
         self, run_id: UUID, error: BaseException | None, response: LLMResult | None = None
     ) -> None:
-        """Ends the open run ``run_id`` (nothing when it has ended already); a run its graph
-        cancelled as the graph's run stops is left to end with that run."""
-        if self._cancelled_by_its_graph(run_id, error):
-            return
+        """Ends the open run ``run_id`` (nothing when it has ended already)."""
         state = self._runs.pop(run_id)
         if state is None:
             return
@@ -307,21 +304,6 @@ class RunTree:
         if walked_away:
             error = GeneratorExit()  # recorded like walking away from ``astream``
         self._finish(state, error, response)
-
-    def _cancelled_by_its_graph(self, run_id: UUID, error: BaseException | None) -> bool:
-        """Whether LangGraph cancelled the run (a node's, in a task of its own) as the graph's
-        loop exits, under an enclosing run that is open: LangGraph's executor cancels its node
-        tasks with a bare ``object()`` as the message, whatever stops the graph. Why is told by
-        the graph's run, which ends just after: its consumer walked away from ``astream``
-        (``abandoned``, not an error), its task was cancelled, or another node failed."""
-        if not (
-            isinstance(error, asyncio.CancelledError)
-            and len(error.args) == 1
-            and type(error.args[0]) is object
-        ):
-            return False
-        state = self._runs.get(run_id)
-        return state is not None and state.parent_run_id in self._runs
 
     def _left_streaming(self, state: RunState) -> bool:
         """Whether a run reported ended left a model call under it streaming, read where the
