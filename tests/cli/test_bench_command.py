@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -347,6 +348,8 @@ def test_an_endpoint_failing_midway_keeps_the_runs_that_finished(
     assert document["missing"][0] == "1 of 2 runs of untrimmed + blocking"
     output = " ".join(result.output.split())
     assert "Partial results: a call failed (http://127.0.0.1:" in output
-    assert "answered HTTP 500: Error code: 500 - down Fix: check the endpoint's logs)." in output
+    # The openai client words its error by version ("- down", or the body as a dict).
+    said = r"answered HTTP 500: Error code: 500 - .*down.* Fix: check the endpoint's logs\)"
+    assert re.search(said, output), output
     assert "Traceback" not in output
-    assert output.endswith("down Fix: check the endpoint's logs): the results above are partial.")
+    assert output.endswith("Fix: check the endpoint's logs): the results above are partial.")
