@@ -58,10 +58,10 @@ from langchain_core.messages import (
     HumanMessage,
     ToolMessage,
 )
-from langchain_core.tools import tool
 from pydantic import BaseModel
 from support.conversations import IMAGE, shelf_notes
 from support.fakes import KeepsRequestBodies
+from support.shop import PHOTO_ASK, check_warranty, lookup_order
 from support.simulators import chat_openai_of
 from support.wire import chat_completion
 
@@ -90,21 +90,6 @@ def with_photo(text: str) -> HumanMessage:
 
 
 # --- the question a turn asks, with images -------------------------------------------------------
-
-
-@tool(return_direct=True)
-def lookup_order(number: str) -> str:
-    """Looks an order up in the shop's database."""
-    return f"Order {number}: shipped on Monday from the north warehouse. " + "Tracking. " * 30
-
-
-@tool
-def check_warranty(product: str) -> str:
-    """Reads the warranty terms of a product."""
-    return "Warranty: dents are covered for two years. " + "clause " * 40
-
-
-PHOTO_ASK = "Is the parcel in this photo damaged? Use check_warranty to see if it is covered."
 
 
 def test_a_photo_question_after_a_return_direct_result_stays_while_the_agent_works_on_it(

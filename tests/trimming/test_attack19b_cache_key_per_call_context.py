@@ -18,16 +18,13 @@ conversation's first call would take state the replicas do not share.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_openai import ChatOpenAI
-from support.wire import chat_completion
+from support.wire import recording_chat_openai
 
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 
@@ -50,18 +47,7 @@ class Memories(AgentMiddleware[Any, Any, Any]):
 def keys_sent() -> list[str | None]:
     """The ``prompt_cache_key`` of each call of one conversation of two turns."""
     bodies: list[dict[str, Any]] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return chat_completion("ok")
-
-    model = ChatOpenAI(
-        model="gpt-4o-mini",
-        api_key="sk-test",  # type: ignore[arg-type]
-        base_url="https://api.openai.com/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
+    model = recording_chat_openai(bodies, model="gpt-4o-mini", base_url="https://api.openai.com/v1")
     middleware = [Memories(), TrimmingMiddleware(PriorityTrimmer(2000), recall=False)]
     agent = create_agent(model, [], system_prompt="You plan trips.", middleware=middleware)
     messages: list[BaseMessage] = [HumanMessage("Plan my trip to Porto.")]

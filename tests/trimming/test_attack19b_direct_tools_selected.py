@@ -28,9 +28,10 @@ import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool
 from support.conversations import IMAGE, shelf_notes
 from support.fakes import KeepsRequestBodies
+from support.shop import PHOTO_ASK, check_warranty, lookup_order
 from support.simulators import chat_openai_of
 
 from agent_latency import PriorityTrimmer
@@ -39,19 +40,6 @@ from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import TrimmingMiddleware
 
 COUNTER = TokenCounter.for_model("gpt-4o")
-PHOTO_ASK = "Is the parcel in this photo damaged? Use check_warranty to see if it is covered."
-
-
-@tool(return_direct=True)
-def lookup_order(number: str) -> str:
-    """Looks an order up in the shop's database."""
-    return f"Order {number}: shipped on Monday from the north warehouse. " + "Tracking. " * 30
-
-
-@tool
-def check_warranty(product: str) -> str:
-    """Reads the warranty terms of a product."""
-    return "Warranty: dents are covered for two years. " + "clause " * 40
 
 
 class NamedToolsOnly(AgentMiddleware[Any, Any, Any]):

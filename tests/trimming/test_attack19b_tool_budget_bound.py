@@ -17,16 +17,14 @@ all.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, tool
 from langchain_openai import ChatOpenAI
-from support.wire import chat_completion
+from support.wire import recording_chat_openai
 
 from agent_latency.trimming import PriorityTrimmer, TrimmingMiddleware
 
@@ -49,27 +47,16 @@ TOOLS = [shelf_tool(n) for n in range(12)]
 def tools_sent(trimmer: PriorityTrimmer) -> list[str]:
     """The names of the tools an agent with ``trimmer``'s middleware sends to OpenAI's API."""
     bodies: list[dict[str, Any]] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return chat_completion("ok")
-
     agent = create_agent(
-        model(answer), TOOLS, middleware=[TrimmingMiddleware(trimmer, recall=False)]
+        model(bodies), TOOLS, middleware=[TrimmingMiddleware(trimmer, recall=False)]
     )
     agent.invoke({"messages": [HumanMessage("What is on shelf 3?")]})
     (body,) = bodies
     return [t["function"]["name"] for t in body.get("tools", [])]
 
 
-def model(answer: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        model="gpt-4o-mini",
-        api_key="sk-test",  # type: ignore[arg-type]
-        base_url="https://api.openai.com/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
+def model(bodies: list[dict[str, Any]]) -> ChatOpenAI:
+    return recording_chat_openai(bodies, model="gpt-4o-mini", base_url="https://api.openai.com/v1")
 
 
 def test_the_middleware_uses_a_tool_budget() -> None:
@@ -82,7 +69,7 @@ def test_the_middleware_uses_a_tool_budget() -> None:
 def test_attack19b_a_for_model_trimmer_in_the_middleware_uses_its_tool_budget(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    trimmer = PriorityTrimmer(1_500, tool_budget=200).for_model(model(None))
+    trimmer = PriorityTrimmer(1_500, tool_budget=200).for_model(model([]))
     with caplog.at_level("WARNING", logger="agent_latency.trimming"):
         sent = tools_sent(trimmer)
     assert "lookup_shelf_3" in sent

@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models import chat_models
 from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_openai import ChatOpenAI
+from support.wire import recording_chat_openai
 
 from agent_latency.trimming import PriorityTrimmer
 from agent_latency.trimming._middleware import TrimmingMiddleware
 
 
 def _agent(base_url: str, bodies: list[dict[str, Any]], **options: Any) -> Any:
-    def answer(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        message = {"role": "assistant", "content": "ok"}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        created = {"id": "1", "object": "chat.completion", "created": 0, "model": "m"}
-        return httpx.Response(200, json={**created, "choices": [choice]})
-
-    model = ChatOpenAI(
-        model="gpt-4o-mini",
-        api_key="sk-test",  # type: ignore[arg-type]
-        base_url=base_url,
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        max_retries=0,
-    )
+    model = recording_chat_openai(bodies, model="gpt-4o-mini", base_url=base_url)
     middleware = TrimmingMiddleware(PriorityTrimmer(2000), recall=False, **options)
     return create_agent(model, [], system_prompt="Be brief.", middleware=[middleware])
 

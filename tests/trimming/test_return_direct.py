@@ -19,6 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from support.conversations import IMAGE, shelf_notes
+from support.shop import PHOTO_ASK, check_warranty, lookup_order
 from support.simulators import chat_openai_of
 
 from agent_latency import PriorityTrimmer
@@ -27,25 +28,12 @@ from agent_latency.tokens import TokenCounter
 from agent_latency.trimming import TrimmingMiddleware
 
 COUNTER = TokenCounter.for_model("gpt-4o")
-ASK = "Is the parcel in this photo damaged? Use check_warranty to see if it is covered."
-
-
-@tool(return_direct=True)
-def lookup_order(number: str) -> str:
-    """Looks an order up in the shop's database."""
-    return f"Order {number}: shipped on Monday from the north warehouse. " + "Tracking. " * 30
 
 
 @tool("lookup_order")
 def lookup_order_then_answer(number: str) -> str:
     """Looks an order up in the shop's database (the agent answers after it)."""
     return lookup_order.invoke({"number": number})
-
-
-@tool
-def check_warranty(product: str) -> str:
-    """Reads the warranty terms of a product."""
-    return "Warranty: dents are covered for two years. " + "clause " * 40
 
 
 def call(name: str, id_: str) -> dict[str, Any]:
@@ -56,7 +44,7 @@ def conversation(*, named: bool) -> list[BaseMessage]:
     """An order looked up by a return_direct tool, then the user's photo question, for which
     the agent called another tool. ``named``: the results carry their tool's name, as
     LangGraph's do (else the name is the call's)."""
-    photo = HumanMessage([{"type": "text", "text": ASK}, IMAGE], id="photo-ask")
+    photo = HumanMessage([{"type": "text", "text": PHOTO_ASK}, IMAGE], id="photo-ask")
     return [
         *shelf_notes(4),
         HumanMessage("Use lookup_order for order 1234."),
